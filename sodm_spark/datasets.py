@@ -1,0 +1,47 @@
+"""Real data sets that registry packages ship, read with numpy only.
+
+Fashion-MNIST (70,000 × 784 grey images, 10 classes) ships in Debian's
+``dataset-fashion-mnist`` package as gzip IDX files under /usr/share/datasets/fashion-mnist.
+"""
+from __future__ import annotations
+
+import gzip
+import struct
+from pathlib import Path
+
+import numpy as np
+
+FASHION_MNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
+_FILES = {"train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
+          "test": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")}
+
+
+def read_idx(path: str | Path) -> np.ndarray:
+    """Read one gzip IDX file of unsigned bytes (the MNIST file format)."""
+    with gzip.open(path, "rb") as handle:
+        data = handle.read()
+    zero, type_code, n_dims = struct.unpack(">HBB", data[:4])
+    if zero != 0 or type_code != 0x08:
+        raise ValueError(f"{path} is not an IDX file of unsigned bytes (header {data[:4]!r}).")
+    dims = struct.unpack(">" + "I" * n_dims, data[4:4 + 4 * n_dims])
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * n_dims).reshape(dims)
+
+
+def load_fashion_mnist(split: str = "train", root: str | Path = FASHION_MNIST_DIR,
+                       binary: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """Fashion-MNIST rows as float64 pixels in [0, 1] (784 columns) and their labels.
+
+    With ``binary=True`` the labels are ±1: +1 for the even classes (T-shirt, pullover, coat,
+    shirt, bag) and -1 for the odd ones (trouser, dress, sandal, sneaker, ankle boot) — a
+    balanced task in which tops are confused with dresses and bags with shoes.
+    """
+    if split not in _FILES:
+        raise ValueError(f"split must be 'train' or 'test', got {split!r}.")
+    images, labels = (Path(root) / name for name in _FILES[split])
+    if not images.exists():
+        raise FileNotFoundError(
+            f"{images} not found: install Debian's dataset-fashion-mnist package "
+            "(apt-get install dataset-fashion-mnist) or pass root= the folder with the IDX files.")
+    X = read_idx(images).reshape(-1, 784).astype(np.float64) / 255.0
+    y = read_idx(labels).astype(np.int64)
+    return X, (np.where(y % 2 == 0, 1, -1) if binary else y)

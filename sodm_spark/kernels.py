@@ -1,0 +1,168 @@
+"""Kernel functions computed as blocked BLAS.
+
+Every kernel block is built from one matrix product (GEMM) of a row block of ``X`` with ``Z``
+(for the RBF kernel through ``‖x‖² + ‖z‖² - 2 x zᵀ``); the laplacian kernel needs L1
+distances, which have no GEMM form, and uses scipy's compiled ``cdist`` per block instead.
+Row blocks are sized so that one block's scratch memory stays within ``block_mb``.
+
+The kernel parameters follow scikit-learn's ``SVC``: ``gamma="scale"`` is ``1 / (d · Var X)``,
+``gamma="auto"`` is ``1 / d``, polynomial is ``(gamma · x zᵀ + coef0) ** degree``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+from scipy.spatial.distance import cdist
+
+KNOWN_KERNELS = ("linear", "rbf", "poly", "laplacian")
+_ALIASES = {"polynomial": "poly", "gaussian": "rbf"}
+
+
+def resolve_gamma(gamma, X: np.ndarray) -> float:
+    """Turn ``gamma`` ('scale', 'auto' or a positive number) into a float for data ``X``."""
+    n_features = X.shape[1]
+    if isinstance(gamma, str):
+        if gamma == "scale":
+            variance = float(np.var(X))
+            if not np.isfinite(variance) or variance <= 0.0:
+                raise ValueError(
+                    "gamma='scale' is 1/(n_features * X.var()), but X has zero variance "
+                    "(every feature value is the same); pass a numeric gamma instead."
+                )
+            return 1.0 / (n_features * variance)
+        if gamma == "auto":
+            return 1.0 / n_features
+        raise ValueError(f"gamma must be 'scale', 'auto' or a positive number, got {gamma!r}.")
+    value = float(gamma)
+    if not np.isfinite(value) or value <= 0.0:
+        raise ValueError(f"gamma must be a positive finite number, got {gamma!r}.")
+    return value
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """A resolved kernel: name and numeric parameters (gamma already a float)."""
+
+    name: str = "rbf"
+    gamma: float = 1.0
+    degree: int = 3
+    coef0: float = 0.0
+
+    @classmethod
+    def create(cls, name: str, gamma=1.0, degree: int = 3, coef0: float = 0.0, X=None) -> "Kernel":
+        """Validate ``name``; resolve ``gamma`` against ``X`` when it is 'scale' or 'auto'."""
+        canonical = _ALIASES.get(name, name) if isinstance(name, str) else name
+        if canonical not in KNOWN_KERNELS:
+            raise ValueError(
+                f"Unknown kernel {name!r}; known kernels are {', '.join(KNOWN_KERNELS)}."
+            )
+        if canonical == "linear":
+            gamma_value = 1.0
+        elif X is None:
+            if isinstance(gamma, str):
+                raise ValueError(f"gamma={gamma!r} needs the training data to be resolved.")
+            gamma_value = resolve_gamma(gamma, np.zeros((1, 1)))
+        else:
+            gamma_value = resolve_gamma(gamma, X)
+        if canonical == "poly":
+            if int(degree) != degree or degree < 1:
+                raise ValueError(f"degree must be a positive integer, got {degree!r}.")
+        return cls(canonical, float(gamma_value), int(degree), float(coef0))
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "gamma": self.gamma, "degree": self.degree, "coef0": self.coef0}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Kernel":
+        return cls(str(data["name"]), float(data["gamma"]), int(data["degree"]), float(data["coef0"]))
+
+    def diagonal(self, X: np.ndarray) -> np.ndarray:
+        """``k(x_i, x_i)`` for every row, in O(n·d)."""
+        if self.name in ("rbf", "laplacian"):
+            return np.ones(X.shape[0])
+        sq = np.einsum("ij,ij->i", X, X)
+        if self.name == "linear":
+            return sq
+        return (self.gamma * sq + self.coef0) ** self.degree
+
+    def block(self, X: np.ndarray, Z: np.ndarray, out: np.ndarray | None = None,
+              z_sq_norms: np.ndarray | None = None) -> np.ndarray:
+        """One kernel block ``k(X, Z)`` of shape (len(X), len(Z)), written into ``out`` if given.
+
+        The block is produced by one GEMM in the dtype of ``out`` (float64 when ``out`` is None).
+        """
+        dtype = np.float64 if out is None else out.dtype
+        if out is None:
+            out = np.empty((X.shape[0], Z.shape[0]), dtype=dtype)
+        if self.name == "laplacian":
+            out[...] = cdist(X, Z, metric="cityblock")
+            out *= -self.gamma
+            np.exp(out, out=out)
+            return out
+        Xc = np.asarray(X, dtype=dtype)
+        Zc = np.asarray(Z, dtype=dtype)
+        np.matmul(Xc, Zc.T, out=out)
+        if self.name == "linear":
+            return out
+        if self.name == "poly":
+            out *= self.gamma
+            out += self.coef0
+            if self.degree != 1:
+                np.power(out, self.degree, out=out)
+            return out
+        # rbf: exp(-gamma * max(0, |x|^2 + |z|^2 - 2 x.z))
+        x_sq = np.einsum("ij,ij->i", Xc, Xc)
+        z_sq = np.einsum("ij,ij->i", Zc, Zc) if z_sq_norms is None else z_sq_norms.astype(dtype)
+        out *= -2.0
+        out += x_sq[:, None]
+        out += z_sq[None, :]
+        np.maximum(out, 0.0, out=out)
+        out *= -self.gamma
+        np.exp(out, out=out)
+        return out
+
+
+def rows_per_block(n_columns: int, itemsize: int, block_mb: float) -> int:
+    """How many kernel rows of ``n_columns`` entries fit in ``block_mb`` megabytes (at least 1)."""
+    return max(1, int(block_mb * 2**20 // max(1, n_columns * itemsize)))
+
+
+def iter_kernel_blocks(kernel: Kernel, X: np.ndarray, Z: np.ndarray, dtype=np.float64,
+                       block_mb: float = 256.0) -> Iterator[tuple[slice, np.ndarray]]:
+    """Yield ``(row_slice, k(X[row_slice], Z))`` with each block at most ``block_mb`` MB."""
+    dtype = np.dtype(dtype)
+    step = rows_per_block(Z.shape[0], dtype.itemsize, block_mb)
+    Zc = np.ascontiguousarray(Z, dtype=dtype)
+    z_sq = np.einsum("ij,ij->i", Zc, Zc) if kernel.name == "rbf" else None
+    for start in range(0, X.shape[0], step):
+        rows = slice(start, min(start + step, X.shape[0]))
+        yield rows, kernel.block(X[rows], Zc, out=np.empty((rows.stop - start, Z.shape[0]), dtype),
+                                 z_sq_norms=z_sq)
+
+
+def kernel_matrix(kernel: Kernel, X: np.ndarray, Z: np.ndarray | None = None, dtype=np.float64,
+                  block_mb: float = 256.0) -> np.ndarray:
+    """The full ``k(X, Z)`` matrix, filled block by block (the caller decides it fits)."""
+    Z = X if Z is None else Z
+    out = np.empty((X.shape[0], Z.shape[0]), dtype=dtype)
+    for rows, block in iter_kernel_blocks(kernel, X, Z, dtype=dtype, block_mb=block_mb):
+        out[rows] = block
+    return out
+
+
+def decision_values(kernel: Kernel, X: np.ndarray, support_vectors: np.ndarray,
+                    coefficients: np.ndarray, block_mb: float = 256.0) -> np.ndarray:
+    """``k(X, SV) @ coefficients`` without holding more than one block of ``k(X, SV)``.
+
+    ``coefficients`` is (n_sv,) or (n_sv, n_outputs); the result is (n,) or (n, n_outputs).
+    """
+    coefficients = np.asarray(coefficients, dtype=np.float64)
+    out_shape = (X.shape[0],) + coefficients.shape[1:]
+    result = np.zeros(out_shape)
+    if support_vectors.shape[0] == 0:
+        return result
+    for rows, block in iter_kernel_blocks(kernel, X, support_vectors, np.float64, block_mb):
+        result[rows] = block @ coefficients
+    return result

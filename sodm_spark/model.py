@@ -1,0 +1,72 @@
+"""KernelExpansion: the model every kernel method here produces, saved as arrays + JSON."""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .kernels import Kernel, decision_values
+
+FORMAT_NAME = "sodm_spark.KernelExpansion"
+FORMAT_VERSION = 1
+
+
+@dataclass
+class KernelExpansion:
+    """``f(x) = Σ_i coef[i] · k(sv_i, x)`` (one column of ``coef`` per output).
+
+    For ODM ``coef[i] = γ_i y_i`` (design.md §1); ``classes`` lists the labels the outputs stand
+    for (binary: the column scores ``classes[1]`` against ``classes[0]``).
+    """
+
+    support_vectors: np.ndarray
+    coef: np.ndarray
+    kernel: Kernel
+    classes: np.ndarray
+
+    def decision_function(self, X: np.ndarray, block_mb: float = 256.0) -> np.ndarray:
+        scores = decision_values(self.kernel, np.asarray(X, dtype=np.float64),
+                                 self.support_vectors, self.coef, block_mb)
+        return scores[:, 0] if scores.shape[1] == 1 else scores
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        scores = self.decision_function(X)
+        if scores.ndim == 1:
+            return self.classes[(scores > 0).astype(int)]
+        return self.classes[np.argmax(scores, axis=1)]
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write ``arrays.npz`` and ``metadata.json`` into the directory ``path`` (created)."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        classes = np.asarray(self.classes)
+        if classes.dtype.kind not in "iufbU":
+            classes = classes.astype(str)
+        np.savez(path / "arrays.npz", support_vectors=self.support_vectors, coef=self.coef,
+                 classes=classes)
+        metadata = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION,
+                    "kernel": self.kernel.to_dict(), "n_support": int(self.support_vectors.shape[0]),
+                    "n_features": int(self.support_vectors.shape[1])}
+        (path / "metadata.json").write_text(json.dumps(metadata, indent=2))
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "KernelExpansion":
+        path = Path(path)
+        try:
+            metadata = json.loads((path / "metadata.json").read_text())
+        except FileNotFoundError as error:
+            raise ValueError(f"{path} is not a saved model: metadata.json is missing.") from error
+        if metadata.get("format") != FORMAT_NAME or metadata.get("format_version") != FORMAT_VERSION:
+            raise ValueError(
+                f"{path} holds format {metadata.get('format')!r} version "
+                f"{metadata.get('format_version')!r}; this sodm_spark reads {FORMAT_NAME!r} "
+                f"version {FORMAT_VERSION}. Retrain, or load it with the version that wrote it.")
+        with np.load(path / "arrays.npz", allow_pickle=False) as arrays:
+            model = cls(arrays["support_vectors"], arrays["coef"],
+                        Kernel.from_dict(metadata["kernel"]), arrays["classes"])
+        if model.support_vectors.shape != (metadata["n_support"], metadata["n_features"]):
+            raise ValueError(f"{path}: arrays.npz does not match metadata.json (truncated copy?).")
+        return model

@@ -1,0 +1,137 @@
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from sodm_spark.kernels import Kernel, kernel_matrix
+from sodm_spark.solvers import solve_odm_dual
+
+from conftest import make_problem
+from reference import kkt_residual, odm_dual_reference, odm_primal
+
+CASES = [  # kernel, gamma, lam, theta, v, m
+    ("rbf", 0.3, 3.0, 0.2, 0.5, 60),
+    ("rbf", 1.0, 200.0, 0.0, 1.0, 50),
+    ("linear", 1.0, 10.0, 0.1, 0.2, 70),
+    ("poly", 0.2, 5.0, 0.5, 0.8, 40),
+    ("laplacian", 0.4, 50.0, 0.3, 0.1, 55),
+]
+
+
+def q_matrix(X, y, kernel):
+    return kernel_matrix(kernel, X) * np.outer(y, y)
+
+
+@pytest.mark.parametrize("mode", ["cached", "blocked"])
+@pytest.mark.parametrize("name,gamma,lam,theta,v,m", CASES)
+def test_objective_matches_lbfgsb_and_kkt_holds(mode, name, gamma, lam, theta, v, m):
+    X, y = make_problem(m=m, seed=m)
+    kernel = Kernel.create(name, gamma, degree=2, coef0=1.0)
+    result = solve_odm_dual(X, y, kernel, lam, theta, v, tol=1e-9, dtype=np.float64, mode=mode,
+                            block_size=16, seed=3)
+    reference, reference_gamma = odm_dual_reference(q_matrix(X, y, kernel), lam, theta, v)
+    assert result.converged and result.kernel_mode == mode
+    assert abs(result.objective - reference) <= 1e-6 * abs(reference)
+    assert kkt_residual(q_matrix(X, y, kernel), result.gamma, lam, theta, v) <= 1e-8
+    np.testing.assert_allclose(result.u, q_matrix(X, y, kernel) @ result.gamma, atol=1e-9)
+    np.testing.assert_allclose(result.gamma, reference_gamma, atol=1e-4)
+    assert result.n_sv == np.count_nonzero(result.gamma) > 0
+
+
+@pytest.mark.parametrize("lam,theta,v", [(10.0, 0.1, 0.2), (1.0, 0.5, 1.0), (1000.0, 0.0, 0.5)])
+def test_linear_kernel_strong_duality(lam, theta, v):
+    X, y = make_problem(m=80, d=4, seed=7)
+    result = solve_odm_dual(X, y, Kernel.create("linear"), lam, theta, v, tol=1e-10,
+                            dtype=np.float64)
+    w = X.T @ (result.gamma * y)
+    primal = odm_primal(w, X, y, lam, theta, v)
+    assert primal == pytest.approx(-result.objective, rel=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["cached", "blocked"])
+def test_warm_start_at_the_optimum_stops_after_one_sweep(mode, problem):
+    X, y = problem
+    kernel = Kernel.create("rbf", 0.5)
+    optimum = solve_odm_dual(X, y, kernel, 10.0, 0.1, 0.5, tol=1e-8, mode=mode, block_size=16,
+                             dtype=np.float64)
+    warm = solve_odm_dual(X, y, kernel, 10.0, 0.1, 0.5, tol=1e-6, mode=mode, block_size=16,
+                          dtype=np.float64, gamma0=optimum.gamma)
+    cold = solve_odm_dual(X, y, kernel, 10.0, 0.1, 0.5, tol=1e-6, mode=mode, block_size=16,
+                          dtype=np.float64)
+    assert warm.converged and warm.n_sweeps == 1 < cold.n_sweeps
+
+
+def test_same_seed_same_gamma_and_other_seed_same_optimum(problem):
+    X, y = problem
+    kernel = Kernel.create("rbf", 0.5)
+    runs = [solve_odm_dual(X, y, kernel, 10.0, 0.1, 0.5, tol=1e-8, seed=seed)
+            for seed in ([4, 1, 2], [4, 1, 2], 99)]
+    assert np.array_equal(runs[0].gamma, runs[1].gamma)
+    assert not np.array_equal(runs[0].gamma, runs[2].gamma)  # another order, another path
+    np.testing.assert_allclose(runs[0].gamma, runs[2].gamma, atol=1e-5)
+
+
+def test_cached_and_on_demand_paths_agree():
+    X, y = make_problem(m=400, d=8, seed=5)
+    kernel = Kernel.create("rbf", 0.1)
+    cached = solve_odm_dual(X, y, kernel, 100.0, 0.1, 0.2, tol=1e-7, dtype=np.float64)
+    # A 1 MB budget holds 2 of the 4 blocks of 100 rows: the rest is recomputed on demand.
+    blocked = solve_odm_dual(X, y, kernel, 100.0, 0.1, 0.2, tol=1e-7, dtype=np.float64,
+                             cache_mb=0.7, block_size=100)
+    assert cached.kernel_mode == "cached" and blocked.kernel_mode == "blocked"
+    assert blocked.objective == pytest.approx(cached.objective, rel=1e-9)
+    np.testing.assert_allclose(blocked.gamma, cached.gamma, atol=1e-6)
+
+
+def test_on_demand_path_never_holds_an_m_by_m_matrix():
+    X, y = make_problem(m=4000, d=10, seed=2)
+    kernel = Kernel.create("rbf", 0.1)
+    m_by_m_bytes = 4000 * 4000 * 4
+    tracemalloc.start()
+    result = solve_odm_dual(X, y, kernel, 100.0, 0.1, 0.2, tol=1e-3, cache_mb=8, block_size=256)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert result.kernel_mode == "blocked" and result.converged
+    # the 8 MB LRU cache + one 4 MB block of rows + small vectors; Q would be 64 MB
+    assert peak < m_by_m_bytes / 4, f"peak {peak / 2**20:.1f} MB"
+
+
+def test_float32_cache_is_close_to_float64(problem):
+    X, y = problem
+    kernel = Kernel.create("rbf", 0.5)
+    single = solve_odm_dual(X, y, kernel, 10.0, 0.1, 0.5, tol=1e-8, dtype=np.float32)
+    double = solve_odm_dual(X, y, kernel, 10.0, 0.1, 0.5, tol=1e-8, dtype=np.float64)
+    assert single.objective == pytest.approx(double.objective, rel=1e-5)
+
+
+def test_shrinking_reaches_the_same_optimum_and_max_iter_stops():
+    X, y = make_problem(m=300, d=3, seed=11, noise=0.0)
+    kernel = Kernel.create("rbf", 1.0)
+    args = (X, y, kernel, 5.0, 0.6, 0.5)
+    shrunk = solve_odm_dual(*args, tol=1e-8, dtype=np.float64)
+    plain = solve_odm_dual(*args, tol=1e-8, dtype=np.float64, shrinking=False)
+    assert np.count_nonzero(shrunk.gamma) < 300  # some points sit inside the margin band
+    np.testing.assert_allclose(shrunk.gamma, plain.gamma, atol=1e-7)
+    stopped = solve_odm_dual(*args, tol=1e-8, max_iter=2)
+    assert not stopped.converged and stopped.n_sweeps == 2 and stopped.violation > 1e-8
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(lam=0.0), "lam"), (dict(lam=-1.0), "lam"), (dict(theta=1.0), "theta"),
+    (dict(theta=-0.1), "theta"), (dict(v=0.0), "v "), (dict(v=1.5), "v "),
+])
+def test_bad_hyperparameters_are_refused(problem, kwargs, match):
+    X, y = problem
+    params = dict(lam=1.0, theta=0.1, v=0.5) | kwargs
+    with pytest.raises(ValueError, match=match):
+        solve_odm_dual(X, y, Kernel.create("rbf", 1.0), **params)
+
+
+@pytest.mark.parametrize("name", ["rbf", "laplacian", "poly", "linear"])
+def test_cached_q_mirrors_row_blocks_exactly(name):
+    from sodm_spark.solvers.odm_dcd import full_q_matrix
+    X, y = make_problem(m=300, d=7, seed=9)
+    kernel = Kernel.create(name, 0.2, degree=2, coef0=1.0)
+    Q = full_q_matrix(kernel, X, y, np.float64, block_mb=300 * 8 * 40 / 2**20)  # 40-row blocks
+    np.testing.assert_allclose(Q, q_matrix(X, y, kernel), rtol=1e-12, atol=1e-12)
+    assert np.abs(Q - Q.T).max() <= 1e-14

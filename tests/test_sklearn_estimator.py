@@ -1,0 +1,145 @@
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.datasets import load_breast_cancer, load_iris
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.model_selection import train_test_split
+from sklearn.preprocessing import StandardScaler
+from sklearn.svm import SVC
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from sodm_spark import ODMClassifier
+from sodm_spark.model import KernelExpansion
+
+from conftest import make_problem
+
+
+# Every check scikit-learn has for classifiers; the only one it skips by itself is
+# check_array_api_input (needs SCIPY_ARRAY_API and an array-API library; we take numpy only).
+@parametrize_with_checks([ODMClassifier(), ODMClassifier(kernel="laplacian", dtype="float64")])
+def test_scikit_learn_estimator_checks(estimator, check):
+    check(estimator)
+
+
+def test_accuracy_is_close_to_svc_on_breast_cancer():
+    X, y = load_breast_cancer(return_X_y=True)
+    X_train, X_test, y_train, y_test = train_test_split(X, y, test_size=0.3, random_state=0,
+                                                        stratify=y)
+    scaler = StandardScaler().fit(X_train)
+    X_train, X_test = scaler.transform(X_train), scaler.transform(X_test)
+    odm = ODMClassifier(lam=1000.0, theta=0.1, v=0.5).fit(X_train, y_train)
+    svc = SVC().fit(X_train, y_train)
+    assert odm.score(X_test, y_test) >= svc.score(X_test, y_test) - 0.03
+    assert odm.score(X_test, y_test) > 0.93
+
+
+@pytest.mark.parametrize("labels", [(0, 1), (-1, 1), (1, 2), ("benign", "malignant")])
+def test_any_two_labels_are_mapped_and_restored(labels):
+    X, y_pm = make_problem(m=80, seed=4)
+    y = np.where(y_pm > 0, labels[1], labels[0])
+    reference = ODMClassifier(gamma=0.5).fit(X, y_pm)
+    model = ODMClassifier(gamma=0.5).fit(X, y)
+    assert list(model.classes_) == list(labels)
+    np.testing.assert_array_equal(model.decision_function(X), reference.decision_function(X))
+    assert set(model.predict(X)) <= set(labels)
+    np.testing.assert_array_equal(model.predict(X) == labels[1], reference.predict(X) == 1)
+
+
+def test_attributes_describe_the_kernel_expansion():
+    X, y = make_problem(m=90, seed=6)
+    model = ODMClassifier(gamma=0.5, lam=10.0, theta=0.3).fit(X, y)
+    sv, coef = model.support_vectors_, model.dual_coef_
+    assert coef.shape == (1, sv.shape[0]) and np.all(coef != 0)
+    kernel = np.exp(-0.5 * ((X[:, None, :] - sv[None, :, :]) ** 2).sum(-1))
+    np.testing.assert_allclose(model.decision_function(X), kernel @ coef[0], rtol=1e-10)
+    assert model.n_iter_.shape == (1,) and model.n_iter_[0] >= 1 and model.converged_
+
+
+def test_more_than_two_classes_are_one_vs_rest():
+    X, y = load_iris(return_X_y=True)
+    model = ODMClassifier(lam=100.0).fit(X, y)
+    assert model.decision_function(X).shape == (150, 3) and model.n_iter_.shape == (3,)
+    for k in range(3):
+        binary = ODMClassifier(lam=100.0).fit(X, np.where(y == k, 1, -1))
+        np.testing.assert_allclose(model.decision_function(X)[:, k], binary.decision_function(X),
+                                   atol=1e-6)
+    assert model.score(X, y) > 0.9
+
+
+def test_max_iter_gives_a_convergence_warning():
+    X, y = make_problem(m=100, seed=8)
+    with pytest.warns(ConvergenceWarning, match="max_iter=1"):
+        ODMClassifier(max_iter=1, tol=1e-9).fit(X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        ODMClassifier().fit(X, y)
+
+
+def test_model_save_and_load_round_trip(tmp_path):
+    X, y = load_iris(return_X_y=True)
+    labels = np.array(["setosa", "versicolor", "virginica"])[y]
+    model = ODMClassifier(lam=100.0).fit(X, labels)
+    model.model_.save(tmp_path / "model")
+    loaded = KernelExpansion.load(tmp_path / "model")
+    np.testing.assert_array_equal(loaded.decision_function(X), model.decision_function(X))
+    np.testing.assert_array_equal(loaded.predict(X), model.predict(X))
+    assert not list(tmp_path.glob("model/*.pkl"))
+
+
+def test_load_refuses_other_versions_and_truncated_models(tmp_path):
+    X, y = make_problem(m=40, seed=2)
+    ODMClassifier().fit(X, y).model_.save(tmp_path / "m")
+    metadata = (tmp_path / "m" / "metadata.json").read_text()
+    (tmp_path / "m" / "metadata.json").write_text(metadata.replace('"format_version": 1',
+                                                                   '"format_version": 99'))
+    with pytest.raises(ValueError, match="version 99.*Retrain"):
+        KernelExpansion.load(tmp_path / "m")
+    (tmp_path / "m" / "metadata.json").unlink()
+    with pytest.raises(ValueError, match="metadata.json is missing"):
+        KernelExpansion.load(tmp_path / "m")
+
+
+# --- bad input: each refused with what and where ---------------------------------------------
+
+def test_nan_and_inf_rows_are_named():
+    X, y = make_problem(m=30, seed=1)
+    X[4, 2], X[17, 0] = np.nan, np.inf
+    with pytest.raises(ValueError, match=r"NaN or infinity in rows 4, 17 .*column 2"):
+        ODMClassifier().fit(X, y)
+    X_good, _ = make_problem(m=30, seed=1)
+    model = ODMClassifier().fit(X_good, y)
+    X_good[9, 1] = -np.inf
+    with pytest.raises(ValueError, match=r"row 9 "):
+        model.predict(X_good)
+
+
+def test_one_class_is_refused():
+    X, _ = make_problem(m=20)
+    with pytest.raises(ValueError, match="only one class"):
+        ODMClassifier().fit(X, np.full(20, "spam"))
+
+
+def test_feature_count_mismatch_at_predict():
+    X, y = make_problem(m=30, d=5)
+    model = ODMClassifier().fit(X, y)
+    with pytest.raises(ValueError, match="X has 4 features, but ODMClassifier is expecting 5"):
+        model.predict(X[:, :4])
+
+
+@pytest.mark.parametrize("params,match", [
+    (dict(lam=0), "lam"), (dict(lam=-5.0), "lam"), (dict(theta=1.0), r"theta .* \[0, 1\)"),
+    (dict(theta=-0.2), "theta"), (dict(v=0.0), r"v .* \(0, 1\]"), (dict(v=2.0), "v "),
+    (dict(kernel="sigmoid"), "known kernels are linear, rbf, poly, laplacian"),
+    (dict(dtype="float16"), "dtype"), (dict(random_state="x"), "random_state"),
+])
+def test_bad_hyperparameters_are_refused(params, match):
+    X, y = make_problem(m=30)
+    with pytest.raises(ValueError, match=match):
+        ODMClassifier(**params).fit(X, y)
+
+
+def test_zero_variance_data_with_gamma_scale():
+    with pytest.raises(ValueError, match="zero variance.*numeric gamma"):
+        ODMClassifier().fit(np.ones((10, 3)), np.arange(10) % 2)
+    ODMClassifier(gamma=1.0).fit(np.ones((10, 3)), np.arange(10) % 2)  # works with a number
