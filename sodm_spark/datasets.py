@@ -45,3 +45,22 @@ def load_fashion_mnist(split: str = "train", root: str | Path = FASHION_MNIST_DI
     X = read_idx(images).reshape(-1, 784).astype(np.float64) / 255.0
     y = read_idx(labels).astype(np.int64)
     return X, (np.where(y % 2 == 0, 1, -1) if binary else y)
+
+
+def make_nonlinear(n_samples: int = 60000, n_features: int = 10, seed: int = 0,
+                   label_noise: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
+    """A seeded two-class problem that a linear model cannot solve but an RBF kernel can.
+
+    Rows are standard normal; the label is the side of a perturbed sphere in the first five
+    coordinates, ``‖x[:5]‖² + x5·x6 > 4.35`` (about half the rows on each side), with a
+    fraction ``label_noise`` of labels flipped. The built-in data of ``jobs/train_sodm.py``.
+    """
+    if n_features < 7:
+        raise ValueError(f"make_nonlinear needs n_features >= 7, got {n_features}.")
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n_samples, n_features))
+    score = np.einsum("ij,ij->i", X[:, :5], X[:, :5]) + X[:, 5] * X[:, 6] - 4.35
+    y = np.where(score > 0, 1, -1)
+    flip = rng.random(n_samples) < label_noise
+    y[flip] = -y[flip]
+    return X, y

@@ -22,11 +22,15 @@ _ALIASES = {"polynomial": "poly", "gaussian": "rbf"}
 
 def resolve_gamma(gamma, X: np.ndarray) -> float:
     """Turn ``gamma`` ('scale', 'auto' or a positive number) into a float for data ``X``."""
-    n_features = X.shape[1]
+    needs_variance = isinstance(gamma, str) and gamma == "scale"
+    return gamma_value(gamma, X.shape[1], float(np.var(X)) if needs_variance else None)
+
+
+def gamma_value(gamma, n_features: int, variance: float | None = None) -> float:
+    """``gamma`` as a float: 'scale' is 1/(d · Var X) (Var over all entries), 'auto' is 1/d."""
     if isinstance(gamma, str):
         if gamma == "scale":
-            variance = float(np.var(X))
-            if not np.isfinite(variance) or variance <= 0.0:
+            if variance is None or not np.isfinite(variance) or variance <= 0.0:
                 raise ValueError(
                     "gamma='scale' is 1/(n_features * X.var()), but X has zero variance "
                     "(every feature value is the same); pass a numeric gamma instead."
@@ -35,7 +39,10 @@ def resolve_gamma(gamma, X: np.ndarray) -> float:
         if gamma == "auto":
             return 1.0 / n_features
         raise ValueError(f"gamma must be 'scale', 'auto' or a positive number, got {gamma!r}.")
-    value = float(gamma)
+    try:
+        value = float(gamma)
+    except (TypeError, ValueError):
+        value = float("nan")
     if not np.isfinite(value) or value <= 0.0:
         raise ValueError(f"gamma must be a positive finite number, got {gamma!r}.")
     return value
@@ -59,17 +66,17 @@ class Kernel:
                 f"Unknown kernel {name!r}; known kernels are {', '.join(KNOWN_KERNELS)}."
             )
         if canonical == "linear":
-            gamma_value = 1.0
+            resolved = 1.0
         elif X is None:
             if isinstance(gamma, str):
                 raise ValueError(f"gamma={gamma!r} needs the training data to be resolved.")
-            gamma_value = resolve_gamma(gamma, np.zeros((1, 1)))
+            resolved = gamma_value(gamma, 1)
         else:
-            gamma_value = resolve_gamma(gamma, X)
+            resolved = resolve_gamma(gamma, X)
         if canonical == "poly":
             if int(degree) != degree or degree < 1:
                 raise ValueError(f"degree must be a positive integer, got {degree!r}.")
-        return cls(canonical, float(gamma_value), int(degree), float(coef0))
+        return cls(canonical, float(resolved), int(degree), float(coef0))
 
     def to_dict(self) -> dict:
         return {"name": self.name, "gamma": self.gamma, "degree": self.degree, "coef0": self.coef0}

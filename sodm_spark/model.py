@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,9 +40,29 @@ class KernelExpansion:
             return self.classes[(scores > 0).astype(int)]
         return self.classes[np.argmax(scores, axis=1)]
 
-    def save(self, path: str | os.PathLike) -> None:
-        """Write ``arrays.npz`` and ``metadata.json`` into the directory ``path`` (created)."""
+    def save(self, path: str | os.PathLike, atomic: bool = False) -> None:
+        """Write ``arrays.npz`` and ``metadata.json`` into the directory ``path`` (created).
+
+        ``atomic=True`` writes a sibling temporary directory and renames it into place, so
+        readers see the old complete model or the new complete one, never a partial one.
+        """
         path = Path(path)
+        if atomic:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+            try:
+                self.save(staging)
+                if path.exists():
+                    retired = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=path.parent))
+                    os.rename(path, retired / path.name)
+                    os.rename(staging, path)
+                    shutil.rmtree(retired)
+                else:
+                    os.rename(staging, path)
+            finally:
+                if staging.exists():
+                    shutil.rmtree(staging)
+            return
         path.mkdir(parents=True, exist_ok=True)
         classes = np.asarray(self.classes)
         if classes.dtype.kind not in "iufbU":

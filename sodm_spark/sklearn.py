@@ -107,6 +107,21 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
                                       self.classes_)
         return self
 
+    @classmethod
+    def from_expansion(cls, expansion: KernelExpansion) -> "ODMClassifier":
+        """A fitted predictor from a saved or Spark-trained binary model (no refit)."""
+        kernel = expansion.kernel
+        model = cls(kernel=kernel.name, gamma=kernel.gamma, degree=kernel.degree,
+                    coef0=kernel.coef0)
+        model.classes_ = np.asarray(expansion.classes)
+        model.kernel_, model._gamma = kernel, kernel.gamma
+        model.support_ = np.arange(expansion.support_vectors.shape[0])
+        model.support_vectors_ = expansion.support_vectors
+        model.dual_coef_ = expansion.coef.T
+        model.n_features_in_ = expansion.support_vectors.shape[1]
+        model.model_ = expansion
+        return model
+
     @property
     def n_support_(self) -> int:
         check_is_fitted(self)

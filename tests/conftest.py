@@ -13,3 +13,25 @@ def make_problem(m=60, d=5, seed=0, noise=0.5):
 @pytest.fixture
 def problem():
     return make_problem()
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local[2] SparkSession for the whole test run, stopped at the end."""
+    import os
+    import sys
+
+    from pyspark.sql import SparkSession
+
+    # Python workers must run this interpreter (the one with sodm_spark and its dependencies).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+    session = (SparkSession.builder.master("local[2]").appName("sodm-spark-tests")
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", "4")
+               .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()

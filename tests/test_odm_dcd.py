@@ -135,3 +135,19 @@ def test_cached_q_mirrors_row_blocks_exactly(name):
     Q = full_q_matrix(kernel, X, y, np.float64, block_mb=300 * 8 * 40 / 2**20)  # 40-row blocks
     np.testing.assert_allclose(Q, q_matrix(X, y, kernel), rtol=1e-12, atol=1e-12)
     assert np.abs(Q - Q.T).max() <= 1e-14
+
+
+def test_lru_cache_serves_every_cached_block_each_sweep():
+    from sodm_spark.solvers.odm_dcd import _KernelRows
+    X, y = make_problem(m=400, d=3, seed=12)
+    block_bytes = 100 * 400 * 4
+    source = _KernelRows(Kernel.create("rbf", 0.5), X, y, np.float32, 2.5 * block_bytes)
+    blocks = [np.arange(b * 100, (b + 1) * 100) for b in range(4)]
+    rng = np.random.default_rng(0)
+    for sweep in range(5):
+        computed_before = source.computed_rows
+        for block_id in source.visit_order(rng, 4):
+            source.rows(block_id, blocks[block_id])
+        # two blocks fit: from the second sweep on exactly two of four are recomputed
+        expected = 400 if sweep == 0 else 200
+        assert source.computed_rows - computed_before == expected

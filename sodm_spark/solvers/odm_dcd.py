@@ -114,6 +114,17 @@ class _KernelRows:
         self.cached_bytes = 0
         self.computed_rows = 0
 
+    def visit_order(self, rng, n_blocks: int) -> np.ndarray:
+        """A seeded random block order that visits the cached blocks first.
+
+        Every sweep touches every block, so plain LRU over a random order would evict blocks
+        just before they are needed; visiting the cached ones first makes each sweep hit all
+        of them and leaves the most recently computed ones cached for the next sweep.
+        """
+        order = rng.permutation(n_blocks)
+        cached = np.isin(order, np.fromiter(self.cache, dtype=np.int64, count=len(self.cache)))
+        return np.concatenate([order[cached], order[~cached]])
+
     def rows(self, block_id: int, index: np.ndarray) -> np.ndarray:
         hit = self.cache.get(block_id)
         if hit is not None:
@@ -259,7 +270,7 @@ def _solve_blocked(source: _KernelRows, problem, gamma, rng, tol, max_iter, shri
     for sweep in range(1, max_iter + 1):
         was_full = bool(active.all())
         violation = 0.0
-        for block_id in rng.permutation(len(blocks)):
+        for block_id in source.visit_order(rng, len(blocks)):
             index = blocks[block_id]
             active_b = active[index]
             orders = np.stack([rng.permutation(index.size) for _ in range(inner_sweeps)])

@@ -1,0 +1,257 @@
+"""SODMClassifier / SODMClassificationModel: SODM as a pyspark.ml Estimator and Model.
+
+Modelled on pyspark.ml's LinearSVC: Params with setters and getters, ``featuresCol`` (ML
+vectors or arrays of numbers), ``labelCol``, ``predictionCol`` and ``rawPredictionCol``
+(``[-f(x), f(x)]``, so ``BinaryClassificationEvaluator`` ranks by f). The model predicts with a
+pandas UDF over the broadcast kernel expansion and saves as Spark ML metadata (JSON) plus
+``data/arrays.npz`` — no pickles.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from pyspark import keyword_only
+from pyspark.ml import Estimator, Model
+from pyspark.ml.functions import array_to_vector, vector_to_array
+from pyspark.ml.linalg import VectorUDT
+from pyspark.ml.param import Param, Params, TypeConverters
+from pyspark.ml.param.shared import (HasFeaturesCol, HasLabelCol, HasMaxIter, HasPredictionCol,
+                                     HasRawPredictionCol, HasSeed, HasTol)
+from pyspark.ml.util import (DefaultParamsReader, DefaultParamsWriter, MLReadable, MLReader,
+                             MLWritable, MLWriter)
+from pyspark.sql import functions as F
+from pyspark.sql.types import ArrayType, DoubleType
+
+from .kernels import decision_values
+from .model import KernelExpansion
+from .spark.io import dataframe_to_blocks
+from .spark.sodm import SODMParams, checked_classes, fit_sodm
+
+
+def _gamma_converter(value):
+    if isinstance(value, str) and value in ("scale", "auto"):
+        return value
+    return TypeConverters.toFloat(value)
+
+
+class _SODMParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasRawPredictionCol, HasTol,
+                  HasMaxIter, HasSeed):
+    kernel = Param(Params._dummy(), "kernel", "rbf, linear, poly or laplacian",
+                   typeConverter=TypeConverters.toString)
+    gamma = Param(Params._dummy(), "gamma", "'scale' (1/(d·Var X)), 'auto' (1/d) or a number",
+                  typeConverter=_gamma_converter)
+    degree = Param(Params._dummy(), "degree", "polynomial degree", TypeConverters.toInt)
+    coef0 = Param(Params._dummy(), "coef0", "polynomial offset", TypeConverters.toFloat)
+    lam = Param(Params._dummy(), "lam", "λ > 0, weight of the margin loss", TypeConverters.toFloat)
+    theta = Param(Params._dummy(), "theta", "θ in [0, 1), margin band half-width",
+                  TypeConverters.toFloat)
+    v = Param(Params._dummy(), "v", "v in (0, 1], weight of margins above 1+θ",
+              TypeConverters.toFloat)
+    p = Param(Params._dummy(), "p", "partitions merged per level (>= 2)", TypeConverters.toInt)
+    levels = Param(Params._dummy(), "levels", "L: start from p^L partitions", TypeConverters.toInt)
+    strata = Param(Params._dummy(), "strata", "S landmark strata (Eqns 7-8)", TypeConverters.toInt)
+    stopLevel = Param(Params._dummy(), "stopLevel", "last level solved (0 = all data)",
+                      TypeConverters.toInt)
+    partitioner = Param(Params._dummy(), "partitioner",
+                        "stratified, random, kmeans, dip or cascade", TypeConverters.toString)
+    warmStart = Param(Params._dummy(), "warmStart", "scaled (γ/p) or concat",
+                      TypeConverters.toString)
+    cacheMb = Param(Params._dummy(), "cacheMb", "kernel cache per task in MB",
+                    TypeConverters.toFloat)
+
+    def __init__(self):
+        super().__init__()
+        defaults = SODMParams()
+        self._setDefault(kernel=defaults.kernel, gamma=defaults.gamma, degree=defaults.degree,
+                         coef0=defaults.coef0, lam=defaults.lam, theta=defaults.theta,
+                         v=defaults.v, tol=defaults.tol, maxIter=defaults.max_iter, p=defaults.p,
+                         levels=defaults.levels, strata=defaults.strata,
+                         stopLevel=defaults.stop_level, partitioner=defaults.partitioner,
+                         warmStart=defaults.warm_start, cacheMb=defaults.cache_mb,
+                         seed=defaults.seed)
+
+    def _sodm_params(self) -> SODMParams:
+        return SODMParams(kernel=self.getOrDefault("kernel"), gamma=self.getOrDefault("gamma"),
+                          degree=self.getOrDefault("degree"), coef0=self.getOrDefault("coef0"),
+                          lam=self.getOrDefault("lam"), theta=self.getOrDefault("theta"),
+                          v=self.getOrDefault("v"), tol=self.getOrDefault("tol"),
+                          max_iter=self.getOrDefault("maxIter"), p=self.getOrDefault("p"),
+                          levels=self.getOrDefault("levels"), strata=self.getOrDefault("strata"),
+                          stop_level=self.getOrDefault("stopLevel"),
+                          partitioner=self.getOrDefault("partitioner"),
+                          warm_start=self.getOrDefault("warmStart"),
+                          cache_mb=self.getOrDefault("cacheMb"), seed=self.getOrDefault("seed"))
+
+
+def _make_setters_and_getters(cls):
+    """setX/getX for every SODM param, as pyspark.ml classes spell them out by hand."""
+    for name in ("kernel", "gamma", "degree", "coef0", "lam", "theta", "v", "p", "levels",
+                 "strata", "stopLevel", "partitioner", "warmStart", "cacheMb"):
+        title = name[0].upper() + name[1:]
+
+        def setter(self, value, _name=name):
+            return self._set(**{_name: value})
+
+        def getter(self, _name=name):
+            return self.getOrDefault(_name)
+
+        setter.__name__, getter.__name__ = f"set{title}", f"get{title}"
+        setter.__doc__ = f"Sets the value of :py:attr:`{name}`."
+        getter.__doc__ = f"Gets the value of :py:attr:`{name}` or its default."
+        setattr(cls, f"set{title}", setter)
+        if not hasattr(cls, f"get{title}"):
+            setattr(cls, f"get{title}", getter)
+    return cls
+
+
+@_make_setters_and_getters
+class SODMClassifier(Estimator, _SODMParams, MLReadable, MLWritable):
+    """Scalable ODM (SODM paper, Algorithm 1) as a pyspark.ml Estimator (binary labels)."""
+
+    @keyword_only
+    def __init__(self, *, featuresCol="features", labelCol="label", predictionCol="prediction",
+                 rawPredictionCol="rawPrediction", kernel="rbf", gamma="scale", degree=3,
+                 coef0=0.0, lam=1000.0, theta=0.1, v=0.5, tol=1e-3, maxIter=1000, p=3, levels=3,
+                 strata=20, stopLevel=0, partitioner="stratified", warmStart="scaled",
+                 cacheMb=4096.0, seed=0):
+        super().__init__()
+        self._set(**self._input_kwargs)
+
+    @keyword_only
+    def setParams(self, **kwargs):
+        return self._set(**self._input_kwargs)
+
+    def setFeaturesCol(self, value):
+        return self._set(featuresCol=value)
+
+    def setLabelCol(self, value):
+        return self._set(labelCol=value)
+
+    def setPredictionCol(self, value):
+        return self._set(predictionCol=value)
+
+    def setRawPredictionCol(self, value):
+        return self._set(rawPredictionCol=value)
+
+    def setTol(self, value):
+        return self._set(tol=value)
+
+    def setMaxIter(self, value):
+        return self._set(maxIter=value)
+
+    def setSeed(self, value):
+        return self._set(seed=value)
+
+    def _fit(self, dataset):
+        params = self._sodm_params()
+        params.validate()
+        blocks, n_features = dataframe_to_blocks(dataset, self.getFeaturesCol(),
+                                                 self.getLabelCol())
+        classes = checked_classes(blocks, n_features)
+        if classes.size < 2:
+            raise ValueError(f"SODMClassifier needs two classes in column "
+                             f"{self.getLabelCol()!r}; it holds only one class ({classes[0]}).")
+        fit = fit_sodm(dataset.sparkSession.sparkContext, blocks, params, classes)
+        model = SODMClassificationModel(fit.model)
+        model.levelStats = [entry.to_dict() for entry in fit.levels]
+        return self._copyValues(model)
+
+    def write(self):
+        return _ParamsOnlyWriter(self)
+
+    @classmethod
+    def read(cls):
+        return _Reader(cls)
+
+
+@_make_setters_and_getters
+class SODMClassificationModel(Model, _SODMParams, MLReadable, MLWritable):
+    """The fitted kernel expansion; ``transform`` adds rawPrediction and prediction columns."""
+
+    def __init__(self, expansion: KernelExpansion | None = None):
+        super().__init__()
+        self.expansion = expansion
+        self.levelStats = []  # one dict per solved level, as in the job's metrics JSON
+
+    @property
+    def numFeatures(self) -> int:
+        return int(self.expansion.support_vectors.shape[1])
+
+    @property
+    def classes(self) -> np.ndarray:
+        return self.expansion.classes
+
+    def predictRaw(self, features) -> float:
+        return float(self.expansion.decision_function(np.asarray(features, float)[None, :])[0])
+
+    def _transform(self, dataset):
+        spark = dataset.sparkSession
+        expansion = self.expansion
+        payload = spark.sparkContext.broadcast(
+            (expansion.support_vectors, expansion.coef[:, 0], expansion.kernel.to_dict()))
+        n_features = self.numFeatures
+        low, high = (float(c) for c in expansion.classes)
+
+        @F.pandas_udf(ArrayType(DoubleType()))
+        def raw_scores(features: pd.Series) -> pd.Series:
+            from sodm_spark.kernels import Kernel
+            support_vectors, coef, kernel_dict = payload.value
+            X = np.stack(features.to_numpy()).astype(np.float64) if len(features) else \
+                np.zeros((0, n_features))
+            if X.shape[1] != n_features:
+                raise ValueError(f"features have {X.shape[1]} columns; the model expects "
+                                 f"{n_features}.")
+            scores = decision_values(Kernel.from_dict(kernel_dict), X, support_vectors, coef)
+            return pd.Series(list(np.stack([-scores, scores], axis=1)))
+
+        column = F.col(self.getFeaturesCol())
+        if isinstance(dataset.schema[self.getFeaturesCol()].dataType, VectorUDT):
+            column = vector_to_array(column)
+        raw = raw_scores(column)
+        out = dataset.withColumn(self.getRawPredictionCol(), array_to_vector(raw))
+        return out.withColumn(self.getPredictionCol(),
+                              F.when(raw[1] > 0, F.lit(high)).otherwise(F.lit(low)))
+
+    def toLocal(self):
+        """An ODMClassifier-style local predictor (scikit-learn API) for the same model."""
+        from .sklearn import ODMClassifier
+
+        return ODMClassifier.from_expansion(self.expansion)
+
+    def write(self):
+        return _ModelWriter(self)
+
+    @classmethod
+    def read(cls):
+        return _Reader(cls)
+
+
+class _ParamsOnlyWriter(MLWriter):
+    def __init__(self, instance):
+        super().__init__()
+        self.instance = instance
+
+    def saveImpl(self, path):
+        DefaultParamsWriter.saveMetadata(self.instance, path, self.sparkSession)
+
+
+class _ModelWriter(_ParamsOnlyWriter):
+    def saveImpl(self, path):
+        super().saveImpl(path)
+        self.instance.expansion.save(Path(path) / "data")
+
+
+class _Reader(MLReader):
+    def __init__(self, cls):
+        super().__init__()
+        self.cls = cls
+
+    def load(self, path):
+        metadata = DefaultParamsReader.loadMetadata(path, self.sparkSession)
+        instance = self.cls() if self.cls is SODMClassifier else \
+            self.cls(KernelExpansion.load(Path(path) / "data"))
+        instance._resetUid(metadata["uid"])
+        DefaultParamsReader.getAndSetParams(instance, metadata)
+        return instance

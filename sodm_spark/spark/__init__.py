@@ -1,0 +1,1 @@
+"""Spark layer of sodm-spark: moves numpy blocks between tasks (design.md §5); numerics live elsewhere."""

@@ -1,0 +1,54 @@
+"""SparkSession set-up and moving numpy arrays in and out of block RDDs."""
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+from pyspark import SparkConf
+from pyspark.sql import SparkSession
+
+from .io import Block
+
+
+def get_session(app_name: str, master: str | None = None) -> tuple[SparkSession, bool]:
+    """(session, created): the active session if there is one, else a new one.
+
+    ``master`` (else ``local[*]``) applies only when spark-submit gave none. In local mode the
+    Python workers run this interpreter, the one that has sodm_spark installed.
+    """
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active, False
+    conf = SparkConf()
+    builder = SparkSession.builder.appName(app_name)
+    if master:
+        builder = builder.master(master)
+    elif not conf.contains("spark.master"):
+        builder = builder.master("local[*]")
+    resolved = master or conf.get("spark.master", "local[*]")
+    if resolved.startswith("local"):
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark, True
+
+
+def numpy_to_blocks(sc, X: np.ndarray, y: np.ndarray, n_slices: int | None = None,
+                    first_row_id: int = 0):
+    """An RDD of Blocks holding ``X``/``y`` (row ids = row numbers), for driver-side data."""
+    n_slices = n_slices or max(2, sc.defaultParallelism * 2)
+    bounds = np.linspace(0, X.shape[0], n_slices + 1).astype(int)
+    pieces = [Block(np.ascontiguousarray(X[a:b], dtype=np.float64), np.asarray(y[a:b], np.float64),
+                    np.arange(a, b, dtype=np.int64) + first_row_id)
+              for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+    return sc.parallelize(pieces, len(pieces))
+
+
+def collect_blocks(blocks) -> tuple[np.ndarray, np.ndarray]:
+    """All rows of a Block RDD on the driver, in row-id order (small data only)."""
+    pieces = blocks.collect()
+    ids = np.concatenate([b.row_ids for b in pieces])
+    order = np.argsort(ids, kind="stable")
+    return (np.concatenate([b.X for b in pieces])[order],
+            np.concatenate([b.y for b in pieces])[order])

@@ -1,0 +1,357 @@
+"""SODM (SODM paper, Algorithm 1) on Spark: partition, solve locally, merge level by level.
+
+The data live in an RDD of numpy blocks. Partitioning (landmark strata of Eqns 7-8 dealt
+evenly, or a comparator's partitions) shuffles sub-blocks to K = p^L partitions; every level
+solves each partition's local ODM (Eqn 1 with the partition's own m·c, i.e. the block-diagonal
+problem of Eqn 4) in one task, warm-started from its current γ, then merges every p
+consecutive partitions with one shuffle of blocks. All numerics are in ``sodm_spark.solvers``
+and ``sodm_spark.partition``; the functions shipped to tasks are module-level and take plain
+values, so closures never capture a driver object.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from ..kernels import Kernel, decision_values, gamma_value
+from ..model import KernelExpansion
+from ..partition import (deal_positions, kmeans, nearest_center, nearest_landmark,
+                         select_landmarks, stratum_offsets)
+from ..solvers import solve_odm_dual
+from ..validation import check_odm_params
+from .io import check_blocks
+
+logger = logging.getLogger(__name__)
+
+PARTITIONERS = ("stratified", "random", "kmeans", "dip", "cascade")
+WARM_STARTS = ("scaled", "concat")
+
+
+@dataclass(frozen=True)
+class SODMParams:
+    """Every knob of one SODM fit; defaults are what ``jobs/train_sodm.py`` uses."""
+
+    kernel: str = "rbf"
+    gamma: object = "scale"
+    degree: int = 3
+    coef0: float = 0.0
+    lam: float = 1000.0
+    theta: float = 0.1
+    v: float = 0.5
+    tol: float = 1e-3
+    max_iter: int = 1000
+    p: int = 3
+    levels: int = 3
+    strata: int = 20
+    stop_level: int = 0
+    partitioner: str = "stratified"
+    warm_start: str = "scaled"
+    seed: int = 0
+    cache_mb: float = 4096.0
+    landmark_candidates: int = 50  # candidates per stratum for Eqn 8 (design.md §2.1)
+
+    def validate(self) -> None:
+        check_odm_params(self.lam, self.theta, self.v)
+        if int(self.p) != self.p or self.p < 2:
+            raise ValueError(f"p (partitions merged per level) must be an integer >= 2, got {self.p!r}.")
+        if int(self.levels) != self.levels or self.levels < 0:
+            raise ValueError(f"levels must be an integer >= 0, got {self.levels!r}.")
+        if not 0 <= self.stop_level <= self.levels:
+            raise ValueError(f"stop_level must lie in [0, levels={self.levels}], got {self.stop_level!r}.")
+        if int(self.strata) != self.strata or self.strata < 1:
+            raise ValueError(f"strata must be a positive integer, got {self.strata!r}.")
+        if self.partitioner not in PARTITIONERS:
+            raise ValueError(f"Unknown partitioner {self.partitioner!r}; known: {', '.join(PARTITIONERS)}.")
+        if self.warm_start not in WARM_STARTS:
+            raise ValueError(f"warm_start must be one of {', '.join(WARM_STARTS)}, got {self.warm_start!r}.")
+        Kernel.create(self.kernel, 1.0, self.degree, self.coef0)  # names the known kernels
+
+
+@dataclass
+class LevelStats:
+    """One solved level: what the job prints and writes to the metrics JSON."""
+
+    level: int
+    partitions: int
+    seconds: float
+    objective: float
+    n_sv: int
+    sweeps_max: int
+    sweeps_total: int
+    rows: int
+    warm_start_violation: float
+    test_accuracy: float | None = None
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+@dataclass
+class SODMFit:
+    model: KernelExpansion
+    levels: list = field(default_factory=list)
+    train_seconds: float = 0.0
+    partition_seconds: float = 0.0
+    n_rows: int = 0
+
+
+# --- task functions (module level: shipped to executors without driver state) ----------------
+
+def _map_labels(block, positive):
+    """Raw labels → ±1 with ``positive`` as +1."""
+    return block.X, np.where(block.y == positive, 1.0, -1.0), block.row_ids
+
+
+def _moments(block):
+    X = block[0]
+    return np.array([X.shape[0], X.size, X.sum(), np.einsum("ij,ij->", X, X)])
+
+
+def _sample_rows(item, fraction, seed):
+    (X, _, _), index = item
+    return X[np.random.default_rng([seed, 7, index]).random(X.shape[0]) < fraction]
+
+
+def _assign_strata(item, how, centers, kernel_dict):
+    """Stratum of every row: nearest landmark in the RKHS (Eqn 7), nearest k-means center, or 0."""
+    (X, y, ids), index = item
+    if how == "landmarks":
+        strata = nearest_landmark(X, centers, Kernel.from_dict(kernel_dict))
+    elif how == "centers":
+        strata = nearest_center(X, centers)
+    else:
+        strata = np.zeros(X.shape[0], dtype=np.int64)
+    return index, (X, y, ids, strata)
+
+
+def _deal(item, offsets, n_partitions, direct, seed):
+    """Split one input block into (target partition, sub-block) pairs."""
+    index, (X, y, ids, strata) = item
+    if direct:  # DC-ODM: the cluster is the partition
+        targets = strata
+    else:
+        targets = deal_positions(strata, offsets[index], [seed, 11, index]) % n_partitions
+    for target in np.unique(targets):
+        rows = targets == target
+        yield int(target), (index, X[rows], y[rows], ids[rows])
+
+
+def _concat_pieces(pieces):
+    """Concatenate sub-blocks in a fixed order (shuffle output order is not deterministic)."""
+    pieces = sorted(pieces, key=lambda piece: piece[0])
+    return (np.concatenate([p[1] for p in pieces]), np.concatenate([p[2] for p in pieces]),
+            np.concatenate([p[3] for p in pieces]),
+            np.concatenate([p[4] for p in pieces]) if len(pieces[0]) > 4 else None)
+
+
+def _build_partitions(records):
+    groups = {}
+    for key, piece in records:
+        groups.setdefault(key, []).append(piece)
+    for key in sorted(groups):
+        X, y, ids, _ = _concat_pieces(groups[key])
+        yield key, (X, y, ids, np.zeros(X.shape[0]))
+
+
+def _solve_partition(item, kernel_dict, config, level):
+    """One local ODM (Eqn 1 on the partition's m rows), warm-started from its γ."""
+    key, (X, y, ids, gamma) = item
+    start = time.perf_counter()
+    result = solve_odm_dual(X, y, Kernel.from_dict(kernel_dict), config["lam"], config["theta"],
+                            config["v"], tol=config["tol"], max_iter=config["max_iter"],
+                            gamma0=gamma, seed=[config["seed"], level, key],
+                            cache_mb=config["cache_mb"])
+    stats = {"key": key, "rows": X.shape[0], "objective": result.objective,
+             "sweeps": result.n_sweeps, "n_sv": result.n_sv, "converged": result.converged,
+             "warm_start_violation": result.history[0] if result.history else 0.0,
+             "seconds": time.perf_counter() - start}
+    return key, (X, y, ids, result.gamma, stats)
+
+
+def _merge_key(item, p):
+    key, (X, y, ids, gamma, _) = item
+    return key // p, (key % p, X, y, ids, gamma)
+
+
+def _merge_children(records, scale, support_only):
+    groups = {}
+    for key, piece in records:
+        groups.setdefault(key, []).append(piece)
+    for key in sorted(groups):
+        X, y, ids, gamma = _concat_pieces(groups[key])
+        if support_only:  # Ca-ODM: only support vectors move up a level
+            keep = gamma != 0.0
+            X, y, ids, gamma = X[keep], y[keep], ids[keep], gamma[keep]
+        yield key, (X, y, ids, gamma * scale)
+
+
+def _partial_scores(item, X_test, kernel_dict):
+    _, (X, y, _, gamma, _) = item
+    support = gamma != 0.0
+    return decision_values(Kernel.from_dict(kernel_dict), X_test, X[support],
+                           (gamma * y)[support])
+
+
+def _support_vectors(item):
+    _, (X, y, ids, gamma, _) = item
+    support = gamma != 0.0
+    return ids[support], X[support], (gamma * y)[support]
+
+
+# --- driver -----------------------------------------------------------------------------------
+
+def checked_classes(blocks, n_features: int) -> np.ndarray:
+    """The sorted label values of ``blocks`` after one checking job (NaN/inf rows are named)."""
+    stats = check_blocks(blocks, n_features, max_labels=100)
+    if stats.label_counts is None:
+        raise ValueError("the label column holds more than 100 distinct values; SODM needs "
+                         "two classes (is the label column the right one?).")
+    return np.array(list(stats.label_counts), dtype=np.float64)
+
+
+def largest_levels(n_rows: int, p: int) -> int:
+    """Largest L with p^L <= n_rows (every partition gets at least one row)."""
+    levels = 0
+    while p ** (levels + 1) <= n_rows:
+        levels += 1
+    return levels
+
+
+def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None) -> SODMFit:
+    """Fit SODM on ``blocks`` (RDD of (X, y, row_ids) with raw labels from ``classes``, 2 values).
+
+    ``test`` is an optional (X_test, y_test) pair on the driver, scored after every level;
+    ``on_level(LevelStats)`` is called as each level finishes (the job prints it).
+    """
+    params.validate()
+    classes = np.asarray(classes)
+    if classes.size != 2:
+        raise ValueError(f"SODM is a binary classifier; the labels hold {classes.size} classes "
+                         f"({', '.join(map(str, classes[:10]))}).")
+    started = time.perf_counter()
+    config = {"lam": params.lam, "theta": params.theta, "v": params.v, "tol": params.tol,
+              "max_iter": params.max_iter, "seed": params.seed, "cache_mb": params.cache_mb}
+    positive = classes[1]
+    labelled = blocks.map(lambda b: _map_labels(b, positive)).persist()
+    n_rows, count, total, squares = labelled.map(_moments).treeReduce(np.add)
+    n_rows = int(n_rows)
+    n_partitions = params.p ** params.levels
+    if n_partitions > n_rows:
+        raise ValueError(
+            f"levels={params.levels} with p={params.p} asks for {n_partitions} partitions but the "
+            f"data have only {n_rows} rows; use --levels {largest_levels(n_rows, params.p)} or less.")
+    n_features = int(round(count / n_rows))
+    gamma = 1.0 if params.kernel == "linear" else gamma_value(
+        params.gamma, n_features, squares / count - (total / count) ** 2)
+    kernel = Kernel.create(params.kernel, gamma, params.degree, params.coef0)
+    kernel_dict = kernel.to_dict()
+
+    sc.setJobDescription(f"SODM partition: {params.partitioner} into {n_partitions}")
+    parts, _ = partition_blocks(sc, labelled, params, kernel, n_rows, n_partitions)
+    partition_seconds = time.perf_counter() - started
+    labelled.unpersist()
+
+    test_X = sc.broadcast(test[0]) if test is not None else None
+    test_y = None if test is None else np.where(np.asarray(test[1]) == positive, 1.0, -1.0)
+    levels, solved, previous = [], None, parts
+    prior_solved = None
+    for level in range(params.levels, params.stop_level - 1, -1):
+        level_start = time.perf_counter()
+        n_level_partitions = params.p ** level
+        sc.setJobDescription(f"SODM level {level}: solve {n_level_partitions} partitions")
+        solved = previous.map(lambda item, lv=level: _solve_partition(item, kernel_dict, config, lv))
+        solved = solved.persist()
+        stats = solved.map(lambda item: item[1][4]).collect()
+        previous.unpersist()
+        if prior_solved is not None:
+            prior_solved.unpersist()
+        prior_solved = solved
+        entry = LevelStats(level=level, partitions=len(stats), seconds=0.0,
+                           objective=float(sum(s["objective"] for s in stats)),
+                           n_sv=int(sum(s["n_sv"] for s in stats)),
+                           sweeps_max=int(max(s["sweeps"] for s in stats)),
+                           sweeps_total=int(sum(s["sweeps"] for s in stats)),
+                           rows=int(sum(s["rows"] for s in stats)),
+                           warm_start_violation=float(max(s["warm_start_violation"] for s in stats)))
+        entry.seconds = time.perf_counter() - level_start
+        if test is not None:
+            sc.setJobDescription(f"SODM level {level}: score the test set")
+            scores = solved.map(lambda item: _partial_scores(item, test_X.value, kernel_dict)) \
+                .treeReduce(np.add)
+            entry.test_accuracy = float(np.mean(np.where(scores > 0, 1.0, -1.0) == test_y))
+        levels.append(entry)
+        if on_level is not None:
+            on_level(entry)
+        warm_started = level < params.levels
+        if warm_started and entry.warm_start_violation <= params.tol:
+            break  # Algorithm 1, line 5: every partition already optimal at its warm start
+        if level == params.stop_level:
+            break
+        sc.setJobDescription(f"SODM level {level}: merge into {n_level_partitions // params.p}")
+        scale = 1.0 / params.p if params.warm_start == "scaled" else 1.0
+        support_only = params.partitioner == "cascade"
+        previous = (solved.map(lambda item: _merge_key(item, params.p))
+                    .partitionBy(n_level_partitions // params.p, lambda key: key)
+                    .mapPartitions(lambda records: _merge_children(records, scale, support_only),
+                                   preservesPartitioning=True))
+    sc.setJobDescription("SODM: collect the model")
+    pieces = solved.map(_support_vectors).collect()
+    solved.unpersist()
+    if test_X is not None:
+        test_X.unpersist()
+    ids = np.concatenate([piece[0] for piece in pieces])
+    order = np.argsort(ids, kind="stable")
+    support_vectors = np.concatenate([piece[1] for piece in pieces])[order]
+    coef = np.concatenate([piece[2] for piece in pieces])[order]
+    sc.setJobDescription(None)
+    model = KernelExpansion(support_vectors, coef[:, None], kernel, classes)
+    return SODMFit(model=model, levels=levels, train_seconds=time.perf_counter() - started,
+                   partition_seconds=partition_seconds, n_rows=n_rows)
+
+
+def partition_blocks(sc, labelled, params: SODMParams, kernel: Kernel, n_rows: int,
+                     n_partitions: int):
+    """Deal the rows of ``labelled`` (RDD of (X, ±1 y, ids)) into ``n_partitions`` blocks.
+
+    Returns the persisted, computed RDD of (key, (X, y, ids, γ=0)) — key k in Spark partition k, one block each —
+    and the landmarks (stratified), k-means centers (dip, kmeans) or None (random, cascade).
+    stratified: S landmarks by Eqn 8 on a seeded sample, strata by Eqn 7, every stratum
+    shuffled and dealt evenly; dip: the same dealing over k-means clusters; kmeans: each of
+    K k-means clusters is one partition; random and cascade: one stratum dealt evenly.
+    """
+    seed = params.seed
+    indexed = labelled.zipWithIndex()  # a unique, stable number per input block
+    how, centers, direct = "none", None, False
+    if params.partitioner in ("stratified", "dip", "kmeans"):
+        n_groups = n_partitions if params.partitioner == "kmeans" else params.strata
+        wanted = min(n_rows, params.landmark_candidates * n_groups)
+        fraction = min(1.0, 1.2 * wanted / n_rows)
+        sample = np.concatenate(indexed.map(lambda item: _sample_rows(item, fraction, seed)).collect())
+        sample = sample[np.random.default_rng([seed, 3]).permutation(sample.shape[0])[:wanted]]
+        if params.partitioner == "stratified":
+            how = "landmarks"
+            centers = sample[select_landmarks(sample, kernel, params.strata)]
+        else:
+            how = "centers"
+            centers = kmeans(sample, min(n_groups, sample.shape[0]), seed=seed)
+            direct = params.partitioner == "kmeans"
+    kernel_dict = kernel.to_dict()
+    centers_b = sc.broadcast(centers)
+    with_strata = indexed.map(
+        lambda item: _assign_strata(item, how, centers_b.value, kernel_dict)).persist()
+    n_strata = 1 if centers is None else centers.shape[0]
+    block_counts = dict(with_strata.map(
+        lambda item: (item[0], np.bincount(item[1][3], minlength=n_strata))).collect())
+    counts = np.stack([block_counts[index] for index in range(len(block_counts))])
+    offsets = stratum_offsets(counts)
+    records = with_strata.flatMap(lambda item: _deal(item, offsets, n_partitions, direct, seed))
+    parts = records.partitionBy(n_partitions, lambda key: key).mapPartitions(
+        _build_partitions, preservesPartitioning=True).persist()
+    parts.count()
+    with_strata.unpersist(blocking=False)
+    centers_b.unpersist(blocking=False)
+    return parts, centers

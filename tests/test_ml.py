@@ -1,0 +1,89 @@
+"""SODMClassifier as a pyspark.ml Estimator: Params, transform, Pipeline, CrossValidator, save/load."""
+import numpy as np
+import pytest
+from pyspark.ml import Pipeline, PipelineModel
+from pyspark.ml.evaluation import BinaryClassificationEvaluator
+from pyspark.ml.feature import VectorAssembler
+from pyspark.ml.linalg import Vectors
+from pyspark.ml.tuning import CrossValidator, ParamGridBuilder
+
+from sodm_spark import ODMClassifier, SODMClassificationModel, SODMClassifier
+
+from conftest import make_problem
+
+
+@pytest.fixture(scope="module")
+def frames(spark):
+    X, y = make_problem(m=300, d=4, seed=31)
+    X_test, y_test = make_problem(m=120, d=4, seed=32)
+
+    def frame(X, y):
+        rows = [(Vectors.dense(x), float(label > 0)) for x, label in zip(X, y)]
+        return spark.createDataFrame(rows, ["features", "label"])
+
+    return frame(X, y), frame(X_test, y_test), X_test, y_test
+
+
+def test_params_have_setters_getters_and_defaults():
+    estimator = SODMClassifier(levels=2, lam=50.0)
+    assert estimator.getLevels() == 2 and estimator.getLam() == 50.0
+    assert estimator.getP() == 3 and estimator.getPartitioner() == "stratified"
+    assert estimator.setTheta(0.3).getTheta() == 0.3
+    assert estimator.setGamma("auto").getGamma() == "auto"
+    assert estimator.setGamma(0.5).getGamma() == 0.5
+    assert estimator.getFeaturesCol() == "features" and estimator.getRawPredictionCol() == "rawPrediction"
+
+
+def test_transform_matches_the_local_predictor_and_save_load(spark, frames, tmp_path):
+    train, test, X_test, _ = frames
+    model = SODMClassifier(gamma=0.3, lam=100.0, levels=1, p=2).fit(train)
+    assert [entry["level"] for entry in model.levelStats] == [1, 0]
+    out = model.transform(test).collect()
+    raw = np.array([row.rawPrediction.toArray() for row in out])
+    local = model.toLocal()
+    np.testing.assert_allclose(raw[:, 1], local.decision_function(X_test), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(raw[:, 0], -raw[:, 1])
+    np.testing.assert_array_equal([row.prediction for row in out], local.predict(X_test))
+    assert isinstance(local, ODMClassifier)
+
+    model.write().overwrite().save(str(tmp_path / "model"))
+    loaded = SODMClassificationModel.load(str(tmp_path / "model"))
+    again = loaded.transform(test).collect()
+    assert [row.prediction for row in again] == [row.prediction for row in out]
+    assert loaded.getLam() == 100.0 and loaded.uid == model.uid
+    assert not list((tmp_path / "model").rglob("*.pkl"))
+
+
+def test_pipeline_and_cross_validator(spark, frames, tmp_path):
+    train, test, _, y_test = frames
+    columns = [f"x{j}" for j in range(4)]
+    as_columns = lambda frame: frame.rdd.map(
+        lambda row: tuple(float(v) for v in row.features) + (row.label,)).toDF(columns + ["label"])
+    pipeline = Pipeline(stages=[VectorAssembler(inputCols=columns, outputCol="features"),
+                                SODMClassifier(gamma=0.3, levels=1, p=2)])
+    fitted = pipeline.fit(as_columns(train))
+    fitted.write().overwrite().save(str(tmp_path / "pipeline"))
+    reloaded = PipelineModel.load(str(tmp_path / "pipeline"))
+    predictions = reloaded.transform(as_columns(test)).select("prediction").collect()
+    accuracy = np.mean([row.prediction for row in predictions] == (y_test > 0).astype(float))
+    assert accuracy > 0.7
+
+    estimator = SODMClassifier(gamma=0.3, levels=1, p=2)
+    grid = ParamGridBuilder().addGrid(estimator.lam, [1.0, 100.0]).build()
+    cv = CrossValidator(estimator=estimator, estimatorParamMaps=grid, numFolds=2, seed=3,
+                        evaluator=BinaryClassificationEvaluator())
+    cv_model = cv.fit(train)
+    assert len(cv_model.avgMetrics) == 2 and all(0.5 < m <= 1.0 for m in cv_model.avgMetrics)
+    assert isinstance(cv_model.bestModel, SODMClassificationModel)
+
+
+def test_array_features_and_bad_input(spark, frames):
+    train, _, _, _ = frames
+    as_arrays = train.rdd.map(lambda row: (row.features.toArray().tolist(), row.label)) \
+        .toDF(["features", "label"])
+    model = SODMClassifier(gamma=0.3, levels=0).fit(as_arrays)
+    assert model.transform(as_arrays).count() == 300
+    with pytest.raises(ValueError, match="only one class"):
+        SODMClassifier(levels=0).fit(train.filter("label > 0.5"))
+    with pytest.raises(ValueError, match="p .* must be an integer >= 2"):
+        SODMClassifier(p=1).fit(train)

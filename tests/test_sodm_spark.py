@@ -1,0 +1,146 @@
+"""SODM on Spark (local mode, small data) against the exact local solver and the paper's claims."""
+import numpy as np
+import pytest
+
+from sodm_spark.kernels import Kernel
+from sodm_spark.partition import nearest_landmark
+from sodm_spark.solvers import solve_odm_dual
+from sodm_spark.spark.session import numpy_to_blocks
+from sodm_spark.spark.sodm import SODMParams, fit_sodm, partition_blocks
+
+from conftest import make_problem
+
+GAMMA = 0.2
+
+
+@pytest.fixture(scope="module")
+def data():
+    X, y = make_problem(m=540, d=5, seed=21)
+    X_test, y_test = make_problem(m=300, d=5, seed=22)
+    return X, y, X_test, y_test
+
+
+def exact(X, y, params, tol=1e-9):
+    kernel = Kernel.create(params.kernel, params.gamma)
+    return solve_odm_dual(X, y, kernel, params.lam, params.theta, params.v, tol=tol,
+                          dtype=np.float64)
+
+
+def test_levels_zero_equals_the_exact_solver(spark, data):
+    X, y, _, _ = data
+    params = SODMParams(gamma=GAMMA, lam=100.0, levels=0, tol=1e-9)
+    fit = fit_sodm(spark.sparkContext, numpy_to_blocks(spark.sparkContext, X, y), params,
+                   classes=[-1.0, 1.0])
+    reference = exact(X, y, params)
+    assert len(fit.levels) == 1 and fit.levels[0].partitions == 1
+    assert fit.levels[0].objective == pytest.approx(reference.objective, rel=1e-6)
+    support = np.flatnonzero(reference.gamma)
+    np.testing.assert_allclose(fit.model.coef[:, 0], (reference.gamma * y)[support], atol=1e-6)
+
+
+@pytest.mark.parametrize("partitioner", ["stratified", "random", "dip", "kmeans"])
+def test_merging_to_one_partition_reaches_the_exact_objective(spark, data, partitioner):
+    X, y, X_test, y_test = data
+    params = SODMParams(gamma=GAMMA, lam=100.0, levels=2, p=3, strata=6, tol=1e-9,
+                        partitioner=partitioner, seed=5)
+    fit = fit_sodm(spark.sparkContext, numpy_to_blocks(spark.sparkContext, X, y), params,
+                   classes=[-1.0, 1.0], test=(X_test, y_test))
+    reference = exact(X, y, params)
+    assert [entry.level for entry in fit.levels] == [2, 1, 0]
+    assert fit.levels[-1].partitions == 1 and fit.levels[-1].rows == 540
+    assert fit.levels[-1].objective == pytest.approx(reference.objective, rel=1e-6)
+    assert all(0.5 < entry.test_accuracy <= 1.0 for entry in fit.levels)
+
+
+def test_warm_started_top_level_needs_fewer_sweeps_than_a_cold_start(spark):
+    X, y = make_problem(m=1500, d=5, seed=3)
+    params = SODMParams(gamma=GAMMA, lam=1000.0, levels=2, p=3, strata=10, tol=1e-4)
+    fit = fit_sodm(spark.sparkContext, numpy_to_blocks(spark.sparkContext, X, y), params,
+                   classes=[-1.0, 1.0])
+    cold = exact(X, y, params, tol=1e-4)
+    assert fit.levels[-1].sweeps_max < cold.n_sweeps
+    assert fit.levels[-1].objective == pytest.approx(cold.objective, rel=1e-5)
+
+
+def test_stratified_partitions_hold_every_stratum_evenly(spark):
+    X, y = make_problem(m=2000, d=4, seed=8)
+    sc = spark.sparkContext
+    params = SODMParams(gamma=GAMMA, levels=2, p=3, strata=7, seed=1)
+    kernel = Kernel.create("rbf", GAMMA)
+    parts, landmarks = partition_blocks(sc, numpy_to_blocks(sc, X, y, n_slices=5), params,
+                                        kernel, n_rows=2000, n_partitions=9)
+    collected = dict(parts.map(lambda kv: (kv[0], kv[1][0])).collect())
+    assert sorted(collected) == list(range(9)) and landmarks.shape == (7, 4)
+    totals = np.bincount(nearest_landmark(X, landmarks, kernel), minlength=7)
+    sizes = []
+    for key, X_part in collected.items():
+        counts = np.bincount(nearest_landmark(X_part, landmarks, kernel), minlength=7)
+        assert np.all(np.abs(counts - totals / 9) < 1.0), (key, counts, totals / 9)
+        sizes.append(X_part.shape[0])
+    assert max(sizes) - min(sizes) <= 1 and sum(sizes) == 2000
+    # every row lands in exactly one partition
+    rows = np.concatenate(list(collected.values()))
+    assert np.unique(rows, axis=0).shape[0] == np.unique(X, axis=0).shape[0]
+
+
+def test_same_seed_gives_bit_identical_models(spark, data):
+    X, y, _, _ = data
+    sc = spark.sparkContext
+    params = SODMParams(gamma=GAMMA, lam=100.0, levels=2, p=2, strata=4, seed=9)
+    first, second = (fit_sodm(sc, numpy_to_blocks(sc, X, y), params, classes=[-1.0, 1.0])
+                     for _ in range(2))
+    assert np.array_equal(first.model.coef, second.model.coef)
+    assert np.array_equal(first.model.support_vectors, second.model.support_vectors)
+
+
+def test_cascade_moves_only_support_vectors_up(spark):
+    X, y = make_problem(m=600, d=3, seed=11, noise=0.0)
+    sc = spark.sparkContext
+    params = SODMParams(gamma=1.0, lam=5.0, theta=0.6, levels=1, p=3, partitioner="cascade")
+    fit = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, classes=[-1.0, 1.0])
+    assert fit.levels[0].n_sv < 600  # some rows sit inside the margin band
+    assert fit.levels[1].rows == fit.levels[0].n_sv
+
+
+def test_stop_level_keeps_the_partial_model(spark, data):
+    X, y, X_test, y_test = data
+    sc = spark.sparkContext
+    params = SODMParams(gamma=GAMMA, lam=100.0, levels=2, p=3, stop_level=1)
+    fit = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, classes=[-1.0, 1.0],
+                   test=(X_test, y_test))
+    assert [entry.level for entry in fit.levels] == [2, 1]
+    predicted = fit.model.predict(X_test)
+    assert np.mean(predicted == y_test) == pytest.approx(fit.levels[-1].test_accuracy)
+
+
+def test_labels_other_than_plus_minus_one(spark, data):
+    X, y, X_test, y_test = data
+    sc = spark.sparkContext
+    params = SODMParams(gamma=GAMMA, lam=100.0, levels=1, p=2)
+    reference = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, classes=[-1.0, 1.0])
+    fit = fit_sodm(sc, numpy_to_blocks(sc, X, np.where(y > 0, 2.0, 1.0)), params,
+                   classes=[1.0, 2.0], test=(X_test, np.where(y_test > 0, 2.0, 1.0)))
+    np.testing.assert_array_equal(fit.model.coef, reference.model.coef)
+    assert set(fit.model.predict(X_test)) <= {1.0, 2.0}
+
+
+@pytest.mark.parametrize("params,match", [
+    (dict(levels=6, p=3), r"729 partitions but the data have only 540 rows; use --levels 5"),
+    (dict(p=1), "p .* must be an integer >= 2"),
+    (dict(levels=-1), "levels must be an integer >= 0"),
+    (dict(partitioner="voronoi"), "known: stratified, random, kmeans, dip, cascade"),
+    (dict(stop_level=4, levels=3), "stop_level"),
+])
+def test_bad_parameters_are_refused(spark, data, params, match):
+    X, y, _, _ = data
+    sc = spark.sparkContext
+    with pytest.raises(ValueError, match=match):
+        fit_sodm(sc, numpy_to_blocks(sc, X, y), SODMParams(gamma=GAMMA, **params),
+                 classes=[-1.0, 1.0])
+
+
+def test_one_class_is_refused(spark, data):
+    X, y, _, _ = data
+    sc = spark.sparkContext
+    with pytest.raises(ValueError, match="binary classifier; the labels hold 1 class"):
+        fit_sodm(sc, numpy_to_blocks(sc, X, np.ones_like(y)), SODMParams(), classes=[1.0])

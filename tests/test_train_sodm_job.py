@@ -1,0 +1,91 @@
+"""jobs/train_sodm.py: end to end through spark-submit, and its answers to bad input."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sklearn.datasets import dump_svmlight_file
+
+from sodm_spark.model import KernelExpansion
+
+from conftest import make_problem
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "jobs"))
+import train_sodm  # noqa: E402
+
+
+def test_spark_submit_runs_the_built_in_data_and_writes_model_and_metrics(tmp_path):
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_CONF_DIR=str(ROOT / "conf"),
+               PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    command = ["spark-submit", "--master", "local[2]", str(ROOT / "jobs" / "train_sodm.py"),
+               "--levels", "2", "--rows", "3000", "--model-out", str(tmp_path / "model"),
+               "--metrics-out", str(tmp_path / "metrics.json")]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    level_lines = [line.split() for line in result.stdout.splitlines()
+                   if line.split() and line.split()[0] in {"0", "1", "2"}]
+    assert [int(line[0]) for line in level_lines] == [2, 1, 0]
+    assert [int(line[1]) for line in level_lines] == [9, 3, 1]
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert [entry["level"] for entry in metrics["levels"]] == [2, 1, 0]
+    for entry in metrics["levels"]:
+        assert {"level", "partitions", "seconds", "objective", "n_sv", "test_accuracy"} <= set(entry)
+    assert metrics["test_accuracy"] == metrics["levels"][-1]["test_accuracy"] > 0.8
+    model = KernelExpansion.load(tmp_path / "model")
+    assert model.support_vectors.shape[0] == metrics["n_sv"] > 0
+    assert not list(tmp_path.glob(".model*"))  # no temporary directories left behind
+
+
+@pytest.fixture
+def libsvm_files(tmp_path):
+    X, y = make_problem(m=400, d=6, seed=41)
+    X_test, y_test = make_problem(m=100, d=6, seed=42)
+    dump_svmlight_file(X, (y > 0).astype(int), str(tmp_path / "train.svm"), zero_based=False)
+    dump_svmlight_file(X_test, (y_test > 0).astype(int), str(tmp_path / "test.svm"), zero_based=False)
+    return tmp_path
+
+
+def test_user_data_in_libsvm_with_labels_zero_one(spark, libsvm_files, capsys):
+    metrics = libsvm_files / "metrics.json"
+    assert train_sodm.main(["--data", str(libsvm_files / "train.svm"), "--test-data",
+                            str(libsvm_files / "test.svm"), "--levels", "1", "--gamma", "0.2",
+                            "--metrics-out", str(metrics)]) == 0
+    assert json.loads(metrics.read_text())["test_accuracy"] > 0.7
+    assert "level partitions" in capsys.readouterr().out
+    assert spark.sparkContext.parallelize([1]).count() == 1  # the shared session still runs
+
+
+def run_expecting_error(argv):
+    with pytest.raises(SystemExit) as raised:
+        train_sodm.main(argv)
+    return str(raised.value.code)
+
+
+def test_bad_input_is_refused_with_what_and_where(spark, libsvm_files):
+    train, test = str(libsvm_files / "train.svm"), str(libsvm_files / "test.svm")
+    assert "use --levels 5" in run_expecting_error(["--data", train, "--levels", "6"])
+    assert "p (partitions merged per level) must be an integer >= 2" in run_expecting_error(
+        ["--p", "1"])
+    assert "levels must be an integer >= 0" in run_expecting_error(["--levels", "-1"])
+    missing = run_expecting_error(["--data", str(libsvm_files / "nope.svm")])
+    assert "nope.svm" in missing and "libsvm" in missing
+    wide = libsvm_files / "wide.svm"
+    X, y = make_problem(m=50, d=9, seed=1)
+    dump_svmlight_file(X, (y > 0).astype(int), str(wide), zero_based=False)
+    message = run_expecting_error(["--data", train, "--test-data", str(wide), "--levels", "1"])
+    assert "has 9 features but --data" in message and "has 6" in message
+    one_class = libsvm_files / "one.svm"
+    dump_svmlight_file(X, np.ones(50), str(one_class), zero_based=False)
+    assert "labels hold 1 class" in run_expecting_error(["--data", str(one_class), "--levels", "1"])
+    nan = libsvm_files / "nan.svm"
+    nan.write_text("1 1:0.5 2:1\n-1 1:nan 2:2\n1 1:3 2:1\n-1 1:1 2:0.1\n")
+    message = run_expecting_error(["--data", str(nan), "--levels", "0"])
+    assert "NaN or infinity" in message and "row ids 1" in message
+    bad_line = libsvm_files / "bad.svm"
+    bad_line.write_text("1 1:0.5 2:1\n-1 2:1 1:2\n")
+    message = run_expecting_error(["--data", str(bad_line), "--levels", "0"])
+    assert "line 2" in message and "bad.svm" in message
