@@ -87,6 +87,9 @@ def test_on_demand_path_never_holds_an_m_by_m_matrix():
     X, y = make_problem(m=4000, d=10, seed=2)
     kernel = Kernel.create("rbf", 0.1)
     m_by_m_bytes = 4000 * 4000 * 4
+    # compile the numba loops first: a first-time compile allocates Python objects that
+    # tracemalloc would count
+    solve_odm_dual(X[:50], y[:50], kernel, 100.0, 0.1, 0.2, mode="blocked", block_size=16)
     tracemalloc.start()
     result = solve_odm_dual(X, y, kernel, 100.0, 0.1, 0.2, tol=1e-3, cache_mb=8, block_size=256)
     _, peak = tracemalloc.get_traced_memory()

@@ -36,6 +36,27 @@ def _point_optimum(r, q_ii, a_zeta, a_beta, lower, upper):
     return 0.0
 
 
+@njit(cache=True, inline="always")
+def _visit(Q, i, gamma, u, a_zeta, a_beta, lower, upper, shrink_threshold, may_shrink):
+    """Visit point i: its violation before the update, or -1.0 if it is shrunk instead.
+
+    ``Q`` holds the rows of the points indexed like ``gamma`` and ``u`` (all of Q, or one
+    block's sub-matrix); the update keeps ``u = Qγ`` with one axpy of row i.
+    """
+    g_old = gamma[i]
+    violation, grad_zeta, grad_beta = _point_violation(g_old, u[i], a_zeta, a_beta, lower, upper)
+    if may_shrink and g_old == 0.0 and grad_zeta > shrink_threshold \
+            and grad_beta > shrink_threshold:
+        return -1.0
+    q_ii = Q[i, i]
+    delta = _point_optimum(u[i] - q_ii * g_old, q_ii, a_zeta, a_beta, lower, upper) - g_old
+    if delta != 0.0:
+        gamma[i] = g_old + delta
+        for j in range(Q.shape[1]):
+            u[j] += delta * Q[i, j]
+    return violation
+
+
 @njit(cache=True)
 def cached_sweep(Q, gamma, u, order, keep, a_zeta, a_beta, lower, upper, shrink_threshold):
     """One sweep over ``order`` with the whole ``Q`` in memory.
@@ -43,25 +64,12 @@ def cached_sweep(Q, gamma, u, order, keep, a_zeta, a_beta, lower, upper, shrink_
     Returns the largest violation seen; ``keep[k]`` is set False for points shrunk this sweep
     (γ_i = 0 and both gradients above ``shrink_threshold``, as LIBLINEAR's PGmax_old rule).
     """
-    m = Q.shape[1]
     max_violation = 0.0
     for k in range(order.shape[0]):
-        i = order[k]
-        g_old = gamma[i]
-        violation, grad_zeta, grad_beta = _point_violation(g_old, u[i], a_zeta, a_beta, lower, upper)
-        if g_old == 0.0 and grad_zeta > shrink_threshold and grad_beta > shrink_threshold:
-            keep[k] = False
-            continue
-        keep[k] = True
-        if violation > max_violation:
-            max_violation = violation
-        q_ii = Q[i, i]
-        g_new = _point_optimum(u[i] - q_ii * g_old, q_ii, a_zeta, a_beta, lower, upper)
-        delta = g_new - g_old
-        if delta != 0.0:
-            gamma[i] = g_new
-            for j in range(m):
-                u[j] += delta * Q[i, j]
+        violation = _visit(Q, order[k], gamma, u, a_zeta, a_beta, lower, upper,
+                           shrink_threshold, True)
+        keep[k] = violation >= 0.0
+        max_violation = max(max_violation, violation)
     return max_violation
 
 
@@ -76,30 +84,18 @@ def block_solve(Q_bb, gamma_b, u_b, active_b, order_rounds, a_zeta, a_beta, lowe
     run until the block's own violation is below ``inner_tol``. Returns the first-sweep
     violation.
     """
-    B = Q_bb.shape[0]
     first_violation = 0.0
     for sweep in range(order_rounds.shape[0]):
         sweep_violation = 0.0
-        for k in range(B):
+        for k in range(order_rounds.shape[1]):
             i = order_rounds[sweep, k]
             if not active_b[i]:
                 continue
-            g_old = gamma_b[i]
-            violation, grad_zeta, grad_beta = _point_violation(
-                g_old, u_b[i], a_zeta, a_beta, lower, upper)
-            if sweep == 0 and g_old == 0.0 and grad_zeta > shrink_threshold \
-                    and grad_beta > shrink_threshold:
+            violation = _visit(Q_bb, i, gamma_b, u_b, a_zeta, a_beta, lower, upper,
+                               shrink_threshold, sweep == 0)
+            if violation < 0.0:
                 active_b[i] = False
-                continue
-            if violation > sweep_violation:
-                sweep_violation = violation
-            q_ii = Q_bb[i, i]
-            g_new = _point_optimum(u_b[i] - q_ii * g_old, q_ii, a_zeta, a_beta, lower, upper)
-            delta = g_new - g_old
-            if delta != 0.0:
-                gamma_b[i] = g_new
-                for j in range(B):
-                    u_b[j] += delta * Q_bb[i, j]
+            sweep_violation = max(sweep_violation, violation)
         if sweep == 0:
             first_violation = sweep_violation
         if sweep_violation <= inner_tol:

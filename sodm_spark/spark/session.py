@@ -11,7 +11,8 @@ from pyspark.sql import SparkSession
 from .io import Block
 
 
-def get_session(app_name: str, master: str | None = None) -> tuple[SparkSession, bool]:
+def get_session(app_name: str, master: str | None = None,
+                config: dict | None = None) -> tuple[SparkSession, bool]:
     """(session, created): the active session if there is one, else a new one.
 
     ``master`` (else ``local[*]``) applies only when spark-submit gave none. In local mode the
@@ -26,6 +27,8 @@ def get_session(app_name: str, master: str | None = None) -> tuple[SparkSession,
         builder = builder.master(master)
     elif not conf.contains("spark.master"):
         builder = builder.master("local[*]")
+    for key, value in (config or {}).items():
+        builder = builder.config(key, value)
     resolved = master or conf.get("spark.master", "local[*]")
     if resolved.startswith("local"):
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

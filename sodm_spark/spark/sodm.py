@@ -16,6 +16,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
+from pyspark import StorageLevel
 
 from ..kernels import Kernel, decision_values, gamma_value
 from ..model import KernelExpansion
@@ -28,6 +29,8 @@ from .io import check_blocks
 logger = logging.getLogger(__name__)
 
 PARTITIONERS = ("stratified", "random", "kmeans", "dip", "cascade")
+# Solved levels are expensive to recompute: spill to disk rather than drop when memory is short.
+SPILL = StorageLevel.MEMORY_AND_DISK
 WARM_STARTS = ("scaled", "concat")
 
 
@@ -84,6 +87,7 @@ class LevelStats:
     sweeps_total: int
     rows: int
     warm_start_violation: float
+    elapsed: float = 0.0  # since the fit started, partitioning included, test scoring excluded
     test_accuracy: float | None = None
 
     def to_dict(self) -> dict:
@@ -148,12 +152,17 @@ def _concat_pieces(pieces):
             np.concatenate([p[4] for p in pieces]) if len(pieces[0]) > 4 else None)
 
 
-def _build_partitions(records):
+def _grouped(records):
+    """(key, concatenated block) for each key of a shuffled partition, keys in order."""
     groups = {}
     for key, piece in records:
         groups.setdefault(key, []).append(piece)
     for key in sorted(groups):
-        X, y, ids, _ = _concat_pieces(groups[key])
+        yield key, _concat_pieces(groups[key])
+
+
+def _build_partitions(records):
+    for key, (X, y, ids, _) in _grouped(records):
         yield key, (X, y, ids, np.zeros(X.shape[0]))
 
 
@@ -178,11 +187,7 @@ def _merge_key(item, p):
 
 
 def _merge_children(records, scale, support_only):
-    groups = {}
-    for key, piece in records:
-        groups.setdefault(key, []).append(piece)
-    for key in sorted(groups):
-        X, y, ids, gamma = _concat_pieces(groups[key])
+    for key, (X, y, ids, gamma) in _grouped(records):
         if support_only:  # Ca-ODM: only support vectors move up a level
             keep = gamma != 0.0
             X, y, ids, gamma = X[keep], y[keep], ids[keep], gamma[keep]
@@ -236,7 +241,7 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None) 
     config = {"lam": params.lam, "theta": params.theta, "v": params.v, "tol": params.tol,
               "max_iter": params.max_iter, "seed": params.seed, "cache_mb": params.cache_mb}
     positive = classes[1]
-    labelled = blocks.map(lambda b: _map_labels(b, positive)).persist()
+    labelled = blocks.map(lambda b: _map_labels(b, positive)).persist(SPILL)
     n_rows, count, total, squares = labelled.map(_moments).treeReduce(np.add)
     n_rows = int(n_rows)
     n_partitions = params.p ** params.levels
@@ -255,16 +260,26 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None) 
     partition_seconds = time.perf_counter() - started
     labelled.unpersist()
 
-    test_X = sc.broadcast(test[0]) if test is not None else None
-    test_y = None if test is None else np.where(np.asarray(test[1]) == positive, 1.0, -1.0)
+    test_X = test_y = None
+    if test is not None:
+        unknown = np.setdiff1d(np.asarray(test[1]), classes)
+        if unknown.size:
+            raise ValueError(f"the test labels hold {unknown[:5].tolist()}, which the training "
+                             f"labels {classes.tolist()} do not; use the same label coding.")
+        if np.shape(test[0])[1] != n_features:
+            raise ValueError(f"the test data have {np.shape(test[0])[1]} features, the training "
+                             f"data {n_features}.")
+        test_X = sc.broadcast(np.asarray(test[0], dtype=np.float64))
+        test_y = np.where(np.asarray(test[1]) == positive, 1.0, -1.0)
     levels, solved, previous = [], None, parts
+    scoring_seconds = 0.0
     prior_solved = None
     for level in range(params.levels, params.stop_level - 1, -1):
         level_start = time.perf_counter()
         n_level_partitions = params.p ** level
         sc.setJobDescription(f"SODM level {level}: solve {n_level_partitions} partitions")
         solved = previous.map(lambda item, lv=level: _solve_partition(item, kernel_dict, config, lv))
-        solved = solved.persist()
+        solved = solved.persist(SPILL)
         stats = solved.map(lambda item: item[1][4]).collect()
         previous.unpersist()
         if prior_solved is not None:
@@ -278,11 +293,14 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None) 
                            rows=int(sum(s["rows"] for s in stats)),
                            warm_start_violation=float(max(s["warm_start_violation"] for s in stats)))
         entry.seconds = time.perf_counter() - level_start
+        entry.elapsed = time.perf_counter() - started - scoring_seconds
         if test is not None:
+            scoring_start = time.perf_counter()
             sc.setJobDescription(f"SODM level {level}: score the test set")
             scores = solved.map(lambda item: _partial_scores(item, test_X.value, kernel_dict)) \
                 .treeReduce(np.add)
             entry.test_accuracy = float(np.mean(np.where(scores > 0, 1.0, -1.0) == test_y))
+            scoring_seconds += time.perf_counter() - scoring_start
         levels.append(entry)
         if on_level is not None:
             on_level(entry)
@@ -309,7 +327,8 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None) 
     coef = np.concatenate([piece[2] for piece in pieces])[order]
     sc.setJobDescription(None)
     model = KernelExpansion(support_vectors, coef[:, None], kernel, classes)
-    return SODMFit(model=model, levels=levels, train_seconds=time.perf_counter() - started,
+    return SODMFit(model=model, levels=levels,
+                   train_seconds=time.perf_counter() - started - scoring_seconds,
                    partition_seconds=partition_seconds, n_rows=n_rows)
 
 
@@ -342,7 +361,7 @@ def partition_blocks(sc, labelled, params: SODMParams, kernel: Kernel, n_rows: i
     kernel_dict = kernel.to_dict()
     centers_b = sc.broadcast(centers)
     with_strata = indexed.map(
-        lambda item: _assign_strata(item, how, centers_b.value, kernel_dict)).persist()
+        lambda item: _assign_strata(item, how, centers_b.value, kernel_dict)).persist(SPILL)
     n_strata = 1 if centers is None else centers.shape[0]
     block_counts = dict(with_strata.map(
         lambda item: (item[0], np.bincount(item[1][3], minlength=n_strata))).collect())
@@ -350,7 +369,7 @@ def partition_blocks(sc, labelled, params: SODMParams, kernel: Kernel, n_rows: i
     offsets = stratum_offsets(counts)
     records = with_strata.flatMap(lambda item: _deal(item, offsets, n_partitions, direct, seed))
     parts = records.partitionBy(n_partitions, lambda key: key).mapPartitions(
-        _build_partitions, preservesPartitioning=True).persist()
+        _build_partitions, preservesPartitioning=True).persist(SPILL)
     parts.count()
     with_strata.unpersist(blocking=False)
     centers_b.unpersist(blocking=False)
