@@ -14,6 +14,7 @@ excluded); "train s" of the job's metrics excludes test scoring likewise.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import sys
@@ -41,6 +42,21 @@ def row(method, level, partitions, cumulative, seconds, accuracy, n_sv, sweeps):
             "seconds": seconds, "accuracy": accuracy, "n_sv": n_sv, "sweeps": sweeps}
 
 
+def summarize_seeds(results) -> None:
+    """Mean accuracy and median cumulative seconds per (variant, level) over the seeds."""
+    groups = {}
+    for entry in results:
+        variant = entry["method"].rsplit(" s", 1)[0]
+        groups.setdefault((variant, entry["level"], entry["partitions"]), []).append(entry)
+    print("\nover seeds: mean accuracy (min-max), median cum s")
+    for (variant, level, parts), entries in groups.items():
+        accuracies = [e["accuracy"] for e in entries]
+        print(f"{variant:<26}{level!s:>6}{parts!s:>6}"
+              f"{float(np.median([e['cum_seconds'] for e in entries])):>9.1f}"
+              f"{np.mean(accuracies):>10.4f} ({min(accuracies):.4f}-{max(accuracies):.4f})"
+              f" n={len(entries)}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--train", type=Path)
@@ -58,6 +74,7 @@ def main() -> None:
     parser.add_argument("--cache-mb", type=float, default=4096.0)
     parser.add_argument("--partitioners", default="stratified,random,kmeans")
     parser.add_argument("--warm-starts", default="scaled")
+    parser.add_argument("--seeds", default="0", help="comma-separated seeds per SODM variant")
     parser.add_argument("--stop-level", type=int, default=0)
     parser.add_argument("--svc-C", type=float, default=10.0)
     parser.add_argument("--skip-svc", action="store_true")
@@ -73,6 +90,7 @@ def main() -> None:
     sc = spark.sparkContext
     blocks, n_features = read_blocks(spark, str(train), "libsvm")
     blocks = blocks.persist()
+    blocks.count()  # parse once before any clock starts
     X_test, y_test = read_libsvm_local(str(test), n_features=n_features)
     X_train, y_train = read_libsvm_local(str(train), n_features=n_features)
     gamma = resolve_gamma(args.gamma, X_train) if args.gamma in ("scale", "auto") else float(args.gamma)
@@ -85,21 +103,25 @@ def main() -> None:
               f"{'SVs':>8}{'sweeps':>7}")
     print(header + "\n" + "-" * len(header), flush=True)
     results = []
-    for partitioner in args.partitioners.split(","):
-        for warm_start in args.warm_starts.split(","):
-            params = SODMParams(gamma=gamma, lam=args.lam, theta=args.theta, v=args.v,
-                                tol=args.tol, p=args.p, levels=args.levels, strata=args.strata,
-                                stop_level=args.stop_level, partitioner=partitioner,
-                                warm_start=warm_start, cache_mb=args.cache_mb)
-            name = f"SODM {partitioner}" + (f" ({warm_start})" if "," in args.warm_starts else "")
+    seeds = [int(seed) for seed in args.seeds.split(",")]
+    variants = itertools.product(args.partitioners.split(","), args.warm_starts.split(","), seeds)
+    for partitioner, warm_start, seed in variants:
+        params = SODMParams(gamma=gamma, lam=args.lam, theta=args.theta, v=args.v,
+                            tol=args.tol, p=args.p, levels=args.levels, strata=args.strata,
+                            stop_level=args.stop_level, partitioner=partitioner,
+                            warm_start=warm_start, cache_mb=args.cache_mb, seed=seed)
+        name = (f"SODM {partitioner}" + (f" ({warm_start})" if "," in args.warm_starts else "")
+                + (f" s{seed}" if len(seeds) > 1 else ""))
 
-            def show(entry, name=name):
-                results.append(row(name, entry.level, entry.partitions, entry.elapsed,
-                                   entry.seconds, entry.test_accuracy, entry.n_sv,
-                                   entry.sweeps_max))
+        def show(entry, name=name):
+            results.append(row(name, entry.level, entry.partitions, entry.elapsed,
+                               entry.seconds, entry.test_accuracy, entry.n_sv,
+                               entry.sweeps_max))
 
-            fit = fit_sodm(sc, blocks, params, classes, test=(X_test, y_test), on_level=show)
-            results[-1]["train_seconds"] = fit.train_seconds
+        fit = fit_sodm(sc, blocks, params, classes, test=(X_test, y_test), on_level=show)
+        results[-1]["train_seconds"] = fit.train_seconds
+    if len(seeds) > 1:
+        summarize_seeds(results)
     if not args.skip_exact:
         exact = ODMClassifier(gamma=gamma, lam=args.lam, theta=args.theta, v=args.v, tol=args.tol,
                               cache_mb=args.cache_mb)

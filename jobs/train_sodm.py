@@ -5,7 +5,9 @@
         --model-out models/sodm --metrics-out metrics.json
 
 Without --data it trains on a built-in, seeded, generated nonlinear data set
-(sodm_spark.datasets.make_nonlinear: 60,000 training and 10,000 test rows).
+(sodm_spark.datasets.make_nonlinear: 60,000 training and 10,000 test rows; with
+--kernel linear, sodm_spark.datasets.make_linear). With --kernel linear the job runs DSVRG
+(SODM Algorithm 2) on the primal instead of the kernel levels, and LIBSVM input stays sparse.
 """
 from __future__ import annotations
 
@@ -17,7 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from sodm_spark.datasets import make_nonlinear
+from sodm_spark.datasets import make_linear, make_nonlinear
+from sodm_spark.spark.dsvrg import DSVRGParams, fit_dsvrg
 from sodm_spark.spark.io import read_blocks, read_libsvm_local
 from sodm_spark.spark.session import get_session, numpy_to_blocks, collect_blocks
 from sodm_spark.spark.sodm import PARTITIONERS, SODMParams, checked_classes, fit_sodm
@@ -52,6 +55,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=defaults.seed)
     parser.add_argument("--rows", type=int, default=DEFAULT_ROWS, help="built-in data: rows")
     parser.add_argument("--master", help="Spark master when spark-submit gives none (local[*])")
+    parser.add_argument("--epochs", type=int, default=30, help="linear kernel: DSVRG epochs")
+    parser.add_argument("--step", type=float, help="linear kernel: SVRG step (default 1/(2L))")
+    parser.add_argument("--epoch-tol", type=float, default=1e-6,
+                        help="linear kernel: stop when the objective changes less (relative)")
+    parser.add_argument("--partitions", type=int,
+                        help="linear kernel: DSVRG partitions (default: the cores Spark has)")
     args = parser.parse_args(argv)
     try:
         args.gamma = float(args.gamma)
@@ -62,18 +71,21 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def load_data(spark, args):
     """(training blocks RDD, classes, test (X, y) or None) for the flags given."""
+    linear = args.kernel == "linear"
     if args.data is None:
-        X, y = make_nonlinear(args.rows, seed=args.seed)
-        X_test, y_test = make_nonlinear(DEFAULT_TEST_ROWS, seed=args.seed + 1)
-        return numpy_to_blocks(spark.sparkContext, X, y), np.array([-1, 1]), (X_test, y_test)
-    blocks, n_features = read_blocks(spark, args.data, args.format)
+        make = make_linear if linear else make_nonlinear
+        X, y = make(args.rows + DEFAULT_TEST_ROWS, seed=args.seed)
+        return (numpy_to_blocks(spark.sparkContext, X[:args.rows], y[:args.rows]),
+                np.array([-1, 1]), (X[args.rows:], y[args.rows:]), X.shape[1])
+    sparse = linear and args.format == "libsvm"
+    blocks, n_features = read_blocks(spark, args.data, args.format, sparse=sparse)
     classes = checked_classes(blocks, n_features)
     test = None
     if args.test_data:
         if args.format == "libsvm":
-            test = read_libsvm_local(args.test_data)
+            test = read_libsvm_local(args.test_data, sparse=sparse)
             if test[0].shape[1] < n_features:  # LIBSVM omits trailing zero columns
-                test = read_libsvm_local(args.test_data, n_features=n_features)
+                test = read_libsvm_local(args.test_data, n_features=n_features, sparse=sparse)
         else:
             test = collect_blocks(read_blocks(spark, args.test_data, args.format)[0])
         if test[0].shape[1] != n_features:
@@ -81,7 +93,56 @@ def load_data(spark, args):
                 f"--test-data {args.test_data} has {test[0].shape[1]} features but --data "
                 f"{args.data} has {n_features}; both must describe the same columns.")
         check_finite_rows(test[0], f"--test-data {args.test_data}")
-    return blocks, classes, test
+    return blocks, classes, test, n_features
+
+
+def run_levels(spark, blocks, classes, test, params):
+    """SODM Algorithm 1: one printed line per level."""
+    print(f"{'level':>5} {'partitions':>10} {'seconds':>9} {'objective':>14} "
+          f"{'SVs':>8} {'sweeps':>7} {'test acc':>9}", flush=True)
+
+    def show(entry):
+        accuracy = "" if entry.test_accuracy is None else f"{entry.test_accuracy:.4f}"
+        print(f"{entry.level:>5} {entry.partitions:>10} {entry.seconds:>9.2f} "
+              f"{entry.objective:>14.6g} {entry.n_sv:>8} {entry.sweeps_max:>7} "
+              f"{accuracy:>9}", flush=True)
+
+    fit = fit_sodm(spark.sparkContext, blocks, params, classes, test=test, on_level=show)
+    last = fit.levels[-1]
+    summary = {"levels": [entry.to_dict() for entry in fit.levels],
+               "train_seconds": fit.train_seconds, "partition_seconds": fit.partition_seconds,
+               "n_sv": int(fit.model.support_vectors.shape[0]), "rows": fit.n_rows,
+               "test_accuracy": last.test_accuracy, "params": vars(params)}
+    print(f"trained on {fit.n_rows} rows in {fit.train_seconds:.2f} s "
+          f"(partitioning {fit.partition_seconds:.2f} s); {summary['n_sv']} support vectors"
+          + ("" if last.test_accuracy is None else f"; test accuracy {last.test_accuracy:.4f}"))
+    return fit, summary
+
+
+def run_dsvrg(spark, blocks, classes, test, n_features, args):
+    """SODM Algorithm 2 (linear kernel): one printed line per epoch."""
+    params = DSVRGParams(lam=args.lam, theta=args.theta, v=args.v, epochs=args.epochs,
+                         tol=args.epoch_tol, step=args.step,
+                         n_partitions=args.partitions, strata=args.strata, seed=args.seed)
+    print(f"{'epoch':>5} {'seconds':>9} {'objective':>14} {'test acc':>9}", flush=True)
+
+    def show(entry):
+        accuracy = "" if entry.test_accuracy is None else f"{entry.test_accuracy:.4f}"
+        print(f"{entry.epoch:>5} {entry.seconds:>9.2f} {entry.objective:>14.8g} {accuracy:>9}",
+              flush=True)
+
+    fit = fit_dsvrg(spark.sparkContext, blocks, params, classes, n_features, test=test,
+                    on_epoch=show)
+    last = fit.epochs[-1]
+    summary = {"epochs": [entry.to_dict() for entry in fit.epochs],
+               "train_seconds": fit.train_seconds, "partition_seconds": fit.partition_seconds,
+               "n_sv": 1, "rows": fit.n_rows, "step": fit.step,
+               "test_accuracy": last.test_accuracy, "objective": last.objective,
+               "params": vars(params)}
+    print(f"trained on {fit.n_rows} rows in {fit.train_seconds:.2f} s with DSVRG "
+          f"({len(fit.epochs)} epochs, step {fit.step:.3g})"
+          + ("" if last.test_accuracy is None else f"; test accuracy {last.test_accuracy:.4f}"))
+    return fit, summary
 
 
 def main(argv=None) -> int:
@@ -99,30 +160,16 @@ def main(argv=None) -> int:
     try:
         print("config: " + json.dumps({k: v for k, v in vars(args).items()}), flush=True)
         try:
-            blocks, classes, test = load_data(spark, args)
+            blocks, classes, test, n_features = load_data(spark, args)
         except (ValueError, FileNotFoundError) as error:
             raise SystemExit(f"error: {error}")
-        print(f"{'level':>5} {'partitions':>10} {'seconds':>9} {'objective':>14} "
-              f"{'SVs':>8} {'sweeps':>7} {'test acc':>9}", flush=True)
-
-        def show(entry):
-            accuracy = "" if entry.test_accuracy is None else f"{entry.test_accuracy:.4f}"
-            print(f"{entry.level:>5} {entry.partitions:>10} {entry.seconds:>9.2f} "
-                  f"{entry.objective:>14.6g} {entry.n_sv:>8} {entry.sweeps_max:>7} "
-                  f"{accuracy:>9}", flush=True)
-
         try:
-            fit = fit_sodm(spark.sparkContext, blocks, params, classes, test=test, on_level=show)
+            if args.kernel == "linear":
+                fit, summary = run_dsvrg(spark, blocks, classes, test, n_features, args)
+            else:
+                fit, summary = run_levels(spark, blocks, classes, test, params)
         except ValueError as error:
             raise SystemExit(f"error: {error}")
-        last = fit.levels[-1]
-        summary = {"levels": [entry.to_dict() for entry in fit.levels],
-                   "train_seconds": fit.train_seconds, "partition_seconds": fit.partition_seconds,
-                   "n_sv": int(fit.model.support_vectors.shape[0]), "rows": fit.n_rows,
-                   "test_accuracy": last.test_accuracy, "params": vars(params)}
-        print(f"trained on {fit.n_rows} rows in {fit.train_seconds:.2f} s "
-              f"(partitioning {fit.partition_seconds:.2f} s); {summary['n_sv']} support vectors"
-              + ("" if last.test_accuracy is None else f"; test accuracy {last.test_accuracy:.4f}"))
         if args.model_out:
             fit.model.save(args.model_out, atomic=True)
             print(f"model written to {args.model_out}")

@@ -64,3 +64,26 @@ def make_nonlinear(n_samples: int = 60000, n_features: int = 10, seed: int = 0,
     flip = rng.random(n_samples) < label_noise
     y[flip] = -y[flip]
     return X, y
+
+
+def make_linear(n_samples: int = 100000, n_features: int = 50, seed: int = 0,
+                label_noise: float = 0.05, density: float = 1.0):
+    """A seeded two-class problem with a linear boundary: y = sign(xᵀw* + noise).
+
+    ``density`` < 1 returns X as a scipy CSR matrix with about that fraction of nonzeros per
+    row (wide sparse data, as text or click logs); the built-in data of the linear kernel path.
+    """
+    rng = np.random.default_rng(seed)
+    w_true = rng.standard_normal(n_features)
+    if density >= 1.0:
+        X = rng.standard_normal((n_samples, n_features))
+    else:
+        import scipy.sparse
+
+        X = scipy.sparse.random(n_samples, n_features, density=density, format="csr",
+                                random_state=rng, data_rvs=rng.standard_normal)
+    score = np.asarray(X @ w_true).ravel()
+    y = np.where(score + 0.1 * np.std(score) * rng.standard_normal(n_samples) > 0, 1, -1)
+    flip = rng.random(n_samples) < label_noise
+    y[flip] = -y[flip]
+    return X, y

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 import numpy as np
+import scipy.sparse
 from scipy.spatial.distance import cdist
 
 KNOWN_KERNELS = ("linear", "rbf", "poly", "laplacian")
@@ -103,6 +104,12 @@ class Kernel:
         dtype = np.float64 if out is None else out.dtype
         if out is None:
             out = np.empty((X.shape[0], Z.shape[0]), dtype=dtype)
+        if scipy.sparse.issparse(X):
+            if self.name != "linear":
+                raise ValueError(f"sparse rows are supported with the linear kernel only, not "
+                                 f"{self.name!r}; densify them or use kernel='linear'.")
+            out[...] = X @ np.asarray(Z, dtype=dtype).T  # sparse × dense: O(nnz · len(Z))
+            return out
         if self.name == "laplacian":
             out[...] = cdist(X, Z, metric="cityblock")
             out *= -self.gamma

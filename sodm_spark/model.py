@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import scipy.sparse
 
 from .kernels import Kernel, decision_values
 
@@ -30,8 +31,9 @@ class KernelExpansion:
     classes: np.ndarray
 
     def decision_function(self, X: np.ndarray, block_mb: float = 256.0) -> np.ndarray:
-        scores = decision_values(self.kernel, np.asarray(X, dtype=np.float64),
-                                 self.support_vectors, self.coef, block_mb)
+        if not scipy.sparse.issparse(X):  # sparse rows work with the linear kernel
+            X = np.asarray(X, dtype=np.float64)
+        scores = decision_values(self.kernel, X, self.support_vectors, self.coef, block_mb)
         return scores[:, 0] if scores.shape[1] == 1 else scores
 
     def predict(self, X: np.ndarray) -> np.ndarray:

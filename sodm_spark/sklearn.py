@@ -13,6 +13,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from .kernels import Kernel
 from .model import KernelExpansion
 from .solvers import solve_odm_dual
+from .solvers.svrg import svrg
 from .validation import check_finite_rows, check_odm_params
 
 
@@ -37,13 +38,17 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
         kernel rows are computed on demand in blocks with an LRU cache of this size
     dtype : 'float32' (default, half the memory, ~7 digits) or 'float64' for the kernel cache
     random_state : int seed for the sweep order (None means 0: the optimum does not depend on it)
+    solver : 'dcd' (dual coordinate descent, any kernel) or 'svrg' (linear kernel only: SVRG on
+        the primal, the paper's ODM_svrg comparator; accepts scipy sparse X, ``max_iter`` counts
+        epochs). With 'svrg' the model is f(x) = wᵀx: ``support_vectors_`` holds w (one row per
+        output) and ``dual_coef_`` the identity.
 
     Binary labels may be any two values; more than two classes are fitted one-vs-rest.
     """
 
     def __init__(self, kernel="rbf", gamma="scale", degree=3, coef0=0.0, lam=1000.0, theta=0.1,
                  v=0.5, tol=1e-3, max_iter=1000, cache_mb=4096.0, dtype="float32",
-                 random_state=None):
+                 random_state=None, solver="dcd"):
         self.kernel = kernel
         self.gamma = gamma
         self.degree = degree
@@ -56,6 +61,7 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
         self.cache_mb = cache_mb
         self.dtype = dtype
         self.random_state = random_state
+        self.solver = solver
 
     def _seed(self) -> int:
         if self.random_state is None:
@@ -64,8 +70,17 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
             return int(self.random_state)
         raise ValueError(f"random_state must be an int or None, got {self.random_state!r}.")
 
+    def _accept_sparse(self):
+        return "csr" if self.solver == "svrg" else False
+
     def fit(self, X, y):
-        X, y = validate_data(self, X, y, dtype=np.float64, ensure_all_finite=False)
+        if self.solver not in ("dcd", "svrg"):
+            raise ValueError(f"solver must be 'dcd' or 'svrg', got {self.solver!r}.")
+        if self.solver == "svrg" and self.kernel != "linear":
+            raise ValueError(f"solver='svrg' works on the primal and needs kernel='linear', "
+                             f"got kernel={self.kernel!r}; use solver='dcd' for other kernels.")
+        X, y = validate_data(self, X, y, dtype=np.float64, ensure_all_finite=False,
+                             accept_sparse=self._accept_sparse())
         check_finite_rows(X, "X")
         check_classification_targets(y)
         check_odm_params(self.lam, self.theta, self.v)
@@ -82,6 +97,8 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
         # Binary: one problem with classes_[1] as +1. More classes: one-vs-rest.
         targets = [1] if self.classes_.size == 2 else range(self.classes_.size)
         gammas, n_iter, objectives, converged = [], [], [], []
+        if self.solver == "svrg":
+            return self._fit_svrg(X, y_index, targets, kernel)
         for target in targets:
             y_pm = np.where(y_index == target, 1.0, -1.0)
             result = solve_odm_dual(X, y_pm, kernel, self.lam, self.theta, self.v, tol=self.tol,
@@ -104,6 +121,29 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
         self.objective_ = np.asarray(objectives)
         self.converged_ = bool(all(converged))
         self.model_ = KernelExpansion(self.support_vectors_, coef[self.support_], kernel,
+                                      self.classes_)
+        return self
+
+    def _fit_svrg(self, X, y_index, targets, kernel):
+        """The primal by SVRG (ODM_svrg): one w per output, stored as a linear expansion."""
+        weights, n_iter, objectives, converged = [], [], [], []
+        for target in targets:
+            result = svrg(X, np.where(y_index == target, 1.0, -1.0), self.lam, self.theta,
+                          self.v, epochs=self.max_iter, tol=self.tol, seed=self._seed())
+            weights.append(result.w)
+            n_iter.append(result.epochs)
+            objectives.append(result.objective)
+            converged.append(result.converged)
+            if not result.converged:
+                warnings.warn(f"ODMClassifier(solver='svrg') stopped at max_iter={self.max_iter} "
+                              f"epochs; increase max_iter or tol.", ConvergenceWarning)
+        self.support_vectors_ = np.stack(weights)
+        self.dual_coef_ = np.eye(len(weights))
+        self.support_ = np.arange(0)
+        self.n_iter_ = np.asarray(n_iter)
+        self.objective_ = np.asarray(objectives)
+        self.converged_ = bool(all(converged))
+        self.model_ = KernelExpansion(self.support_vectors_, self.dual_coef_, kernel,
                                       self.classes_)
         return self
 
@@ -130,7 +170,8 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
     def decision_function(self, X):
         """``f(x) = Σ_i γ_i y_i k(x_i, x)``: (n,) for two classes, (n, n_classes) otherwise."""
         check_is_fitted(self)
-        X = validate_data(self, X, dtype=np.float64, ensure_all_finite=False, reset=False)
+        X = validate_data(self, X, dtype=np.float64, ensure_all_finite=False, reset=False,
+                          accept_sparse=self._accept_sparse())
         check_finite_rows(X, "X")
         return self.model_.decision_function(X)
 

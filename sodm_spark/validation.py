@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import scipy.sparse
 
 
 def check_odm_params(lam, theta, v) -> None:
@@ -22,8 +23,21 @@ def describe_rows(rows: np.ndarray, limit: int = 10) -> str:
     return f"row{'s' if rows.size > 1 else ''} {shown}{more}"
 
 
-def check_finite_rows(X: np.ndarray, what: str = "X") -> None:
-    """Refuse NaN or ±inf, naming the (0-based) rows and the first bad column."""
+def check_finite_rows(X, what: str = "X") -> None:
+    """Refuse NaN or ±inf, naming the (0-based) rows and the first bad column.
+
+    ``X`` is a dense array or a scipy CSR matrix (only its stored values are checked).
+    """
+    if scipy.sparse.issparse(X):
+        X = X.tocsr()
+        bad_values = np.flatnonzero(~np.isfinite(X.data))
+        if bad_values.size:
+            rows = np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))[bad_values]
+            raise ValueError(
+                f"{what} contains NaN or infinity in {describe_rows(np.unique(rows))} (0-based; "
+                f"first at row {rows[0]}, column {X.indices[bad_values[0]]}). Remove or impute "
+                "those values before fitting.")
+        return
     finite = np.isfinite(X)
     if finite.all():
         return

@@ -143,3 +143,22 @@ def test_zero_variance_data_with_gamma_scale():
     with pytest.raises(ValueError, match="zero variance.*numeric gamma"):
         ODMClassifier().fit(np.ones((10, 3)), np.arange(10) % 2)
     ODMClassifier(gamma=1.0).fit(np.ones((10, 3)), np.arange(10) % 2)  # works with a number
+
+
+def test_svrg_solver_matches_the_dual_solver_dense_and_sparse():
+    import scipy.sparse as sp
+    X, y = make_problem(m=300, d=6, seed=13)
+    params = dict(kernel="linear", lam=5.0, theta=0.2, v=0.5)
+    dual = ODMClassifier(**params, tol=1e-8, dtype="float64").fit(X, y)
+    primal = ODMClassifier(**params, solver="svrg", tol=1e-12, max_iter=200).fit(X, y)
+    sparse = ODMClassifier(**params, solver="svrg", tol=1e-12, max_iter=200).fit(
+        sp.csr_matrix(X), y)
+    np.testing.assert_allclose(primal.decision_function(X), dual.decision_function(X),
+                               rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(sparse.decision_function(sp.csr_matrix(X)),
+                               primal.decision_function(X), rtol=1e-9, atol=1e-12)
+    assert primal.objective_[0] == pytest.approx(-dual.objective_[0], rel=1e-6)
+    with pytest.raises(ValueError, match="needs kernel='linear'"):
+        ODMClassifier(solver="svrg").fit(X, y)
+    with pytest.raises(TypeError, match="[Ss]parse"):
+        ODMClassifier().fit(sp.csr_matrix(X), y)

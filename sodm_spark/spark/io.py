@@ -34,6 +34,7 @@ from operator import contains
 from pathlib import Path
 
 import numpy as np
+import scipy.sparse
 
 __all__ = [
     "Block", "BlockStats", "DataFormatError", "DataPathError", "FORMATS",
@@ -194,11 +195,17 @@ def parse_libsvm_line(line, n_features=None):
     return label, index - 1, vals
 
 
-def _assemble_block(labels, cols, vals, row_ids, d):
-    """Dense float64 C-contiguous block from parsed sparse rows."""
+def _assemble_block(labels, cols, vals, row_ids, d, sparse=False):
+    """Dense float64 C-contiguous block (or a CSR matrix if ``sparse``) from parsed rows."""
     n = len(labels)
-    X = np.zeros((n, d), dtype=np.float64)
     lengths = np.fromiter((c.size for c in cols), dtype=np.int64, count=n)
+    if sparse:
+        indptr = np.concatenate([[0], np.cumsum(lengths)])
+        indices = np.concatenate(cols) if n else np.zeros(0, np.int64)
+        data = np.concatenate(vals) if n else np.zeros(0)
+        X = scipy.sparse.csr_matrix((data.astype(np.float64), indices, indptr), shape=(n, d))
+        return Block(X, np.asarray(labels, dtype=np.float64), np.asarray(row_ids, dtype=np.int64))
+    X = np.zeros((n, d), dtype=np.float64)
     if lengths.sum():
         rows = np.repeat(np.arange(n, dtype=np.int64), lengths)
         X[rows, np.concatenate(cols)] = np.concatenate(vals)
@@ -241,8 +248,10 @@ def _empty_message(path, fmt, what):
             "folder that holds the data.")
 
 
-def read_libsvm_local(path, n_features=None):
+def read_libsvm_local(path, n_features=None, sparse=False):
     """Read a LIBSVM file on the driver into dense ``(X, y)`` (float64), pure numpy.
+
+    ``sparse=True`` returns X as a scipy CSR matrix (wide data is never densified).
 
     For small sets (e.g. test data). ``n_features=None`` uses the largest index in the file;
     a larger ``n_features`` pads with zero columns. Errors name the file and the exact 1-based
@@ -277,7 +286,7 @@ def read_libsvm_local(path, n_features=None):
         raise DataFormatError(f"{path} (format 'libsvm') has labels but no features (every "
                               "line is only a label). Pass n_features=... if that is intended.",
                               path=str(path))
-    block = _assemble_block(labels, cols, vals, np.arange(len(labels)), d)
+    block = _assemble_block(labels, cols, vals, np.arange(len(labels)), d, sparse)
     return block.X, block.y
 
 
@@ -343,7 +352,7 @@ def _check_positive(value, name):
 
 
 def read_blocks(spark, path, fmt, n_features=None, min_partitions=None, *, label_col=None,
-                features_col="features", header=None, sep=","):
+                features_col="features", header=None, sep=",", sparse=False):
     """Read ``path`` (a file, folder or glob; any Hadoop file system) into ``(RDD[Block], d)``.
 
     ``fmt`` is ``"libsvm"``, ``"csv"`` or ``"parquet"``. One :class:`Block` per non-empty Spark
@@ -353,7 +362,8 @@ def read_blocks(spark, path, fmt, n_features=None, min_partitions=None, *, label
       larger index is an error and missing columns are zeros). One validation job parses every
       line (same parser as :func:`read_libsvm_local`), counts lines per partition and raises a
       :class:`DataFormatError` naming the file, exact line and token; the returned RDD parses
-      again lazily. ``min_partitions`` goes to ``sc.textFile``.
+      again lazily. ``min_partitions`` goes to ``sc.textFile``. ``sparse=True`` gives each
+      Block's X as a scipy CSR matrix, so 10^5+ feature columns are never densified.
     * ``csv``: ``header=None`` detects a header (first row not all numbers); ``label_col`` (a
       name or 0-based position) defaults to the column named ``label`` if there is a header
       that has one, else the first column. All other columns are features and must be numeric
@@ -370,7 +380,9 @@ def read_blocks(spark, path, fmt, n_features=None, min_partitions=None, *, label
     statuses = _input_statuses(spark, path, fmt)
     _check_not_all_empty(statuses, path, fmt)
     if fmt == "libsvm":
-        return _read_libsvm_spark(spark, str(path), statuses, n_features, min_partitions)
+        return _read_libsvm_spark(spark, str(path), statuses, n_features, min_partitions, sparse)
+    if sparse:
+        raise ValueError(f"sparse=True is supported for LIBSVM input only, not {fmt!r}.")
     if fmt == "csv":
         df, feature_cols, where = _read_csv_df(spark, str(path), label_col, header, sep)
         blocks, d = _dataframe_to_blocks(df, feature_cols, "label", where, min_partitions)
@@ -412,7 +424,7 @@ def _scan_libsvm(n_features):
     return scan
 
 
-def _parse_libsvm(d, locations):
+def _parse_libsvm(d, locations, sparse=False):
     """Build one dense Block per partition; ``locations[i] = (file, first line in file - 1,
     first global line number)`` for error messages and row ids."""
     def build(index, lines):
@@ -431,7 +443,7 @@ def _parse_libsvm(d, locations):
                 vals.append(parsed[2])
                 ids.append(row_offset + local)
         if labels:
-            yield _assemble_block(labels, cols, vals, ids, d)
+            yield _assemble_block(labels, cols, vals, ids, d, sparse)
     return build
 
 
@@ -446,7 +458,7 @@ def _split_files(text_rdd):
         return None
 
 
-def _read_libsvm_spark(spark, path, statuses, n_features, min_partitions):
+def _read_libsvm_spark(spark, path, statuses, n_features, min_partitions, sparse=False):
     sc = spark.sparkContext
     lines = sc.textFile(path, min_partitions)
     stats = sorted(lines.mapPartitionsWithIndex(_scan_libsvm(n_features)).collect())
@@ -480,7 +492,7 @@ def _read_libsvm_spark(spark, path, statuses, n_features, min_partitions):
         raise DataFormatError(f"{path} (format 'libsvm') has labels but no features (every "
                               "line is only a label). Pass n_features=... if that is intended.",
                               path=path)
-    return lines.mapPartitionsWithIndex(_parse_libsvm(d, tuple(locations))), d
+    return lines.mapPartitionsWithIndex(_parse_libsvm(d, tuple(locations), sparse)), d
 
 
 # ----------------------------------------------------------------------------------------------
@@ -747,10 +759,14 @@ def _summarize_blocks(n_features, max_labels):
         n_rows, n_bad, bad_ids, counts, problem = 0, 0, [], {}, None
         for block in blocks:
             X, y, ids = block
-            if not (isinstance(X, np.ndarray) and isinstance(y, np.ndarray)
+            is_csr = scipy.sparse.issparse(X) and X.format == "csr"
+            if not ((isinstance(X, np.ndarray) or is_csr) and isinstance(y, np.ndarray)
                     and isinstance(ids, np.ndarray)):
-                problem = "X, y and row_ids must be numpy arrays"
-            elif X.dtype != np.float64 or X.ndim != 2 or not X.flags.c_contiguous:
+                problem = "X (ndarray or CSR), y and row_ids must be numpy arrays"
+            elif is_csr and X.dtype != np.float64:
+                problem = f"X is CSR with dtype {X.dtype}; expected float64"
+            elif not is_csr and (X.dtype != np.float64 or X.ndim != 2
+                                 or not X.flags.c_contiguous):
                 problem = (f"X has dtype {X.dtype}, shape {X.shape}, C-contiguous="
                            f"{X.flags.c_contiguous}; expected C-contiguous float64 (n, d)")
             elif X.shape[1] != n_features:
@@ -766,7 +782,13 @@ def _summarize_blocks(n_features, max_labels):
                 for _ in blocks:  # drain, so that Spark can reuse this Python worker
                     pass
                 break
-            finite = np.isfinite(X).all(axis=1) & np.isfinite(y)
+            if is_csr:
+                bad_rows = np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))[
+                    ~np.isfinite(X.data)]
+                finite = np.isfinite(y)
+                finite[bad_rows] = False
+            else:
+                finite = np.isfinite(X).all(axis=1) & np.isfinite(y)
             if not finite.all():
                 bad = ids[~finite]
                 n_bad += int(bad.size)

@@ -11,12 +11,14 @@ values, so closures never capture a driver object.
 from __future__ import annotations
 
 import logging
-import math
+import os
 import time
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
+import scipy.sparse
 from pyspark import StorageLevel
+from threadpoolctl import threadpool_limits
 
 from ..kernels import Kernel, decision_values, gamma_value
 from ..model import KernelExpansion
@@ -112,6 +114,8 @@ def _map_labels(block, positive):
 
 def _moments(block):
     X = block[0]
+    if scipy.sparse.issparse(X):
+        return np.array([X.shape[0], X.shape[0] * X.shape[1], X.sum(), X.multiply(X).sum()])
     return np.array([X.shape[0], X.size, X.sum(), np.einsum("ij,ij->", X, X)])
 
 
@@ -147,7 +151,10 @@ def _deal(item, offsets, n_partitions, direct, seed):
 def _concat_pieces(pieces):
     """Concatenate sub-blocks in a fixed order (shuffle output order is not deterministic)."""
     pieces = sorted(pieces, key=lambda piece: piece[0])
-    return (np.concatenate([p[1] for p in pieces]), np.concatenate([p[2] for p in pieces]),
+    rows = [p[1] for p in pieces]
+    X = scipy.sparse.vstack(rows, format="csr") if scipy.sparse.issparse(rows[0]) \
+        else np.concatenate(rows)
+    return (X, np.concatenate([p[2] for p in pieces]),
             np.concatenate([p[3] for p in pieces]),
             np.concatenate([p[4] for p in pieces]) if len(pieces[0]) > 4 else None)
 
@@ -166,14 +173,19 @@ def _build_partitions(records):
         yield key, (X, y, ids, np.zeros(X.shape[0]))
 
 
-def _solve_partition(item, kernel_dict, config, level):
-    """One local ODM (Eqn 1 on the partition's m rows), warm-started from its γ."""
+def _solve_partition(item, kernel_dict, config, level, threads):
+    """One local ODM (Eqn 1 on the partition's m rows), warm-started from its γ.
+
+    ``threads`` BLAS threads: PySpark pins Python workers to spark.task.cpus (1) threads, which
+    leaves cores idle at the top levels, where fewer partitions than cores remain.
+    """
     key, (X, y, ids, gamma) = item
     start = time.perf_counter()
-    result = solve_odm_dual(X, y, Kernel.from_dict(kernel_dict), config["lam"], config["theta"],
-                            config["v"], tol=config["tol"], max_iter=config["max_iter"],
-                            gamma0=gamma, seed=[config["seed"], level, key],
-                            cache_mb=config["cache_mb"])
+    with threadpool_limits(max(1, min(threads, os.cpu_count() or 1))):
+        result = solve_odm_dual(X, y, Kernel.from_dict(kernel_dict), config["lam"],
+                                config["theta"], config["v"], tol=config["tol"],
+                                max_iter=config["max_iter"], gamma0=gamma,
+                                seed=[config["seed"], level, key], cache_mb=config["cache_mb"])
     stats = {"key": key, "rows": X.shape[0], "objective": result.objective,
              "sweeps": result.n_sweeps, "n_sv": result.n_sv, "converged": result.converged,
              "warm_start_violation": result.history[0] if result.history else 0.0,
@@ -272,13 +284,16 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None) 
         test_X = sc.broadcast(np.asarray(test[0], dtype=np.float64))
         test_y = np.where(np.asarray(test[1]) == positive, 1.0, -1.0)
     levels, solved, previous = [], None, parts
+    cores = max(1, sc.defaultParallelism)
     scoring_seconds = 0.0
     prior_solved = None
     for level in range(params.levels, params.stop_level - 1, -1):
         level_start = time.perf_counter()
         n_level_partitions = params.p ** level
         sc.setJobDescription(f"SODM level {level}: solve {n_level_partitions} partitions")
-        solved = previous.map(lambda item, lv=level: _solve_partition(item, kernel_dict, config, lv))
+        threads = max(1, cores // min(n_level_partitions, cores))
+        solved = previous.map(lambda item, lv=level, t=threads: _solve_partition(
+            item, kernel_dict, config, lv, t))
         solved = solved.persist(SPILL)
         stats = solved.map(lambda item: item[1][4]).collect()
         previous.unpersist()
