@@ -89,3 +89,24 @@ def test_bad_input_is_refused_with_what_and_where(spark, libsvm_files):
     bad_line.write_text("1 1:0.5 2:1\n-1 2:1 1:2\n")
     message = run_expecting_error(["--data", str(bad_line), "--levels", "0"])
     assert "line 2" in message and "bad.svm" in message
+
+
+def test_linear_kernel_runs_dsvrg_on_sparse_libsvm(spark, tmp_path, capsys):
+    from sodm_spark.datasets import make_linear
+    X, y = make_linear(1200, 3000, seed=3, density=0.01)
+    dump_svmlight_file(X[:1000], (y[:1000] > 0).astype(int), str(tmp_path / "train.svm"),
+                       zero_based=False)
+    dump_svmlight_file(X[1000:], (y[1000:] > 0).astype(int), str(tmp_path / "test.svm"),
+                       zero_based=False)
+    metrics = tmp_path / "metrics.json"
+    assert train_sodm.main(["--kernel", "linear", "--data", str(tmp_path / "train.svm"),
+                            "--test-data", str(tmp_path / "test.svm"), "--lam", "10",
+                            "--epochs", "8", "--metrics-out", str(metrics),
+                            "--model-out", str(tmp_path / "model")]) == 0
+    summary = json.loads(metrics.read_text())
+    objectives = [entry["objective"] for entry in summary["epochs"]]
+    assert len(objectives) >= 2 and objectives[-1] <= objectives[0]
+    assert summary["test_accuracy"] > 0.6
+    assert "epoch" in capsys.readouterr().out
+    model = KernelExpansion.load(tmp_path / "model")
+    assert model.support_vectors.shape == (1, 3000)  # f(x) = wᵀx
