@@ -32,7 +32,7 @@ from numba import njit
 from ..validation import check_odm_params
 
 __all__ = ["SVRGResult", "default_step", "epoch_rng", "loss_gradient_sum", "primal_objective",
-           "sample_rows", "smoothness", "svrg", "svrg_inner"]
+           "row_sq_norms", "sample_rows", "smoothness", "svrg", "svrg_inner"]
 
 
 # ---------------------------------------------------------------- input handling
@@ -98,7 +98,7 @@ def primal_objective(w, X, y, lam, theta, v) -> float:
     return 0.5 * float(w @ w) + loss_sum / X.shape[0]
 
 
-def _row_sq_norms(X) -> np.ndarray:
+def row_sq_norms(X) -> np.ndarray:
     if sp.issparse(X):
         return np.asarray(X.multiply(X).sum(axis=1), dtype=np.float64).reshape(-1)
     return np.einsum("ij,ij->i", X, X)
@@ -110,7 +110,7 @@ def smoothness(X, lam, theta, v) -> float:
     X = _as_matrix(X)
     if X.shape[0] == 0:
         raise ValueError("X has no rows.")
-    return 1.0 + _scale(lam, theta) * max(1.0, v) * float(_row_sq_norms(X).max())
+    return 1.0 + _scale(lam, theta) * max(1.0, v) * float(row_sq_norms(X).max())
 
 
 def default_step(X, lam, theta, v) -> float:

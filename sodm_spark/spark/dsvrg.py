@@ -10,16 +10,16 @@ The numerics are ``sodm_spark.solvers.svrg``; this module only moves blocks and 
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.sparse
 
 from ..kernels import Kernel
 from ..model import KernelExpansion
-from ..solvers.svrg import epoch_rng, loss_gradient_sum, sample_rows, svrg_inner
+from ..solvers.svrg import epoch_rng, loss_gradient_sum, row_sq_norms, sample_rows, svrg_inner
 from ..validation import check_odm_params
-from .sodm import SODMParams, _map_labels, _moments, partition_blocks, SPILL
+from .sodm import SPILL, SODMParams, StatsRecord, _map_labels, _moments, partition_blocks
 
 
 @dataclass(frozen=True)
@@ -46,15 +46,12 @@ class DSVRGParams:
 
 
 @dataclass
-class EpochStats:
+class EpochStats(StatsRecord):
     epoch: int
     seconds: float
     objective: float
     elapsed: float = 0.0  # since the fit started, partitioning included, test scoring excluded
     test_accuracy: float | None = None
-
-    def to_dict(self) -> dict:
-        return {k: v for k, v in asdict(self).items() if v is not None}
 
 
 @dataclass
@@ -70,9 +67,7 @@ class DSVRGFit:
 
 def _max_sq_norm(item):
     X = item[1][0]
-    if scipy.sparse.issparse(X):
-        return float(X.multiply(X).sum(axis=1).max()) if X.shape[0] else 0.0
-    return float(np.einsum("ij,ij->i", X, X).max()) if X.shape[0] else 0.0
+    return float(row_sq_norms(X).max()) if X.shape[0] else 0.0
 
 
 def _loss_and_gradient(item, w, config):

@@ -76,8 +76,15 @@ class SODMParams:
         Kernel.create(self.kernel, 1.0, self.degree, self.coef0)  # names the known kernels
 
 
+class StatsRecord:
+    """A dataclass row of the metrics JSON (fields left at None are omitted)."""
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
 @dataclass
-class LevelStats:
+class LevelStats(StatsRecord):
     """One solved level: what the job prints and writes to the metrics JSON."""
 
     level: int
@@ -91,9 +98,6 @@ class LevelStats:
     warm_start_violation: float
     elapsed: float = 0.0  # since the fit started, partitioning included, test scoring excluded
     test_accuracy: float | None = None
-
-    def to_dict(self) -> dict:
-        return {k: v for k, v in asdict(self).items() if v is not None}
 
 
 @dataclass
