@@ -75,6 +75,8 @@ def main() -> None:
     parser.add_argument("--partitioners", default="stratified,random,kmeans")
     parser.add_argument("--warm-starts", default="scaled")
     parser.add_argument("--seeds", default="0", help="comma-separated seeds per SODM variant")
+    parser.add_argument("--label-strata", action="store_true",
+                        help="stratified: split every landmark stratum by class too")
     parser.add_argument("--stop-level", type=int, default=0)
     parser.add_argument("--svc-C", type=float, default=10.0)
     parser.add_argument("--skip-svc", action="store_true")
@@ -109,7 +111,8 @@ def main() -> None:
         params = SODMParams(gamma=gamma, lam=args.lam, theta=args.theta, v=args.v,
                             tol=args.tol, p=args.p, levels=args.levels, strata=args.strata,
                             stop_level=args.stop_level, partitioner=partitioner,
-                            warm_start=warm_start, cache_mb=args.cache_mb, seed=seed)
+                            warm_start=warm_start, cache_mb=args.cache_mb, seed=seed,
+                        label_strata=args.label_strata)
         name = (f"SODM {partitioner}" + (f" ({warm_start})" if "," in args.warm_starts else "")
                 + (f" s{seed}" if len(seeds) > 1 else ""))
 

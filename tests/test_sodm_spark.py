@@ -144,3 +144,17 @@ def test_one_class_is_refused(spark, data):
     sc = spark.sparkContext
     with pytest.raises(ValueError, match="binary classifier; the labels hold 1 class"):
         fit_sodm(sc, numpy_to_blocks(sc, X, np.ones_like(y)), SODMParams(), classes=[1.0])
+
+
+def test_label_strata_deal_every_class_of_every_stratum_evenly(spark):
+    X, y = make_problem(m=1800, d=4, seed=14)
+    sc = spark.sparkContext
+    params = SODMParams(gamma=GAMMA, levels=2, p=3, strata=5, seed=2, label_strata=True)
+    kernel = Kernel.create("rbf", GAMMA)
+    parts, landmarks = partition_blocks(sc, numpy_to_blocks(sc, X, y, n_slices=4), params,
+                                        kernel, n_rows=1800, n_partitions=9)
+    code = lambda X_, y_: 2 * nearest_landmark(X_, landmarks, kernel) + (y_ > 0)
+    totals = np.bincount(code(X, y), minlength=10)
+    for X_part, y_part in parts.map(lambda kv: (kv[1][0], kv[1][1])).collect():
+        counts = np.bincount(code(X_part, y_part), minlength=10)
+        assert np.all(np.abs(counts - totals / 9) < 1.0), (counts, totals / 9)

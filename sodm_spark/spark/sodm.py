@@ -58,6 +58,7 @@ class SODMParams:
     seed: int = 0
     cache_mb: float = 4096.0
     landmark_candidates: int = 50  # candidates per stratum for Eqn 8 (design.md §2.1)
+    label_strata: bool = False  # stratified: split each landmark stratum by class too
 
     def validate(self) -> None:
         check_odm_params(self.lam, self.theta, self.v)
@@ -129,10 +130,16 @@ def _sample_rows(item, fraction, seed):
 
 
 def _assign_strata(item, how, centers, kernel_dict):
-    """Stratum of every row: nearest landmark in the RKHS (Eqn 7), nearest k-means center, or 0."""
+    """Stratum of every row: nearest landmark in the RKHS (Eqn 7), nearest k-means center, or 0.
+
+    "landmarks+labels" splits every landmark stratum by class as well (2·S strata), so each
+    partition also gets the exact class proportions of every stratum.
+    """
     (X, y, ids), index = item
-    if how == "landmarks":
+    if how.startswith("landmarks"):
         strata = nearest_landmark(X, centers, Kernel.from_dict(kernel_dict))
+        if how == "landmarks+labels":
+            strata = 2 * strata + (y > 0)
     elif how == "centers":
         strata = nearest_center(X, centers)
     else:
@@ -371,7 +378,7 @@ def partition_blocks(sc, labelled, params: SODMParams, kernel: Kernel, n_rows: i
         sample = np.concatenate(indexed.map(lambda item: _sample_rows(item, fraction, seed)).collect())
         sample = sample[np.random.default_rng([seed, 3]).permutation(sample.shape[0])[:wanted]]
         if params.partitioner == "stratified":
-            how = "landmarks"
+            how = "landmarks+labels" if params.label_strata else "landmarks"
             centers = sample[select_landmarks(sample, kernel, params.strata)]
         else:
             how = "centers"
@@ -381,7 +388,7 @@ def partition_blocks(sc, labelled, params: SODMParams, kernel: Kernel, n_rows: i
     centers_b = sc.broadcast(centers)
     with_strata = indexed.map(
         lambda item: _assign_strata(item, how, centers_b.value, kernel_dict)).persist(SPILL)
-    n_strata = 1 if centers is None else centers.shape[0]
+    n_strata = 1 if centers is None else centers.shape[0] * (2 if how.endswith("labels") else 1)
     block_counts = dict(with_strata.map(
         lambda item: (item[0], np.bincount(item[1][3], minlength=n_strata))).collect())
     counts = np.stack([block_counts[index] for index in range(len(block_counts))])
