@@ -160,6 +160,7 @@ def main() -> None:
           + ", ".join("not reached" if r is None else f"{r:.2f} s" for r in reach)
           + f" (median {statistics.median([r for r in reach if r is not None] or [np.nan]):.2f} s)"
           f" vs LinearSVC fit {svc_seconds:.2f} s (runs {', '.join(f'{t:.1f}' for t in svc_times)})")
+    print(f"DSVRG layout: {fit.layout}; partitioning {statistics.median(r.partition_seconds for r in runs):.2f} s (median)")
     print("DSVRG per epoch (first run): " + "; ".join(
         f"{e.epoch}: {e.elapsed:.1f} s acc {e.test_accuracy:.4f} gap {gap(e.objective):.1e}"
         for e in fit.epochs))

@@ -24,6 +24,7 @@ from sodm_spark.spark.dsvrg import DSVRGParams, fit_dsvrg
 from sodm_spark.spark.io import read_blocks, read_libsvm_local
 from sodm_spark.spark.session import get_session, numpy_to_blocks, collect_blocks
 from sodm_spark.spark.sodm import PARTITIONERS, SODMParams, checked_classes, fit_sodm
+from sodm_spark.jobconf import parse_with_defaults
 from sodm_spark.validation import check_finite_rows
 
 DEFAULT_ROWS, DEFAULT_TEST_ROWS = 60000, 10000
@@ -53,15 +54,21 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--model-out", help="directory for the model (written atomically)")
     parser.add_argument("--metrics-out", help="JSON file for per-level metrics")
     parser.add_argument("--seed", type=int, default=defaults.seed)
+    parser.add_argument("--checkpoint-dir",
+                        help="record every finished level here (γ and the partition layout)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue from the last level recorded in --checkpoint-dir")
     parser.add_argument("--rows", type=int, default=DEFAULT_ROWS, help="built-in data: rows")
-    parser.add_argument("--master", help="Spark master when spark-submit gives none (local[*])")
+    parser.add_argument("--master", help="Spark master; default: spark-submit's, else local[*]")
     parser.add_argument("--epochs", type=int, default=30, help="linear kernel: DSVRG epochs")
     parser.add_argument("--step", type=float, help="linear kernel: SVRG step (default 1/(2L))")
     parser.add_argument("--epoch-tol", type=float, default=1e-6,
                         help="linear kernel: stop when the objective changes less (relative)")
     parser.add_argument("--partitions", type=int,
                         help="linear kernel: DSVRG partitions (default: the cores Spark has)")
-    args = parser.parse_args(argv)
+    args, args.config = parse_with_defaults(parser, "train_sodm", argv)
+    if args.resume and not args.checkpoint_dir:
+        parser.error("--resume needs --checkpoint-dir (the directory of the run to continue)")
     try:
         args.gamma = float(args.gamma)
     except ValueError:
@@ -96,7 +103,7 @@ def load_data(spark, args):
     return blocks, classes, test, n_features
 
 
-def run_levels(spark, blocks, classes, test, params):
+def run_levels(spark, blocks, classes, test, params, checkpoint_dir=None, resume=False):
     """SODM Algorithm 1: one printed line per level."""
     print(f"{'level':>5} {'partitions':>10} {'seconds':>9} {'objective':>14} "
           f"{'SVs':>8} {'sweeps':>7} {'test acc':>9}", flush=True)
@@ -107,7 +114,11 @@ def run_levels(spark, blocks, classes, test, params):
               f"{entry.objective:>14.6g} {entry.n_sv:>8} {entry.sweeps_max:>7} "
               f"{accuracy:>9}", flush=True)
 
-    fit = fit_sodm(spark.sparkContext, blocks, params, classes, test=test, on_level=show)
+    if resume and (Path(checkpoint_dir) / "state.json").exists():
+        print(f"resuming from {checkpoint_dir}: the levels it holds are not solved again",
+              flush=True)
+    fit = fit_sodm(spark.sparkContext, blocks, params, classes, test=test, on_level=show,
+                   checkpoint_dir=checkpoint_dir, resume=resume)
     last = fit.levels[-1]
     summary = {"levels": [entry.to_dict() for entry in fit.levels],
                "train_seconds": fit.train_seconds, "partition_seconds": fit.partition_seconds,
@@ -145,30 +156,39 @@ def run_dsvrg(spark, blocks, classes, test, n_features, args):
     return fit, summary
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
+def sodm_params(args) -> SODMParams:
     params = SODMParams(kernel=args.kernel, gamma=args.gamma, lam=args.lam, theta=args.theta,
                         v=args.v, tol=args.tol, max_iter=args.max_iter, p=args.p,
                         levels=args.levels, strata=args.strata, stop_level=args.stop_level,
                         partitioner=args.partitioner, warm_start=args.warm_start, seed=args.seed,
                         cache_mb=args.cache_mb)
+    params.validate()
+    return params
+
+
+def train(spark, args):
+    """Load the data the flags name and fit: (fit, metrics summary). Raises ValueError on bad
+    input and FileNotFoundError on a missing file (the jobs turn both into messages)."""
+    params = sodm_params(args)
+    blocks, classes, test, n_features = load_data(spark, args)
+    if args.kernel == "linear":
+        return run_dsvrg(spark, blocks, classes, test, n_features, args)
+    return run_levels(spark, blocks, classes, test, params, args.checkpoint_dir, args.resume)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
     try:
-        params.validate()
+        sodm_params(args)
     except ValueError as error:
         raise SystemExit(f"error: {error}")
     spark, created = get_session("sodm-spark: train_sodm", args.master)
     try:
-        print("config: " + json.dumps({k: v for k, v in vars(args).items()}), flush=True)
+        print("config: " + json.dumps({k: v for k, v in vars(args).items()}, default=str),
+              flush=True)
         try:
-            blocks, classes, test, n_features = load_data(spark, args)
+            fit, summary = train(spark, args)
         except (ValueError, FileNotFoundError) as error:
-            raise SystemExit(f"error: {error}")
-        try:
-            if args.kernel == "linear":
-                fit, summary = run_dsvrg(spark, blocks, classes, test, n_features, args)
-            else:
-                fit, summary = run_levels(spark, blocks, classes, test, params)
-        except ValueError as error:
             raise SystemExit(f"error: {error}")
         if args.model_out:
             fit.model.save(args.model_out, atomic=True)

@@ -7,7 +7,11 @@ from importlib import import_module
 
 __version__ = "0.1.0"
 _PUBLIC = {"ODMClassifier": "sodm_spark.sklearn", "SODMClassifier": "sodm_spark.ml",
-           "SODMClassificationModel": "sodm_spark.ml"}
+           "SODMClassificationModel": "sodm_spark.ml",
+           "CSVRGClassifier": "sodm_spark.baselines.csvrg",
+           "CVMClassifier": "sodm_spark.baselines.cvm",
+           "CVRRegressor": "sodm_spark.baselines.cvm",
+           "CoresetSVMClassifier": "sodm_spark.baselines.coreset_svm"}
 __all__ = sorted(_PUBLIC)
 
 

@@ -22,22 +22,33 @@ class KernelExpansion:
     """``f(x) = Σ_i coef[i] · k(sv_i, x)`` (one column of ``coef`` per output).
 
     For ODM ``coef[i] = γ_i y_i`` (design.md §1); ``classes`` lists the labels the outputs stand
-    for (binary: the column scores ``classes[1]`` against ``classes[0]``).
+    for (binary: the column scores ``classes[1]`` against ``classes[0]``). ``intercept`` (one
+    per output) is added to f for the comparators that have a bias (CVM, CVR, coreset SVM);
+    ODM has none. A regression model has no classes: ``predict`` returns f itself.
     """
 
     support_vectors: np.ndarray
     coef: np.ndarray
     kernel: Kernel
     classes: np.ndarray
+    intercept: np.ndarray | None = None
+
+    @property
+    def is_regression(self) -> bool:
+        return np.asarray(self.classes).size == 0
 
     def decision_function(self, X: np.ndarray, block_mb: float = 256.0) -> np.ndarray:
         if not scipy.sparse.issparse(X):  # sparse rows work with the linear kernel
             X = np.asarray(X, dtype=np.float64)
         scores = decision_values(self.kernel, X, self.support_vectors, self.coef, block_mb)
+        if self.intercept is not None:
+            scores = scores + np.asarray(self.intercept, dtype=np.float64)[None, :]
         return scores[:, 0] if scores.shape[1] == 1 else scores
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         scores = self.decision_function(X)
+        if self.is_regression:
+            return scores
         if scores.ndim == 1:
             return self.classes[(scores > 0).astype(int)]
         return self.classes[np.argmax(scores, axis=1)]
@@ -69,8 +80,10 @@ class KernelExpansion:
         classes = np.asarray(self.classes)
         if classes.dtype.kind not in "iufbU":
             classes = classes.astype(str)
-        np.savez(path / "arrays.npz", support_vectors=self.support_vectors, coef=self.coef,
-                 classes=classes)
+        arrays = {"support_vectors": self.support_vectors, "coef": self.coef, "classes": classes}
+        if self.intercept is not None:
+            arrays["intercept"] = np.asarray(self.intercept, dtype=np.float64)
+        np.savez(path / "arrays.npz", **arrays)
         metadata = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION,
                     "kernel": self.kernel.to_dict(), "n_support": int(self.support_vectors.shape[0]),
                     "n_features": int(self.support_vectors.shape[1])}
@@ -90,7 +103,8 @@ class KernelExpansion:
                 f"version {FORMAT_VERSION}. Retrain, or load it with the version that wrote it.")
         with np.load(path / "arrays.npz", allow_pickle=False) as arrays:
             model = cls(arrays["support_vectors"], arrays["coef"],
-                        Kernel.from_dict(metadata["kernel"]), arrays["classes"])
+                        Kernel.from_dict(metadata["kernel"]), arrays["classes"],
+                        arrays["intercept"] if "intercept" in arrays.files else None)
         if model.support_vectors.shape != (metadata["n_support"], metadata["n_features"]):
             raise ValueError(f"{path}: arrays.npz does not match metadata.json (truncated copy?).")
         return model

@@ -80,3 +80,20 @@ def test_bad_input(spark, linear_data):
         fit_dsvrg(sc, numpy_to_blocks(sc, X, y), DSVRGParams(lam=0.0), [-1.0, 1.0], 12)
     with pytest.raises(ValueError, match="step must lie in"):
         fit_dsvrg(sc, numpy_to_blocks(sc, X, y), DSVRGParams(step=2.0), [-1.0, 1.0], 12)
+
+
+def test_representative_input_partitions_are_kept_and_sorted_ones_are_dealt(spark):
+    """Alg. 2 wants partitions that look like the whole: i.i.d. input already does (no shuffle);
+    input sorted by label does not, so its rows are dealt by stratum."""
+    X, y = make_problem(m=2000, d=6, seed=12)
+    sc = spark.sparkContext
+    exact = newton_primal(X, y, LAM, THETA, V).objective
+    params = DSVRGParams(LAM, THETA, V, epochs=40, tol=1e-10, strata=5)
+    kept = fit_dsvrg(sc, numpy_to_blocks(sc, X, y, n_slices=2).cache(), params, [-1.0, 1.0], 6)
+    assert kept.layout.startswith("2 input partitions kept")
+    order = np.argsort(y, kind="stable")
+    dealt = fit_dsvrg(sc, numpy_to_blocks(sc, X[order], y[order], n_slices=2), params,
+                      [-1.0, 1.0], 6)
+    assert dealt.layout.startswith("stratified dealing into 2")
+    for fit in (kept, dealt):
+        assert abs(fit.epochs[-1].objective - exact) <= 1e-4 * abs(exact)

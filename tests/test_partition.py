@@ -7,6 +7,7 @@ from sklearn.datasets import make_blobs
 
 from sodm_spark.kernels import Kernel, kernel_matrix
 from sodm_spark.partition import (deal_positions, kmeans, nearest_center, nearest_landmark,
+                                  partitions_look_like_whole,
                                   select_landmarks, stratum_offsets)
 from sodm_spark.partition.kmeans import _lloyd
 
@@ -276,3 +277,26 @@ def test_bad_inputs_are_refused_with_clear_messages():
         stratum_offsets(np.array([1, 2]))
     with pytest.raises(ValueError, match=r"strata must lie in \[0, 2\)"):
         deal_positions(np.array([0, 2]), np.array([0, 5]), seed=0)
+
+
+def test_random_splits_look_like_the_whole_and_sorted_or_clustered_ones_do_not():
+    rng = np.random.default_rng(8)
+    strata = rng.choice(6, size=40_000, p=[0.4, 0.3, 0.15, 0.1, 0.04, 0.01])
+
+    def counts(parts):
+        return np.stack([np.bincount(strata[p], minlength=6) for p in parts])
+
+    random_split = np.array_split(rng.permutation(strata.size), 4)
+    assert partitions_look_like_whole(counts(random_split))
+    sorted_split = np.array_split(np.argsort(strata, kind="stable"), 4)
+    assert not partitions_look_like_whole(counts(sorted_split))
+    # a mild skew: one partition misses a third of its share of stratum 1 (≈ 800 rows short)
+    skewed = counts(random_split)
+    skewed[0, 1] -= 800
+    skewed[0, 0] += 800
+    assert not partitions_look_like_whole(skewed)
+    # exactly proportional counts pass; an all-empty table does not
+    assert partitions_look_like_whole(np.array([[30, 10], [60, 20]]))
+    assert not partitions_look_like_whole(np.zeros((2, 3)))
+    with pytest.raises(ValueError, match="2-D"):
+        partitions_look_like_whole(np.ones(3))

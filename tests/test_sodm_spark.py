@@ -1,4 +1,6 @@
 """SODM on Spark (local mode, small data) against the exact local solver and the paper's claims."""
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -158,3 +160,29 @@ def test_label_strata_deal_every_class_of_every_stratum_evenly(spark):
     for X_part, y_part in parts.map(lambda kv: (kv[1][0], kv[1][1])).collect():
         counts = np.bincount(code(X_part, y_part), minlength=10)
         assert np.all(np.abs(counts - totals / 9) < 1.0), (counts, totals / 9)
+
+
+def test_resume_from_a_checkpoint_equals_the_uninterrupted_run(spark, tmp_path):
+    from sodm_spark.spark.sodm import SODMParams, fit_sodm
+
+    X, y = make_problem(m=900, d=5, seed=31)
+    sc = spark.sparkContext
+    params = SODMParams(gamma=0.3, lam=50.0, levels=2, p=3, strata=4, seed=5, tol=1e-4)
+    whole = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, [-1.0, 1.0])
+    # a run that stops after level 2 (as if killed before level 1), then resumed
+    first = fit_sodm(sc, numpy_to_blocks(sc, X, y), replace(params, stop_level=2), [-1.0, 1.0],
+                     checkpoint_dir=tmp_path / "ckpt")
+    assert [entry.level for entry in first.levels] == [2]
+    with pytest.raises(ValueError, match="already holds a checkpoint; pass --resume"):
+        fit_sodm(sc, numpy_to_blocks(sc, X, y), params, [-1.0, 1.0],
+                 checkpoint_dir=tmp_path / "ckpt")
+    resumed = fit_sodm(sc, numpy_to_blocks(sc, X, y, n_slices=3), params, [-1.0, 1.0],
+                       checkpoint_dir=tmp_path / "ckpt", resume=True)
+    assert [entry.level for entry in resumed.levels] == [entry.level for entry in whole.levels]
+    assert resumed.levels[0].objective == whole.levels[0].objective
+    np.testing.assert_array_equal(resumed.model.support_vectors, whole.model.support_vectors)
+    np.testing.assert_array_equal(resumed.model.coef, whole.model.coef)
+    # a checkpoint of another fit is refused with what differs
+    with pytest.raises(ValueError, match="belongs to another fit .*lam"):
+        fit_sodm(sc, numpy_to_blocks(sc, X, y), replace(params, lam=60.0), [-1.0, 1.0],
+                 checkpoint_dir=tmp_path / "ckpt", resume=True)

@@ -121,3 +121,28 @@ def deal_positions(strata: np.ndarray, start_offsets: np.ndarray, seed) -> np.nd
     positions = np.empty(strata.size, dtype=np.int64)
     positions[order] = start_offsets.astype(np.int64)[grouped] + rank
     return positions
+
+
+def partitions_look_like_whole(counts: np.ndarray, z_max: float = 4.0) -> bool:
+    """True when every partition already holds each stratum in its overall share.
+
+    ``counts[j, s]`` = rows of stratum s in partition j. A partition of ``n_j`` rows drawn
+    uniformly from the data would hold ``n_j·p_s ± sqrt(n_j·p_s·(1-p_s))`` rows of a stratum
+    with overall share ``p_s``; the partitions pass when every cell lies within ``z_max`` such
+    standard deviations (+1 row) of that expectation. Input split at random passes (a false
+    alarm only costs the dealing it would have done anyway); input sorted or clustered by
+    feature or label fails. This is the condition the stratified dealing after Eqn (7) exists
+    to establish, so data that already meet it need not move.
+    """
+    counts = np.asarray(counts, dtype=np.float64)
+    if counts.ndim != 2 or counts.shape[0] == 0:
+        raise ValueError(f"counts must be a 2-D (partitions × strata) array, got shape "
+                         f"{counts.shape}.")
+    total = counts.sum()
+    if total == 0:
+        return False
+    shares = counts.sum(axis=0) / total
+    sizes = counts.sum(axis=1, keepdims=True)
+    expected = sizes * shares[None, :]
+    spread = np.sqrt(sizes * shares[None, :] * (1.0 - shares[None, :]))
+    return bool(np.all(np.abs(counts - expected) <= z_max * spread + 1.0))

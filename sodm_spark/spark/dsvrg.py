@@ -17,9 +17,10 @@ import scipy.sparse
 
 from ..kernels import Kernel
 from ..model import KernelExpansion
+from ..partition import nearest_landmark, partitions_look_like_whole, select_landmarks
 from ..solvers.svrg import epoch_rng, loss_gradient_sum, row_sq_norms, sample_rows, svrg_inner
 from ..validation import check_odm_params
-from .sodm import SPILL, SODMParams, StatsRecord, _map_labels, _moments, partition_blocks
+from .sodm import SPILL, SODMParams, StatsRecord, partition_blocks
 
 
 @dataclass(frozen=True)
@@ -63,11 +64,72 @@ class DSVRGFit:
     partition_seconds: float = 0.0
     n_rows: int = 0
     step: float = 0.0
+    layout: str = ""  # how the rows were laid out into partitions
 
 
-def _max_sq_norm(item):
-    X = item[1][0]
-    return float(row_sq_norms(X).max()) if X.shape[0] else 0.0
+CHUNK_BYTES = 8 << 20
+
+
+def _chunks(index, blocks, positive):
+    """An input partition's rows as (index, (X, ±1 y, ids)) chunks of at most ~8 MB.
+
+    Spark hands a cached partition to Python several times faster as many mid-sized pickles
+    than as one large one, and DSVRG reads every partition twice per epoch.
+    """
+    for block in blocks:
+        n = block.X.shape[0]
+        if n == 0:
+            continue
+        nbytes = block.X.data.nbytes if scipy.sparse.issparse(block.X) else block.X.nbytes
+        step = max(1, int(CHUNK_BYTES * n // max(nbytes, 1)))
+        y = np.where(block.y == positive, 1.0, -1.0)
+        for start in range(0, n, step):
+            rows = slice(start, start + step)
+            yield index, (block.X[rows], y[rows], block.row_ids[rows])
+
+
+def _stack(chunks):
+    """One (X, y) from a partition's chunks, in order; CSR stays CSR."""
+    Xs = [chunk[0] for chunk in chunks]
+    if len(Xs) == 1:
+        return Xs[0], chunks[0][1]
+    X = scipy.sparse.vstack(Xs, format="csr") if scipy.sparse.issparse(Xs[0]) \
+        else np.concatenate(Xs)
+    return X, np.concatenate([chunk[1] for chunk in chunks])
+
+
+def _survey(index, items, wanted, seed):
+    """One pass over a partition's chunks: rows, positives, max ‖x‖², sparse?, and (dense) a
+    seeded uniform sample of at most ``wanted`` rows (smallest random keys) for Eqn 8."""
+    n_rows = n_positive = 0
+    max_sq_norm, sparse = 0.0, False
+    keys, rows = np.empty(0), []
+    for number, (_, (X, y, _)) in enumerate(items):
+        n_rows += X.shape[0]
+        n_positive += int(np.sum(y > 0))
+        max_sq_norm = max(max_sq_norm, float(row_sq_norms(X).max()))
+        sparse = scipy.sparse.issparse(X)
+        if not sparse:
+            chunk_keys = np.random.default_rng([seed, 7, index, number]).random(X.shape[0])
+            best = np.argsort(chunk_keys)[:wanted]
+            keys = np.concatenate([keys, chunk_keys[best]])
+            rows.append(X[best])
+    if n_rows == 0:
+        return
+    sample = None
+    if not sparse:
+        sample = np.concatenate(rows)[np.argsort(keys, kind="stable")[:wanted]]
+    yield index, n_rows, n_positive, max_sq_norm, sparse, sample
+
+
+def _strata_by_class(index, items, landmarks, n_strata):
+    """Rows per (stratum of Eqn 7, class) of one partition, flattened to 2·S counts."""
+    counts = np.zeros(2 * n_strata, dtype=np.int64)
+    for _, (X, y, _) in items:
+        strata = np.zeros(X.shape[0], dtype=np.int64) if landmarks is None else \
+            nearest_landmark(X, landmarks, Kernel.create("linear"))
+        counts += np.bincount(2 * strata + (y > 0), minlength=2 * n_strata)
+    yield index, counts
 
 
 def _loss_and_gradient(item, w, config):
@@ -79,11 +141,59 @@ def _loss_and_gradient(item, w, config):
 def _hop(items, w, snapshot, mean_grad, step, config, epoch):
     """One partition's turn: SVRG steps over its own rows without replacement (Alg. 2 l. 14)."""
     out = w
-    for key, (X, y, _, _) in items:
+    by_key = {}
+    for key, value in items:
+        by_key.setdefault(key, []).append(value)
+    for key in sorted(by_key):
+        X, y = _stack(by_key[key])
         rows = sample_rows(X.shape[0], X.shape[0], epoch_rng([config["seed"], key], epoch))
         out = svrg_inner(out, snapshot, mean_grad, X, y, rows, step, config["lam"],
                          config["theta"], config["v"])
     yield out
+
+
+def _uniform_sample(survey, wanted, seed):
+    """``wanted`` rows uniform over all partitions, from each partition's uniform sample."""
+    sizes = np.array([entry[1] for entry in survey])
+    take = np.random.default_rng([seed, 3]).multivariate_hypergeometric(
+        sizes, min(wanted, int(sizes.sum())))
+    return np.concatenate([entry[5][:count] for entry, count in zip(survey, take)])
+
+
+def stratified_layout(sc, chunked, params: "DSVRGParams", survey):
+    """Alg. 2's partitions: the input's own partitions when they already look like the whole
+    (:func:`partitions_look_like_whole` over landmark strata × class), else rows dealt by
+    stratum (:func:`partition_blocks`). ``chunked`` is the persisted RDD of (partition index,
+    (X, ±1 y, ids)) chunks. Returns (RDD of (key, block) with key k in Spark partition k, a
+    description for the log, whether the rows were dealt)."""
+    sparse = survey[0][4]
+    n_rows = sum(entry[1] for entry in survey)
+    n_partitions = params.n_partitions or max(1, sc.defaultParallelism)
+    # Sparse rows in 10^5 dimensions get no landmarks: their strata are the two classes.
+    landmarks = None
+    if not sparse and params.partitioner == "stratified":
+        sample = _uniform_sample(survey, 50 * params.strata, params.seed)
+        landmarks = sample[select_landmarks(sample, Kernel.create("linear"), params.strata)]
+    n_strata = 1 if landmarks is None else landmarks.shape[0]
+    same_count = params.n_partitions in (None, len(survey))
+    if same_count and len(survey) >= min(n_partitions, n_rows):
+        sc.setJobDescription("DSVRG: do the input partitions already look like the whole?")
+        landmarks_b = sc.broadcast(landmarks)
+        counts = dict(chunked.mapPartitionsWithIndex(
+            lambda i, it: _strata_by_class(i, it, landmarks_b.value, n_strata)).collect())
+        landmarks_b.unpersist(blocking=False)
+        if partitions_look_like_whole(np.stack([counts[entry[0]] for entry in survey])):
+            return chunked, (f"{len(survey)} input partitions kept: each already holds every "
+                             "stratum in its overall share"), False
+    if n_partitions > n_rows:
+        raise ValueError(f"{n_partitions} partitions but only {n_rows} rows; use fewer.")
+    partitioner = "random" if sparse else params.partitioner
+    parts, _ = partition_blocks(
+        sc, chunked.values(), SODMParams(kernel="linear", partitioner=partitioner,
+                                         strata=params.strata, seed=params.seed, levels=0),
+        Kernel.create("linear"), n_rows, n_partitions)
+    chunked.unpersist()
+    return parts, f"{partitioner} dealing into {n_partitions} partitions", True
 
 
 def fit_dsvrg(sc, blocks, params: DSVRGParams, classes, n_features: int, test=None,
@@ -100,25 +210,24 @@ def fit_dsvrg(sc, blocks, params: DSVRGParams, classes, n_features: int, test=No
                          f"({', '.join(map(str, classes[:10]))}).")
     started = time.perf_counter()
     positive = classes[1]
-    labelled = blocks.map(lambda b: _map_labels(b, positive)).persist(SPILL)
-    n_rows = int(labelled.map(_moments).treeReduce(np.add)[0])
-    n_partitions = params.n_partitions or max(1, sc.defaultParallelism)
-    if n_partitions > n_rows:
-        raise ValueError(f"{n_partitions} partitions but only {n_rows} rows; use fewer.")
-    sparse_input = bool(labelled.map(lambda b: scipy.sparse.issparse(b[0])).first())
-    partitioner = "random" if sparse_input else params.partitioner
-    sc.setJobDescription(f"DSVRG partition: {partitioner} into {n_partitions}")
-    parts, _ = partition_blocks(
-        sc, labelled, SODMParams(kernel="linear", partitioner=partitioner, strata=params.strata,
-                                 seed=params.seed, levels=0),
-        Kernel.create("linear"), n_rows, n_partitions)
-    labelled.unpersist()
+    sc.setJobDescription("DSVRG: rows, labels, norms and a landmark sample")
+    chunked = blocks.mapPartitionsWithIndex(lambda i, it: _chunks(i, it, positive),
+                                            preservesPartitioning=True).persist(SPILL)
+    survey = sorted(chunked.mapPartitionsWithIndex(
+        lambda i, it: _survey(i, it, 50 * params.strata, params.seed)).collect(),
+        key=lambda entry: entry[0])
+    if not survey:
+        chunked.unpersist()
+        raise ValueError("DSVRG got no rows: the training data is empty.")
+    n_rows = sum(entry[1] for entry in survey)
+    parts, layout, owned = stratified_layout(sc, chunked, params, survey)
     partition_seconds = time.perf_counter() - started
     config = {"lam": params.lam, "theta": params.theta, "v": params.v, "seed": params.seed}
     scale = params.lam / (1 - params.theta) ** 2
     step = params.step or 1.0 / (2.0 * (1.0 + scale * max(1.0, params.v)
-                                        * parts.map(_max_sq_norm).max()))
-    keys = sorted(parts.keys().collect())  # partition k holds key k (partition_blocks)
+                                        * max(entry[3] for entry in survey)))
+    # partition k holds key k in both layouts; empty input partitions take no turn
+    keys = [entry[0] for entry in survey] if not owned else list(range(parts.getNumPartitions()))
 
     w = np.zeros(n_features) if w0 is None else np.array(w0, dtype=np.float64)
 
@@ -163,4 +272,5 @@ def fit_dsvrg(sc, blocks, params: DSVRGParams, classes, n_features: int, test=No
     model = KernelExpansion(w[None, :], np.ones((1, 1)), Kernel.create("linear"), classes)
     return DSVRGFit(w=w, model=model, epochs=history,
                     train_seconds=time.perf_counter() - started - scoring,
-                    partition_seconds=partition_seconds, n_rows=n_rows, step=step)
+                    partition_seconds=partition_seconds, n_rows=n_rows, step=step,
+                    layout=layout)

@@ -5,7 +5,7 @@ import os
 import sys
 
 import numpy as np
-from pyspark import SparkConf
+from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
 from .io import Block
@@ -15,18 +15,22 @@ def get_session(app_name: str, master: str | None = None,
                 config: dict | None = None) -> tuple[SparkSession, bool]:
     """(session, created): the active session if there is one, else a new one.
 
-    ``master`` (else ``local[*]``) applies only when spark-submit gave none. In local mode the
-    Python workers run this interpreter, the one that has sodm_spark installed.
+    The master is ``master`` if given, else spark-submit's (its ``--master`` or
+    spark-defaults.conf), else ``local[*]``. In local mode the Python workers run this interpreter, the
+    one that has sodm_spark installed.
     """
     active = SparkSession.getActiveSession()
     if active is not None:
         return active, False
+    if os.environ.get("PYSPARK_GATEWAY_PORT"):
+        # Under spark-submit the JVM is already up: connect first, or SparkConf() is empty and
+        # spark-submit's --master would be overridden. (Launching a JVM here instead would
+        # freeze settings such as spark.driver.memory before ``config`` is applied.)
+        SparkContext._ensure_initialized()
     conf = SparkConf()
     builder = SparkSession.builder.appName(app_name)
-    if master:
-        builder = builder.master(master)
-    elif not conf.contains("spark.master"):
-        builder = builder.master("local[*]")
+    if master or not conf.contains("spark.master"):
+        builder = builder.master(master or "local[*]")
     for key, value in (config or {}).items():
         builder = builder.config(key, value)
     resolved = master or conf.get("spark.master", "local[*]")

@@ -26,6 +26,7 @@ from ..partition import (deal_positions, kmeans, nearest_center, nearest_landmar
                          select_landmarks, stratum_offsets)
 from ..solvers import solve_odm_dual
 from ..validation import check_odm_params
+from .checkpoint import LevelCheckpoint, assemble_partition, deal_by_layout
 from .io import check_blocks
 
 logger = logging.getLogger(__name__)
@@ -241,6 +242,14 @@ def checked_classes(blocks, n_features: int) -> np.ndarray:
     return np.array(list(stats.label_counts), dtype=np.float64)
 
 
+def row_count_and_variance(blocks) -> tuple[int, int, float]:
+    """(rows, features, variance over all entries) of a Block RDD in one pass — what
+    ``gamma="scale"`` needs, without collecting the data."""
+    n_rows, count, total, squares = blocks.map(_moments).treeReduce(np.add)
+    n_rows = int(n_rows)
+    return n_rows, int(round(count / n_rows)), float(squares / count - (total / count) ** 2)
+
+
 def largest_levels(n_rows: int, p: int) -> int:
     """Largest L with p^L <= n_rows (every partition gets at least one row)."""
     levels = 0
@@ -249,11 +258,15 @@ def largest_levels(n_rows: int, p: int) -> int:
     return levels
 
 
-def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None) -> SODMFit:
+def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
+             checkpoint_dir=None, resume: bool = False) -> SODMFit:
     """Fit SODM on ``blocks`` (RDD of (X, y, row_ids) with raw labels from ``classes``, 2 values).
 
     ``test`` is an optional (X_test, y_test) pair on the driver, scored after every level;
     ``on_level(LevelStats)`` is called as each level finishes (the job prints it).
+    With ``checkpoint_dir`` every finished level is recorded there (:mod:`.checkpoint`);
+    ``resume=True`` continues from the last recorded level instead of starting over, and
+    gives the model an uninterrupted run would have given.
     """
     params.validate()
     classes = np.asarray(classes)
@@ -278,8 +291,20 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None) 
     kernel = Kernel.create(params.kernel, gamma, params.degree, params.coef0)
     kernel_dict = kernel.to_dict()
 
-    sc.setJobDescription(f"SODM partition: {params.partitioner} into {n_partitions}")
-    parts, _ = partition_blocks(sc, labelled, params, kernel, n_rows, n_partitions)
+    checkpoint = None
+    if checkpoint_dir is not None:
+        checkpoint = LevelCheckpoint(checkpoint_dir, asdict(params), n_rows, n_features, classes)
+        if checkpoint.exists() and not resume:
+            raise ValueError(f"{checkpoint_dir} already holds a checkpoint; pass --resume to "
+                             "continue it, or choose an empty --checkpoint-dir.")
+    restored = None
+    if resume and checkpoint is not None and checkpoint.exists():
+        sc.setJobDescription("SODM resume: deal rows to their checkpointed partitions")
+        restored = _restore(sc, labelled, checkpoint)
+        parts = None
+    else:
+        sc.setJobDescription(f"SODM partition: {params.partitioner} into {n_partitions}")
+        parts, _ = partition_blocks(sc, labelled, params, kernel, n_rows, n_partitions)
     partition_seconds = time.perf_counter() - started
     labelled.unpersist()
 
@@ -297,44 +322,35 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None) 
     levels, solved, previous = [], None, parts
     cores = max(1, sc.defaultParallelism)
     scoring_seconds = 0.0
-    prior_solved = None
-    for level in range(params.levels, params.stop_level - 1, -1):
-        level_start = time.perf_counter()
-        n_level_partitions = params.p ** level
-        sc.setJobDescription(f"SODM level {level}: solve {n_level_partitions} partitions")
-        threads = max(1, cores // min(n_level_partitions, cores))
-        solved = previous.map(lambda item, lv=level, t=threads: _solve_partition(
-            item, kernel_dict, config, lv, t))
-        solved = solved.persist(SPILL)
-        stats = solved.map(lambda item: item[1][4]).collect()
-        previous.unpersist()
-        if prior_solved is not None:
-            prior_solved.unpersist()
-        prior_solved = solved
-        entry = LevelStats(level=level, partitions=len(stats), seconds=0.0,
-                           objective=float(sum(s["objective"] for s in stats)),
-                           n_sv=int(sum(s["n_sv"] for s in stats)),
-                           sweeps_max=int(max(s["sweeps"] for s in stats)),
-                           sweeps_total=int(sum(s["sweeps"] for s in stats)),
-                           rows=int(sum(s["rows"] for s in stats)),
-                           warm_start_violation=float(max(s["warm_start_violation"] for s in stats)))
-        entry.seconds = time.perf_counter() - level_start
-        entry.elapsed = time.perf_counter() - started - scoring_seconds
-        if test is not None:
-            scoring_start = time.perf_counter()
-            sc.setJobDescription(f"SODM level {level}: score the test set")
-            scores = solved.map(lambda item: _partial_scores(item, test_X.value, kernel_dict)) \
-                .treeReduce(np.add)
-            entry.test_accuracy = float(np.mean(np.where(scores > 0, 1.0, -1.0) == test_y))
-            scoring_seconds += time.perf_counter() - scoring_start
-        levels.append(entry)
-        if on_level is not None:
-            on_level(entry)
+    level = params.levels
+    if restored is not None:
+        level, levels, solved = restored
+        entry = levels[-1]
+    while True:
+        if restored is None:
+            solved, entry = _solve_level(sc, previous, solved, level, params, kernel_dict, config,
+                                         cores)
+            entry.elapsed = time.perf_counter() - started - scoring_seconds
+            if test is not None:
+                scoring_start = time.perf_counter()
+                sc.setJobDescription(f"SODM level {level}: score the test set")
+                scores = solved.map(lambda item: _partial_scores(item, test_X.value, kernel_dict)) \
+                    .treeReduce(np.add)
+                entry.test_accuracy = float(np.mean(np.where(scores > 0, 1.0, -1.0) == test_y))
+                scoring_seconds += time.perf_counter() - scoring_start
+            levels.append(entry)
+            if checkpoint is not None:
+                sc.setJobDescription(f"SODM level {level}: checkpoint")
+                checkpoint.save_level(level, solved.map(_layout).collect(), entry.to_dict())
+            if on_level is not None:
+                on_level(entry)
+        restored = None
         warm_started = level < params.levels
         if warm_started and entry.warm_start_violation <= params.tol:
             break  # Algorithm 1, line 5: every partition already optimal at its warm start
-        if level == params.stop_level:
+        if level <= params.stop_level:
             break
+        n_level_partitions = params.p ** level
         sc.setJobDescription(f"SODM level {level}: merge into {n_level_partitions // params.p}")
         scale = 1.0 / params.p if params.warm_start == "scaled" else 1.0
         support_only = params.partitioner == "cascade"
@@ -342,6 +358,7 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None) 
                     .partitionBy(n_level_partitions // params.p, lambda key: key)
                     .mapPartitions(lambda records: _merge_children(records, scale, support_only),
                                    preservesPartitioning=True))
+        level -= 1
     sc.setJobDescription("SODM: collect the model")
     pieces = solved.map(_support_vectors).collect()
     solved.unpersist()
@@ -356,6 +373,58 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None) 
     return SODMFit(model=model, levels=levels,
                    train_seconds=time.perf_counter() - started - scoring_seconds,
                    partition_seconds=partition_seconds, n_rows=n_rows)
+
+
+def _solve_level(sc, previous, prior_solved, level, params, kernel_dict, config, cores):
+    """Solve every partition of one level (one task each); returns (solved RDD, LevelStats)."""
+    level_start = time.perf_counter()
+    n_level_partitions = params.p ** level
+    sc.setJobDescription(f"SODM level {level}: solve {n_level_partitions} partitions")
+    threads = max(1, cores // min(n_level_partitions, cores))
+    solved = previous.map(lambda item: _solve_partition(
+        item, kernel_dict, config, level, threads)).persist(SPILL)
+    stats = solved.map(lambda item: item[1][4]).collect()
+    previous.unpersist()
+    if prior_solved is not None:
+        prior_solved.unpersist()
+    entry = LevelStats(level=level, partitions=len(stats), seconds=0.0,
+                       objective=float(sum(s["objective"] for s in stats)),
+                       n_sv=int(sum(s["n_sv"] for s in stats)),
+                       sweeps_max=int(max(s["sweeps"] for s in stats)),
+                       sweeps_total=int(sum(s["sweeps"] for s in stats)),
+                       rows=int(sum(s["rows"] for s in stats)),
+                       warm_start_violation=float(max(s["warm_start_violation"] for s in stats)))
+    entry.seconds = time.perf_counter() - level_start
+    return solved, entry
+
+
+def _layout(item):
+    key, (_, _, ids, gamma, _) = item
+    return key, ids, gamma
+
+
+def _restore(sc, labelled, checkpoint: LevelCheckpoint):
+    """(level, its LevelStats list, solved RDD) rebuilt from the last checkpointed level."""
+    level, finished, pieces = checkpoint.load_last()
+    keys = np.concatenate([np.full(ids.size, key, dtype=np.int64) for key, ids, _ in pieces])
+    positions = np.concatenate([np.arange(ids.size) for _, ids, _ in pieces])
+    ids = np.concatenate([ids for _, ids, _ in pieces])
+    order = np.argsort(ids)
+    lookup = sc.broadcast((ids[order], keys[order], positions[order]))
+    gammas = sc.broadcast({key: gamma for key, _, gamma in pieces})
+    n_partitions = max(key for key, _, _ in pieces) + 1
+    solved = (labelled.flatMap(lambda item: deal_by_layout(item, *lookup.value))
+              .partitionBy(n_partitions, lambda key: key)
+              .mapPartitions(lambda records: assemble_partition(records, gammas.value),
+                             preservesPartitioning=True)
+              .persist(SPILL))
+    restored_rows = solved.map(lambda item: item[1][2].size).sum()
+    if restored_rows != ids.size:
+        raise ValueError(f"checkpoint {checkpoint.directory}: {ids.size - restored_rows} of its "
+                         "rows are missing from the data; resume with the same data.")
+    stats = [LevelStats(**{k: v for k, v in entry.items() if k in LevelStats.__dataclass_fields__})
+             for entry in finished]
+    return level, stats, solved
 
 
 def partition_blocks(sc, labelled, params: SODMParams, kernel: Kernel, n_rows: int,

@@ -1,0 +1,136 @@
+"""Scheduled batch retraining: train SODM on the newest data snapshot, compare it with the
+production model on a holdout set, and promote it only if it is not worse.
+
+    spark-submit jobs/retrain.py --snapshots /data/snapshots --holdout /data/holdout.libsvm \
+        --models-dir /models [--max-drop 0.002] [--keep 5] [-- --levels 3 --lam 1000 ...]
+
+Flags after ``--`` are jobs/train_sodm.py's training flags (defaults from conf/sodm-jobs.toml).
+Every version is written to models/versions/ (temporary directory + rename) and `latest` is
+moved atomically, so a crash at any point leaves the previous `latest` intact. Exit codes:
+0 promoted; 1 kept the production model (the new one was worse by more than --max-drop);
+2 bad flags; 3 another retrain holds the lock; 4 no snapshot, bad data or a failed fit.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+import train_sodm
+from sodm_spark.model import KernelExpansion
+from sodm_spark.retrain import (FAILED, KEPT, LOCKED, PROMOTED, USAGE, LockedError, ModelStore,
+                                RetrainLock, decide, newest_snapshot)
+from sodm_spark.spark.io import read_blocks, read_libsvm_local
+from sodm_spark.spark.session import collect_blocks, get_session
+from sodm_spark.validation import check_finite_rows
+
+
+def parse_args(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    split = argv.index("--") if "--" in argv else len(argv)
+    parser = argparse.ArgumentParser(prog="retrain.py", description=__doc__.split("\n\n")[0],
+                                     epilog="exit codes: 0 promoted, 1 kept production, "
+                                     "2 bad flags, 3 locked, 4 failed")
+    parser.add_argument("--snapshots", required=True,
+                        help="directory of data snapshots; the newest entry is trained on")
+    parser.add_argument("--holdout", required=True, help="holdout data, same format")
+    parser.add_argument("--models-dir", required=True, help="versions/ and the latest symlink")
+    parser.add_argument("--format", choices=("libsvm", "csv", "parquet"), default="libsvm")
+    parser.add_argument("--max-drop", type=float, default=0.0,
+                        help="promote when new accuracy >= production - this (default 0)")
+    parser.add_argument("--keep", type=int, default=5, help="versions to keep (>= 1)")
+    parser.add_argument("--stale-hours", type=float, default=6.0,
+                        help="a lock older than this is taken over")
+    parser.add_argument("--master", help="Spark master when spark-submit gives none")
+    args = parser.parse_args(argv[:split])
+    if args.keep < 1:
+        parser.error("--keep must be at least 1 (the production model is always kept)")
+    args.train_args = argv[split + 1:]
+    return args
+
+
+def read_holdout(spark, path, data_format, n_features):
+    if data_format == "libsvm":
+        X, y = read_libsvm_local(path, n_features=n_features)
+    else:
+        X, y = collect_blocks(read_blocks(spark, path, data_format)[0])
+    check_finite_rows(X, f"--holdout {path}")
+    return X, y
+
+
+def holdout_accuracy(model: KernelExpansion, X, y) -> float:
+    if model.support_vectors.shape[1] != X.shape[1]:
+        raise ValueError(f"the holdout has {X.shape[1]} features but the model expects "
+                         f"{model.support_vectors.shape[1]}.")
+    return float(np.mean(model.predict(X) == y))
+
+
+def run(args, store: ModelStore) -> int:
+    snapshot = newest_snapshot(args.snapshots)
+    print(f"newest snapshot: {snapshot}", flush=True)
+    train_args = train_sodm.parse_args(
+        ["--data", str(snapshot), "--format", args.format] + args.train_args)
+    spark, created = get_session("sodm-spark: retrain", args.master)
+    try:
+        print("config: " + json.dumps(vars(train_args), default=str), flush=True)
+        fit, summary = train_sodm.train(spark, train_args)
+        n_features = fit.model.support_vectors.shape[1]
+        X, y = read_holdout(spark, args.holdout, args.format, n_features)
+    finally:
+        if created:
+            spark.stop()
+    new_accuracy = holdout_accuracy(fit.model, X, y)
+    current = store.latest_version()
+    production_accuracy = None
+    if current is not None:
+        production_accuracy = holdout_accuracy(KernelExpansion.load(current / "model"), X, y)
+    decision = decide(new_accuracy, production_accuracy, args.max_drop)
+    record = {"snapshot": str(snapshot), "finished": time.time(), "promoted": decision.promote,
+              "reason": decision.reason, "holdout_accuracy": new_accuracy,
+              "production_accuracy": production_accuracy,
+              "production_version": None if current is None else current.name}
+
+    def write(staging: Path):
+        fit.model.save(staging / "model")
+        (staging / "metrics.json").write_text(json.dumps(summary, indent=2, default=str))
+        (staging / "decision.json").write_text(json.dumps(record, indent=2))
+
+    version = store.write_version(snapshot.stem, write)
+    if decision.promote:
+        store.point_latest(version)
+    removed = store.prune(args.keep)
+    print(f"{'promoted' if decision.promote else 'kept production'}: {decision.reason}; "
+          f"version {version.name}" + (f"; removed {', '.join(removed)}" if removed else ""),
+          flush=True)
+    return PROMOTED if decision.promote else KEPT
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    store = ModelStore(args.models_dir)
+    lock = RetrainLock(args.models_dir, stale_seconds=args.stale_hours * 3600.0)
+    try:
+        lock.acquire()
+    except LockedError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return LOCKED
+    try:
+        if lock.taken_over:
+            print(f"took over a stale lock of pid {lock.taken_over.get('pid')}", flush=True)
+        return run(args, store)
+    except (ValueError, FileNotFoundError) as error:
+        print(f"error: {error}; the production model is unchanged", file=sys.stderr)
+        return FAILED
+    except SystemExit as error:  # train_sodm's flag (code 2) and data errors
+        print(f"{error}; the production model is unchanged", file=sys.stderr)
+        return USAGE if error.code == USAGE else FAILED
+    finally:
+        lock.release()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,131 @@
+"""CSVRGClassifier: kernel ODM (or SVM) trained by coreset SVRG (paper 000, Algorithm 1).
+
+The numerics live in :mod:`sodm_spark.solvers.csvrg`; this module is their scikit-learn face
+(design.md §4, "CSVRG").
+"""
+from __future__ import annotations
+
+import numbers
+import warnings
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from ..kernels import Kernel
+from ..model import KernelExpansion
+from ..solvers.csvrg import csvrg
+from ..validation import check_finite_rows
+
+
+class CSVRGClassifier(ClassifierMixin, BaseEstimator):
+    """Sparse kernel classifier ``f(x) = Σ_r σ_r k(c_r, x)`` over at most ``max_core`` core
+    points, trained by CSVRG (coreset-approximated SVRG with projection, paper 000 Alg. 1).
+
+    With ``loss='odm'`` the objective is the ODM primal of design.md §1 (the same λ, θ, v as
+    :class:`sodm_spark.ODMClassifier`; the paper's λ is half of ours); 'hinge' and
+    'squared_hinge' minimize ``½‖w‖² + (λ/m)·Σ_i ℓ_i`` (the paper's Eqn 3; λ/m is
+    scikit-learn's C). No intercept, as in the paper. See
+    :func:`sodm_spark.solvers.csvrg.csvrg` for the algorithm and every conversion.
+
+    Parameters
+    ----------
+    kernel, gamma, degree, coef0 : as in ``ODMClassifier`` (gamma 'scale' = 1/(d·Var X))
+    lam, theta, v : λ > 0; θ ∈ [0, 1) and v ∈ (0, 1] (ODM only)
+    loss : 'odm', 'hinge' or 'squared_hinge'
+    delta : cell diameter δ of the coreset (in ``metric``), or None to pick it so that about
+        ``max_core`` cells cover the data
+    max_core : most core points r (the model size); a step costs O(r)
+    metric : 'kernel' (distance in the RKHS) or 'input' (the paper's input-space balls)
+    refine : centroid (Lloyd) steps on the core points after the online pass (0: the paper's
+        first point of each cell)
+    per_class : cover each class apart, so no cell mixes labels
+    epochs, inner_steps : most SVRG epochs; steps per epoch (None: one per row)
+    step : SVRG step η (None: 1/(2L)); the hinge decays it as η/epoch
+    option : 'I' (snapshot = last iterate) or 'II' (a random iterate), Alg. 1 lines 20-21
+    tol : stop when the objective changes by at most ``tol`` (relative) over an epoch
+    cache_mb : memory for the rows × cores kernel matrix (recomputed per epoch if larger)
+    random_state : int seed of the coreset order and the sampling (None means 0)
+
+    Binary only: labels may be any two values (``classes_[1]`` scores positive); for more
+    classes wrap it in ``sklearn.multiclass.OneVsRestClassifier``.
+    """
+
+    def __init__(self, kernel="rbf", gamma="scale", degree=3, coef0=0.0, lam=1000.0, theta=0.1,
+                 v=0.5, loss="odm", delta=None, max_core=1000, metric="kernel", refine=1,
+                 per_class=True, epochs=30, inner_steps=None, step=None, option="I", tol=1e-3,
+                 cache_mb=1024.0, random_state=None):
+        self.kernel = kernel
+        self.gamma = gamma
+        self.degree = degree
+        self.coef0 = coef0
+        self.lam = lam
+        self.theta = theta
+        self.v = v
+        self.loss = loss
+        self.delta = delta
+        self.max_core = max_core
+        self.metric = metric
+        self.refine = refine
+        self.per_class = per_class
+        self.epochs = epochs
+        self.inner_steps = inner_steps
+        self.step = step
+        self.option = option
+        self.tol = tol
+        self.cache_mb = cache_mb
+        self.random_state = random_state
+
+    def _seed(self) -> int:
+        if self.random_state is None:
+            return 0
+        if isinstance(self.random_state, numbers.Integral):
+            return int(self.random_state)
+        raise ValueError(f"random_state must be an int or None, got {self.random_state!r}.")
+
+    def fit(self, X, y):
+        X, y = validate_data(self, X, y, dtype=np.float64, ensure_all_finite=False)
+        check_finite_rows(X, "X")
+        check_classification_targets(y)
+        self.classes_, y_index = np.unique(y, return_inverse=True)
+        if self.classes_.size != 2:
+            raise ValueError(
+                f"CSVRGClassifier is a binary classifier, but y has {self.classes_.size} "
+                f"class(es): {list(self.classes_[:10])}. For more classes use "
+                "sklearn.multiclass.OneVsRestClassifier(CSVRGClassifier(...)).")
+        kernel = Kernel.create(self.kernel, self.gamma, self.degree, self.coef0, X)
+        result = csvrg(X, np.where(y_index == 1, 1.0, -1.0), kernel, self.lam, self.theta,
+                       self.v, loss=self.loss, delta=self.delta, max_core=self.max_core,
+                       metric=self.metric, refine=self.refine, per_class=self.per_class,
+                       epochs=self.epochs, inner_steps=self.inner_steps, step=self.step,
+                       option=self.option, tol=self.tol, seed=self._seed(),
+                       cache_mb=self.cache_mb)
+        if self.tol > 0 and not result.converged:
+            warnings.warn(f"CSVRGClassifier stopped at epochs={self.epochs} with the objective "
+                          f"still changing by more than tol={self.tol}; increase epochs or tol.",
+                          ConvergenceWarning)
+        self.kernel_, self._gamma = kernel, kernel.gamma
+        self.result_ = result
+        self.support_vectors_ = result.core_points
+        self.dual_coef_ = result.sigma[None, :]
+        self.n_core_ = result.n_core
+        self.n_iter_ = result.epochs
+        self.objective_history_ = np.asarray(result.history)
+        self.delta_ = result.coreset.delta
+        self.coverage_ = result.coverage
+        self.converged_ = result.converged
+        self.model_ = KernelExpansion(result.core_points, result.sigma[:, None], kernel,
+                                      self.classes_)
+        return self
+
+    def decision_function(self, X):
+        """``f(x) = Σ_r σ_r k(c_r, x)``, positive for ``classes_[1]``."""
+        check_is_fitted(self)
+        X = validate_data(self, X, dtype=np.float64, ensure_all_finite=False, reset=False)
+        check_finite_rows(X, "X")
+        return self.model_.decision_function(X)
+
+    def predict(self, X):
+        return self.classes_[(self.decision_function(X) > 0).astype(int)]

@@ -1,0 +1,204 @@
+"""sodm_spark.cluster: a real standalone Master + Workers on loopback, and SODM submitted to it.
+
+The daemons are real JVMs from pyspark's bundled spark-class; every fixture stops what it
+started, also when a test fails.
+"""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from sodm_spark.cluster import (LIGHT_DAEMON_JAVA_OPTS as LIGHT_JVM, ClusterError, LoopbackCluster,
+                                _alive, read_state, start_cluster)
+from sodm_spark.model import KernelExpansion
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKERS = 5
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("java") is None and not os.environ.get("JAVA_HOME"),
+    reason="a standalone cluster needs Java 17")
+
+
+def port_is_free(port):
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_ports(count, span=1):
+    """``count`` bases of ``span`` consecutive free ports, all distinct, below the ephemeral
+    range (32768+) so that no connection's random local port takes one meanwhile."""
+    chosen = []
+    for base in range(21000, 32000, 10):
+        block = range(base, base + span)
+        if all(port_is_free(p) for p in block):
+            chosen.append(base)
+            if len(chosen) == count:
+                return chosen
+    raise RuntimeError("no free ports between 21000 and 32000")
+
+
+def run_cli(*args, timeout=240):
+    return subprocess.run([sys.executable, "-m", "sodm_spark.cluster", *args],
+                          capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+def java_command(pid):
+    return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+
+
+def test_cli_records_the_jvm_pids_and_stop_ends_exactly_those(tmp_path):
+    master_port, webui_port, worker_webui_port = free_ports(3)
+    state_dir = tmp_path / "state"
+    # a process started before the cluster, not recorded by it: stop must leave it alone
+    bystander = subprocess.Popen(["sleep", "120"], start_new_session=True)
+    try:
+        started = run_cli("start", "--workers", "1", "--memory", "512m", "--state-dir",
+                          str(state_dir), "--port", str(master_port), "--webui-port",
+                          str(webui_port), "--worker-webui-port", str(worker_webui_port),
+                          "--conf-dir", str(ROOT / "conf"))
+        assert started.returncode == 0, started.stderr
+        assert f"spark://127.0.0.1:{master_port}" in started.stdout
+        state = read_state(state_dir)
+        assert [e["role"] for e in state["processes"]] == ["master", "worker-1"]
+        for entry in state["processes"]:
+            command = java_command(entry["pid"])  # the JVM itself, not a wrapper shell
+            assert Path(command[0].decode()).name == "java"
+            assert entry["main_class"].encode() in command
+        status = run_cli("status", "--state-dir", str(state_dir))
+        assert status.returncode == 0 and "alive workers 1" in status.stdout
+        stopped = run_cli("stop", "--state-dir", str(state_dir), timeout=120)
+        assert stopped.returncode == 0, stopped.stderr
+        pids = [e["pid"] for e in state["processes"]]
+        assert f"stopped pids {pids}" in stopped.stdout
+        assert not any(_alive(pid) for pid in pids)
+        assert bystander.poll() is None  # still running
+        assert read_state(state_dir) is None
+        gone = run_cli("status", "--state-dir", str(state_dir))
+        assert gone.returncode == 1 and "no cluster recorded" in gone.stdout
+    finally:
+        run_cli("stop", "--state-dir", str(state_dir), timeout=120)
+        os.killpg(bystander.pid, signal.SIGKILL)
+        bystander.wait()
+
+
+def test_start_refuses_a_taken_port_and_starts_nothing(tmp_path):
+    (port,) = free_ports(1)
+    with socket.socket() as holder:
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # despite TIME_WAITs
+        holder.bind(("127.0.0.1", port))
+        holder.listen()
+        with pytest.raises(ClusterError, match=f"port {port} on 127.0.0.1 is already in use"):
+            start_cluster(workers=1, state_dir=tmp_path, port=port, webui_port=port + 1,
+                          worker_webui_port=port + 2)
+    assert read_state(tmp_path) is None
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory, request):
+    master_port, webui_port, worker_webui_port = free_ports(3, span=WORKERS)
+    loopback = LoopbackCluster(
+        workers=WORKERS, cores_per_worker=1, memory="1g",
+        state_dir=tmp_path_factory.mktemp("cluster-state"), port=master_port,
+        webui_port=webui_port, worker_webui_port=worker_webui_port,
+        conf_dir=ROOT / "conf", timeout=240)
+    request.addfinalizer(loopback.stop)  # before start: a half-started cluster is stopped too
+    loopback.start()
+    return loopback
+
+
+def zip_package(path):
+    """sodm_spark's sources as a --py-files zip (a wheel does not import on executors)."""
+    with zipfile.ZipFile(path, "w") as archive:
+        for source in sorted((ROOT / "sodm_spark").rglob("*.py")):
+            archive.write(source, source.relative_to(ROOT))
+    return path
+
+
+def event_log_records(directory):
+    records = []
+    for path in sorted(Path(directory).rglob("*")):
+        if path.is_file() and not path.name.startswith(".") and "appstatus" not in path.name:
+            records += [json.loads(line) for line in path.read_text().splitlines() if line]
+    return records
+
+
+def test_sodm_job_runs_on_five_executors(cluster, tmp_path):
+    assert cluster.status()["alive_workers"] == WORKERS
+    events = tmp_path / "events"
+    events.mkdir()
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_CONF_DIR=str(ROOT / "conf"),
+               SPARK_LOCAL_IP="127.0.0.1",
+               PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    command = [
+        "spark-submit", "--master", cluster.master_url,
+        "--py-files", str(zip_package(tmp_path / "sodm_spark.zip")),
+        "--conf", "spark.eventLog.enabled=true", "--conf", f"spark.eventLog.dir={events}",
+        "--conf", "spark.eventLog.compress=false",
+        "--conf", "spark.eventLog.rolling.enabled=false",
+        # every executor registered before the first stage, so every one gets tasks
+        "--conf", "spark.scheduler.minRegisteredResourcesRatio=1.0",
+        "--conf", "spark.ui.enabled=false",
+        # short-lived JVMs on a 2-core machine: the client JIT costs far less CPU
+        "--driver-java-options", LIGHT_JVM, "--conf", f"spark.executor.extraJavaOptions={LIGHT_JVM}",
+        # numba's cache for the zipped sources goes to tmp, not the user's ~/.cache
+        "--conf", f"spark.executorEnv.XDG_CACHE_HOME={tmp_path / 'cache'}",
+        str(ROOT / "jobs" / "train_sodm.py"), "--levels", "3", "--p", "3", "--rows", "4000",
+        "--model-out", str(tmp_path / "model"), "--metrics-out", str(tmp_path / "metrics.json")]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+
+    records = event_log_records(events)
+    start = next(r for r in records if r["Event"] == "SparkListenerApplicationStart")
+    assert start["App ID"].startswith("app-"), (  # standalone apps are app-*, local ones local-*
+        f"application {start['App ID']} ran in local mode: the driver ignored spark-submit's "
+        f"--master {cluster.master_url}")
+    added = {r["Executor ID"]: r["Executor Info"]["Host"] for r in records
+             if r["Event"] == "SparkListenerExecutorAdded"}
+    assert len(added) == WORKERS and set(added.values()) == {"127.0.0.1"}
+    ran_tasks = {r["Task Info"]["Executor ID"] for r in records
+                 if r["Event"] == "SparkListenerTaskEnd"}
+    assert ran_tasks == set(added)  # the work spread over all five executors
+    assert "driver" not in ran_tasks
+
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert [entry["level"] for entry in metrics["levels"]] == [3, 2, 1, 0]
+    assert [entry["partitions"] for entry in metrics["levels"]] == [27, 9, 3, 1]
+    assert metrics["test_accuracy"] > 0.8
+    model = KernelExpansion.load(tmp_path / "model")
+    assert model.support_vectors.shape[0] == metrics["n_sv"] > 0
+
+
+def test_second_start_on_the_same_state_dir_refuses(cluster):
+    # the running cluster's own ports: were the refusal missing, the start would still fail
+    refused = run_cli("start", "--workers", "1", "--state-dir", str(cluster.state_dir),
+                      "--port", str(cluster.options["port"]),
+                      "--webui-port", str(cluster.options["webui_port"]))
+    assert refused.returncode == 2
+    assert "is still running" in refused.stderr and str(cluster.state_dir) in refused.stderr
+    assert "sodm_spark.cluster stop --state-dir" in refused.stderr
+    status = cluster.status()  # the running cluster is untouched
+    assert status["alive_workers"] == WORKERS
+    assert all(entry["running"] for entry in status["processes"])
+
+
+def test_stop_ends_the_daemons_and_their_executors(cluster):
+    groups = [entry["pgid"] for entry in cluster.state["processes"]]
+    pids = [entry["pid"] for entry in cluster.state["processes"]]
+    assert sorted(cluster.stop()) == sorted(pids)
+    assert not any(_alive(pid) for pid in pids)
+    for group in groups:  # executors and Python workers forked by a Worker went with it
+        with pytest.raises(ProcessLookupError):
+            os.killpg(group, 0)

@@ -1,0 +1,187 @@
+"""Scheduled retraining: promote / keep / reject, the lock, versions, and crashes mid-run."""
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sklearn.datasets import dump_svmlight_file
+
+from sodm_spark.model import KernelExpansion
+from sodm_spark.retrain import (FAILED, KEPT, LOCKED, PROMOTED, LockedError, ModelStore,
+                                RetrainLock, decide, newest_snapshot)
+
+from conftest import make_problem
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "jobs"))
+import retrain  # noqa: E402
+
+TRAIN_FLAGS = ["--", "--levels", "1", "--p", "2", "--strata", "3", "--lam", "100",
+               "--gamma", "0.5"]
+
+
+def write_libsvm(path, X, y):
+    dump_svmlight_file(X, (y > 0).astype(int), str(path), zero_based=False)
+    return path
+
+
+@pytest.fixture
+def setup(tmp_path):
+    """Two snapshots (a good one, then one with scrambled labels) and a holdout."""
+    snapshots = tmp_path / "snapshots"
+    snapshots.mkdir()
+    X, y = make_problem(m=300, d=4, seed=51, noise=0.2)
+    good = write_libsvm(snapshots / "day1.libsvm", X, y)
+    X_h, y_h = make_problem(m=200, d=4, seed=52, noise=0.2)
+    holdout = write_libsvm(tmp_path / "holdout.libsvm", X_h, y_h)
+    scrambled = np.random.default_rng(3).permutation(y)
+    return {"snapshots": snapshots, "holdout": holdout, "models": tmp_path / "models",
+            "good": good, "bad": (X, scrambled)}
+
+
+def run_job(setup, *extra):
+    return retrain.main(["--snapshots", str(setup["snapshots"]), "--holdout",
+                         str(setup["holdout"]), "--models-dir", str(setup["models"]), *extra,
+                         *TRAIN_FLAGS])
+
+
+def add_snapshot(setup, name, X, y):
+    path = write_libsvm(setup["snapshots"] / name, X, y)
+    later = time.time() + len(list(setup["snapshots"].iterdir()))
+    os.utime(path, (later, later))  # newest by modification time
+
+
+def test_promote_then_keep_then_promote_again(spark, setup):
+    store = ModelStore(setup["models"])
+    assert run_job(setup) == PROMOTED
+    first = store.latest_version()
+    assert first.name.startswith("v0001-day1")
+    decision = json.loads((first / "decision.json").read_text())
+    assert decision["promoted"] and decision["production_accuracy"] is None
+    assert decision["holdout_accuracy"] > 0.8
+    # scrambled labels: clearly worse on the holdout, so production is kept
+    add_snapshot(setup, "day2.libsvm", *setup["bad"])
+    assert run_job(setup) == KEPT
+    assert store.latest_version() == first
+    rejected = json.loads((store.versions / store.version_names()[-1] / "decision.json")
+                          .read_text())
+    assert not rejected["promoted"] and rejected["production_version"] == first.name
+    # the same good data again is not worse: promoted
+    X, y = make_problem(m=300, d=4, seed=51, noise=0.2)
+    add_snapshot(setup, "day3.libsvm", X, y)
+    assert run_job(setup) == PROMOTED
+    assert store.latest_version().name.startswith("v0003-day3")
+    model = KernelExpansion.load(store.latest / "model")
+    assert model.support_vectors.shape[1] == 4
+
+
+def test_keep_prunes_old_versions_but_never_latest(spark, setup):
+    store = ModelStore(setup["models"])
+    assert run_job(setup, "--keep", "1") == PROMOTED
+    add_snapshot(setup, "day2.libsvm", *setup["bad"])
+    assert run_job(setup, "--keep", "1") == KEPT  # newest version is the rejected one
+    names = store.version_names()
+    assert store.latest_version().name in names  # production survives pruning
+    assert len(names) == 2
+
+
+def test_bad_snapshot_is_refused_and_latest_stays(spark, setup, capsys):
+    assert run_job(setup) == PROMOTED
+    store = ModelStore(setup["models"])
+    before = store.latest_version()
+    bad = setup["snapshots"] / "day2.libsvm"
+    bad.write_text("1 1:0.5 2:abc\n")
+    later = time.time() + 10
+    os.utime(bad, (later, later))
+    assert run_job(setup) == FAILED
+    assert "production model is unchanged" in capsys.readouterr().err
+    assert store.latest_version() == before
+    assert not (setup["models"] / ".retrain.lock").exists()
+
+
+def test_empty_snapshot_directory_fails_clearly(spark, tmp_path, capsys):
+    (tmp_path / "snapshots").mkdir()
+    code = retrain.main(["--snapshots", str(tmp_path / "snapshots"), "--holdout", "x",
+                         "--models-dir", str(tmp_path / "models")])
+    assert code == FAILED
+    assert "is empty: nothing to train on" in capsys.readouterr().err
+
+
+def test_a_second_run_is_refused_while_the_first_holds_the_lock(setup, capsys):
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        setup["models"].mkdir()
+        (setup["models"] / ".retrain.lock").write_text(json.dumps(
+            {"pid": holder.pid, "host": os.uname().nodename, "started": time.time()}))
+        assert run_job(setup) == LOCKED
+        assert f"pid {holder.pid}" in capsys.readouterr().err
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_stale_locks_are_taken_over(tmp_path):
+    finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                              capture_output=True, text=True)
+    dead_pid = int(finished.stdout)
+    lock_path = tmp_path / ".retrain.lock"
+    lock_path.write_text(json.dumps({"pid": dead_pid, "host": os.uname().nodename,
+                                     "started": time.time()}))
+    with RetrainLock(tmp_path) as lock:
+        assert lock.taken_over["pid"] == dead_pid
+        assert json.loads(lock_path.read_text())["pid"] == os.getpid()
+        with pytest.raises(LockedError, match="holds"):
+            RetrainLock(tmp_path).acquire()  # our own live process holds it now
+    assert not lock_path.exists()
+    # too old, even if the pid is alive; and half-written lock files
+    lock_path.write_text(json.dumps({"pid": os.getpid(), "host": os.uname().nodename,
+                                     "started": time.time() - 7200}))
+    with RetrainLock(tmp_path, stale_seconds=3600) as lock:
+        assert lock.taken_over["pid"] == os.getpid()
+    lock_path.write_text("{")
+    with RetrainLock(tmp_path) as lock:
+        assert lock.taken_over == {}
+
+
+def test_crash_before_the_pointer_moves_leaves_latest_intact(spark, setup, monkeypatch):
+    store = ModelStore(setup["models"])
+    assert run_job(setup) == PROMOTED
+    before = store.latest_version()
+    X, y = make_problem(m=300, d=4, seed=51, noise=0.2)
+    add_snapshot(setup, "day2.libsvm", X, y)
+
+    def crash(self, version):
+        raise KeyboardInterrupt("killed")
+
+    monkeypatch.setattr(ModelStore, "point_latest", crash)
+    with pytest.raises(KeyboardInterrupt):
+        run_job(setup)
+    assert store.latest_version() == before
+    KernelExpansion.load(store.latest / "model")  # still a complete model
+
+    def crash_while_writing(staging):
+        (Path(staging) / "model").mkdir()
+        raise KeyboardInterrupt("killed while writing")
+
+    monkeypatch.undo()
+    with pytest.raises(KeyboardInterrupt):
+        store.write_version("partial", crash_while_writing)
+    assert not any("partial" in name for name in store.version_names())
+    assert not list(store.versions.glob(".*tmp*"))
+
+
+def test_decide_and_newest_snapshot(tmp_path):
+    assert decide(0.90, None).promote
+    assert decide(0.90, 0.90).promote
+    assert decide(0.899, 0.90, max_drop=0.002).promote
+    assert not decide(0.897, 0.90, max_drop=0.002).promote
+    (tmp_path / "a").write_text("x")
+    (tmp_path / "b").write_text("x")
+    os.utime(tmp_path / "a", (time.time() + 5, time.time() + 5))
+    assert newest_snapshot(tmp_path).name == "a"
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        newest_snapshot(tmp_path / "missing")
