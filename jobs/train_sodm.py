@@ -51,6 +51,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--warm-start", choices=("scaled", "concat"), default=defaults.warm_start)
     parser.add_argument("--cache-mb", type=float, default=defaults.cache_mb,
                         help="kernel cache per task (MB)")
+    parser.add_argument("--memory-mb", type=float,
+                        help="memory one partition's solve may use (default: "
+                        "spark.executor.pyspark.memory, else RAM / cores); a level that cannot "
+                        "fit stops with an error naming it")
     parser.add_argument("--model-out", help="directory for the model (written atomically)")
     parser.add_argument("--metrics-out", help="JSON file for per-level metrics")
     parser.add_argument("--seed", type=int, default=defaults.seed)
@@ -161,7 +165,7 @@ def sodm_params(args) -> SODMParams:
                         v=args.v, tol=args.tol, max_iter=args.max_iter, p=args.p,
                         levels=args.levels, strata=args.strata, stop_level=args.stop_level,
                         partitioner=args.partitioner, warm_start=args.warm_start, seed=args.seed,
-                        cache_mb=args.cache_mb)
+                        cache_mb=args.cache_mb, memory_mb=args.memory_mb)
     params.validate()
     return params
 

@@ -13,6 +13,7 @@ import sys
 import zipfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from sodm_spark.cluster import (LIGHT_DAEMON_JAVA_OPTS as LIGHT_JVM, ClusterError, LoopbackCluster,
@@ -135,10 +136,8 @@ def event_log_records(directory):
     return records
 
 
-def test_sodm_job_runs_on_five_executors(cluster, tmp_path):
-    assert cluster.status()["alive_workers"] == WORKERS
-    events = tmp_path / "events"
-    events.mkdir()
+def submit_command(cluster, tmp_path, events, *job_args):
+    """(command, env) of a spark-submit of jobs/train_sodm.py to ``cluster``, logging events."""
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_CONF_DIR=str(ROOT / "conf"),
                SPARK_LOCAL_IP="127.0.0.1",
                PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
@@ -155,8 +154,17 @@ def test_sodm_job_runs_on_five_executors(cluster, tmp_path):
         "--driver-java-options", LIGHT_JVM, "--conf", f"spark.executor.extraJavaOptions={LIGHT_JVM}",
         # numba's cache for the zipped sources goes to tmp, not the user's ~/.cache
         "--conf", f"spark.executorEnv.XDG_CACHE_HOME={tmp_path / 'cache'}",
-        str(ROOT / "jobs" / "train_sodm.py"), "--levels", "3", "--p", "3", "--rows", "4000",
-        "--model-out", str(tmp_path / "model"), "--metrics-out", str(tmp_path / "metrics.json")]
+        str(ROOT / "jobs" / "train_sodm.py"), *job_args]
+    return command, env
+
+
+def test_sodm_job_runs_on_five_executors(cluster, tmp_path):
+    assert cluster.status()["alive_workers"] == WORKERS
+    events = tmp_path / "events"
+    events.mkdir()
+    command, env = submit_command(
+        cluster, tmp_path, events, "--levels", "3", "--p", "3", "--rows", "4000",
+        "--model-out", str(tmp_path / "model"), "--metrics-out", str(tmp_path / "metrics.json"))
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
 
@@ -192,6 +200,57 @@ def test_second_start_on_the_same_state_dir_refuses(cluster):
     status = cluster.status()  # the running cluster is untouched
     assert status["alive_workers"] == WORKERS
     assert all(entry["running"] for entry in status["processes"])
+
+
+FAULT_JOB = ("--levels", "2", "--p", "3", "--rows", "9000", "--seed", "4")
+
+
+def executor_pids():
+    found = subprocess.run(["pgrep", "-f", "CoarseGrainedExecutorBackend"], capture_output=True,
+                           text=True)
+    return sorted(int(pid) for pid in found.stdout.split())
+
+
+def test_a_killed_executor_costs_time_not_the_model(cluster, tmp_path):
+    """Kill one executor JVM while level 1 runs: Spark re-runs its tasks (and recomputes the
+    cached levels it held) and the model equals an uninterrupted run's, bit for bit."""
+    reference_dir, faulty_dir = tmp_path / "reference", tmp_path / "faulty"
+    for directory in (reference_dir, faulty_dir):
+        (directory / "events").mkdir(parents=True)
+    command, env = submit_command(cluster, reference_dir, reference_dir / "events", *FAULT_JOB,
+                                  "--model-out", str(reference_dir / "model"))
+    reference = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert reference.returncode == 0, reference.stderr[-3000:]
+
+    command, env = submit_command(cluster, faulty_dir, faulty_dir / "events", *FAULT_JOB,
+                                  "--model-out", str(faulty_dir / "model"))
+    job = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                           text=True, start_new_session=True)
+    killed = None
+    try:
+        lines = []
+        for line in job.stdout:  # level 2 printed: level 1's solves start now
+            lines.append(line)
+            if line.split()[:2] == ["2", "9"]:
+                victims = executor_pids()
+                assert victims, "no executor JVM found"
+                killed = victims[0]
+                os.kill(killed, signal.SIGKILL)
+                break
+        lines += job.stdout.readlines()
+        assert job.wait(timeout=600) == 0, "".join(lines)[-3000:]
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
+    assert killed is not None, "the job finished before level 2 was printed"
+    records = event_log_records(faulty_dir / "events")
+    removed = [r for r in records if r["Event"] == "SparkListenerExecutorRemoved"]
+    assert removed, "Spark never noticed the lost executor"
+    expected = KernelExpansion.load(reference_dir / "model")
+    model = KernelExpansion.load(faulty_dir / "model")
+    np.testing.assert_array_equal(model.support_vectors, expected.support_vectors)
+    np.testing.assert_array_equal(model.coef, expected.coef)
 
 
 def test_stop_ends_the_daemons_and_their_executors(cluster):

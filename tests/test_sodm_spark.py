@@ -69,7 +69,7 @@ def test_stratified_partitions_hold_every_stratum_evenly(spark):
     sc = spark.sparkContext
     params = SODMParams(gamma=GAMMA, levels=2, p=3, strata=7, seed=1)
     kernel = Kernel.create("rbf", GAMMA)
-    parts, landmarks = partition_blocks(sc, numpy_to_blocks(sc, X, y, n_slices=5), params,
+    parts, landmarks, _ = partition_blocks(sc, numpy_to_blocks(sc, X, y, n_slices=5), params,
                                         kernel, n_rows=2000, n_partitions=9)
     collected = dict(parts.map(lambda kv: (kv[0], kv[1][0])).collect())
     assert sorted(collected) == list(range(9)) and landmarks.shape == (7, 4)
@@ -153,7 +153,7 @@ def test_label_strata_deal_every_class_of_every_stratum_evenly(spark):
     sc = spark.sparkContext
     params = SODMParams(gamma=GAMMA, levels=2, p=3, strata=5, seed=2, label_strata=True)
     kernel = Kernel.create("rbf", GAMMA)
-    parts, landmarks = partition_blocks(sc, numpy_to_blocks(sc, X, y, n_slices=4), params,
+    parts, landmarks, _ = partition_blocks(sc, numpy_to_blocks(sc, X, y, n_slices=4), params,
                                         kernel, n_rows=1800, n_partitions=9)
     code = lambda X_, y_: 2 * nearest_landmark(X_, landmarks, kernel) + (y_ > 0)
     totals = np.bincount(code(X, y), minlength=10)
@@ -186,3 +186,25 @@ def test_resume_from_a_checkpoint_equals_the_uninterrupted_run(spark, tmp_path):
     with pytest.raises(ValueError, match="belongs to another fit .*lam"):
         fit_sodm(sc, numpy_to_blocks(sc, X, y), replace(params, lam=60.0), [-1.0, 1.0],
                  checkpoint_dir=tmp_path / "ckpt", resume=True)
+
+
+def test_memory_budget_switches_to_on_demand_kernels_then_names_the_level_that_cannot_fit(spark):
+    from sodm_spark.solvers.odm_dcd import solver_memory_mb
+    from sodm_spark.spark.sodm import MemoryBudgetError
+
+    X, y = make_problem(m=1800, d=5, seed=33)
+    sc = spark.sparkContext
+    base = SODMParams(gamma=0.3, lam=50.0, levels=1, p=3, strata=4, seed=1, tol=1e-3)
+    roomy = fit_sodm(sc, numpy_to_blocks(sc, X, y), base, [-1.0, 1.0])
+    assert [entry.kernel for entry in roomy.levels] == ["cached", "cached"]
+    # enough for the 600-row partitions' cached kernels, only blocks for the 1,800-row level
+    budget = solver_memory_mb(1800, 5) + 1800 ** 2 * 4 / 2**20 / 2
+    tight = fit_sodm(sc, numpy_to_blocks(sc, X, y), replace(base, memory_mb=budget),
+                     [-1.0, 1.0])
+    assert [entry.kernel for entry in tight.levels] == ["cached", "blocked"]
+    assert tight.levels[-1].objective == pytest.approx(roomy.levels[-1].objective, rel=1e-4)
+    # not even on-demand blocks fit level 0: refused before it runs, naming it
+    too_small = (solver_memory_mb(600, 5) + solver_memory_mb(1800, 5)) / 2
+    with pytest.raises(MemoryBudgetError, match=r"level 0: .*1800 rows .*--stop-level 1"):
+        fit_sodm(sc, numpy_to_blocks(sc, X, y), replace(base, memory_mb=too_small),
+                 [-1.0, 1.0])

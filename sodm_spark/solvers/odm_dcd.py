@@ -169,6 +169,14 @@ def full_q_matrix(kernel: Kernel, X: np.ndarray, y: np.ndarray, dtype=np.float32
     return Q
 
 
+def solver_memory_mb(m: int, n_features: int, block_size: int = 1024,
+                     itemsize: int = 4) -> float:
+    """Memory (MB) a blocked solve of m rows needs besides its kernel cache: the rows (float64),
+    about six m-vectors, one block of kernel rows and its float64 GEMM scratch."""
+    rows = min(block_size, m)
+    return (m * n_features * 8 + 6 * m * 8 + rows * m * (itemsize + 8)) / 2**20
+
+
 def solve_odm_dual(X: np.ndarray, y: np.ndarray, kernel: Kernel, lam: float, theta: float,
                    v: float, *, tol: float = 1e-3, max_iter: int = 1000, gamma0=None,
                    seed=0, cache_mb: float = 4096.0, block_size: int = 1024,

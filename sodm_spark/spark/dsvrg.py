@@ -188,7 +188,7 @@ def stratified_layout(sc, chunked, params: "DSVRGParams", survey):
     if n_partitions > n_rows:
         raise ValueError(f"{n_partitions} partitions but only {n_rows} rows; use fewer.")
     partitioner = "random" if sparse else params.partitioner
-    parts, _ = partition_blocks(
+    parts, _, _ = partition_blocks(
         sc, chunked.values(), SODMParams(kernel="linear", partitioner=partitioner,
                                          strata=params.strata, seed=params.seed, levels=0),
         Kernel.create("linear"), n_rows, n_partitions)

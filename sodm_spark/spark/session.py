@@ -43,8 +43,13 @@ def get_session(app_name: str, master: str | None = None,
 
 def numpy_to_blocks(sc, X: np.ndarray, y: np.ndarray, n_slices: int | None = None,
                     first_row_id: int = 0):
-    """An RDD of Blocks holding ``X``/``y`` (row ids = row numbers), for driver-side data."""
-    n_slices = n_slices or max(2, sc.defaultParallelism * 2)
+    """An RDD of Blocks holding ``X``/``y`` (row ids = row numbers), for driver-side data.
+
+    By default one slice per 5,000 rows (at least 2, at most 64): a function of the data only,
+    not of how many executors have registered yet, so the partitioning seeded from these
+    blocks is the same on every run.
+    """
+    n_slices = n_slices or int(np.clip(-(-X.shape[0] // 5000), 2, 64))
     bounds = np.linspace(0, X.shape[0], n_slices + 1).astype(int)
     pieces = [Block(np.ascontiguousarray(X[a:b], dtype=np.float64), np.asarray(y[a:b], np.float64),
                     np.arange(a, b, dtype=np.int64) + first_row_id)

@@ -25,6 +25,7 @@ from ..model import KernelExpansion
 from ..partition import (deal_positions, kmeans, nearest_center, nearest_landmark,
                          select_landmarks, stratum_offsets)
 from ..solvers import solve_odm_dual
+from ..solvers.odm_dcd import solver_memory_mb
 from ..validation import check_odm_params
 from .checkpoint import LevelCheckpoint, assemble_partition, deal_by_layout
 from .io import check_blocks
@@ -60,6 +61,7 @@ class SODMParams:
     cache_mb: float = 4096.0
     landmark_candidates: int = 50  # candidates per stratum for Eqn 8 (design.md §2.1)
     label_strata: bool = False  # stratified: split each landmark stratum by class too
+    memory_mb: float | None = None  # per task; None: spark.executor.pyspark.memory or RAM/cores
 
     def validate(self) -> None:
         check_odm_params(self.lam, self.theta, self.v)
@@ -98,6 +100,7 @@ class LevelStats(StatsRecord):
     sweeps_total: int
     rows: int
     warm_start_violation: float
+    kernel: str = ""  # 'cached', 'blocked' (on-demand kernel blocks) or both
     elapsed: float = 0.0  # since the fit started, partitioning included, test scoring excluded
     test_accuracy: float | None = None
 
@@ -199,6 +202,7 @@ def _solve_partition(item, kernel_dict, config, level, threads):
                                 max_iter=config["max_iter"], gamma0=gamma,
                                 seed=[config["seed"], level, key], cache_mb=config["cache_mb"])
     stats = {"key": key, "rows": X.shape[0], "objective": result.objective,
+             "kernel_mode": result.kernel_mode,
              "sweeps": result.n_sweeps, "n_sv": result.n_sv, "converged": result.converged,
              "warm_start_violation": result.history[0] if result.history else 0.0,
              "seconds": time.perf_counter() - start}
@@ -232,6 +236,49 @@ def _support_vectors(item):
 
 
 # --- driver -----------------------------------------------------------------------------------
+
+class MemoryBudgetError(ValueError):
+    """A level whose largest partition cannot be solved within the per-task memory budget."""
+
+
+def _size_mb(text: str) -> float:
+    """Spark's size strings ('512m', '2g', '1024k', plain MiB) in MB."""
+    text = str(text).strip().lower().rstrip("b")
+    units = {"k": 1 / 1024, "m": 1.0, "g": 1024.0, "t": 1024.0 ** 2}
+    return float(text[:-1]) * units[text[-1]] if text and text[-1] in units else float(text)
+
+
+def task_memory_mb(sc, configured: float | None = None) -> float:
+    """Memory one solve may use: ``configured``, else ``spark.executor.pyspark.memory``, else
+    this machine's RAM divided by its cores (every core may run a solve at once)."""
+    if configured:
+        return float(configured)
+    pyspark_memory = sc.getConf().get("spark.executor.pyspark.memory", None)
+    if pyspark_memory:
+        return _size_mb(pyspark_memory)
+    ram_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20
+    return ram_mb / max(1, os.cpu_count() or 1)
+
+
+def level_cache_mb(level: int, rows: int, n_features: int, params: "SODMParams",
+                   budget_mb: float) -> float:
+    """The kernel cache a level's solves may use within ``budget_mb``, or MemoryBudgetError.
+
+    A partition whose whole kernel matrix does not fit the cache is solved with on-demand kernel
+    blocks (the solver's blocked mode); one that cannot be solved even so stops the fit here,
+    before any task runs out of memory.
+    """
+    need = solver_memory_mb(rows, n_features)
+    if need > budget_mb:
+        hint = (f"stop one level earlier with --stop-level {level + 1}"
+                if level < params.levels else "start from more partitions (--levels)")
+        raise MemoryBudgetError(
+            f"level {level}: its largest partition holds {rows} rows x {n_features} features and "
+            f"needs about {need:,.0f} MB to solve even with on-demand kernel blocks, over the "
+            f"{budget_mb:,.0f} MB a task may use (memory_mb / spark.executor.pyspark.memory); "
+            f"{hint}, or give tasks more memory.")
+    return max(0.0, min(params.cache_mb, budget_mb - need))
+
 
 def checked_classes(blocks, n_features: int) -> np.ndarray:
     """The sorted label values of ``blocks`` after one checking job (NaN/inf rows are named)."""
@@ -304,7 +351,7 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
         parts = None
     else:
         sc.setJobDescription(f"SODM partition: {params.partitioner} into {n_partitions}")
-        parts, _ = partition_blocks(sc, labelled, params, kernel, n_rows, n_partitions)
+        parts, _, sizes = partition_blocks(sc, labelled, params, kernel, n_rows, n_partitions)
     partition_seconds = time.perf_counter() - started
     labelled.unpersist()
 
@@ -323,13 +370,16 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
     cores = max(1, sc.defaultParallelism)
     scoring_seconds = 0.0
     level = params.levels
+    budget_mb = task_memory_mb(sc, params.memory_mb)
     if restored is not None:
-        level, levels, solved = restored
+        level, levels, solved, sizes = restored
         entry = levels[-1]
     while True:
         if restored is None:
-            solved, entry = _solve_level(sc, previous, solved, level, params, kernel_dict, config,
-                                         cores)
+            level_config = dict(config, cache_mb=level_cache_mb(
+                level, int(np.max(sizes)), n_features, params, budget_mb))
+            solved, entry, sizes = _solve_level(sc, previous, solved, level, params, kernel_dict,
+                                                level_config, cores)
             entry.elapsed = time.perf_counter() - started - scoring_seconds
             if test is not None:
                 scoring_start = time.perf_counter()
@@ -351,6 +401,7 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
         if level <= params.stop_level:
             break
         n_level_partitions = params.p ** level
+        sizes = np.bincount(np.arange(sizes.size) // params.p, weights=sizes).astype(np.int64)
         sc.setJobDescription(f"SODM level {level}: merge into {n_level_partitions // params.p}")
         scale = 1.0 / params.p if params.warm_start == "scaled" else 1.0
         support_only = params.partitioner == "cascade"
@@ -393,9 +444,12 @@ def _solve_level(sc, previous, prior_solved, level, params, kernel_dict, config,
                        sweeps_max=int(max(s["sweeps"] for s in stats)),
                        sweeps_total=int(sum(s["sweeps"] for s in stats)),
                        rows=int(sum(s["rows"] for s in stats)),
-                       warm_start_violation=float(max(s["warm_start_violation"] for s in stats)))
+                       warm_start_violation=float(max(s["warm_start_violation"] for s in stats)),
+                       kernel="+".join(sorted({s["kernel_mode"] for s in stats})))
     entry.seconds = time.perf_counter() - level_start
-    return solved, entry
+    sizes = np.zeros(n_level_partitions, dtype=np.int64)
+    sizes[[st["key"] for st in stats]] = [st["rows"] for st in stats]
+    return solved, entry, sizes
 
 
 def _layout(item):
@@ -424,7 +478,10 @@ def _restore(sc, labelled, checkpoint: LevelCheckpoint):
                          "rows are missing from the data; resume with the same data.")
     stats = [LevelStats(**{k: v for k, v in entry.items() if k in LevelStats.__dataclass_fields__})
              for entry in finished]
-    return level, stats, solved
+    sizes = np.zeros(n_partitions, dtype=np.int64)
+    for key, ids_of_key, _ in pieces:
+        sizes[key] = ids_of_key.size
+    return level, stats, solved, sizes
 
 
 def partition_blocks(sc, labelled, params: SODMParams, kernel: Kernel, n_rows: int,
@@ -432,7 +489,8 @@ def partition_blocks(sc, labelled, params: SODMParams, kernel: Kernel, n_rows: i
     """Deal the rows of ``labelled`` (RDD of (X, ±1 y, ids)) into ``n_partitions`` blocks.
 
     Returns the persisted, computed RDD of (key, (X, y, ids, γ=0)) — key k in Spark partition k, one block each —
-    and the landmarks (stratified), k-means centers (dip, kmeans) or None (random, cascade).
+    the landmarks (stratified), k-means centers (dip, kmeans) or None (random, cascade), and
+    the most rows each partition holds (exact for kmeans, ⌈n/K⌉ for the even dealings).
     stratified: S landmarks by Eqn 8 on a seeded sample, strata by Eqn 7, every stratum
     shuffled and dealt evenly; dip: the same dealing over k-means clusters; kmeans: each of
     K k-means clusters is one partition; random and cascade: one stratum dealt evenly.
@@ -468,4 +526,7 @@ def partition_blocks(sc, labelled, params: SODMParams, kernel: Kernel, n_rows: i
     parts.count()
     with_strata.unpersist(blocking=False)
     centers_b.unpersist(blocking=False)
-    return parts, centers
+    totals = counts.sum(axis=0)
+    sizes = (np.bincount(np.arange(totals.size), weights=totals, minlength=n_partitions)
+             if direct else np.full(n_partitions, -(-n_rows // n_partitions)))  # ⌈n/K⌉ dealt
+    return parts, centers, sizes.astype(np.int64)
