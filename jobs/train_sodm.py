@@ -25,7 +25,7 @@ from sodm_spark.spark.io import read_blocks, read_libsvm_local
 from sodm_spark.spark.session import get_session, numpy_to_blocks, collect_blocks
 from sodm_spark.spark.sodm import PARTITIONERS, SODMParams, checked_classes, fit_sodm
 from sodm_spark.jobconf import parse_with_defaults
-from sodm_spark.validation import check_finite_rows
+from sodm_spark.validation import check_finite_rows, check_two_classes
 
 DEFAULT_ROWS, DEFAULT_TEST_ROWS = 60000, 10000
 
@@ -91,6 +91,7 @@ def load_data(spark, args):
     sparse = linear and args.format == "libsvm"
     blocks, n_features = read_blocks(spark, args.data, args.format, sparse=sparse)
     classes = checked_classes(blocks, n_features)
+    check_two_classes(classes, f"--data {args.data}", "SODM")
     test = None
     if args.test_data:
         if args.format == "libsvm":
@@ -102,7 +103,8 @@ def load_data(spark, args):
         if test[0].shape[1] != n_features:
             raise ValueError(
                 f"--test-data {args.test_data} has {test[0].shape[1]} features but --data "
-                f"{args.data} has {n_features}; both must describe the same columns.")
+                f"{args.data} has {n_features}; both must describe the same columns. Give test "
+                "data with the training data's feature columns, in the same order.")
         check_finite_rows(test[0], f"--test-data {args.test_data}")
     return blocks, classes, test, n_features
 

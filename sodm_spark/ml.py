@@ -150,9 +150,12 @@ class SODMClassifier(Estimator, _SODMParams, MLReadable, MLWritable):
         blocks, n_features = dataframe_to_blocks(dataset, self.getFeaturesCol(),
                                                  self.getLabelCol())
         classes = checked_classes(blocks, n_features)
-        if classes.size < 2:
-            raise ValueError(f"SODMClassifier needs two classes in column "
-                             f"{self.getLabelCol()!r}; it holds only one class ({classes[0]}).")
+        if classes.size != 2:
+            held = (f"only one class ({classes[0]:g})" if classes.size == 1 else
+                    f"{classes.size} classes ({', '.join(f'{c:g}' for c in classes[:10])})")
+            raise ValueError(f"SODMClassifier is a binary classifier and needs exactly two "
+                             f"classes in column {self.getLabelCol()!r}; it holds {held}. Check "
+                             "labelCol, or filter the DataFrame to two label values.")
         fit = fit_sodm(dataset.sparkSession.sparkContext, blocks, params, classes)
         model = SODMClassificationModel(fit.model)
         model.levelStats = [entry.to_dict() for entry in fit.levels]
@@ -191,7 +194,7 @@ class SODMClassificationModel(Model, _SODMParams, MLReadable, MLWritable):
         expansion = self.expansion
         payload = spark.sparkContext.broadcast(
             (expansion.support_vectors, expansion.coef[:, 0], expansion.kernel.to_dict()))
-        n_features = self.numFeatures
+        n_features, features_col = self.numFeatures, self.getFeaturesCol()
         low, high = (float(c) for c in expansion.classes)
 
         @F.pandas_udf(ArrayType(DoubleType()))
@@ -201,8 +204,9 @@ class SODMClassificationModel(Model, _SODMParams, MLReadable, MLWritable):
             X = np.stack(features.to_numpy()).astype(np.float64) if len(features) else \
                 np.zeros((0, n_features))
             if X.shape[1] != n_features:
-                raise ValueError(f"features have {X.shape[1]} columns; the model expects "
-                                 f"{n_features}.")
+                raise ValueError(f"column {features_col!r} has {X.shape[1]} features; the "
+                                 f"model was trained on {n_features}. Transform data with the "
+                                 "training data's feature columns, in the same order.")
             scores = decision_values(Kernel.from_dict(kernel_dict), X, support_vectors, coef)
             return pd.Series(list(np.stack([-scores, scores], axis=1)))
 

@@ -5,6 +5,7 @@ import json
 import os
 import shutil
 import tempfile
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,20 +92,58 @@ class KernelExpansion:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "KernelExpansion":
+        """Read a directory written by :meth:`save`; a ValueError says what is wrong with it.
+
+        Refused, naming the directory and the file: a path that is not a directory, a missing
+        or unparsable ``metadata.json`` or ``arrays.npz`` (an incomplete or truncated copy),
+        another format or ``format_version`` (both versions named), arrays that disagree with
+        the metadata.
+        """
         path = Path(path)
+        redo = ("Copy the whole model directory again, or retrain and save it "
+                "(KernelExpansion.save, or a job's --model-out DIR).")
+        if not path.is_dir():
+            why = "it is a file, not a directory" if path.exists() else "no such directory"
+            raise ValueError(f"{path} is not a saved model: {why}. Pass the directory that "
+                             "holds metadata.json and arrays.npz (a job's --model-out DIR).")
+        present = sorted(p.name for p in path.iterdir())
+        if not (path / "metadata.json").is_file():
+            partial = "arrays.npz" in present
+            raise ValueError(
+                f"{path} is {'an incomplete (truncated) model' if partial else 'not a saved model'}"
+                f": metadata.json is missing (the directory holds {present[:8] or 'nothing'}). "
+                + (redo if partial else "Pass the directory that holds metadata.json and "
+                   "arrays.npz (a job's --model-out DIR)."))
         try:
-            metadata = json.loads((path / "metadata.json").read_text())
-        except FileNotFoundError as error:
-            raise ValueError(f"{path} is not a saved model: metadata.json is missing.") from error
+            metadata = json.loads((path / "metadata.json").read_text(encoding="utf-8"))
+            if not isinstance(metadata, dict):
+                raise ValueError("not a JSON object")
+        except (ValueError, UnicodeDecodeError) as error:
+            raise ValueError(f"{path / 'metadata.json'} is truncated or corrupt ({error}); the "
+                             f"model cannot be read. {redo}") from None
         if metadata.get("format") != FORMAT_NAME or metadata.get("format_version") != FORMAT_VERSION:
             raise ValueError(
                 f"{path} holds format {metadata.get('format')!r} version "
                 f"{metadata.get('format_version')!r}; this sodm_spark reads {FORMAT_NAME!r} "
                 f"version {FORMAT_VERSION}. Retrain, or load it with the version that wrote it.")
-        with np.load(path / "arrays.npz", allow_pickle=False) as arrays:
-            model = cls(arrays["support_vectors"], arrays["coef"],
-                        Kernel.from_dict(metadata["kernel"]), arrays["classes"],
-                        arrays["intercept"] if "intercept" in arrays.files else None)
-        if model.support_vectors.shape != (metadata["n_support"], metadata["n_features"]):
-            raise ValueError(f"{path}: arrays.npz does not match metadata.json (truncated copy?).")
+        if not (path / "arrays.npz").is_file():
+            raise ValueError(f"{path} is an incomplete (truncated) model: arrays.npz is missing. "
+                             f"{redo}")
+        try:
+            kernel = Kernel.from_dict(metadata["kernel"])
+            expected = (int(metadata["n_support"]), int(metadata["n_features"]))
+        except (KeyError, TypeError, ValueError) as error:
+            raise ValueError(f"{path / 'metadata.json'} is corrupt ({type(error).__name__}: "
+                             f"{error}); the model cannot be read. {redo}") from None
+        try:
+            with np.load(path / "arrays.npz", allow_pickle=False) as arrays:
+                model = cls(arrays["support_vectors"], arrays["coef"], kernel, arrays["classes"],
+                            arrays["intercept"] if "intercept" in arrays.files else None)
+        except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile) as error:
+            raise ValueError(f"{path / 'arrays.npz'} is truncated or corrupt "
+                             f"({type(error).__name__}: {error}). {redo}") from None
+        if model.support_vectors.shape != expected or model.coef.shape[0] != expected[0]:
+            raise ValueError(f"{path}: arrays.npz holds {model.support_vectors.shape[0]} support "
+                             f"vectors of {model.support_vectors.shape[1:]} features but "
+                             f"metadata.json says {expected} (a truncated or mixed copy). {redo}")
         return model

@@ -14,7 +14,7 @@ from .kernels import Kernel
 from .model import KernelExpansion
 from .solvers import solve_odm_dual
 from .solvers.svrg import svrg
-from .validation import check_finite_rows, check_odm_params
+from .validation import check_finite_rows, check_numeric_cells, check_odm_params
 
 
 class ODMClassifier(ClassifierMixin, BaseEstimator):
@@ -79,6 +79,7 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
         if self.solver == "svrg" and self.kernel != "linear":
             raise ValueError(f"solver='svrg' works on the primal and needs kernel='linear', "
                              f"got kernel={self.kernel!r}; use solver='dcd' for other kernels.")
+        check_numeric_cells(X, "X")
         X, y = validate_data(self, X, y, dtype=np.float64, ensure_all_finite=False,
                              accept_sparse=self._accept_sparse())
         check_finite_rows(X, "X")
@@ -170,6 +171,7 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
     def decision_function(self, X):
         """``f(x) = Σ_i γ_i y_i k(x_i, x)``: (n,) for two classes, (n, n_classes) otherwise."""
         check_is_fitted(self)
+        check_numeric_cells(X, "X")
         X = validate_data(self, X, dtype=np.float64, ensure_all_finite=False, reset=False,
                           accept_sparse=self._accept_sparse())
         check_finite_rows(X, "X")

@@ -4,6 +4,17 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse
 
+#: Largest feature magnitude accepted. Kernels square the features (‖x‖², x·z, Var X for
+#: gamma='scale'); squares of values above ~1.3e154 overflow float64 and turn a model into NaN
+#: (an RBF block of a 1e300 row is inf - inf). At 1e100 a square is 1e200 and even a sum of
+#: 1e100 of them stays finite, so every kernel block and variance here is safe; real features
+#: that large are placeholders (e.g. 1e300 or DBL_MAX for "missing"), not measurements.
+MAX_ABS_VALUE = 1e100
+
+_RESCALE_ADVICE = ("Rescale those features (e.g. sklearn.preprocessing.StandardScaler or "
+                   "MaxAbsScaler), or, if they are placeholders for missing values, remove or "
+                   "impute them")
+
 
 def check_odm_params(lam, theta, v) -> None:
     """ODM hyperparameters of design.md §1: λ > 0, θ ∈ [0, 1), v ∈ (0, 1]."""
@@ -24,28 +35,92 @@ def describe_rows(rows: np.ndarray, limit: int = 10) -> str:
 
 
 def check_finite_rows(X, what: str = "X") -> None:
-    """Refuse NaN or ±inf, naming the (0-based) rows and the first bad column.
+    """Refuse NaN, ±inf or a magnitude above :data:`MAX_ABS_VALUE`, naming the (0-based) rows
+    and the first bad column (NaN and ±inf are reported first, the magnitude after).
 
     ``X`` is a dense array or a scipy CSR matrix (only its stored values are checked).
     """
     if scipy.sparse.issparse(X):
         X = X.tocsr()
-        bad_values = np.flatnonzero(~np.isfinite(X.data))
-        if bad_values.size:
-            rows = np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))[bad_values]
-            raise ValueError(
-                f"{what} contains NaN or infinity in {describe_rows(np.unique(rows))} (0-based; "
-                f"first at row {rows[0]}, column {X.indices[bad_values[0]]}). Remove or impute "
-                "those values before fitting.")
+        value_rows = np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))
+        for bad in (~np.isfinite(X.data), ~_within_limit(X.data)):
+            positions = np.flatnonzero(bad)
+            if positions.size:
+                first = positions[0]
+                _refuse(what, np.unique(value_rows[positions]), value_rows[first],
+                        X.indices[first], X.data[first])
         return
-    finite = np.isfinite(X)
-    if finite.all():
+    ok = _within_limit(X)
+    if ok.all():
         return
-    bad_rows = np.flatnonzero(~finite.all(axis=1))
-    first_row = bad_rows[0]
-    first_col = int(np.flatnonzero(~finite[first_row])[0])
+    for bad in (~np.isfinite(X), ~ok):
+        bad_rows = np.flatnonzero(bad.any(axis=1))
+        if bad_rows.size:
+            first_col = int(np.flatnonzero(bad[bad_rows[0]])[0])
+            _refuse(what, bad_rows, bad_rows[0], first_col, X[bad_rows[0], first_col])
+
+
+def _within_limit(values: np.ndarray) -> np.ndarray:
+    """Finite and at most MAX_ABS_VALUE in magnitude (only float64 can exceed it finitely)."""
+    if values.dtype.kind == "f" and float(np.finfo(values.dtype).max) > MAX_ABS_VALUE:
+        return np.abs(values) <= MAX_ABS_VALUE  # False for NaN and ±inf as well
+    return np.isfinite(values)
+
+
+def _refuse(what, bad_rows, first_row, first_col, first_value):
+    where = (f"{describe_rows(bad_rows)} (0-based; first at row {first_row}, column "
+             f"{first_col}: {float(first_value)!r})")
+    if not np.isfinite(first_value):
+        raise ValueError(f"{what} contains NaN or infinity in {where}. Remove or impute those "
+                         "values before fitting.")
+    raise ValueError(f"{what} holds values beyond ±{MAX_ABS_VALUE:g} in {where}; kernels square "
+                     f"the features and would overflow to NaN. {_RESCALE_ADVICE}.")
+
+
+def check_numeric_cells(X, what: str = "X") -> None:
+    """Refuse text cells in an object/string array or DataFrame, naming the row and column.
+
+    Cheap for numeric input (nothing to do); call it before scikit-learn's ``validate_data``,
+    whose "could not convert string to float" names neither. Cells that are not text (e.g. a
+    dict) are left for ``validate_data`` to refuse with its own TypeError.
+    """
+    if scipy.sparse.issparse(X) or getattr(getattr(X, "dtype", None), "kind", "O") in "biufc":
+        return
+    columns = getattr(X, "columns", None)
+    try:
+        values = np.asarray(X)
+    except Exception:  # ragged nested lists and the like: validate_data explains those
+        return
+    if values.ndim != 2 or values.dtype.kind not in "OUS":
+        return
+    for j in range(values.shape[1]):
+        try:
+            values[:, j].astype(np.float64)
+        except TypeError:
+            return
+        except ValueError:
+            for i, cell in enumerate(values[:, j]):  # error path only: find the culprit
+                try:
+                    float(cell)
+                except ValueError:
+                    name = f" ({columns[j]!r})" if columns is not None else ""
+                    cell = str(cell) if isinstance(cell, (str, bytes)) else cell
+                    raise ValueError(
+                        f"{what} holds the non-numeric value {cell!r} at row {i}, column "
+                        f"{j}{name} (0-based). Every feature must be a number: convert or "
+                        "encode that column (e.g. sklearn.preprocessing.OneHotEncoder for "
+                        "categories), or drop it.") from None
+
+
+def check_two_classes(classes, where: str, method: str) -> None:
+    """Refuse label sets that are not exactly two classes, for the binary-only methods."""
+    classes = np.asarray(classes)
+    if classes.size == 2:
+        return
+    shown = ", ".join(f"{c:g}" if isinstance(c, (float, np.floating)) else str(c)
+                      for c in classes[:10]) + (", ..." if classes.size > 10 else "")
     raise ValueError(
-        f"{what} contains NaN or infinity in {describe_rows(bad_rows)} (0-based; first at "
-        f"row {first_row}, column {first_col}: {X[first_row, first_col]!r}). Remove or impute "
-        "those values before fitting."
-    )
+        f"{where}: the labels hold {classes.size} class{'es' if classes.size != 1 else ''} "
+        f"({shown}); {method} is a binary classifier and needs exactly two label values (e.g. "
+        "0/1 or -1/+1). Check that the label column is the right one, or keep the rows of two "
+        "classes (for more, train one model per class against the rest).")

@@ -19,7 +19,7 @@ from ..kernels import Kernel
 from ..model import KernelExpansion
 from ..solvers.coreset_svm import (BOUNDS, build_coreset, check_weighted_data, merge_and_reduce,
                                    sample_coreset, sensitivity_bounds, solve_weighted_svm)
-from ..validation import check_finite_rows
+from ..validation import check_finite_rows, check_numeric_cells
 
 SUPPORTED_KERNELS = ("linear", "rbf", "poly")
 
@@ -119,6 +119,7 @@ class CoresetSVMClassifier(ClassifierMixin, BaseEstimator):
                              "chunk_size=None; pass coreset_size as a number instead.")
 
     def fit(self, X, y, sample_weight=None):
+        check_numeric_cells(X, "X")
         X, y = validate_data(self, X, y, dtype=np.float64, ensure_all_finite=False)
         check_finite_rows(X, "X")
         check_classification_targets(y)
@@ -194,6 +195,7 @@ class CoresetSVMClassifier(ClassifierMixin, BaseEstimator):
     def decision_function(self, X):
         """``wᵀx + b`` (linear) or ``Σ_s dual_coef_s k(sv_s, x) + b``; > 0 means classes_[1]."""
         check_is_fitted(self)
+        check_numeric_cells(X, "X")
         X = validate_data(self, X, dtype=np.float64, ensure_all_finite=False, reset=False)
         check_finite_rows(X, "X")
         return self.solution_.decision_function(X)

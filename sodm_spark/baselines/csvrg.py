@@ -17,7 +17,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from ..kernels import Kernel
 from ..model import KernelExpansion
 from ..solvers.csvrg import csvrg
-from ..validation import check_finite_rows
+from ..validation import check_finite_rows, check_numeric_cells
 
 
 class CSVRGClassifier(ClassifierMixin, BaseEstimator):
@@ -86,6 +86,7 @@ class CSVRGClassifier(ClassifierMixin, BaseEstimator):
         raise ValueError(f"random_state must be an int or None, got {self.random_state!r}.")
 
     def fit(self, X, y):
+        check_numeric_cells(X, "X")
         X, y = validate_data(self, X, y, dtype=np.float64, ensure_all_finite=False)
         check_finite_rows(X, "X")
         check_classification_targets(y)
@@ -123,6 +124,7 @@ class CSVRGClassifier(ClassifierMixin, BaseEstimator):
     def decision_function(self, X):
         """``f(x) = Σ_r σ_r k(c_r, x)``, positive for ``classes_[1]``."""
         check_is_fitted(self)
+        check_numeric_cells(X, "X")
         X = validate_data(self, X, dtype=np.float64, ensure_all_finite=False, reset=False)
         check_finite_rows(X, "X")
         return self.model_.decision_function(X)

@@ -12,7 +12,8 @@ only place that knows about file formats:
 * ``read_blocks(spark, path, "parquet")`` and :func:`dataframe_to_blocks` — a ``features``
   column (``array<double>`` or an ML vector) and a ``label`` column, or plain numeric columns.
   Partitions travel to numpy through Arrow (``mapInArrow``), never as per-row Python objects.
-* :func:`check_blocks` — one job that counts labels and refuses NaN/inf before training.
+* :func:`check_blocks` — one job that counts labels and refuses NaN/inf (and magnitudes
+  above 1e100, which overflow the kernels) before training.
 
 Row ids are int64, unique and deterministic for the same input:
 
@@ -35,6 +36,8 @@ from pathlib import Path
 
 import numpy as np
 import scipy.sparse
+
+from ..validation import MAX_ABS_VALUE
 
 __all__ = [
     "Block", "BlockStats", "DataFormatError", "DataPathError", "FORMATS",
@@ -225,13 +228,24 @@ def _libsvm_error(problem_tuple, file, line, partition=None, local_line=None):
                            path=file, line=line, token=token)
 
 
-def _open_text(path):
+def _open_lines(path):
+    """The file as byte lines (decoded one by one, so a bad byte is pinned to its line)."""
     path = str(path)
     if path.endswith(".gz"):
-        return gzip.open(path, "rt", encoding="utf-8")
+        return gzip.open(path, "rb")
     if path.endswith(".bz2"):
-        return bz2.open(path, "rt", encoding="utf-8")
-    return open(path, encoding="utf-8")
+        return bz2.open(path, "rb")
+    return open(path, "rb")
+
+
+_NOT_TEXT = ("the line is not UTF-8 text", "Is the file compressed or binary? Decompress it "
+             "(or give it a .gz/.bz2 name), or re-save it as UTF-8 text")
+
+
+def _described(problem, line):
+    """The problem tuple of a bad line; Hadoop replaces undecodable bytes by U+FFFD, so a line
+    holding one is reported as not being text rather than by the token it garbled."""
+    return (None, *_NOT_TEXT) if "\ufffd" in line else problem.as_tuple()
 
 
 def _check_n_features(n_features):
@@ -255,7 +269,9 @@ def read_libsvm_local(path, n_features=None, sparse=False):
 
     For small sets (e.g. test data). ``n_features=None`` uses the largest index in the file;
     a larger ``n_features`` pads with zero columns. Errors name the file and the exact 1-based
-    line; ``.gz``/``.bz2`` files are decompressed.
+    line (a line that is not UTF-8 text too: a compressed file without its .gz name, say);
+    ``.gz``/``.bz2`` files are decompressed. NaN, inf and huge values parse as they are
+    (as in scikit-learn's reader); the estimators refuse them naming the row.
     """
     n_features = _check_n_features(n_features)
     p = Path(path)
@@ -266,12 +282,14 @@ def read_libsvm_local(path, n_features=None, sparse=False):
         raise DataPathError(f"{path} (format 'libsvm') is a folder; read_libsvm_local reads "
                             "one file. Pass a file, or use read_blocks for folders.")
     labels, cols, vals = [], [], []
-    with _open_text(p) as handle:
-        for number, line in enumerate(handle, start=1):
+    with _open_lines(p) as handle:
+        for number, raw in enumerate(handle, start=1):
             try:
-                parsed = parse_libsvm_line(line, n_features)
+                parsed = parse_libsvm_line(raw.decode("utf-8"), n_features)
             except _LineProblem as problem:
                 raise _libsvm_error(problem.as_tuple(), str(path), number) from None
+            except UnicodeDecodeError:
+                raise _libsvm_error((None, *_NOT_TEXT), str(path), number) from None
             if parsed is not None:
                 labels.append(parsed[0])
                 cols.append(parsed[1])
@@ -412,7 +430,7 @@ def _scan_libsvm(n_features):
             try:
                 parsed = parse_libsvm_line(line, n_features)
             except _LineProblem as problem:
-                error = (local + 1, problem.as_tuple())
+                error = (local + 1, _described(problem, line))
                 break
             if parsed is not None:
                 n_rows += 1
@@ -435,7 +453,7 @@ def _parse_libsvm(d, locations, sparse=False):
                 parsed = parse_libsvm_line(line, d)
             except _LineProblem as problem:
                 line_no = None if file_offset is None else file_offset + local + 1
-                raise _libsvm_error(problem.as_tuple(), file, line_no, index,
+                raise _libsvm_error(_described(problem, line), file, line_no, index,
                                     local + 1) from None
             if parsed is not None:
                 labels.append(parsed[0])
@@ -757,6 +775,7 @@ def _dataframe_to_blocks(df, features_col, label_col, where, min_partitions):
 def _summarize_blocks(n_features, max_labels):
     def summarize(index, blocks):
         n_rows, n_bad, bad_ids, counts, problem = 0, 0, [], {}, None
+        n_huge, huge_ids = 0, []
         for block in blocks:
             X, y, ids = block
             is_csr = scipy.sparse.issparse(X) and X.format == "csr"
@@ -783,16 +802,22 @@ def _summarize_blocks(n_features, max_labels):
                     pass
                 break
             if is_csr:
-                bad_rows = np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))[
-                    ~np.isfinite(X.data)]
+                value_rows = np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))
                 finite = np.isfinite(y)
-                finite[bad_rows] = False
+                finite[value_rows[~np.isfinite(X.data)]] = False
+                huge = np.zeros(X.shape[0], dtype=bool)
+                huge[value_rows[np.abs(X.data) > MAX_ABS_VALUE]] = True
             else:
                 finite = np.isfinite(X).all(axis=1) & np.isfinite(y)
+                huge = (np.abs(X) > MAX_ABS_VALUE).any(axis=1)
             if not finite.all():
                 bad = ids[~finite]
                 n_bad += int(bad.size)
                 bad_ids.extend(int(i) for i in bad[:10 - len(bad_ids)])
+            huge &= finite
+            if huge.any():
+                n_huge += int(huge.sum())
+                huge_ids.extend(int(i) for i in ids[huge][:10 - len(huge_ids)])
             n_rows += int(X.shape[0])
             if counts is not None:
                 values, numbers = np.unique(y[finite], return_counts=True)
@@ -800,8 +825,13 @@ def _summarize_blocks(n_features, max_labels):
                     counts[value] = counts.get(value, 0) + number
                 if len(counts) > max_labels:
                     counts = None
-        yield index, n_rows, n_bad, bad_ids, counts, problem
+        yield index, n_rows, n_bad, bad_ids, counts, problem, n_huge, huge_ids
     return summarize
+
+
+def _shown_ids(summaries, field, total):
+    ids = [i for s in summaries for i in s[field]][:10]
+    return ", ".join(map(str, ids)) + (f" and {total - len(ids)} more" if total > len(ids) else "")
 
 
 def check_blocks(blocks_rdd, n_features, max_labels=1000):
@@ -809,14 +839,15 @@ def check_blocks(blocks_rdd, n_features, max_labels=1000):
 
     Returns ``BlockStats(label_counts, n_rows)``: ``label_counts`` maps each distinct label to
     its row count (``None`` if more than ``max_labels`` distinct values, e.g. regression
-    targets). Raises ``ValueError`` when a row holds NaN or ±inf (in X or y), naming the first
-    10 row ids; when a block is malformed (dtype, shape, contiguity, ``n_features``); or when
-    there are no rows.
+    targets). Raises ``ValueError`` when a row holds NaN or ±inf (in X or y) or a feature
+    beyond ±``MAX_ABS_VALUE`` (1e100: kernels would overflow, see
+    :data:`sodm_spark.validation.MAX_ABS_VALUE`), naming the first 10 row ids; when a block
+    is malformed (dtype, shape, contiguity, ``n_features``); or when there are no rows.
     """
     n_features = _check_n_features(n_features)
     summaries = sorted(blocks_rdd.mapPartitionsWithIndex(
         _summarize_blocks(n_features, max_labels)).collect(), key=lambda s: s[0])
-    for index, _, _, _, _, problem in summaries:
+    for index, _, _, _, _, problem, _, _ in summaries:
         if problem is not None:
             raise ValueError(f"malformed block in partition {index}: {problem}. Blocks must "
                              "come from read_blocks/dataframe_to_blocks (or follow the Block "
@@ -824,16 +855,21 @@ def check_blocks(blocks_rdd, n_features, max_labels=1000):
     n_rows = sum(s[1] for s in summaries)
     if n_rows == 0:
         raise ValueError("the data has no rows: every partition is empty. Check the input.")
+    row_ids_note = (f"Row ids are 0-based line numbers for LIBSVM input and (partition << "
+                    f"{ROW_ID_SHIFT}) + row for CSV/Parquet/DataFrames.")
     n_bad = sum(s[2] for s in summaries)
     if n_bad:
-        ids = [i for s in summaries for i in s[3]][:10]
-        shown = ", ".join(str(i) for i in ids) + (f" and {n_bad - len(ids)} more"
-                                                  if n_bad > len(ids) else "")
         raise ValueError(
             f"{n_bad} row(s) contain NaN or infinity (in the features or the label): row ids "
-            f"{shown}. Row ids are 0-based line numbers for LIBSVM input and "
-            f"(partition << {ROW_ID_SHIFT}) + row for CSV/Parquet/DataFrames. Remove or impute "
-            "those rows (or empty cells) before training.")
+            f"{_shown_ids(summaries, 3, n_bad)}. {row_ids_note} Remove or impute those rows (or "
+            "empty cells) before training.")
+    n_huge = sum(s[6] for s in summaries)
+    if n_huge:
+        raise ValueError(
+            f"{n_huge} row(s) hold feature values beyond ±{MAX_ABS_VALUE:g}, whose squares "
+            f"overflow the kernels to NaN: row ids {_shown_ids(summaries, 7, n_huge)}. "
+            f"{row_ids_note} Rescale those features (e.g. divide each column by its largest "
+            "magnitude), or, if they are placeholders for missing values, remove those rows.")
     counts = {}
     for summary in summaries:
         if summary[4] is None or counts is None:
