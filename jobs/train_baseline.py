@@ -21,7 +21,7 @@ import numpy as np
 from sklearn.datasets import make_friedman1
 
 from sodm_spark.datasets import make_nonlinear
-from sodm_spark.jobconf import parse_with_defaults
+from sodm_spark.jobconf import gamma_arg, parse_with_defaults
 from sodm_spark.kernels import Kernel, gamma_value
 from sodm_spark.model import KernelExpansion
 from sodm_spark.spark.io import read_blocks, read_libsvm_local
@@ -54,7 +54,7 @@ def parse_args(argv=None):
     parser.add_argument("--format", choices=("libsvm", "csv", "parquet"), default="libsvm")
     parser.add_argument("--rows", type=int, default=DEFAULT_ROWS, help="built-in data: rows")
     parser.add_argument("--kernel", help="rbf, linear, poly or laplacian (cvm/cvr)")
-    parser.add_argument("--gamma", help="'scale', 'auto' or a number")
+    parser.add_argument("--gamma", type=gamma_arg, help="'scale', 'auto' or a number")
     parser.add_argument("--lam", type=float, help="csvrg: λ of the ODM/SVM loss")
     parser.add_argument("--theta", type=float, help="csvrg: ODM θ")
     parser.add_argument("--v", type=float, help="csvrg: ODM v")
@@ -74,11 +74,6 @@ def parse_args(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--master", help="Spark master; default: spark-submit's, else local[*]")
     args, args.config = parse_with_defaults(parser, "train_baseline", argv)
-    if args.gamma is not None:
-        try:
-            args.gamma = float(args.gamma)
-        except ValueError:
-            pass
     if args.partitions > 1 and args.method != "coreset-svm":
         parser.error("--partitions applies to --method coreset-svm only (the others run as "
                      "one Spark task)")

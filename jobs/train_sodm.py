@@ -24,7 +24,7 @@ from sodm_spark.spark.dsvrg import DSVRGParams, fit_dsvrg
 from sodm_spark.spark.io import read_blocks, read_libsvm_local
 from sodm_spark.spark.session import get_session, numpy_to_blocks, collect_blocks
 from sodm_spark.spark.sodm import PARTITIONERS, SODMParams, checked_classes, fit_sodm
-from sodm_spark.jobconf import parse_with_defaults
+from sodm_spark.jobconf import gamma_arg, parse_with_defaults
 from sodm_spark.validation import check_finite_rows, check_two_classes
 
 DEFAULT_ROWS, DEFAULT_TEST_ROWS = 60000, 10000
@@ -40,7 +40,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--p", type=int, default=defaults.p, help="partitions merged per level")
     parser.add_argument("--strata", type=int, default=defaults.strata, help="S landmark strata")
     parser.add_argument("--kernel", default=defaults.kernel)
-    parser.add_argument("--gamma", default=defaults.gamma, help="'scale', 'auto' or a number")
+    parser.add_argument("--gamma", default=defaults.gamma, type=gamma_arg,
+                        help="'scale', 'auto' or a number")
     parser.add_argument("--lam", type=float, default=defaults.lam)
     parser.add_argument("--theta", type=float, default=defaults.theta)
     parser.add_argument("--v", type=float, default=defaults.v)
@@ -73,10 +74,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     args, args.config = parse_with_defaults(parser, "train_sodm", argv)
     if args.resume and not args.checkpoint_dir:
         parser.error("--resume needs --checkpoint-dir (the directory of the run to continue)")
-    try:
-        args.gamma = float(args.gamma)
-    except ValueError:
-        pass
     return args
 
 

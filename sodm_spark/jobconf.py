@@ -18,6 +18,17 @@ CONF_NAME = "sodm-jobs.toml"
 REPO_CONF = Path(__file__).resolve().parents[1] / "conf" / CONF_NAME
 
 
+def gamma_arg(text):
+    """argparse type of ``--gamma``: 'scale', 'auto' or a number (kept a float)."""
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        if text in ("scale", "auto"):
+            return text
+        raise argparse.ArgumentTypeError(f"--gamma must be 'scale', 'auto' or a number, "
+                                         f"got {text!r}")
+
+
 def find_config(explicit: str | None = None) -> Path | None:
     """The TOML file a job reads (see the module docstring), or None."""
     if explicit:
