@@ -1,0 +1,9 @@
+"""The side-by-side benchmark behind ``jobs/benchmark.py`` (issue [6]): every method and its
+peers on the same split in one Spark session, each under a time budget, with JSON, Markdown
+and PNG outputs and the README's results section.
+
+Modules: :mod:`.datasets` (files, registry-shipped sets, generators), :mod:`.budget` (time
+budgets), :mod:`.methods` (the registry), :mod:`.spark_methods` and :mod:`.driver_fit` (the
+runners), :mod:`.scaling` (rows and cores), :mod:`.report` and :mod:`.plots` (outputs). No
+numerics here: every runner calls the project's solvers and estimators.
+"""

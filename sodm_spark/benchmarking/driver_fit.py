@@ -1,0 +1,77 @@
+"""Driver-side methods, fitted in a child process (see :mod:`.budget`): exact ODM, single-node
+SVRG, scikit-learn's SVC (LIBSVM) and LinearSVC (LIBLINEAR). No Spark here.
+
+Hyperparameter mapping (documented in the job's help and the README):
+
+* ODM methods share λ, θ, v (design.md §1 parameterization); RBF methods share one numeric
+  gamma, resolved once from the training rows.
+* SVC's C and ODM's λ are different losses (hinge vs squared margin-distribution loss), so C
+  is its own flag (``--svc-C``), not derived from λ. LinearSVC takes ``--linear-C``; MLlib's
+  LinearSVC gets the same problem through ``regParam = 1 / (C · M)`` (MLlib averages the hinge
+  loss over the M rows; scikit-learn sums it).
+"""
+from __future__ import annotations
+
+import time
+import warnings
+
+import numpy as np
+
+DRIVER_METHODS = ("exact-odm", "svrg", "svc", "linearsvc")
+
+
+def build_estimator(method: str, settings: dict, gamma: float):
+    """The estimator ``method`` names, configured from the shared ``settings``."""
+    from sklearn.svm import SVC, LinearSVC
+
+    from ..sklearn import ODMClassifier
+
+    odm = {k: settings[k] for k in ("lam", "theta", "v")}
+    if method == "exact-odm":
+        return ODMClassifier(kernel="rbf", gamma=gamma, tol=settings["tol"],
+                             max_iter=settings["max_iter"], cache_mb=settings["cache_mb"],
+                             random_state=settings["seed"], **odm)
+    if method == "svrg":
+        return ODMClassifier(kernel="linear", solver="svrg", max_iter=settings["epochs"],
+                             random_state=settings["seed"],
+                             **{**odm, "lam": settings["linear_lam"]})
+    if method == "svc":
+        return SVC(C=settings["svc_C"], kernel="rbf", gamma=gamma,
+                   cache_size=min(2000.0, settings["cache_mb"]))
+    if method == "linearsvc":
+        return LinearSVC(C=settings["linear_C"], random_state=settings["seed"], max_iter=5000)
+    raise ValueError(f"{method!r} is not a driver-side method; those are "
+                     f"{', '.join(DRIVER_METHODS)}.")
+
+
+def model_size(method: str, estimator, n_features: int) -> tuple[int | None, int]:
+    """(support vectors or None for a linear model, floats the model stores)."""
+    if method in ("svrg", "linearsvc"):
+        return None, n_features + (1 if method == "linearsvc" else 0)
+    n_sv = int(estimator.support_vectors_.shape[0])
+    return n_sv, n_sv * (n_features + 1)
+
+
+def fit_and_score(method: str, settings: dict, gamma: float, arrays_dir: str,
+                  ready=lambda: None) -> dict:
+    """Fit on the stored training rows, score the test rows; the child process's whole job."""
+    from .budget import ArrayStore
+
+    arrays = ArrayStore.load(arrays_dir)
+    X, y, X_test, y_test = (arrays[k] for k in ("X_train", "y_train", "X_test", "y_test"))
+    estimator = build_estimator(method, settings, gamma)
+    ready()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        start = time.perf_counter()
+        estimator.fit(X, y)
+        fit_seconds = time.perf_counter() - start
+    start = time.perf_counter()
+    predictions = estimator.predict(X_test)
+    predict_seconds = time.perf_counter() - start
+    n_sv, floats = model_size(method, estimator, X.shape[1])
+    notes = sorted({f"{w.category.__name__}: {str(w.message)[:120]}" for w in caught
+                    if issubclass(w.category, (UserWarning, RuntimeWarning))})
+    return {"accuracy": float(np.mean(predictions == y_test)), "fit_seconds": fit_seconds,
+            "predict_seconds": predict_seconds, "n_sv": n_sv, "model_floats": floats,
+            "note": "; ".join(notes)}

@@ -1,0 +1,100 @@
+"""What a benchmark run shares between methods (:class:`BenchContext`) and the result row every
+method produces (:func:`make_row`), one row per fitted model (SODM: one per level)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .budget import OK, ArrayStore
+
+# What the Markdown table calls each --methods name (SODM rows add the partitioner and level)
+DISPLAY_NAMES = {
+    "sodm": "SODM", "exact-odm": "exact ODM", "csvrg": "CSVRG", "coreset-svm": "coreset SVM",
+    "cvm": "CVM", "dsvrg": "DSVRG (linear)", "svrg": "SVRG (linear)", "svc": "SVC (LIBSVM)",
+    "linearsvc": "LinearSVC (LIBLINEAR)", "mllib-linearsvc": "MLlib LinearSVC",
+}
+PARTITIONER_NAMES = {"stratified": "SODM", "random": "SODM random", "kmeans": "DC-ODM kmeans",
+                     "dip": "DiP-ODM", "cascade": "Ca-ODM cascade"}
+WHERE = {"spark": "Spark", "task": "1 Spark task", "driver": "1 process"}
+
+
+def make_row(method: str, status: str = OK, *, name: str | None = None, runs_on: str = "",
+             accuracy=None, fit_seconds=None, predict_seconds=None, n_sv=None,
+             model_floats=None, note: str = "", **extra) -> dict:
+    """One result: the JSON record and a line of the Markdown table."""
+    row = {"method": method, "name": name or DISPLAY_NAMES.get(method, method), "status": status,
+           "runs_on": runs_on, "accuracy": accuracy, "fit_seconds": fit_seconds,
+           "predict_seconds": predict_seconds, "n_sv": n_sv, "model_floats": model_floats,
+           "note": note}
+    row.update(extra)
+    return {key: (value.item() if isinstance(value, np.generic) else value)
+            for key, value in row.items()}
+
+
+@dataclass
+class BenchContext:
+    """One run's shared state: the Spark session, the split, the block RDD of the training
+    rows (persisted once, before any clock starts), the shared numeric gamma and settings."""
+
+    spark: object
+    data: object  # datasets.BenchData
+    blocks: object  # RDD[Block] of the training rows, labels ±1
+    gamma: float
+    settings: dict
+    budget_seconds: float
+    log: object = print
+    _arrays: ArrayStore | None = None
+    _frames: dict = field(default_factory=dict)
+
+    @property
+    def sc(self):
+        return self.spark.sparkContext
+
+    @property
+    def classes(self) -> np.ndarray:
+        return np.array([-1.0, 1.0])
+
+    @property
+    def test(self) -> tuple:
+        return self.data.X_test, self.data.y_test
+
+    def accuracy(self, predictions) -> float:
+        return float(np.mean(np.asarray(predictions) == self.data.y_test))
+
+    def arrays_dir(self) -> str:
+        """The split as .npy files for the child processes (written on first use)."""
+        if self._arrays is None:
+            data = self.data
+            self._arrays = ArrayStore({"X_train": data.X_train, "y_train": data.y_train,
+                                       "X_test": data.X_test, "y_test": data.y_test})
+        return str(self._arrays.path)
+
+    def frame(self, which: str):
+        """The split as a cached DataFrame (label 0/1, ML vector ``features``) for MLlib."""
+        if which not in self._frames:
+            from pyspark.ml.linalg import VectorUDT, Vectors
+            from pyspark.sql.types import DoubleType, StructField, StructType
+
+            schema = StructType([StructField("label", DoubleType()),
+                                 StructField("features", VectorUDT())])
+            if which == "train":
+                rows = self.blocks.flatMap(lambda block: [
+                    (float(label > 0), Vectors.dense(x)) for x, label in zip(block.X, block.y)])
+            else:
+                X, y = self.test
+                rows = self.sc.parallelize(
+                    [(float(label > 0), Vectors.dense(x)) for x, label in zip(X, y)],
+                    max(2, self.sc.defaultParallelism))
+            frame = self.spark.createDataFrame(rows, schema).cache()
+            frame.count()
+            self._frames[which] = frame
+        return self._frames[which]
+
+    def close(self) -> None:
+        for frame in self._frames.values():
+            frame.unpersist()
+        self._frames.clear()
+        if self._arrays is not None:
+            self._arrays.close()
+            self._arrays = None

@@ -1,0 +1,162 @@
+"""Methods that run on Spark in the benchmark's session, each under a time budget
+(:func:`.budget.run_spark_with_budget`): SODM per partitioner (a row per level), DSVRG, MLlib's
+LinearSVC and the single-task comparators (CSVRG, coreset SVM, CVM via
+:func:`sodm_spark.spark.single.fit_in_one_task`). The numerics are the existing solvers'."""
+from __future__ import annotations
+
+import time
+from importlib import import_module
+
+import numpy as np
+
+from .budget import OK, SKIPPED, run_spark_with_budget
+from .results import PARTITIONER_NAMES, WHERE, make_row
+
+
+def sodm_params(settings: dict, gamma: float, partitioner: str, **overrides):
+    from ..spark.sodm import SODMParams
+
+    keys = ("lam", "theta", "v", "tol", "max_iter", "p", "levels", "strata", "stop_level",
+            "warm_start", "seed", "cache_mb")
+    values = {**{key: settings[key] for key in keys}, **overrides}
+    params = SODMParams(kernel="rbf", gamma=gamma, partitioner=partitioner, **values)
+    params.validate()
+    return params
+
+
+def run_sodm(ctx, partitioner: str, params=None, label: str | None = None) -> list[dict]:
+    """One SODM fit (Algorithm 1) with ``partitioner``: a row per solved level, whose fit
+    seconds are the time from the start of the fit to that level's model (partitioning
+    included, test scoring excluded)."""
+    from ..spark.sodm import fit_sodm
+
+    params = params or sodm_params(ctx.settings, ctx.gamma, partitioner)
+    name = label or PARTITIONER_NAMES.get(partitioner, f"SODM {partitioner}")
+    floats_per_sv = ctx.data.n_features + 1
+    rows = []
+
+    def on_level(entry):
+        rows.append(make_row("sodm", name=name, runs_on=WHERE["spark"], partitioner=partitioner,
+                             level=entry.level, partitions=entry.partitions,
+                             accuracy=entry.test_accuracy, fit_seconds=entry.elapsed,
+                             level_seconds=entry.seconds, n_sv=entry.n_sv,
+                             model_floats=entry.n_sv * floats_per_sv, sweeps=entry.sweeps_max,
+                             rows_per_partition=int(np.ceil(entry.rows / entry.partitions))))
+        ctx.log(f"    {name} level {entry.level}: {entry.partitions} partitions, "
+                f"{entry.seconds:.1f} s (cumulative {entry.elapsed:.1f} s), "
+                f"accuracy {entry.test_accuracy:.4f}")
+
+    outcome = run_spark_with_budget(ctx.sc, f"sodm-{partitioner}", ctx.budget_seconds,
+                                    lambda: fit_sodm(ctx.sc, ctx.blocks, params, ctx.classes,
+                                                     test=ctx.test, on_level=on_level))
+    if outcome.status == OK:
+        fit = outcome.value
+        start = time.perf_counter()
+        predictions = fit.model.predict(ctx.data.X_test)
+        rows[-1]["predict_seconds"] = time.perf_counter() - start
+        rows[-1]["fit_seconds"] = fit.train_seconds  # the model collected to the driver
+        rows[-1]["accuracy"] = ctx.accuracy(predictions)
+        rows[-1]["final"] = True
+        return rows
+    done = f" (levels {params.levels}..{rows[-1]['level']} finished)" if rows else ""
+    return rows + [make_row("sodm", outcome.status, name=name, runs_on=WHERE["spark"],
+                            partitioner=partitioner, fit_seconds=outcome.seconds,
+                            note=outcome.note + done, final=True)]
+
+
+def run_dsvrg(ctx) -> list[dict]:
+    """DSVRG (Algorithm 2) on the linear-kernel ODM primal."""
+    from ..spark.dsvrg import DSVRGParams, fit_dsvrg
+
+    s = ctx.settings
+    params = DSVRGParams(lam=s["linear_lam"], theta=s["theta"], v=s["v"], epochs=s["epochs"],
+                         seed=s["seed"])
+    outcome = run_spark_with_budget(ctx.sc, "dsvrg", ctx.budget_seconds, lambda: fit_dsvrg(
+        ctx.sc, ctx.blocks, params, ctx.classes, ctx.data.n_features))
+    if outcome.status != OK:
+        return [make_row("dsvrg", outcome.status, runs_on=WHERE["spark"],
+                         fit_seconds=outcome.seconds, note=outcome.note)]
+    fit = outcome.value
+    start = time.perf_counter()
+    predictions = np.where(ctx.data.X_test @ fit.w > 0, 1.0, -1.0)
+    predict_seconds = time.perf_counter() - start
+    return [make_row("dsvrg", runs_on=WHERE["spark"], accuracy=ctx.accuracy(predictions),
+                     fit_seconds=fit.train_seconds, predict_seconds=predict_seconds,
+                     model_floats=ctx.data.n_features, note=f"{len(fit.epochs)} epochs")]
+
+
+def run_mllib_linearsvc(ctx) -> list[dict]:
+    """Spark MLlib's LinearSVC on the same rows: ``regParam = 1/(C·M)`` makes its objective
+    (mean hinge + regParam/2 ‖w‖²) the LIBLINEAR problem with ``C = --linear-C``."""
+    from pyspark.ml.classification import LinearSVC
+
+    train, test = ctx.frame("train"), ctx.frame("test")  # built before the clock
+    reg_param = 1.0 / (ctx.settings["linear_C"] * ctx.data.X_train.shape[0])
+    estimator = LinearSVC(regParam=reg_param, standardization=False, maxIter=100)
+    outcome = run_spark_with_budget(ctx.sc, "mllib-linearsvc", ctx.budget_seconds,
+                                    lambda: _timed(lambda: estimator.fit(train)))
+    if outcome.status != OK:
+        return [make_row("mllib-linearsvc", outcome.status, runs_on=WHERE["spark"],
+                         fit_seconds=outcome.seconds, note=outcome.note)]
+    model, fit_seconds = outcome.value
+    start = time.perf_counter()
+    scored = model.transform(test).select("label", "prediction").toPandas()
+    predict_seconds = time.perf_counter() - start
+    accuracy = float(np.mean(scored["label"].to_numpy() == scored["prediction"].to_numpy()))
+    summary = model.summary() if callable(model.summary) else model.summary
+    return [make_row("mllib-linearsvc", runs_on=WHERE["spark"], accuracy=accuracy,
+                     fit_seconds=fit_seconds, predict_seconds=predict_seconds,
+                     model_floats=model.numFeatures + 1,
+                     note=f"regParam={reg_param:.3g}, {summary.totalIterations} iterations")]
+
+
+def _timed(function):
+    start = time.perf_counter()
+    value = function()
+    return value, time.perf_counter() - start
+
+
+ONE_TASK_MODULES = {"csvrg": "sodm_spark.baselines.csvrg", "coreset-svm":
+                    "sodm_spark.baselines.coreset_svm", "cvm": "sodm_spark.baselines.cvm"}
+
+
+def one_task_params(method: str, settings: dict, gamma: float) -> dict:
+    common = {"kernel": "rbf", "gamma": gamma, "random_state": settings["seed"]}
+    if method == "csvrg":
+        return {**common, "lam": settings["lam"], "theta": settings["theta"], "v": settings["v"],
+                "max_core": settings["max_core"], "epochs": settings["epochs"]}
+    if method == "coreset-svm":
+        return {**common, "C": settings["svc_C"], "coreset_size": settings["coreset_size"]}
+    return {**common, "C": settings["svc_C"], "max_core": settings["max_core"]}
+
+
+def run_one_task(ctx, method: str) -> list[dict]:
+    """A comparator of design.md §4 fitted inside one Spark task (all rows in one partition)."""
+    from ..spark.single import ESTIMATORS, fit_in_one_task
+
+    class_name = ESTIMATORS[method].split(":")[1]
+    try:
+        available = hasattr(import_module(ONE_TASK_MODULES[method]), class_name)
+        problem = f"it has no {class_name}"
+    except ImportError as error:
+        available, problem = False, str(error)
+    if not available:
+        return [make_row(method, SKIPPED, runs_on=WHERE["task"],
+                         note=f"{ONE_TASK_MODULES[method]} is not available yet ({problem})")]
+    params = one_task_params(method, ctx.settings, ctx.gamma)
+    outcome = run_spark_with_budget(ctx.sc, method, ctx.budget_seconds,
+                                    lambda: fit_in_one_task(ctx.blocks, method, params))
+    if outcome.status != OK:
+        return [make_row(method, outcome.status, runs_on=WHERE["task"],
+                         fit_seconds=outcome.seconds, note=outcome.note)]
+    estimator, task_seconds, _ = outcome.value
+    start = time.perf_counter()
+    predictions = estimator.predict(ctx.data.X_test)
+    predict_seconds = time.perf_counter() - start
+    n_sv = int(estimator.support_vectors_.shape[0])
+    size = {"csvrg": "n_core_", "coreset-svm": "n_coreset_", "cvm": "n_core_"}[method]
+    note = f"{size.strip('_').replace('n_', '')} {getattr(estimator, size)}" \
+        if hasattr(estimator, size) else ""
+    return [make_row(method, runs_on=WHERE["task"], accuracy=ctx.accuracy(predictions),
+                     fit_seconds=task_seconds, predict_seconds=predict_seconds, n_sv=n_sv,
+                     model_floats=n_sv * (ctx.data.n_features + 1), note=note)]

@@ -1,0 +1,197 @@
+"""jobs/benchmark.py: methods side by side under time budgets, its outputs, the README region,
+and its answers to bad flags. Small generated data, local[2] through the ``spark`` fixture."""
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sklearn.svm import SVC, LinearSVC
+
+from sodm_spark import ODMClassifier
+from sodm_spark.benchmarking import budget, report
+from sodm_spark.benchmarking.datasets import load_dataset
+from sodm_spark.benchmarking.plots import plot_seconds_vs_rows, plot_speedup_vs_cores
+from sodm_spark.benchmarking.scaling import levels_for_rows, speedups
+from sodm_spark.kernels import resolve_gamma
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "jobs"))
+import benchmark  # noqa: E402
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+README = "# project\n\ntext before\n\n<!-- results:start -->\nold results\n<!-- results:end -->\n\n## after\nkept\n"
+
+
+def _is_png(path: Path) -> bool:
+    return path.exists() and path.read_bytes()[:8] == PNG_SIGNATURE and path.stat().st_size > 5000
+
+
+def test_methods_side_by_side_write_json_markdown_pngs_and_the_readme_region(spark, tmp_path,
+                                                                            capsys):
+    readme = tmp_path / "README.md"
+    readme.write_text(README)
+    out = tmp_path / "results"
+    flags = ["--dataset", "linear", "--train-rows", "900", "--test-rows", "400", "--seed", "2",
+             "--methods", "sodm,exact-odm,svc,linearsvc,mllib-linearsvc", "--levels", "1",
+             "--lam", "100", "--svc-C", "3", "--linear-C", "0.5", "--budget-seconds", "300",
+             "--scaling", "rows", "--rows", "300,900", "--scaling-methods", "svc",
+             "--partition-rows", "400", "--solved-levels", "1", "--out-dir", str(out),
+             "--readme", str(readme)]
+    assert benchmark.main(flags) == 0
+    document = json.loads((out / "benchmark.json").read_text())
+    rows = {(r["method"], r.get("level")): r for r in document["results"]}
+    assert all(r["status"] == "ok" for r in document["results"])
+    assert [r.get("level") for r in document["results"] if r["method"] == "sodm"] == [1, 0]
+
+    # independent references on the same split with the same gamma and hyperparameters
+    data = load_dataset("linear", train_rows=900, test_rows=400, seed=2)
+    gamma = resolve_gamma("scale", data.X_train)
+    assert document["gamma"] == pytest.approx(gamma)
+    score = lambda model: model.fit(data.X_train, data.y_train).score(data.X_test, data.y_test)  # noqa: E731
+    exact = score(ODMClassifier(gamma=gamma, lam=100, theta=0.1, v=0.5, tol=1e-3))
+    assert rows[("exact-odm", None)]["accuracy"] == pytest.approx(exact, abs=1e-12)
+    assert rows[("svc", None)]["accuracy"] == pytest.approx(score(SVC(C=3, gamma=gamma)), abs=1e-12)
+    liblinear = score(LinearSVC(C=0.5, random_state=2, max_iter=5000))
+    assert rows[("linearsvc", None)]["accuracy"] == pytest.approx(liblinear, abs=1e-12)
+    # MLlib solves the same hinge problem (regParam = 1/(C·M)) with another optimizer
+    assert abs(rows[("mllib-linearsvc", None)]["accuracy"] - liblinear) <= 0.03
+    # SODM's last level solves the whole problem: the exact ODM's answer, to the tolerance
+    assert abs(rows[("sodm", 0)]["accuracy"] - exact) <= 0.01
+    assert rows[("sodm", 0)]["n_sv"] == rows[("exact-odm", None)]["n_sv"] > 0
+    assert rows[("sodm", 1)]["partitions"] == 3 and rows[("sodm", 0)]["partitions"] == 1
+
+    scaled = document["scaling_rows"]
+    assert all(r["status"] == "ok" for r in scaled)
+    # levels grow with M so that partitions stay at most --partition-rows rows; one level solved
+    assert [(r["rows"], r["method"], r.get("level"), r.get("rows_per_partition"))
+            for r in scaled] == [(300, "sodm", 0, 300), (300, "svc", None, None),
+                                 (900, "sodm", 1, 300), (900, "svc", None, None)]
+
+    markdown = (out / "benchmark.md").read_text()
+    for name in ("SODM", "exact ODM", "SVC (LIBSVM)", "MLlib LinearSVC", "M (rows)"):
+        assert f"| {name} |" in markdown
+    for image in ("accuracy_vs_seconds.png", "seconds_vs_rows.png"):
+        assert _is_png(out / image)
+    text = readme.read_text()
+    assert text.startswith("# project\n\ntext before\n\n<!-- results:start -->\n## Results")
+    assert text.endswith("<!-- results:end -->\n\n## after\nkept\n")
+    assert "jobs/benchmark.py --dataset linear" in text and "](results/accuracy_vs_seconds.png)" in text
+    lines = capsys.readouterr().out
+    assert "[benchmark 1/5] SODM: started" in lines and "MLlib LinearSVC: finished" in lines
+
+
+def test_over_budget_methods_are_reported_not_finished_and_the_run_goes_on(spark, tmp_path):
+    out = tmp_path / "out"
+    flags = ["--dataset", "nonlinear", "--train-rows", "3000", "--test-rows", "200",
+             "--methods", "sodm,exact-odm", "--levels", "1", "--tol", "1e-9",
+             "--budget-seconds", "0.05", "--out-dir", str(out)]
+    assert benchmark.main(flags) == 0
+    document = json.loads((out / "benchmark.json").read_text())
+    assert [(r["method"], r["status"]) for r in document["results"]] == [
+        ("sodm", "not finished"), ("exact-odm", "not finished")]
+    assert all("budget" in r["note"] for r in document["results"])
+    markdown = (out / "benchmark.md").read_text()
+    assert markdown.count("N/A (> 0.05 s)") == 2 * 2  # accuracy and fit s of both rows
+    # the session still works and holds no cache the stopped SODM left behind
+    sc = spark.sparkContext
+    assert sc.parallelize(range(10), 2).sum() == 45
+    assert sc.getLocalProperty("spark.jobGroup.id") is None
+
+
+def test_spark_budget_cancels_a_running_job_and_a_child_is_killed(spark):
+    sc = spark.sparkContext
+    sleepy = lambda: sc.parallelize(range(2), 2).map(lambda x: time.sleep(120) or x).collect()  # noqa: E731
+    outcome = budget.run_spark_with_budget(sc, "sleepy", 1.0, sleepy)
+    assert outcome.status == budget.NOT_FINISHED and "1 s budget" in outcome.note
+    assert sc.parallelize(range(4), 2).map(lambda x: x * x).sum() == 14  # the run goes on
+    failing = budget.run_spark_with_budget(sc, "failing", 60.0, lambda: 1 / 0)
+    assert failing.status == budget.FAILED and "ZeroDivisionError" in failing.note
+
+    data = load_dataset("nonlinear", train_rows=3000, test_rows=10)
+    store = budget.ArrayStore({"X_train": data.X_train, "y_train": data.y_train,
+                               "X_test": data.X_test, "y_test": data.y_test})
+    try:
+        settings = {"lam": 1e4, "theta": 0.1, "v": 0.5, "tol": 1e-12, "max_iter": 100000,
+                    "cache_mb": 100.0, "seed": 0}
+        outcome = budget.run_in_child("sodm_spark.benchmarking.driver_fit:fit_and_score",
+                                      ("exact-odm", settings, 0.1, str(store.path)), 0.05)
+    finally:
+        store.close()
+    assert outcome.status == budget.NOT_FINISHED and "budget" in outcome.note
+
+
+def test_readme_region_rewriting_replaces_only_the_marked_region(tmp_path):
+    path = tmp_path / "README.md"
+    path.write_text(README)
+    report.rewrite_readme(path, "## Results\n\nnew table\n")
+    expected = README.replace("old results\n", "## Results\n\nnew table\n")
+    assert path.read_text() == expected
+    report.rewrite_readme(path, "## Results\n\nnew table\n")  # idempotent
+    assert path.read_text() == expected
+    path.write_text("# no markers here\n")
+    with pytest.raises(ValueError, match="results:start"):
+        report.rewrite_readme(path, "x")
+    assert path.read_text() == "# no markers here\n"
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--methods", "sodm,libsvm"], "unknown method 'libsvm'"),
+    (["--partitioners", "stratified,hash"], "unknown partitioner 'hash'"),
+    (["--scaling", "threads"], "unknown scaling 'threads'"),
+    (["--methods", "none"], "nothing to do"),
+    (["--data", "a.libsvm", "--dataset", "letter"], "not both"),
+])
+def test_bad_flags_are_refused_with_a_message(flags, message, capsys):
+    with pytest.raises(SystemExit):
+        benchmark.parse_args(flags)
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("dataset, package", [("fashion-mnist", "dataset-fashion-mnist"),
+                                              ("satellite", "r-cran-mlbench"),
+                                              ("letter", "r-cran-mlbench")])
+def test_missing_dataset_package_names_the_package(dataset, package, tmp_path):
+    with pytest.raises(SystemExit, match=package):
+        benchmark.main(["--dataset", dataset, "--dataset-root", str(tmp_path),
+                        "--methods", "svc", "--out-dir", str(tmp_path / "out")])
+
+
+def test_mlbench_satellite_loads_as_a_binary_split():
+    try:
+        data = load_dataset("satellite", seed=1)
+    except ValueError as error:
+        pytest.skip(str(error))
+    assert data.X_train.shape == (4435, 36) and data.X_test.shape == (2000, 36)
+    assert set(np.unique(data.y_train)) == {-1.0, 1.0}
+    # 3,492 of the 6,435 rows are grey soils (1,358 + 626 + 1,508 in mlbench's counts)
+    assert int((data.y_train > 0).sum() + (data.y_test > 0).sum()) == 3492
+
+
+def test_levels_grow_with_rows_so_partitions_keep_their_size():
+    assert levels_for_rows(10000, 3, 2000, 2) == (2, 1)
+    assert levels_for_rows(100000, 3, 2000, 2) == (4, 3)
+    assert levels_for_rows(1000000, 3, 2000, 2) == (6, 5)
+    assert levels_for_rows(1500, 3, 2000, 2) == (0, 0)
+    for rows in (10**4, 10**5, 10**6):
+        levels, _ = levels_for_rows(rows, 3, 2000, 1)
+        assert 2000 / 3 < rows / 3 ** levels <= 2000
+
+
+def test_speedup_table_and_plots_from_known_seconds(tmp_path):
+    def level(cores, depth, seconds, final=False):
+        return {"method": "sodm", "name": "SODM", "status": "ok", "cores": cores, "depth": depth,
+                "level": 3 - depth, "partitions": 3 ** (3 - depth), "level_seconds": seconds,
+                "fit_seconds": 3 * seconds, "final": final, "rows": 1000 * cores,
+                "rows_per_partition": 500}
+
+    rows = [level(1, 0, 8.0), level(1, 1, 6.0, True), level(2, 0, 4.0), level(2, 1, 4.0, True)]
+    table = {(r["cores"], r["depth"]): r["speedup"] for r in speedups(rows)}
+    assert table == {(1, 0): 1.0, (2, 0): 2.0, (1, 1): 1.0, (2, 1): 1.5, (1, None): 1.0,
+                     (2, None): 1.5}
+    plot_speedup_vs_cores(rows, tmp_path / "cores.png", "title")
+    not_finished = {"method": "svc", "name": "SVC", "status": "not finished", "rows": 2000,
+                    "fit_seconds": 9.0}
+    plot_seconds_vs_rows(rows + [not_finished], tmp_path / "rows.png", "title", budget=9.0)
+    assert _is_png(tmp_path / "cores.png") and _is_png(tmp_path / "rows.png")
