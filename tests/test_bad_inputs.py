@@ -259,7 +259,7 @@ def refusals():
             r"use --levels 1 or less"),
         Refusal("more-partitions-than-rows/train_sodm-linear", 1, lambda c: sodm_job_error(
             ["--data", c.tiny, "--kernel", "linear", "--partitions", "16", "--epochs", "1"]),
-            r"only 5 rows", r"16 partitions", r"use fewer"),
+            r"only 5 rows", r"16 partitions", r"pass at most 5 \(--partitions"),
         Refusal("more-partitions-than-rows/SODMClassifier", 1, lambda c: api_error(
             lambda: sodm_classifier(levels=2).fit(c.frame(c.X[:5], np.arange(5) % 2))),
             r"9 partitions but the data have only 5 rows", r"levels=2", r"levels 1 or less"),

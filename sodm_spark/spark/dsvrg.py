@@ -186,7 +186,8 @@ def stratified_layout(sc, chunked, params: "DSVRGParams", survey):
             return chunked, (f"{len(survey)} input partitions kept: each already holds every "
                              "stratum in its overall share"), False
     if n_partitions > n_rows:
-        raise ValueError(f"{n_partitions} partitions but only {n_rows} rows; use fewer.")
+        raise ValueError(f"DSVRG asks for {n_partitions} partitions but the data have only "
+                         f"{n_rows} rows; pass at most {n_rows} (--partitions / n_partitions).")
     partitioner = "random" if sparse else params.partitioner
     parts, _, _ = partition_blocks(
         sc, chunked.values(), SODMParams(kernel="linear", partitioner=partitioner,
