@@ -51,7 +51,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     data.add_argument("--test-fraction", type=float, default=0.2,
                       help="--data without --test-data: hold out this share (seeded)")
     data.add_argument("--dataset", choices=DATASETS,
-                      help="a named data set (default without --data: nonlinear, generated)")
+                      help="a named data set (default without --data: nonlinear, generated): "
+                      "fashion-mnist ships in Debian's dataset-fashion-mnist; letter, satellite "
+                      "and shuttle in Debian's r-cran-mlbench (read with PyPI rdata); nonlinear "
+                      "and linear are seeded generators (up to 10^6 rows and more)")
     data.add_argument("--dataset-root", help="folder of the named data set's files "
                       "(default: where its Debian package installs them)")
     data.add_argument("--train-rows", type=int, help="keep this many training rows (seeded); "
@@ -94,13 +97,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     scale.add_argument("--scaling-methods", default="exact-odm,svc",
                        help="methods beside SODM in the rows scaling, or 'none'")
     scale.add_argument("--scaling-budget-seconds", type=float,
-                       help="budget per method in the scaling runs (default --budget-seconds)")
+                       help="budget per method beside SODM in the rows scaling (default "
+                       "--budget-seconds)")
+    scale.add_argument("--scaling-sodm-budget-seconds", type=float, default=3600.0,
+                       help="budget per SODM run in the scaling runs")
+    scale.add_argument("--scaling-test-rows", type=int, default=2000,
+                       help="scaling: test rows (scored after every level)")
     scale.add_argument("--partition-rows", type=int, default=2000,
                        help="scaling: most rows per top-level partition (levels grow with M)")
     scale.add_argument("--solved-levels", type=int, default=2,
                        help="scaling: SODM levels solved per run (the rest are stopped)")
     scale.add_argument("--cores", type=_ints, default=[1, 2], help="cores scaling: core counts")
-    scale.add_argument("--cores-rows", type=int, default=100000,
+    scale.add_argument("--cores-rows", type=int, default=50000,
                        help="cores scaling: generated training rows")
     out = parser.add_argument_group("output and Spark")
     out.add_argument("--out-dir", default="benchmark-results", help="JSON, Markdown, PNGs")
@@ -126,7 +134,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         parser.error("--test-data needs --data.")
     if not args.methods and not args.scaling:
         parser.error("nothing to do: --methods none and no --scaling.")
-    if args.budget_seconds <= 0 or (args.scaling_budget_seconds or 1) <= 0:
+    if min(args.budget_seconds, args.scaling_budget_seconds or 1,
+           args.scaling_sodm_budget_seconds) <= 0:
         parser.error("budgets must be positive seconds.")
     try:
         args.gamma = float(args.gamma)

@@ -195,3 +195,8 @@ def test_speedup_table_and_plots_from_known_seconds(tmp_path):
                     "fit_seconds": 9.0}
     plot_seconds_vs_rows(rows + [not_finished], tmp_path / "rows.png", "title", budget=9.0)
     assert _is_png(tmp_path / "cores.png") and _is_png(tmp_path / "rows.png")
+
+
+def test_cores_scaling_refuses_a_session_it_did_not_start(spark, tmp_path):
+    with pytest.raises(SystemExit, match="needs the job's own session"):
+        benchmark.main(["--methods", "none", "--scaling", "cores", "--out-dir", str(tmp_path)])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from .budget import FAILED, OK, run_in_child
 from .driver_fit import DRIVER_METHODS
-from .results import DISPLAY_NAMES, PARTITIONER_NAMES, WHERE, make_row
+from .results import DISPLAY_NAMES, PARTITIONER_NAMES, WHERE, make_row, tag_budget
 from . import spark_methods
 
 # name -> (where it runs, kernel, what it is)
@@ -89,5 +89,5 @@ def run_methods(ctx, methods: list[str]) -> list[dict]:
             new = [make_row(method, FAILED, name=name, runs_on=where,
                             note=f"{type(error).__name__}: {error}"[:300])]
         ctx.log(f"[benchmark {number}/{len(runs)}] {name}: {_finished_line(new[-1])}")
-        rows.extend(new)
+        rows.extend(tag_budget(new, ctx.budget_seconds))
     return rows

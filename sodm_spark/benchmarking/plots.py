@@ -13,6 +13,9 @@ from .budget import OK
 from .scaling import speedups
 
 MARKERS = "osD^v<>Ph*Xd"
+# the SODM lines take matplotlib's first default colours; the other methods these
+OTHER_COLORS = ("black", "tab:brown", "tab:pink", "tab:gray", "tab:olive", "tab:cyan", "navy",
+                "darkred", "darkgreen", "goldenrod")
 
 
 def _pyplot():
@@ -32,35 +35,44 @@ def _not_finished_note(ax, rows, what="not finished within the budget"):
 
 
 def plot_accuracy_vs_seconds(rows: list[dict], path, title: str) -> None:
-    """Figure 1 style: accuracy (y) against fit seconds (x, log)."""
+    """Figure 1 style, accuracy (y) against fit seconds (x, log), in two panels: every SODM
+    level per partitioner (top), and every method's final model side by side (bottom)."""
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(9, 5.5))
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 10))
     finished = [r for r in rows if r["status"] == OK and r["accuracy"] is not None]
     sodm = {}
     for row in finished:
         if row["method"] == "sodm":
             sodm.setdefault(row["name"], []).append(row)
-    for name, levels in sodm.items():
+    for number, (name, levels) in enumerate(sodm.items()):
         levels = sorted(levels, key=lambda r: r["fit_seconds"])
-        x = [r["fit_seconds"] for r in levels]
-        y = [r["accuracy"] for r in levels]
-        line, = ax.plot(x, y, "-o", label=f"{name} (levels {levels[0]['level']}→"
-                        f"{levels[-1]['level']})", linewidth=2)
-        for r in levels:
-            ax.annotate(f"L{r['level']}", (r["fit_seconds"], r["accuracy"]), fontsize=8,
-                        xytext=(4, -10), textcoords="offset points", color=line.get_color())
+        line, = top.plot([r["fit_seconds"] for r in levels], [r["accuracy"] for r in levels],
+                         "-" + MARKERS[number % len(MARKERS)], linewidth=2, label=f"{name} "
+                         f"(levels {levels[0]['level']}→{levels[-1]['level']}, left to right)")
+        if number == 0:  # the lines run the same way: one labelled line is enough
+            for r in levels:
+                top.annotate(f"level {r['level']}", (r["fit_seconds"], r["accuracy"]),
+                             fontsize=8, xytext=(4, -13), textcoords="offset points",
+                             color=line.get_color(), ha="left")
+        final = levels[-1]
+        bottom.plot(final["fit_seconds"], final["accuracy"], MARKERS[number % len(MARKERS)],
+                    color=line.get_color(), markersize=9, label=f"{name} level {final['level']}"
+                    " (Spark)")
     others = [r for r in finished if r["method"] != "sodm"]
-    for index, row in enumerate(others):
-        ax.plot(row["fit_seconds"], row["accuracy"], MARKERS[index % len(MARKERS)],
-                markersize=9, label=f"{row['name']} ({row['runs_on']})")
-    ax.set_xscale("log")
-    ax.set_xlabel("fit seconds (log scale; SODM: cumulative to each level)")
-    ax.set_ylabel("test accuracy")
-    ax.set_title(title)
-    ax.grid(True, which="both", alpha=0.3)
-    _not_finished_note(ax, rows)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    for index, row in enumerate(others, start=len(sodm)):
+        bottom.plot(row["fit_seconds"], row["accuracy"], MARKERS[index % len(MARKERS)],
+                    color=OTHER_COLORS[(index - len(sodm)) % len(OTHER_COLORS)], markersize=9,
+                    label=f"{row['name']} ({row['runs_on']})")
+    top.set_title(title + "\nSODM: one point per level (seconds cumulative to that level)")
+    bottom.set_title("Every method's final model (the table's rows)")
+    for ax in (top, bottom):
+        ax.set_xlabel("fit seconds (log scale)")
+        _plain_log_axis(ax.xaxis)
+        ax.set_ylabel("test accuracy")
+        ax.grid(True, which="both", alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    _not_finished_note(bottom, rows)
     fig.tight_layout()
     _save(fig, path)
 
@@ -86,8 +98,9 @@ def plot_speedup_vs_cores(rows: list[dict], path, title: str) -> None:
         ax.set_ylabel(ylabel)
         ax.set_xticks(all_cores)
         ax.grid(True, alpha=0.3)
-    left.set_yscale("log")
+    left.set_ylim(bottom=0)
     left.set_title("SODM seconds")
+    left.legend(fontsize=8)
     right.set_title("SODM speed-up")
     right.legend(fontsize=8)
     fig.suptitle(title)
@@ -99,7 +112,7 @@ def plot_seconds_vs_rows(rows: list[dict], path, title: str, budget=None) -> Non
     """Seconds against M (log-log): SODM per level depth and overall, and the other methods;
     a method that did not finish is drawn as an x on the budget line."""
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(9, 5.5))
+    fig, ax = plt.subplots(figsize=(11, 5.5))
     series = {}
     for row in rows:
         if row["method"] == "sodm" and row.get("depth") is not None and row["status"] == OK:
@@ -110,14 +123,17 @@ def plot_seconds_vs_rows(rows: list[dict], path, title: str, budget=None) -> Non
             if row.get("final"):
                 series.setdefault((1, 0, "SODM whole fit (partitioning included)"), []).append(
                     (row["rows"], row["fit_seconds"], None))
-        elif row["method"] != "sodm":
+        elif row["method"] != "sodm" and not row.get("note", "").startswith("not run"):
             value = row["fit_seconds"] if row["status"] == OK else None
             series.setdefault((2, 0, row["name"]), []).append((row["rows"], value, None))
+    crossed = 0  # series drawn as not finished so far: their x's are nudged apart
     for index, ((group, _, name), points) in enumerate(sorted(series.items())):
         points.sort()
         done = [(m, s) for m, s, _ in points if s is not None]
         sizes = sorted({p for _, _, p in points if p})
-        label = name + (f" (~{min(sizes):,}–{max(sizes):,} rows/partition)" if sizes else "")
+        spread = f"{min(sizes):,}" if sizes and min(sizes) == max(sizes) else \
+            f"{min(sizes):,}–{max(sizes):,}" if sizes else ""
+        label = name + (f" (~{spread} rows/partition)" if sizes else "")
         marker = MARKERS[index % len(MARKERS)]
         line = None
         if done:
@@ -125,22 +141,33 @@ def plot_seconds_vs_rows(rows: list[dict], path, title: str, budget=None) -> Non
                             linestyle="-" if group < 2 else "--")
         failed = [m for m, s, _ in points if s is None]
         if failed and budget:
-            ax.plot(failed, [budget] * len(failed), "x", markersize=11, mew=2,
-                    color=None if line is None else line.get_color(),
-                    label=f"{name}: not finished (N/A)")
+            ax.plot([m * (1.0 + 0.06 * crossed) for m in failed], [budget] * len(failed), "x",
+                    markersize=11, mew=2, color=None if line is None else line.get_color(),
+                    label=f"{name}: not finished within {budget:g} s (N/A)")
+            crossed += 1
     if budget:
         ax.axhline(budget, color="0.5", linestyle=":", linewidth=1)
-        ax.text(ax.get_xlim()[0], budget, f" budget {budget:g} s", va="bottom", fontsize=8,
-                color="0.4")
+        ax.text(0.01, budget, f"budget {budget:g} s", va="bottom", ha="left", fontsize=8,
+                color="0.4", transform=ax.get_yaxis_transform())
     ax.set_xscale("log")
-    ax.set_yscale("log")
+    _plain_log_axis(ax.yaxis)
     ax.set_xlabel("training rows M (log scale)")
     ax.set_ylabel("seconds (log scale)")
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left")
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()
     _save(fig, path)
+
+
+def _plain_log_axis(axis) -> None:
+    """A log axis labelled 1, 2, 5, 10, 20, ... rather than 2×10^1."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    axis.axes.set_xscale("log") if axis.axis_name == "x" else axis.axes.set_yscale("log")
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    axis.set_minor_formatter(NullFormatter())
 
 
 def _save(fig, path) -> None:

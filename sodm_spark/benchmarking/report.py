@@ -53,6 +53,7 @@ def _int(value) -> str:
 def _na(row: dict, budget) -> str:
     if row["status"] == OK:
         return ""
+    budget = row.get("budget_seconds", budget)
     return "N/A" + (f" (> {budget:g} s)" if row["status"] == "not finished" and budget else "")
 
 
@@ -84,7 +85,7 @@ def methods_table(rows: list[dict], budget=None) -> str:
 def rows_table(rows: list[dict], budget=None) -> str:
     """Scaling with M: seconds per SODM level and the exact methods' fit seconds."""
     header = ["M (rows)", "method", "level", "partitions", "rows / partition", "level s",
-              "cumulative s", "accuracy"]
+              "cumulative s", "accuracy", "note"]
     lines = []
     for row in rows:
         failed = _na(row, budget)
@@ -92,7 +93,7 @@ def rows_table(rows: list[dict], budget=None) -> str:
                       _int(row.get("partitions")), _int(row.get("rows_per_partition")),
                       failed or _number(row.get("level_seconds", row["fit_seconds"]), 1),
                       failed or _number(row["fit_seconds"], 1),
-                      failed or _number(row["accuracy"], 4)])
+                      failed or _number(row["accuracy"], 4), row.get("note", "")])
     return _table(header, lines)
 
 

@@ -32,6 +32,14 @@ def make_row(method: str, status: str = OK, *, name: str | None = None, runs_on:
             for key, value in row.items()}
 
 
+def tag_budget(rows: list[dict], budget_seconds: float) -> list[dict]:
+    """Record the budget on rows that did not finish (tables print "N/A (> budget)")."""
+    for row in rows:
+        if row["status"] != OK:
+            row.setdefault("budget_seconds", budget_seconds)
+    return rows
+
+
 @dataclass
 class BenchContext:
     """One run's shared state: the Spark session, the split, the block RDD of the training

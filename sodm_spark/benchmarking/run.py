@@ -130,17 +130,17 @@ def run_benchmark(args, argv, log=print) -> dict:
         if "rows" in args.scaling:
             document["scaling_rows"] = run_rows_scaling(
                 spark, args.rows, settings, args.scaling_methods, scaling_budget, log,
-                args.scaling_dataset, args.test_rows or 10000, args.partition_rows,
-                args.solved_levels)
+                args.scaling_dataset, args.scaling_test_rows, args.partition_rows,
+                args.solved_levels, args.scaling_sodm_budget_seconds)
             document["scaling_rows_note"] = _rows_note(args, scaling_budget)
             _finish(document, started, out_dir, args.readme)
         if "cores" in args.scaling:
             spark.stop()
             created = False  # run_cores_scaling stops each session it is given
             document["scaling_cores"] = run_cores_scaling(
-                lambda count: _session(args, count)[0], args.cores, settings, scaling_budget,
-                log, args.scaling_dataset, args.cores_rows, args.test_rows or 10000,
-                args.partition_rows, args.solved_levels)
+                lambda count: _session(args, count)[0], args.cores, settings,
+                args.scaling_sodm_budget_seconds, log, args.scaling_dataset, args.cores_rows,
+                args.scaling_test_rows, args.partition_rows, args.solved_levels)
             document["scaling_cores_note"] = (
                 f"The same SODM fit (stratified, {args.cores_rows:,} generated "
                 f"{args.scaling_dataset} rows, the rows scaling's level rule) in a fresh Spark "
@@ -176,8 +176,9 @@ def _rows_note(args, budget) -> str:
             f"hyperparameters. SODM (stratified) starts from the fewest levels that keep "
             f"partitions at most {args.partition_rows:,} rows (more levels for larger M) and "
             f"solves {args.solved_levels} levels, so every M solves partitions of the same "
-            f"sizes. Other methods: budget {budget:g} s each; one that did not finish is not "
-            "started again at a larger M (N/A).")
+            f"sizes ({args.scaling_test_rows:,} test rows; SODM budget "
+            f"{args.scaling_sodm_budget_seconds:g} s). Other methods: budget {budget:g} s each; "
+            "one that did not finish is not started again at a larger M (N/A).")
 
 
 def _finish(document, started, out_dir, readme) -> None:

@@ -18,7 +18,7 @@ from ..kernels import resolve_gamma
 from .budget import NOT_FINISHED, OK
 from .datasets import load_dataset
 from .methods import _run_one
-from .results import BenchContext, make_row
+from .results import BenchContext, make_row, tag_budget
 from .spark_methods import run_sodm, sodm_params
 
 
@@ -49,24 +49,27 @@ def _sodm_rows(ctx, target_rows, solved_levels, **tags):
     n_rows = ctx.data.X_train.shape[0]
     levels, stop = levels_for_rows(n_rows, ctx.settings["p"], target_rows, solved_levels)
     params = sodm_params(ctx.settings, ctx.gamma, "stratified", levels=levels, stop_level=stop)
-    rows = run_sodm(ctx, "stratified", params, label="SODM")
+    rows = tag_budget(run_sodm(ctx, "stratified", params, label="SODM"), ctx.budget_seconds)
     for row in rows:
         row.update(tags, depth=None if row.get("level") is None else levels - row["level"])
     return rows
 
 
 def run_rows_scaling(spark, sizes, settings: dict, methods, budget: float, log=print,
-                     dataset: str = "nonlinear", test_rows: int = 10000,
-                     target_rows: int = 2000, solved_levels: int = 2) -> list[dict]:
-    """SODM per level plus ``methods`` (e.g. exact ODM, SVC) for each M in ``sizes``."""
+                     dataset: str = "nonlinear", test_rows: int = 2000,
+                     target_rows: int = 2000, solved_levels: int = 2,
+                     sodm_budget: float | None = None) -> list[dict]:
+    """SODM per level plus ``methods`` (e.g. exact ODM, SVC) for each M in ``sizes``; SODM
+    runs under ``sodm_budget`` (default ``budget``), the other methods under ``budget``."""
     rows, stopped = [], {}
     for size in sorted(sizes):
         data = load_dataset(dataset, train_rows=size, test_rows=test_rows, seed=settings["seed"])
         log(f"[scaling rows] M = {size:,}: {data.X_train.shape[1]} features, "
             f"{data.X_test.shape[0]:,} test rows")
-        ctx = _context(spark, data, settings, budget, log)
+        ctx = _context(spark, data, settings, sodm_budget or budget, log)
         try:
             rows.extend(_sodm_rows(ctx, target_rows, solved_levels, rows=size))
+            ctx.budget_seconds = budget
             for method in methods:
                 if method in stopped:
                     new = [make_row(method, NOT_FINISHED, note=f"not run: did not finish at "
@@ -76,6 +79,7 @@ def run_rows_scaling(spark, sizes, settings: dict, methods, budget: float, log=p
                     new = _run_one(ctx, method)
                     log(f"[scaling rows] M = {size:,}: {method} {new[-1]['status']} "
                         f"({new[-1]['fit_seconds'] or 0:.1f} s)")
+                tag_budget(new, budget)
                 if new[-1]["status"] != OK:
                     stopped.setdefault(method, size)
                 rows.extend(dict(row, rows=size) for row in new)
@@ -86,8 +90,8 @@ def run_rows_scaling(spark, sizes, settings: dict, methods, budget: float, log=p
 
 
 def run_cores_scaling(make_session, cores, settings: dict, budget: float, log=print,
-                      dataset: str = "nonlinear", train_rows: int = 100000,
-                      test_rows: int = 10000, target_rows: int = 2000,
+                      dataset: str = "nonlinear", train_rows: int = 50000,
+                      test_rows: int = 2000, target_rows: int = 2000,
                       solved_levels: int = 2) -> list[dict]:
     """The same SODM fit once per core count; ``make_session(k)`` returns a fresh session with
     k cores (the caller's previous session stopped), which this function stops afterwards."""
