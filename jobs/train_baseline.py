@@ -21,7 +21,7 @@ import numpy as np
 from sklearn.datasets import make_friedman1
 
 from sodm_spark.datasets import make_nonlinear
-from sodm_spark.jobconf import gamma_arg, parse_with_defaults
+from sodm_spark.jobconf import gamma_arg, parse_with_defaults, write_outputs
 from sodm_spark.kernels import Kernel, gamma_value
 from sodm_spark.model import KernelExpansion
 from sodm_spark.spark.io import read_blocks, read_libsvm_local
@@ -193,13 +193,7 @@ def main(argv=None) -> int:
         print(f"{args.method}: trained in {train_seconds:.2f} s; {summary['n_sv']} support "
               "vectors; " + ", ".join(f"{k} {v:.4f}" for k, v in summary.items()
                                       if k.startswith("test_")), flush=True)
-        if args.model_out:
-            model.save(args.model_out, atomic=True)
-            print(f"model written to {args.model_out}")
-        if args.metrics_out:
-            Path(args.metrics_out).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.metrics_out).write_text(json.dumps(summary, indent=2, default=str))
-            print(f"metrics written to {args.metrics_out}")
+        write_outputs(model, summary, args.model_out, args.metrics_out)
     finally:
         if created:
             spark.stop()

@@ -24,7 +24,7 @@ from sodm_spark.spark.dsvrg import DSVRGParams, fit_dsvrg
 from sodm_spark.spark.io import read_blocks, read_libsvm_local
 from sodm_spark.spark.session import get_session, numpy_to_blocks, collect_blocks
 from sodm_spark.spark.sodm import PARTITIONERS, SODMParams, checked_classes, fit_sodm
-from sodm_spark.jobconf import gamma_arg, parse_with_defaults
+from sodm_spark.jobconf import gamma_arg, parse_with_defaults, write_outputs
 from sodm_spark.validation import check_finite_rows, check_two_classes
 
 DEFAULT_ROWS, DEFAULT_TEST_ROWS = 60000, 10000
@@ -193,13 +193,7 @@ def main(argv=None) -> int:
             fit, summary = train(spark, args)
         except (ValueError, FileNotFoundError) as error:
             raise SystemExit(f"error: {error}")
-        if args.model_out:
-            fit.model.save(args.model_out, atomic=True)
-            print(f"model written to {args.model_out}")
-        if args.metrics_out:
-            Path(args.metrics_out).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.metrics_out).write_text(json.dumps(summary, indent=2, default=str))
-            print(f"metrics written to {args.metrics_out}")
+        write_outputs(fit.model, summary, args.model_out, args.metrics_out)
     finally:
         if created:  # leave a session we joined (tests, notebooks) running
             spark.stop()

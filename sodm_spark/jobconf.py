@@ -10,6 +10,7 @@ passes silently.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import tomllib
 from pathlib import Path
@@ -79,3 +80,21 @@ def parse_with_defaults(parser: argparse.ArgumentParser, job: str, argv=None):
     # [common] keys a job does not take are skipped: they are meant for the other jobs
     parser.set_defaults(**{**{k: v for k, v in common.items() if k in known}, **own})
     return parser.parse_args(argv), path
+
+
+def write_outputs(model, summary: dict, model_out: str | None, metrics_out: str | None) -> None:
+    """Write the model directory and the metrics JSON of a training job, each atomically.
+
+    The metrics go to a temporary file beside the target that is renamed over it, so a
+    scheduler polling the file never reads half a JSON document.
+    """
+    if model_out:
+        model.save(model_out, atomic=True)
+        print(f"model written to {model_out}")
+    if metrics_out:
+        target = Path(metrics_out)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        partial.write_text(json.dumps(summary, indent=2, default=str))
+        os.replace(partial, target)
+        print(f"metrics written to {metrics_out}")

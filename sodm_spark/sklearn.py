@@ -1,7 +1,6 @@
 """ODMClassifier: the exact ODM as a scikit-learn estimator (design.md §6)."""
 from __future__ import annotations
 
-import numbers
 import warnings
 
 import numpy as np
@@ -14,7 +13,7 @@ from .kernels import Kernel
 from .model import KernelExpansion
 from .solvers import solve_odm_dual
 from .solvers.svrg import svrg
-from .validation import check_finite_rows, check_numeric_cells, check_odm_params
+from .validation import check_finite_rows, check_numeric_cells, check_odm_params, seed_from
 
 
 class ODMClassifier(ClassifierMixin, BaseEstimator):
@@ -63,13 +62,6 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
         self.random_state = random_state
         self.solver = solver
 
-    def _seed(self) -> int:
-        if self.random_state is None:
-            return 0
-        if isinstance(self.random_state, numbers.Integral):
-            return int(self.random_state)
-        raise ValueError(f"random_state must be an int or None, got {self.random_state!r}.")
-
     def _accept_sparse(self):
         return "csr" if self.solver == "svrg" else False
 
@@ -103,7 +95,7 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
         for target in targets:
             y_pm = np.where(y_index == target, 1.0, -1.0)
             result = solve_odm_dual(X, y_pm, kernel, self.lam, self.theta, self.v, tol=self.tol,
-                                    max_iter=self.max_iter, seed=self._seed(),
+                                    max_iter=self.max_iter, seed=seed_from(self.random_state),
                                     cache_mb=self.cache_mb, dtype=np.dtype(self.dtype))
             gammas.append(result.gamma * y_pm)
             n_iter.append(result.n_sweeps)
@@ -130,7 +122,8 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
         weights, n_iter, objectives, converged = [], [], [], []
         for target in targets:
             result = svrg(X, np.where(y_index == target, 1.0, -1.0), self.lam, self.theta,
-                          self.v, epochs=self.max_iter, tol=self.tol, seed=self._seed())
+                          self.v, epochs=self.max_iter, tol=self.tol,
+                          seed=seed_from(self.random_state))
             weights.append(result.w)
             n_iter.append(result.epochs)
             objectives.append(result.objective)

@@ -1,6 +1,8 @@
 """Input checks shared by every estimator: messages say what is wrong, where, and what to do."""
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 import scipy.sparse
 
@@ -124,3 +126,17 @@ def check_two_classes(classes, where: str, method: str) -> None:
         f"({shown}); {method} is a binary classifier and needs exactly two label values (e.g. "
         "0/1 or -1/+1). Check that the label column is the right one, or keep the rows of two "
         "classes (for more, train one model per class against the rest).")
+
+
+def seed_from(random_state) -> int:
+    """The integer seed of an estimator's ``random_state`` (None means 0, so fits repeat).
+
+    Only non-negative ints are taken: a ``RandomState`` instance would make a retried Spark
+    task draw different numbers from the first attempt.
+    """
+    if random_state is None:
+        return 0
+    if isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool) \
+            and random_state >= 0:
+        return int(random_state)
+    raise ValueError(f"random_state must be a non-negative int or None, got {random_state!r}.")

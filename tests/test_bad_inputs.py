@@ -389,6 +389,18 @@ def test_estimators_refuse_empty_data_and_one_class(name):
     assert re.search(r"(only one class|1 class).*spam", message, re.S), message
 
 
+@pytest.mark.parametrize("name", ESTIMATORS)
+@pytest.mark.parametrize("random_state", [-1, 1.5, True, np.random.RandomState(0)],
+                         ids=["negative", "float", "bool", "RandomState"])
+def test_estimators_take_only_a_repeatable_seed(name, random_state):
+    X, y = make_problem(m=40, d=4, seed=5)
+    message = api_error(lambda: estimator(name, random_state=random_state).fit(X, y))
+    assert "random_state must be a non-negative int or None" in message, message
+    first = estimator(name, random_state=None).fit(X, y).decision_function(X)
+    again = estimator(name, random_state=0).fit(X, y).decision_function(X)
+    np.testing.assert_array_equal(first, again)  # None means seed 0: a retry repeats
+
+
 @pytest.mark.parametrize("name", BINARY_ONLY)
 def test_binary_only_estimators_refuse_three_classes(name):
     X, _ = make_problem(m=40, d=4, seed=5)

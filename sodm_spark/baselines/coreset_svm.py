@@ -19,7 +19,7 @@ from ..kernels import Kernel
 from ..model import KernelExpansion
 from ..solvers.coreset_svm import (BOUNDS, build_coreset, check_weighted_data, merge_and_reduce,
                                    sample_coreset, sensitivity_bounds, solve_weighted_svm)
-from ..validation import check_finite_rows, check_numeric_cells
+from ..validation import check_finite_rows, check_numeric_cells, seed_from
 
 SUPPORTED_KERNELS = ("linear", "rbf", "poly")
 
@@ -89,14 +89,6 @@ class CoresetSVMClassifier(ClassifierMixin, BaseEstimator):
         self.cache_mb = cache_mb
         self.max_iter = max_iter
         self.random_state = random_state
-
-    def _seed(self) -> int:
-        if self.random_state is None:
-            return 0
-        if isinstance(self.random_state, numbers.Integral) and self.random_state >= 0:
-            return int(self.random_state)
-        raise ValueError(f"random_state must be a non-negative int or None, "
-                         f"got {self.random_state!r}.")
 
     def _check_params(self) -> None:
         def positive_int(value, name):
@@ -168,7 +160,7 @@ class CoresetSVMClassifier(ClassifierMixin, BaseEstimator):
 
     def _build(self, X, y, weights):
         """The coreset: Algorithm 1 on all rows, or per shuffled chunk then merge-and-reduce."""
-        seed = self._seed()
+        seed = seed_from(self.random_state)
         options = dict(kernel=self.kernel_, bound=self.bound, tol=self.tol,
                        cache_mb=self.cache_mb)
         if self.coreset_size is None:

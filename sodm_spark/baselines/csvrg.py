@@ -5,7 +5,6 @@ The numerics live in :mod:`sodm_spark.solvers.csvrg`; this module is their sciki
 """
 from __future__ import annotations
 
-import numbers
 import warnings
 
 import numpy as np
@@ -17,7 +16,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from ..kernels import Kernel
 from ..model import KernelExpansion
 from ..solvers.csvrg import csvrg
-from ..validation import check_finite_rows, check_numeric_cells
+from ..validation import check_finite_rows, check_numeric_cells, seed_from
 
 
 class CSVRGClassifier(ClassifierMixin, BaseEstimator):
@@ -78,13 +77,6 @@ class CSVRGClassifier(ClassifierMixin, BaseEstimator):
         self.cache_mb = cache_mb
         self.random_state = random_state
 
-    def _seed(self) -> int:
-        if self.random_state is None:
-            return 0
-        if isinstance(self.random_state, numbers.Integral):
-            return int(self.random_state)
-        raise ValueError(f"random_state must be an int or None, got {self.random_state!r}.")
-
     def fit(self, X, y):
         check_numeric_cells(X, "X")
         X, y = validate_data(self, X, y, dtype=np.float64, ensure_all_finite=False)
@@ -101,7 +93,7 @@ class CSVRGClassifier(ClassifierMixin, BaseEstimator):
                        self.v, loss=self.loss, delta=self.delta, max_core=self.max_core,
                        metric=self.metric, refine=self.refine, per_class=self.per_class,
                        epochs=self.epochs, inner_steps=self.inner_steps, step=self.step,
-                       option=self.option, tol=self.tol, seed=self._seed(),
+                       option=self.option, tol=self.tol, seed=seed_from(self.random_state),
                        cache_mb=self.cache_mb)
         if self.tol > 0 and not result.converged:
             warnings.warn(f"CSVRGClassifier stopped at epochs={self.epochs} with the objective "

@@ -18,7 +18,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from ..kernels import Kernel
 from ..model import KernelExpansion
 from ..solvers.cvr import PROBABILISTIC_SAMPLE, solve_l2_svm, solve_l2_svr
-from ..validation import check_finite_rows, check_numeric_cells, describe_rows
+from ..validation import check_finite_rows, check_numeric_cells, describe_rows, seed_from
 
 _SHARED_PARAMETERS = """
     kernel, gamma, degree, coef0 : as in ``ODMClassifier`` (gamma 'scale' = 1/(d·Var X)); any
@@ -39,13 +39,6 @@ _SHARED_PARAMETERS = """
     random_state : int seed of the samples (None means 0)
 """
 
-
-def _seed(random_state) -> int:
-    if random_state is None:
-        return 0
-    if isinstance(random_state, numbers.Integral):
-        return int(random_state)
-    raise ValueError(f"random_state must be an int or None, got {random_state!r}.")
 
 
 def _check_positive(name, value, integer=False, minimum=0.0):
@@ -69,7 +62,7 @@ class _CoreVectorBase(BaseEstimator):
     def _solver_options(self):
         return dict(tol=self.tol, max_core=self.max_core, points_per_iter=self.points_per_iter,
                     n_samples=self.sample_size, final_check=self.final_check,
-                    seed=_seed(self.random_state))
+                    seed=seed_from(self.random_state))
 
     def _store(self, X, solutions, coef_scale, intercepts, classes):
         """One output per solution; outputs share the union of their support vectors."""
