@@ -122,8 +122,9 @@ def main() -> None:
                         classes=[0.0, 1.0], n_features=d, test=(X_test, y_test))
         runs.append(fit)
     fit = runs[0]
-    reach = [next((e.elapsed for e in run.epochs if e.test_accuracy >= svc_accuracy), None)
-             for run in runs]
+    reached = [next((e for e in run.epochs if e.test_accuracy >= svc_accuracy), None)
+               for run in runs]
+    reach = [None if e is None else e.elapsed for e in reached]
     dsvrg_seconds = statistics.median(run.train_seconds for run in runs)
 
     # exact optimum and single-node SVRG on the driver
@@ -160,10 +161,18 @@ def main() -> None:
           + ", ".join("not reached" if r is None else f"{r:.2f} s" for r in reach)
           + f" (median {statistics.median([r for r in reach if r is not None] or [np.nan]):.2f} s)"
           f" vs LinearSVC fit {svc_seconds:.2f} s (runs {', '.join(f'{t:.1f}' for t in svc_times)})")
-    print(f"DSVRG layout: {fit.layout}; partitioning {statistics.median(r.partition_seconds for r in runs):.2f} s (median)")
-    print("DSVRG per epoch (first run): " + "; ".join(
-        f"{e.epoch}: {e.elapsed:.1f} s acc {e.test_accuracy:.4f} gap {gap(e.objective):.1e}"
-        for e in fit.epochs))
+    ratio = statistics.median([r for r in reach if r is not None] or [np.nan]) / svc_seconds
+    print(f"ratio DSVRG time to accuracy / LinearSVC fit: {ratio:.2f}; reached at epoch "
+          + ", ".join("-" if e is None else str(e.epoch) for e in reached))
+    print(f"DSVRG layout: {fit.layout}; partitioning "
+          f"{statistics.median(r.partition_seconds for r in runs):.2f} s (median; runs "
+          f"{', '.join(f'{r.partition_seconds:.2f}' for r in runs)}); seconds per epoch "
+          f"{statistics.median(e.seconds for r in runs for e in r.epochs):.2f} (median); "
+          f"resident block hits/misses {fit.resident_hits}/{fit.resident_misses}")
+    for number, run in enumerate(runs):
+        print(f"DSVRG per epoch (run {number + 1}): " + "; ".join(
+            f"{e.epoch}: {e.elapsed:.2f} s acc {e.test_accuracy:.4f} gap {gap(e.objective):.1e}"
+            for e in run.epochs))
     spark.stop()
 
 

@@ -97,3 +97,91 @@ def test_representative_input_partitions_are_kept_and_sorted_ones_are_dealt(spar
     assert dealt.layout.startswith("stratified dealing into 2")
     for fit in (kept, dealt):
         assert abs(fit.epochs[-1].objective - exact) <= 1e-4 * abs(exact)
+
+
+# --- resident blocks: partitions' stacked rows kept in executor scratch files between jobs ---
+
+def scratch_dirs(sc):
+    from pathlib import Path
+
+    from pyspark import SparkFiles
+    return sorted(Path(SparkFiles.getRootDirectory()).glob("sodm-dsvrg-*"))
+
+
+@pytest.mark.parametrize("layout", ["kept", "dealt", "sparse"])
+def test_resident_blocks_give_the_same_w_as_reading_the_rdd(spark, linear_data, layout):
+    X, y = linear_data
+    sc = spark.sparkContext
+    params = DSVRGParams(LAM, THETA, V, epochs=4, tol=0.0, seed=2,
+                         n_partitions=2 if layout == "dealt" else None)
+    make = (lambda: csr_blocks(sc, X, y, 3)) if layout == "sparse" else \
+        (lambda: numpy_to_blocks(sc, X, y, n_slices=3))
+    plain = fit_dsvrg(sc, make(), DSVRGParams(**{**params.__dict__, "resident": False}),
+                      [-1.0, 1.0], 12)
+    resident = fit_dsvrg(sc, make(), params, [-1.0, 1.0], 12)
+    assert (resident.layout.startswith("3 input partitions kept")) == (layout != "dealt")
+    assert np.array_equal(resident.w, plain.w)
+    assert plain.resident_hits == 0
+    # local mode: every task after a partition's first read finds its block
+    assert resident.resident_hits >= 4 * 4 and resident.resident_misses == 0
+    assert scratch_dirs(sc) == []  # the fit's files are gone
+
+
+def test_a_block_resident_for_another_fit_or_with_other_rows_is_not_used(tmp_path,
+                                                                         monkeypatch):
+    from sodm_spark.spark import dsvrg
+
+    monkeypatch.setattr(dsvrg, "_resident_root", lambda: str(tmp_path))
+    rng = np.random.default_rng(0)
+    X1, X2 = rng.normal(size=(50, 4)), rng.normal(size=(50, 4))
+    y = np.where(rng.random(50) < 0.5, 1.0, -1.0)
+    fp1, fp2 = dsvrg._fingerprint(X1, y), dsvrg._fingerprint(X2, y)
+    dsvrg._write_resident("fit-a", 0, X1, y, fp1)
+    X, y_read = dsvrg._open_resident("fit-a", 0, fp1)
+    assert np.array_equal(X, X1) and np.array_equal(y_read, y)
+    assert dsvrg._open_resident("fit-b", 0, fp1) is None  # another fit's store
+    assert dsvrg._open_resident("fit-a", 1, fp1) is None  # another partition
+    assert dsvrg._open_resident("fit-a", 0, fp2) is None  # other rows under the same name
+    assert dsvrg._open_resident("fit-a", 0, None) is None  # nothing recorded yet
+    dsvrg._write_resident("fit-a", 0, X2, y, fp2)  # a stale block is replaced
+    assert np.array_equal(dsvrg._open_resident("fit-a", 0, fp2)[0], X2)
+    S = sp.csr_matrix(X1 * (X1 > 0.5))
+    dsvrg._write_resident("fit-a", 1, S, y, dsvrg._fingerprint(S, y))
+    read = dsvrg._open_resident("fit-a", 1, dsvrg._fingerprint(S, y))[0]
+    assert sp.issparse(read) and (read != S).nnz == 0
+
+
+def test_a_resident_block_changed_mid_fit_is_read_again_from_the_rdd(spark, linear_data):
+    """A stale or damaged file fails its fingerprint: the partition is a miss, read from the
+    persisted RDD (and made resident again), and w is the same as without resident blocks."""
+    X, y = linear_data
+    sc = spark.sparkContext
+    params = DSVRGParams(LAM, THETA, V, epochs=4, tol=0.0, seed=1)
+
+    def spoil(entry):
+        if entry.epoch == 1:
+            for path in scratch_dirs(sc)[0].glob("*/X.npy"):
+                block = np.load(path)
+                np.save(path, block + 1.0)
+
+    plain = fit_dsvrg(sc, numpy_to_blocks(sc, X, y, n_slices=2),
+                      DSVRGParams(**{**params.__dict__, "resident": False}), [-1.0, 1.0], 12)
+    spoiled = fit_dsvrg(sc, numpy_to_blocks(sc, X, y, n_slices=2), params, [-1.0, 1.0], 12,
+                        on_epoch=spoil)
+    assert spoiled.resident_misses == 2  # both partitions, once
+    assert np.array_equal(spoiled.w, plain.w)
+
+
+def test_turns_over_several_input_partitions_give_the_same_w(spark, linear_data):
+    """Kept input partitions are joined into n_partitions turns (one Spark job each): the
+    steps, and so w, are those of one turn per input partition."""
+    X, y = linear_data
+    sc = spark.sparkContext
+    fits = [fit_dsvrg(sc, numpy_to_blocks(sc, X, y, n_slices=4).cache(),
+                      DSVRGParams(LAM, THETA, V, epochs=3, tol=0.0, n_partitions=n,
+                                  resident=resident), [-1.0, 1.0], 12)
+            for n, resident in ((4, True), (None, True), (None, False))]
+    assert "4 input partitions kept" in fits[1].layout
+    assert fits[1].layout.endswith(f"; {min(4, sc.defaultParallelism)} turns per epoch") \
+        or sc.defaultParallelism >= 4
+    assert np.array_equal(fits[0].w, fits[1].w) and np.array_equal(fits[1].w, fits[2].w)

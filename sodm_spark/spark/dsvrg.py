@@ -1,15 +1,33 @@
 """DSVRG (SODM paper, Algorithm 2) on Spark: distributed SVRG for the linear-kernel ODM primal.
 
-Each epoch: the driver broadcasts the snapshot w̃; one ``treeAggregate`` sums every
-partition's loss and loss gradient at w̃ (the full gradient, Alg. 2 lines 6-9); then the
-partitions take turns (round robin, lines 10-15): partition j runs SVRG steps on rows drawn
-without replacement from its own data and hands w to partition j+1, one single-partition
-Spark job per hop (``sc.runJob(rdd, f, partitions=[j])``), so only w (d floats) travels.
-The numerics are ``sodm_spark.solvers.svrg``; this module only moves blocks and vectors.
+Each epoch: the driver sends the snapshot w̃ to every partition, each partition j returns its
+loss and loss-gradient sum h_j at w̃ (Alg. 2 lines 6-8) and the driver adds them up in
+partition order (line 9); then the partitions take turns (round robin, lines 10-20): partition
+j runs SVRG steps on rows drawn without replacement from its own data and hands w to partition
+j+1, one single-partition Spark job per hop (``sc.runJob(rdd, f, partitions=[j])``), so only w
+(d floats) travels. The numerics are ``sodm_spark.solvers.svrg``; this module moves blocks and
+vectors.
+
+**Resident blocks.** Every job reads every row, and handing a cached partition from the JVM
+to a Python worker (≈ 400 MB of rows for 10^6 × 50) costs far more than the SVRG steps on it.
+So the first task that reads partition j from the persisted RDD also writes its stacked
+(X, y) as ``.npy`` files into the executor's Spark scratch directory (``SparkFiles`` root,
+removed by Spark when the application ends), under an id unique to this fit. Later jobs run
+on a tiny "handles" RDD of one element per partition: its task memory-maps the files (any
+Python worker of that executor, zero copies) after checking a fingerprint (rows, columns,
+nonzeros, label sum, first and last row sums) against what the driver recorded when the block
+was first read. A miss (other host, files gone, fingerprint differs) returns nothing, and the
+driver reruns that partition on the persisted RDD, which computes the same function of the same
+stacked block — so the result, and w, are bit-identical whichever path ran, and a retried task
+recomputes exactly what it would have. The files are deleted when the fit ends.
 """
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 import time
+import uuid
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -18,7 +36,8 @@ import scipy.sparse
 from ..kernels import Kernel
 from ..model import KernelExpansion
 from ..partition import nearest_landmark, partitions_look_like_whole, select_landmarks
-from ..solvers.svrg import epoch_rng, loss_gradient_sum, row_sq_norms, sample_rows, svrg_inner
+from ..solvers.svrg import (epoch_rng, loss_gradient_sum, row_sq_norms, sample_rows, step_for,
+                            svrg_inner)
 from ..validation import check_odm_params
 from .sodm import SPILL, SODMParams, StatsRecord, partition_blocks
 
@@ -30,11 +49,12 @@ class DSVRGParams:
     v: float = 0.5
     epochs: int = 30
     tol: float = 1e-6  # stop when the objective changes by at most tol (relative) in an epoch
-    step: float | None = None  # default: 1/(2 L_max), see solvers.svrg.default_step
+    step: float | None = None  # default: solvers.svrg.step_for(L_max, rows)
     n_partitions: int | None = None  # default: the cluster's default parallelism
     partitioner: str = "stratified"  # sparse input is dealt at random (no landmarks in 10^5 dims)
     strata: int = 20
     seed: int = 0
+    resident: bool = True  # keep partitions' blocks in executor scratch files between jobs
 
     def validate(self) -> None:
         check_odm_params(self.lam, self.theta, self.v)
@@ -65,6 +85,8 @@ class DSVRGFit:
     n_rows: int = 0
     step: float = 0.0
     layout: str = ""  # how the rows were laid out into partitions
+    resident_hits: int = 0  # partition tasks served from resident blocks
+    resident_misses: int = 0  # ... that had to read the persisted RDD instead (after the first)
 
 
 CHUNK_BYTES = 8 << 20
@@ -74,7 +96,8 @@ def _chunks(index, blocks, positive):
     """An input partition's rows as (index, (X, ±1 y, ids)) chunks of at most ~8 MB.
 
     Spark hands a cached partition to Python several times faster as many mid-sized pickles
-    than as one large one, and DSVRG reads every partition twice per epoch.
+    than as one large one (DSVRG reads a partition from the RDD once when its block is
+    resident, twice per epoch when not).
     """
     for block in blocks:
         n = block.X.shape[0]
@@ -98,58 +121,222 @@ def _stack(chunks):
     return X, np.concatenate([chunk[1] for chunk in chunks])
 
 
-def _survey(index, items, wanted, seed):
-    """One pass over a partition's chunks: rows, positives, max ‖x‖², sparse?, and (dense) a
-    seeded uniform sample of at most ``wanted`` rows (smallest random keys) for Eqn 8."""
-    n_rows = n_positive = 0
-    max_sq_norm, sparse = 0.0, False
-    keys, rows = np.empty(0), []
-    for number, (_, (X, y, _)) in enumerate(items):
-        n_rows += X.shape[0]
-        n_positive += int(np.sum(y > 0))
-        max_sq_norm = max(max_sq_norm, float(row_sq_norms(X).max()))
-        sparse = scipy.sparse.issparse(X)
-        if not sparse:
-            chunk_keys = np.random.default_rng([seed, 7, index, number]).random(X.shape[0])
-            best = np.argsort(chunk_keys)[:wanted]
-            keys = np.concatenate([keys, chunk_keys[best]])
-            rows.append(X[best])
-    if n_rows == 0:
-        return
-    sample = None
-    if not sparse:
-        sample = np.concatenate(rows)[np.argsort(keys, kind="stable")[:wanted]]
-    yield index, n_rows, n_positive, max_sq_norm, sparse, sample
-
-
-def _strata_by_class(index, items, landmarks, n_strata):
-    """Rows per (stratum of Eqn 7, class) of one partition, flattened to 2·S counts."""
-    counts = np.zeros(2 * n_strata, dtype=np.int64)
-    for _, (X, y, _) in items:
-        strata = np.zeros(X.shape[0], dtype=np.int64) if landmarks is None else \
-            nearest_landmark(X, landmarks, Kernel.create("linear"))
-        counts += np.bincount(2 * strata + (y > 0), minlength=2 * n_strata)
-    yield index, counts
-
-
-def _loss_and_gradient(item, w, config):
-    X, y = item[1][0], item[1][1]
-    loss, grad = loss_gradient_sum(w, X, y, config["lam"], config["theta"], config["v"])
-    return loss, grad
-
-
-def _hop(items, w, snapshot, mean_grad, step, config, epoch):
-    """One partition's turn: SVRG steps over its own rows without replacement (Alg. 2 l. 14)."""
-    out = w
+def _stack_partition(items):
+    """A Spark partition's (key, (X, y, ...)) records as one (X, y): keys in order, records of
+    one key in the order the partition yields them (the same on every read of a cached RDD)."""
     by_key = {}
     for key, value in items:
         by_key.setdefault(key, []).append(value)
-    for key in sorted(by_key):
-        X, y = _stack(by_key[key])
-        rows = sample_rows(X.shape[0], X.shape[0], epoch_rng([config["seed"], key], epoch))
-        out = svrg_inner(out, snapshot, mean_grad, X, y, rows, step, config["lam"],
-                         config["theta"], config["v"])
-    yield out
+    if not by_key:
+        return None
+    return _stack([value for key in sorted(by_key) for value in by_key[key]])
+
+
+# --- resident blocks (executor-local files, see the module docstring) -------------------------
+
+def _fingerprint(X, y):
+    """Cheap identity of a stacked block: shape, nonzeros, label sum, first/last row sums."""
+    n = X.shape[0]
+    nnz = X.nnz if scipy.sparse.issparse(X) else X.size
+    ends = (float(X[0].sum()), float(X[n - 1].sum())) if n else (0.0, 0.0)
+    return (int(n), int(X.shape[1]), int(nnz), float(np.sum(y))) + ends
+
+
+def _resident_root():
+    """This executor's Spark scratch directory (SparkFiles root; removed with the application),
+    or the system temp directory outside a Spark task."""
+    try:
+        from pyspark import SparkFiles
+        if SparkFiles._is_running_on_worker:
+            return SparkFiles.getRootDirectory()
+    except Exception:  # pragma: no cover - no pyspark or an odd deployment
+        pass
+    return tempfile.gettempdir()
+
+
+def _resident_dir(store, key):
+    return os.path.join(_resident_root(), f"sodm-dsvrg-{store}", str(int(key)))
+
+
+def _write_resident(store, key, X, y, fingerprint):
+    """Make a stacked block resident (temp dir + rename, so readers never see half a block);
+    a resident block that is not this one (``fingerprint``) is replaced."""
+    final = _resident_dir(store, key)
+    if _open_resident(store, key, fingerprint) is not None:
+        return
+    try:
+        shutil.rmtree(final, ignore_errors=True)  # readers that mapped it keep their mapping
+        os.makedirs(os.path.dirname(final), exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=f".{key}-", dir=os.path.dirname(final))
+        if scipy.sparse.issparse(X):
+            for name in ("data", "indices", "indptr"):
+                np.save(os.path.join(tmp, name + ".npy"), getattr(X, name))
+            np.save(os.path.join(tmp, "shape.npy"), np.array(X.shape, dtype=np.int64))
+        else:
+            np.save(os.path.join(tmp, "X.npy"), np.ascontiguousarray(X))
+        np.save(os.path.join(tmp, "y.npy"), np.asarray(y, dtype=np.float64))
+        try:
+            os.rename(tmp, final)
+        except OSError:  # another task of the same block got there first
+            shutil.rmtree(tmp, ignore_errors=True)
+    except OSError:  # no space or no permission: the block is simply not resident
+        pass
+
+
+def _open_resident(store, key, expected):
+    """The resident (X, y) of ``key`` memory-mapped, or None when absent or not ``expected``."""
+    if expected is None:
+        return None
+    where = _resident_dir(store, key)
+    try:
+        load = lambda name: np.asarray(np.load(os.path.join(where, name + ".npy"),
+                                               mmap_mode="r"))
+        y = load("y")
+        if os.path.exists(os.path.join(where, "X.npy")):
+            X = load("X")
+        else:
+            X = scipy.sparse.csr_matrix((load("data"), load("indices"), load("indptr")),
+                                        shape=tuple(int(s) for s in load("shape")))
+    except (OSError, ValueError):
+        return None
+    if _fingerprint(X, y) != tuple(expected):
+        return None
+    return X, y
+
+
+def _drop_resident(stores):
+    for store in stores:
+        shutil.rmtree(os.path.join(_resident_root(), f"sodm-dsvrg-{store}"), ignore_errors=True)
+    return []
+
+
+def _drop_everywhere(sc, stores, n_tasks):
+    """Delete the stores' resident files on every executor that one of ``n_tasks`` tasks
+    reaches (all Python workers of an executor share its scratch directory)."""
+    sc.runJob(sc.parallelize(range(n_tasks), n_tasks), lambda _: _drop_resident(stores))
+
+
+def _on_resident(index, keys, store, expected, fn):
+    """Handles task ``index``: (key, fn(key, X, y)) from the resident block, (key, None) on a
+    miss."""
+    key = keys[index]
+    block = _open_resident(store, key, expected.get(key))
+    yield key, None if block is None else fn(key, *block)
+
+
+def _chain_resident(keys, store, expected, hop, w):
+    """Handles task of a turn over several keys: w ← hop(key, X, y, w) for each key in order
+    while its block is resident; returns [(keys done, w)]."""
+    done = 0
+    for key in keys:
+        block = _open_resident(store, key, expected.get(key))
+        if block is None:
+            break
+        w = hop(key, *block, w)
+        done += 1
+    return [(done, w)]
+
+
+def _on_data(key, items, store, fn):
+    """Data task: stack the partition read from the persisted RDD, make it resident (when
+    ``store``), and return (key, fingerprint, fn(key, X, y))."""
+    block = _stack_partition(items)
+    if block is None:
+        return
+    X, y = block
+    fingerprint = _fingerprint(X, y)
+    if store is not None:
+        _write_resident(store, key, X, y, fingerprint)
+    yield key, fingerprint, fn(key, X, y)
+
+
+class _Blocks:
+    """The partitions of one fit as seen by the driver: ``run(fn, keys)`` →
+    {key: fn(key, X, y)}, from the resident files where they are, else from the persisted RDD
+    ``data`` (Spark partition k holds key k), which makes them resident."""
+
+    def __init__(self, sc, data, keys, store=None, fingerprints=None):
+        self.sc, self.data, self.keys, self.store = sc, data, list(keys), store
+        self.expected = dict(fingerprints or {})
+        self.position = {key: i for i, key in enumerate(self.keys)}
+        self.handles = sc.parallelize(range(len(self.keys)), len(self.keys)) \
+            if store is not None else None
+        self.hits = self.misses = 0
+
+    def run(self, fn, keys=None, resident=True):
+        keys = self.keys if keys is None else list(keys)
+        results, missing = {}, keys
+        if resident and self.store is not None and self.expected:
+            mine, order, store, expected = self.keys, self.position, self.store, self.expected
+            found = self.sc.runJob(self.handles.mapPartitionsWithIndex(
+                lambda i, _: _on_resident(i, mine, store, expected, fn)), lambda it: it,
+                partitions=[order[key] for key in keys])
+            results = {key: value for key, value in found if value is not None}
+            missing = [key for key in keys if key not in results]
+            self.hits += len(results)
+            self.misses += len(missing)
+        if missing:
+            store = self.store
+            for key, fingerprint, value in self.sc.runJob(
+                    self.data.mapPartitionsWithIndex(lambda i, it: _on_data(i, it, store, fn)),
+                    lambda it: it, partitions=missing):
+                if self.expected.setdefault(key, fingerprint) != fingerprint:
+                    raise RuntimeError(f"DSVRG: partition {key} changed between two reads of "
+                                       "the persisted data; is the input deterministic?")
+                results[key] = value
+        return results
+
+    def chain(self, hop, w, keys):
+        """w after ``hop(key, X, y, w)`` for each key of ``keys`` in order, in one task while
+        the blocks are resident (one Spark job per turn however many input partitions the
+        turn spans); a missing block is read from the persisted RDD in a job of its own."""
+        keys = list(keys)
+        while keys:
+            if self.store is not None and all(key in self.expected for key in keys):
+                store, expected, todo = self.store, self.expected, keys
+                done, w = self.sc.runJob(self.handles.mapPartitions(
+                    lambda _: _chain_resident(todo, store, expected, hop, w)), lambda it: it,
+                    partitions=[self.position[keys[0]]])[0]
+                self.hits += done
+                keys = keys[done:]
+                if not keys:
+                    break
+                self.misses += 1
+            key, w_in = keys[0], w
+            w = self.run(lambda k, X, y: hop(k, X, y, w_in), keys=[key], resident=False)[key]
+            keys = keys[1:]
+        return w
+
+
+# --- partitioning --------------------------------------------------------------------------------
+
+def _survey_block(key, X, y, wanted, seed):
+    """Rows, positives, max ‖x‖², sparse?, and (dense) a seeded uniform sample of at most
+    ``wanted`` rows (smallest random keys) for Eqn 8, of one stacked partition."""
+    sparse = scipy.sparse.issparse(X)
+    sample = None
+    if not sparse:
+        keys = np.random.default_rng([seed, 7, key]).random(X.shape[0])
+        sample = np.array(X[np.argsort(keys, kind="stable")[:wanted]])  # in random-key order
+    return (X.shape[0], int(np.sum(y > 0)), float(row_sq_norms(X).max()), sparse, sample)
+
+
+def _strata_by_class(X, y, landmarks, n_strata):
+    """Rows per (stratum of Eqn 7, class) of one partition, flattened to 2·S counts."""
+    strata = np.zeros(X.shape[0], dtype=np.int64) if landmarks is None else \
+        nearest_landmark(np.asarray(X), landmarks, Kernel.create("linear"))
+    return np.bincount(2 * strata + (y > 0), minlength=2 * n_strata)
+
+
+def _loss_and_gradient(X, y, w, config):
+    return loss_gradient_sum(w, X, y, config["lam"], config["theta"], config["v"])
+
+
+def _hop(X, y, key, w, snapshot, mean_grad, step, config, epoch):
+    """One partition's turn: SVRG steps over its own rows without replacement (Alg. 2 l. 14)."""
+    rows = sample_rows(X.shape[0], X.shape[0], epoch_rng([config["seed"], key], epoch))
+    return svrg_inner(w, snapshot, mean_grad, X, y, rows, step, config["lam"], config["theta"],
+                      config["v"])
 
 
 def _uniform_sample(survey, wanted, seed):
@@ -160,12 +347,13 @@ def _uniform_sample(survey, wanted, seed):
     return np.concatenate([entry[5][:count] for entry, count in zip(survey, take)])
 
 
-def stratified_layout(sc, chunked, params: "DSVRGParams", survey):
+def stratified_layout(sc, inputs: "_Blocks", chunked, params: "DSVRGParams", survey):
     """Alg. 2's partitions: the input's own partitions when they already look like the whole
     (:func:`partitions_look_like_whole` over landmark strata × class), else rows dealt by
-    stratum (:func:`partition_blocks`). ``chunked`` is the persisted RDD of (partition index,
-    (X, ±1 y, ids)) chunks. Returns (RDD of (key, block) with key k in Spark partition k, a
-    description for the log, whether the rows were dealt)."""
+    stratum (:func:`partition_blocks`). ``inputs`` runs functions on the input partitions,
+    ``chunked`` is the RDD of (partition index, (X, ±1 y, ids)) chunks behind it. Returns
+    (RDD of (key, block) with key k in Spark partition k, a description for the log, whether
+    the rows were dealt)."""
     sparse = survey[0][4]
     n_rows = sum(entry[1] for entry in survey)
     n_partitions = params.n_partitions or max(1, sc.defaultParallelism)
@@ -178,10 +366,7 @@ def stratified_layout(sc, chunked, params: "DSVRGParams", survey):
     same_count = params.n_partitions in (None, len(survey))
     if same_count and len(survey) >= min(n_partitions, n_rows):
         sc.setJobDescription("DSVRG: do the input partitions already look like the whole?")
-        landmarks_b = sc.broadcast(landmarks)
-        counts = dict(chunked.mapPartitionsWithIndex(
-            lambda i, it: _strata_by_class(i, it, landmarks_b.value, n_strata)).collect())
-        landmarks_b.unpersist(blocking=False)
+        counts = inputs.run(lambda _, X, y: _strata_by_class(X, y, landmarks, n_strata))
         if partitions_look_like_whole(np.stack([counts[entry[0]] for entry in survey])):
             return chunked, (f"{len(survey)} input partitions kept: each already holds every "
                              "stratum in its overall share"), False
@@ -193,7 +378,6 @@ def stratified_layout(sc, chunked, params: "DSVRGParams", survey):
         sc, chunked.values(), SODMParams(kernel="linear", partitioner=partitioner,
                                          strata=params.strata, seed=params.seed, levels=0),
         Kernel.create("linear"), n_rows, n_partitions)
-    chunked.unpersist()
     return parts, f"{partitioner} dealing into {n_partitions} partitions", True
 
 
@@ -211,67 +395,111 @@ def fit_dsvrg(sc, blocks, params: DSVRGParams, classes, n_features: int, test=No
                          f"({', '.join(map(str, classes[:10]))}).")
     started = time.perf_counter()
     positive = classes[1]
-    sc.setJobDescription("DSVRG: rows, labels, norms and a landmark sample")
+    # A miss reads the input again: from the caller's persisted RDD if it is one (no second
+    # copy), else from a persisted copy of the chunks made here.
+    own_copy = not blocks.is_cached
     chunked = blocks.mapPartitionsWithIndex(lambda i, it: _chunks(i, it, positive),
-                                            preservesPartitioning=True).persist(SPILL)
-    survey = sorted(chunked.mapPartitionsWithIndex(
-        lambda i, it: _survey(i, it, 50 * params.strata, params.seed)).collect(),
-        key=lambda entry: entry[0])
-    if not survey:
-        chunked.unpersist()
-        raise ValueError("DSVRG got no rows: the training data is empty.")
-    n_rows = sum(entry[1] for entry in survey)
-    parts, layout, owned = stratified_layout(sc, chunked, params, survey)
-    partition_seconds = time.perf_counter() - started
-    config = {"lam": params.lam, "theta": params.theta, "v": params.v, "seed": params.seed}
-    scale = params.lam / (1 - params.theta) ** 2
-    step = params.step or 1.0 / (2.0 * (1.0 + scale * max(1.0, params.v)
-                                        * max(entry[3] for entry in survey)))
-    # partition k holds key k in both layouts; empty input partitions take no turn
-    keys = [entry[0] for entry in survey] if not owned else list(range(parts.getNumPartitions()))
+                                            preservesPartitioning=True)
+    if own_copy:
+        chunked = chunked.persist(SPILL)
+    fit_id = uuid.uuid4().hex  # names this fit's resident files; never reused
+    stores = [f"{fit_id}-input", f"{fit_id}-dealt"] if params.resident else [None, None]
+    parts = None
+    try:
+        # One read of every input partition: stacked, made resident, surveyed.
+        sc.setJobDescription("DSVRG: rows, labels, norms and a landmark sample")
+        wanted, seed, store = 50 * params.strata, params.seed, stores[0]
+        found = sorted(sc.runJob(chunked.mapPartitionsWithIndex(
+            lambda i, it: _on_data(i, it, store, lambda key, X, y: _survey_block(
+                key, X, y, wanted, seed))), lambda it: it), key=lambda entry: entry[0])
+        if not found:
+            raise ValueError("DSVRG got no rows: the training data is empty.")
+        survey = [(key, *value) for key, _, value in found]
+        inputs = _Blocks(sc, chunked, [key for key, _, _ in found], store,
+                         {key: fingerprint for key, fingerprint, _ in found})
+        n_rows = sum(entry[1] for entry in survey)
+        parts, layout, owned = stratified_layout(sc, inputs, chunked, params, survey)
+        partition_seconds = time.perf_counter() - started
+        config = {"lam": params.lam, "theta": params.theta, "v": params.v, "seed": params.seed}
+        scale = params.lam / (1 - params.theta) ** 2
+        l_max = 1.0 + scale * max(1.0, params.v) * max(entry[3] for entry in survey)
+        step = params.step or step_for(l_max, n_rows)  # an epoch is n_rows steps
+        w = np.zeros(n_features) if w0 is None else np.array(w0, dtype=np.float64)
+        # partition k holds key k in both layouts; empty input partitions take no turn
+        if owned:
+            if own_copy:
+                chunked.unpersist()
+            if stores[0] is not None:
+                _drop_everywhere(sc, stores[:1], max(len(survey), sc.defaultParallelism))
+            blocks_ = _Blocks(sc, parts, range(parts.getNumPartitions()), stores[1])
+            turns = [[key] for key in blocks_.keys]
+        else:
+            # Alg. 2's K partitions: consecutive input partitions joined into
+            # n_partitions (default: the cluster's parallelism) turns; each turn runs its
+            # input partitions' steps one after another in one task. w is the same as with
+            # one turn per input partition, with fewer jobs.
+            blocks_ = inputs
+            n_turns = min(len(inputs.keys), params.n_partitions or max(1, sc.defaultParallelism))
+            turns = [list(part) for part in np.array_split(inputs.keys, n_turns)]
+            if n_turns < len(inputs.keys):
+                layout += f"; {n_turns} turns per epoch"
+        keys = blocks_.keys
 
-    w = np.zeros(n_features) if w0 is None else np.array(w0, dtype=np.float64)
+        def full_pass(w):
+            """(P(w), mean loss gradient): every partition's sums (Alg. 2 lines 6-8), added
+            up on the driver in partition order (line 9)."""
+            sums = blocks_.run(lambda _, X, y: _loss_and_gradient(X, y, w, config))
+            loss, grad = 0.0, np.zeros(n_features)
+            for key in keys:
+                loss += sums[key][0]
+                grad += sums[key][1]
+            return 0.5 * float(w @ w) + loss / n_rows, grad / n_rows
 
-    def full_pass(w):
-        """(P(w), mean loss gradient) with one treeAggregate over all partitions."""
-        b = sc.broadcast(w)
-        loss, grad = parts.map(lambda item: _loss_and_gradient(item, b.value, config)) \
-            .treeReduce(lambda a, c: (a[0] + c[0], a[1] + c[1]))
-        b.unpersist(blocking=False)
-        return 0.5 * float(w @ w) + loss / n_rows, grad / n_rows
-
-    test_y = None if test is None else np.where(np.asarray(test[1]) == positive, 1.0, -1.0)
-    scoring = 0.0
-    sc.setJobDescription("DSVRG epoch 0: full gradient")
-    objective, mean_grad = full_pass(w)
-    history = []
-    for epoch in range(1, params.epochs + 1):
-        epoch_start = time.perf_counter()
-        snapshot = w.copy()
-        for key in keys:  # round robin: one single-partition job per hop
-            sc.setJobDescription(f"DSVRG epoch {epoch}: partition {key}'s turn")
-            w = sc.runJob(parts, lambda items, w=w, e=epoch: _hop(
-                items, w, snapshot, mean_grad, step, config, e), partitions=[key])[0]
-        sc.setJobDescription(f"DSVRG epoch {epoch}: full gradient")
-        previous = objective
+        test_y = None if test is None else np.where(np.asarray(test[1]) == positive, 1.0, -1.0)
+        scoring = 0.0
+        sc.setJobDescription("DSVRG epoch 0: full gradient")
         objective, mean_grad = full_pass(w)
-        entry = EpochStats(epoch, time.perf_counter() - epoch_start, objective)
-        entry.elapsed = time.perf_counter() - started - scoring
-        if test is not None:
-            scoring_start = time.perf_counter()
-            entry.test_accuracy = float(np.mean(np.where(test[0] @ w > 0, 1.0, -1.0) == test_y))
-            scoring += time.perf_counter() - scoring_start
-        history.append(entry)
-        if on_epoch is not None:
-            on_epoch(entry)
-        if not np.isfinite(objective):
-            raise FloatingPointError(f"DSVRG diverged at epoch {epoch}: pass a smaller step.")
-        if abs(previous - objective) <= params.tol * abs(objective):
-            break
-    parts.unpersist()
-    sc.setJobDescription(None)
+        history = []
+        for epoch in range(1, params.epochs + 1):
+            epoch_start = time.perf_counter()
+            snapshot = w.copy()
+            fixed = sc.broadcast((snapshot, mean_grad))  # w̃ and h for the whole epoch
+            for turn in turns:  # round robin: one single-partition job per turn
+                sc.setJobDescription(f"DSVRG epoch {epoch}: partitions {turn}'s turn")
+                w = blocks_.chain(lambda k, X, y, w, e=epoch: _hop(
+                    X, y, k, w, *fixed.value, step, config, e), w, turn)
+            fixed.unpersist(blocking=False)
+            sc.setJobDescription(f"DSVRG epoch {epoch}: full gradient")
+            previous = objective
+            objective, mean_grad = full_pass(w)
+            entry = EpochStats(epoch, time.perf_counter() - epoch_start, objective)
+            entry.elapsed = time.perf_counter() - started - scoring
+            if test is not None:
+                scoring_start = time.perf_counter()
+                entry.test_accuracy = float(np.mean(np.where(test[0] @ w > 0, 1.0, -1.0)
+                                                    == test_y))
+                scoring += time.perf_counter() - scoring_start
+            history.append(entry)
+            if on_epoch is not None:
+                on_epoch(entry)
+            if not np.isfinite(objective):
+                raise FloatingPointError(f"DSVRG diverged at epoch {epoch}: pass a smaller step.")
+            if abs(previous - objective) <= params.tol * abs(objective):
+                break
+        train_seconds = time.perf_counter() - started - scoring
+    finally:
+        sc.setJobDescription("DSVRG: dropping resident blocks")
+        if params.resident:
+            try:
+                _drop_everywhere(sc, stores, max(sc.defaultParallelism, 1))
+            except Exception:  # the fit's own error (or a cancelled job) matters more
+                pass
+        if own_copy:
+            chunked.unpersist()
+        if parts is not None and parts is not chunked:
+            parts.unpersist()
+        sc.setJobDescription(None)
     model = KernelExpansion(w[None, :], np.ones((1, 1)), Kernel.create("linear"), classes)
-    return DSVRGFit(w=w, model=model, epochs=history,
-                    train_seconds=time.perf_counter() - started - scoring,
+    return DSVRGFit(w=w, model=model, epochs=history, train_seconds=train_seconds,
                     partition_seconds=partition_seconds, n_rows=n_rows, step=step,
-                    layout=layout)
+                    layout=layout, resident_hits=blocks_.hits, resident_misses=blocks_.misses)
