@@ -65,7 +65,7 @@ def main() -> None:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--levels", type=int, default=3)
     parser.add_argument("--p", type=int, default=3)
-    parser.add_argument("--strata", type=int, default=20)
+    parser.add_argument("--strata", type=int, default=SODMParams.strata)
     parser.add_argument("--lam", type=float, default=10000.0)
     parser.add_argument("--theta", type=float, default=0.1)
     parser.add_argument("--v", type=float, default=0.2)
@@ -77,6 +77,9 @@ def main() -> None:
     parser.add_argument("--seeds", default="0", help="comma-separated seeds per SODM variant")
     parser.add_argument("--label-strata", action="store_true",
                         help="stratified: split every landmark stratum by class too")
+    parser.add_argument("--landmark-candidates", type=int,
+                        default=SODMParams.landmark_candidates,
+                        help="stratified: landmark candidates per stratum (Eqn 8's sample)")
     parser.add_argument("--stop-level", type=int, default=0)
     parser.add_argument("--svc-C", type=float, default=10.0)
     parser.add_argument("--skip-svc", action="store_true")
@@ -112,7 +115,8 @@ def main() -> None:
                             tol=args.tol, p=args.p, levels=args.levels, strata=args.strata,
                             stop_level=args.stop_level, partitioner=partitioner,
                             warm_start=warm_start, cache_mb=args.cache_mb, seed=seed,
-                        label_strata=args.label_strata)
+                            label_strata=args.label_strata,
+                            landmark_candidates=args.landmark_candidates)
         name = (f"SODM {partitioner}" + (f" ({warm_start})" if "," in args.warm_starts else "")
                 + (f" s{seed}" if len(seeds) > 1 else ""))
 
@@ -123,6 +127,9 @@ def main() -> None:
 
         fit = fit_sodm(sc, blocks, params, classes, test=(X_test, y_test), on_level=show)
         results[-1]["train_seconds"] = fit.train_seconds
+        for entry in results[-len(fit.levels):]:
+            entry["partition_seconds"] = fit.partition_seconds
+        print(f"{name}: partitioning {fit.partition_seconds:.1f} s", flush=True)
     if len(seeds) > 1:
         summarize_seeds(results)
     if not args.skip_exact:

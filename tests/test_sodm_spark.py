@@ -132,6 +132,7 @@ def test_labels_other_than_plus_minus_one(spark, data):
     (dict(levels=-1), "levels must be an integer >= 0"),
     (dict(partitioner="voronoi"), "known: stratified, random, kmeans, dip, cascade"),
     (dict(stop_level=4, levels=3), "stop_level"),
+    (dict(landmark_candidates=0), "landmark_candidates must be a positive integer"),
 ])
 def test_bad_parameters_are_refused(spark, data, params, match):
     X, y, _, _ = data
