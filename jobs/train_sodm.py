@@ -152,7 +152,8 @@ def run_dsvrg(spark, blocks, classes, test, n_features, args):
                "train_seconds": fit.train_seconds, "partition_seconds": fit.partition_seconds,
                "n_sv": 1, "rows": fit.n_rows, "step": fit.step,
                "test_accuracy": last.test_accuracy, "objective": last.objective,
-               "params": vars(params)}
+               "layout": fit.layout, "resident_hits": fit.resident_hits,
+               "resident_misses": fit.resident_misses, "params": vars(params)}
     print(f"trained on {fit.n_rows} rows in {fit.train_seconds:.2f} s with DSVRG "
           f"({len(fit.epochs)} epochs, step {fit.step:.3g})"
           + ("" if last.test_accuracy is None else f"; test accuracy {last.test_accuracy:.4f}"))

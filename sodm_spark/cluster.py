@@ -182,20 +182,26 @@ def start_cluster(workers: int = 5, cores_per_worker: int = 1, memory: str = "1g
              "spark_home": str(spark_home), "state_dir": str(state_dir), "workers": workers,
              "started_at": time.time(), "processes": []}
     plans = [("master", MASTER_CLASS, ["--host", host, "--port", str(port),
-                                       "--webui-port", str(webui_port)])]
+                                       "--webui-port", str(webui_port)], env)]
     for index in range(1, workers + 1):
-        (state_dir / f"worker-{index}").mkdir(exist_ok=True)
+        work_dir = state_dir / f"worker-{index}"
+        work_dir.mkdir(exist_ok=True)
+        # executors' scratch (shuffle files, spills) under the state dir too, unless chosen
+        worker_env = dict(env)
+        if "SPARK_LOCAL_DIRS" not in env:
+            (work_dir / "local").mkdir(exist_ok=True)
+            worker_env["SPARK_LOCAL_DIRS"] = str(work_dir / "local")
         plans.append((f"worker-{index}", WORKER_CLASS, [
             master_url, "--host", host, "--cores", str(cores_per_worker), "--memory", memory,
             "--webui-port", str(worker_webui_port + index - 1),
-            "--work-dir", str(state_dir / f"worker-{index}")]))
+            "--work-dir", str(work_dir)], worker_env))
     children = []
     try:
-        for role, main_class, arguments in plans:
+        for role, main_class, arguments, role_env in plans:
             log = state_dir / "logs" / f"{role}.log"
             with open(log, "ab") as out:  # each daemon leads its own process group
                 children.append(subprocess.Popen(
-                    [str(spark_home / "bin" / "spark-class"), main_class, *arguments], env=env,
+                    [str(spark_home / "bin" / "spark-class"), main_class, *arguments], env=role_env,
                     stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                     start_new_session=True))
             state["processes"].append({"role": role, "main_class": main_class, "log": str(log),

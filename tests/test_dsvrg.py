@@ -102,10 +102,12 @@ def test_representative_input_partitions_are_kept_and_sorted_ones_are_dealt(spar
 # --- resident blocks: partitions' stacked rows kept in executor scratch files between jobs ---
 
 def scratch_dirs(sc):
+    """The resident stores present in the executors' local directories (as a task sees them)."""
     from pathlib import Path
 
-    from pyspark import SparkFiles
-    return sorted(Path(SparkFiles.getRootDirectory()).glob("sodm-dsvrg-*"))
+    roots = set(sc.parallelize(range(2), 2).map(
+        lambda _: __import__("os").environ["SPARK_LOCAL_DIRS"].split(",")[0]).collect())
+    return sorted(path for root in roots for path in Path(root).glob("sodm-dsvrg-*"))
 
 
 @pytest.mark.parametrize("layout", ["kept", "dealt", "sparse"])
@@ -136,19 +138,22 @@ def test_a_block_resident_for_another_fit_or_with_other_rows_is_not_used(tmp_pat
     X1, X2 = rng.normal(size=(50, 4)), rng.normal(size=(50, 4))
     y = np.where(rng.random(50) < 0.5, 1.0, -1.0)
     fp1, fp2 = dsvrg._fingerprint(X1, y), dsvrg._fingerprint(X2, y)
-    dsvrg._write_resident("fit-a", 0, X1, y, fp1)
-    X, y_read = dsvrg._open_resident("fit-a", 0, fp1)
+    where = dsvrg._write_resident("fit-a", 0, X1, y, fp1)
+    assert where == str(tmp_path / "sodm-dsvrg-fit-a" / "0")
+    X, y_read = dsvrg._open_block(where, fp1)
     assert np.array_equal(X, X1) and np.array_equal(y_read, y)
-    assert dsvrg._open_resident("fit-b", 0, fp1) is None  # another fit's store
-    assert dsvrg._open_resident("fit-a", 1, fp1) is None  # another partition
-    assert dsvrg._open_resident("fit-a", 0, fp2) is None  # other rows under the same name
-    assert dsvrg._open_resident("fit-a", 0, None) is None  # nothing recorded yet
-    dsvrg._write_resident("fit-a", 0, X2, y, fp2)  # a stale block is replaced
-    assert np.array_equal(dsvrg._open_resident("fit-a", 0, fp2)[0], X2)
+    assert dsvrg._open_block(str(tmp_path / "sodm-dsvrg-fit-b" / "0"), fp1) is None  # other fit
+    assert dsvrg._open_block(where, fp2) is None  # other rows under the same name
+    assert dsvrg._open_block(where, None) is None  # nothing recorded yet
+    assert dsvrg._open_block(None, fp1) is None  # never written (no space, say)
+    assert dsvrg._write_resident("fit-a", 0, X2, y, fp2) == where  # a stale block is replaced
+    assert np.array_equal(dsvrg._open_block(where, fp2)[0], X2)
     S = sp.csr_matrix(X1 * (X1 > 0.5))
-    dsvrg._write_resident("fit-a", 1, S, y, dsvrg._fingerprint(S, y))
-    read = dsvrg._open_resident("fit-a", 1, dsvrg._fingerprint(S, y))[0]
+    sparse_where = dsvrg._write_resident("fit-a", 1, S, y, dsvrg._fingerprint(S, y))
+    read = dsvrg._open_block(sparse_where, dsvrg._fingerprint(S, y))[0]
     assert sp.issparse(read) and (read != S).nnz == 0
+    dsvrg._drop_resident(["fit-a"], [])
+    assert not (tmp_path / "sodm-dsvrg-fit-a").exists()
 
 
 def test_a_resident_block_changed_mid_fit_is_read_again_from_the_rdd(spark, linear_data):
@@ -173,15 +178,16 @@ def test_a_resident_block_changed_mid_fit_is_read_again_from_the_rdd(spark, line
 
 
 def test_turns_over_several_input_partitions_give_the_same_w(spark, linear_data):
-    """Kept input partitions are joined into n_partitions turns (one Spark job each): the
-    steps, and so w, are those of one turn per input partition."""
+    """Consecutive partitions resident on one executor take their turns in one Spark job (all
+    of them in local mode): the hops, in the same order, and so w, are those of one job per
+    partition (without resident blocks)."""
     X, y = linear_data
     sc = spark.sparkContext
     fits = [fit_dsvrg(sc, numpy_to_blocks(sc, X, y, n_slices=4).cache(),
                       DSVRGParams(LAM, THETA, V, epochs=3, tol=0.0, n_partitions=n,
                                   resident=resident), [-1.0, 1.0], 12)
             for n, resident in ((4, True), (None, True), (None, False))]
-    assert "4 input partitions kept" in fits[1].layout
-    assert fits[1].layout.endswith(f"; {min(4, sc.defaultParallelism)} turns per epoch") \
-        or sc.defaultParallelism >= 4
+    assert fits[1].layout == ("4 input partitions kept: each already holds every stratum in "
+                              "its overall share; 1 turn per epoch")
+    assert fits[2].layout.endswith("; 4 turns per epoch")
     assert np.array_equal(fits[0].w, fits[1].w) and np.array_equal(fits[1].w, fits[2].w)

@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -200,6 +201,46 @@ def test_second_start_on_the_same_state_dir_refuses(cluster):
     status = cluster.status()  # the running cluster is untouched
     assert status["alive_workers"] == WORKERS
     assert all(entry["running"] for entry in status["processes"])
+
+
+DSVRG_JOB = ("--kernel", "linear", "--rows", "30000", "--epochs", "3", "--epoch-tol", "0",
+             "--partitions", "5", "--seed", "3")
+
+
+def test_dsvrg_on_five_executors_equals_local_mode_and_leaves_no_blocks(cluster, tmp_path):
+    """DSVRG's resident blocks on a real cluster: the same w as in local mode bit for bit
+    (the hops run in the same order whichever executors hold the blocks), every task finds
+    the blocks another executor of the host wrote, and no block file outlives the
+    application."""
+    runs = {}
+    for name in ("cluster", "local"):
+        out = tmp_path / name
+        (out / "events").mkdir(parents=True)
+        command, env = submit_command(cluster, out, out / "events", *DSVRG_JOB,
+                                      "--model-out", str(out / "model"),
+                                      "--metrics-out", str(out / "metrics.json"))
+        if name == "local":
+            command[command.index("--master") + 1] = "local[2]"
+        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+        runs[name] = (json.loads((out / "metrics.json").read_text()),
+                      KernelExpansion.load(out / "model"))
+    (metrics, model), (local_metrics, local_model) = runs["cluster"], runs["local"]
+    np.testing.assert_array_equal(model.support_vectors, local_model.support_vectors)
+    assert [e["objective"] for e in metrics["epochs"]] == \
+        [e["objective"] for e in local_metrics["epochs"]]
+    assert metrics["layout"].startswith("stratified dealing into 5 partitions")
+    # one host: every executor finds every block where the driver recorded it, for the
+    # 5 hops and the 5 gradient sums of each of 3 epochs
+    for run in (metrics, local_metrics):
+        assert (run["resident_hits"], run["resident_misses"]) == (30, 0), run
+        assert run["layout"].endswith("; 1 turn per epoch")
+    # deleted by the fit, or by Spark with the executors' local dirs (the workers clean up
+    # an application's dirs shortly after it ends)
+    deadline = time.monotonic() + 60
+    while list(Path(cluster.state_dir).rglob("sodm-dsvrg-*")) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert not list(Path(cluster.state_dir).rglob("sodm-dsvrg-*"))
 
 
 FAULT_JOB = ("--levels", "2", "--p", "3", "--rows", "9000", "--seed", "4")

@@ -11,20 +11,26 @@ vectors.
 **Resident blocks.** Every job reads every row, and handing a cached partition from the JVM
 to a Python worker (≈ 400 MB of rows for 10^6 × 50) costs far more than the SVRG steps on it.
 So the first task that reads partition j from the persisted RDD also writes its stacked
-(X, y) as ``.npy`` files into the executor's Spark scratch directory (``SparkFiles`` root,
-removed by Spark when the application ends), under an id unique to this fit. Later jobs run
-on a tiny "handles" RDD of one element per partition: its task memory-maps the files (any
-Python worker of that executor, zero copies) after checking a fingerprint (rows, columns,
-nonzeros, label sum, first and last row sums) against what the driver recorded when the block
-was first read. A miss (other host, files gone, fingerprint differs) returns nothing, and the
-driver reruns that partition on the persisted RDD, which computes the same function of the same
+(X, y) as ``.npy`` files into the executor's Spark local directory (``SPARK_LOCAL_DIRS``,
+which Spark hands its Python workers for spilling and deletes when the executor stops), under
+an id unique to this fit, and the driver records where. Later jobs run on a tiny "handles"
+RDD of one element per partition: its task memory-maps the recorded files (any executor on
+that host, zero copies) after checking a fingerprint (rows, columns, nonzeros, label sum,
+first and last row sums) against what the driver recorded when the block was first read. A
+miss (other host, files gone, fingerprint differs) returns nothing, and the driver reruns that partition on the persisted RDD, which computes the same function of the same
 stacked block — so the result, and w, are bit-identical whichever path ran, and a retried task
-recomputes exactly what it would have. The files are deleted when the fit ends.
+recomputes exactly what it would have. One turn of the round robin is one Spark job over a
+run of consecutive partitions resident on the same host (all of them in local mode), so the
+order of the hops, and w, do not depend on the cluster. The files are deleted when the fit
+ends (an executor on a host that the deleting tasks miss deletes them with its local
+directory when it stops).
 """
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
+import socket
 import tempfile
 import time
 import uuid
@@ -143,27 +149,24 @@ def _fingerprint(X, y):
 
 
 def _resident_root():
-    """This executor's Spark scratch directory (SparkFiles root; removed with the application),
-    or the system temp directory outside a Spark task."""
-    try:
-        from pyspark import SparkFiles
-        if SparkFiles._is_running_on_worker:
-            return SparkFiles.getRootDirectory()
-    except Exception:  # pragma: no cover - no pyspark or an odd deployment
-        pass
-    return tempfile.gettempdir()
+    """This executor's Spark local directory (the first of ``SPARK_LOCAL_DIRS``, the same for
+    every Python worker of the executor; Spark deletes it when the executor stops), or the
+    system temp directory outside a Spark task."""
+    local_dirs = os.environ.get("SPARK_LOCAL_DIRS")
+    return local_dirs.split(",")[0] if local_dirs else tempfile.gettempdir()
 
 
-def _resident_dir(store, key):
-    return os.path.join(_resident_root(), f"sodm-dsvrg-{store}", str(int(key)))
+def _block_dir(root, store, key):
+    return os.path.join(root, f"sodm-dsvrg-{store}", str(int(key)))
 
 
 def _write_resident(store, key, X, y, fingerprint):
-    """Make a stacked block resident (temp dir + rename, so readers never see half a block);
-    a resident block that is not this one (``fingerprint``) is replaced."""
-    final = _resident_dir(store, key)
-    if _open_resident(store, key, fingerprint) is not None:
-        return
+    """Make a stacked block resident in this executor's local directory (temp dir + rename, so
+    readers never see half a block; a block there that is not this one is replaced). Returns
+    the block's directory, or None when it could not be written."""
+    final = _block_dir(_resident_root(), store, key)
+    if _open_block(final, fingerprint) is not None:
+        return final
     try:
         shutil.rmtree(final, ignore_errors=True)  # readers that mapped it keep their mapping
         os.makedirs(os.path.dirname(final), exist_ok=True)
@@ -180,14 +183,15 @@ def _write_resident(store, key, X, y, fingerprint):
         except OSError:  # another task of the same block got there first
             shutil.rmtree(tmp, ignore_errors=True)
     except OSError:  # no space or no permission: the block is simply not resident
-        pass
-
-
-def _open_resident(store, key, expected):
-    """The resident (X, y) of ``key`` memory-mapped, or None when absent or not ``expected``."""
-    if expected is None:
         return None
-    where = _resident_dir(store, key)
+    return final
+
+
+def _open_block(where, expected):
+    """The block in directory ``where`` memory-mapped, or None when absent (another host, files
+    gone) or not the ``expected`` fingerprint."""
+    if where is None or expected is None:
+        return None
     try:
         load = lambda name: np.asarray(np.load(os.path.join(where, name + ".npy"),
                                                mmap_mode="r"))
@@ -204,32 +208,36 @@ def _open_resident(store, key, expected):
     return X, y
 
 
-def _drop_resident(stores):
-    for store in stores:
-        shutil.rmtree(os.path.join(_resident_root(), f"sodm-dsvrg-{store}"), ignore_errors=True)
+def _drop_resident(stores, store_dirs):
+    """Delete the stores under this executor's local directory and the recorded ``store_dirs``
+    (those of other executors on this host; absent elsewhere)."""
+    own = [os.path.join(_resident_root(), f"sodm-dsvrg-{store}") for store in stores]
+    for directory in own + list(store_dirs):
+        shutil.rmtree(directory, ignore_errors=True)
     return []
 
 
-def _drop_everywhere(sc, stores, n_tasks):
-    """Delete the stores' resident files on every executor that one of ``n_tasks`` tasks
-    reaches (all Python workers of an executor share its scratch directory)."""
-    sc.runJob(sc.parallelize(range(n_tasks), n_tasks), lambda _: _drop_resident(stores))
+def _drop_everywhere(sc, stores, store_dirs, n_tasks):
+    """Delete the stores' resident files with ``n_tasks`` tasks (any executor on a host can
+    delete that host's files; an executor on a host none of them reaches deletes its files
+    with its local directory when it stops)."""
+    sc.runJob(sc.parallelize(range(n_tasks), n_tasks),
+              lambda _: _drop_resident(stores, store_dirs))
 
 
-def _on_resident(index, keys, store, expected, fn):
-    """Handles task ``index``: (key, fn(key, X, y)) from the resident block, (key, None) on a
-    miss."""
-    key = keys[index]
-    block = _open_resident(store, key, expected.get(key))
+def _on_resident(key, located, fn):
+    """Handles task ``key``: (key, fn(key, X, y)) from the resident block, (key, None) on a
+    miss. ``located[key]`` = (fingerprint, directory) recorded when the block was written."""
+    block = _open_block(*reversed(located.get(key, (None, None))))
     yield key, None if block is None else fn(key, *block)
 
 
-def _chain_resident(keys, store, expected, hop, w):
+def _chain_resident(keys, located, hop, w):
     """Handles task of a turn over several keys: w ← hop(key, X, y, w) for each key in order
     while its block is resident; returns [(keys done, w)]."""
     done = 0
     for key in keys:
-        block = _open_resident(store, key, expected.get(key))
+        block = _open_block(*reversed(located.get(key, (None, None))))
         if block is None:
             break
         w = hop(key, *block, w)
@@ -239,64 +247,90 @@ def _chain_resident(keys, store, expected, hop, w):
 
 def _on_data(key, items, store, fn):
     """Data task: stack the partition read from the persisted RDD, make it resident (when
-    ``store``), and return (key, fingerprint, fn(key, X, y))."""
+    ``store``), and return (key, fingerprint, (host, block directory or None),
+    fn(key, X, y))."""
     block = _stack_partition(items)
     if block is None:
         return
     X, y = block
     fingerprint = _fingerprint(X, y)
-    if store is not None:
-        _write_resident(store, key, X, y, fingerprint)
-    yield key, fingerprint, fn(key, X, y)
+    where = None if store is None else _write_resident(store, key, X, y, fingerprint)
+    yield key, fingerprint, (socket.gethostname(), where), fn(key, X, y)
 
 
 class _Blocks:
     """The partitions of one fit as seen by the driver: ``run(fn, keys)`` →
     {key: fn(key, X, y)}, from the resident files where they are, else from the persisted RDD
-    ``data`` (Spark partition k holds key k), which makes them resident."""
+    ``data`` (Spark partition k holds key k), which makes them resident. ``found``: the
+    (key, fingerprint, (host, block directory)) of blocks already read. Handle tasks are not
+    placed (PySpark cannot ask for a host without reading the cached partition), so a block is
+    found by any executor on the host that wrote it; once misses outnumber hits by more than a
+    round (many hosts), the fit stops looking and reads the persisted RDD directly."""
 
-    def __init__(self, sc, data, keys, store=None, fingerprints=None):
+    def __init__(self, sc, data, keys, store=None, found=()):
         self.sc, self.data, self.keys, self.store = sc, data, list(keys), store
-        self.expected = dict(fingerprints or {})
-        self.position = {key: i for i, key in enumerate(self.keys)}
-        self.handles = sc.parallelize(range(len(self.keys)), len(self.keys)) \
-            if store is not None else None
+        self.expected = {key: fingerprint for key, fingerprint, _ in found}
+        self.where = {key: where for key, _, where in found}
+        n_handles = data.getNumPartitions()
+        self.handles = sc.parallelize(range(n_handles), n_handles)
         self.hits = self.misses = 0
+        self.active = store is not None  # still looking for (and writing) resident blocks
+
+    def _located(self):
+        """{key: (fingerprint, block directory)} for the tasks, or None when not worth a try."""
+        self.active = self.active and self.misses <= self.hits + len(self.keys)
+        if not self.active:
+            return None
+        return {key: (fingerprint, self.where.get(key, (None, None))[1])
+                for key, fingerprint in self.expected.items()}
 
     def run(self, fn, keys=None, resident=True):
         keys = self.keys if keys is None else list(keys)
         results, missing = {}, keys
-        if resident and self.store is not None and self.expected:
-            mine, order, store, expected = self.keys, self.position, self.store, self.expected
+        located = self._located() if resident and self.expected else None
+        if located is not None:
             found = self.sc.runJob(self.handles.mapPartitionsWithIndex(
-                lambda i, _: _on_resident(i, mine, store, expected, fn)), lambda it: it,
-                partitions=[order[key] for key in keys])
+                lambda key, _: _on_resident(key, located, fn)), lambda it: it, partitions=keys)
             results = {key: value for key, value in found if value is not None}
             missing = [key for key in keys if key not in results]
             self.hits += len(results)
             self.misses += len(missing)
         if missing:
-            store = self.store
-            for key, fingerprint, value in self.sc.runJob(
+            store = self.store if self.active else None
+            for key, fingerprint, where, value in self.sc.runJob(
                     self.data.mapPartitionsWithIndex(lambda i, it: _on_data(i, it, store, fn)),
                     lambda it: it, partitions=missing):
                 if self.expected.setdefault(key, fingerprint) != fingerprint:
                     raise RuntimeError(f"DSVRG: partition {key} changed between two reads of "
                                        "the persisted data; is the input deterministic?")
+                self.where[key] = where
                 results[key] = value
         return results
 
+    def store_dirs(self):
+        """The directories this fit's blocks were written to, per host."""
+        return sorted({os.path.dirname(where) for _, where in self.where.values() if where})
+
+    def turns(self):
+        """The round robin's turns: runs of consecutive keys resident on one host (one Spark
+        job each; all keys in local mode); one key per turn without resident blocks."""
+        if not self.active:
+            return [[key] for key in self.keys]
+        return [list(run) for _, run in itertools.groupby(
+            self.keys, key=lambda key: self.where.get(key, (None, None))[0])]
+
     def chain(self, hop, w, keys):
         """w after ``hop(key, X, y, w)`` for each key of ``keys`` in order, in one task while
-        the blocks are resident (one Spark job per turn however many input partitions the
-        turn spans); a missing block is read from the persisted RDD in a job of its own."""
+        the blocks are resident (one Spark job per turn however many partitions the turn
+        spans); a missing block is read from the persisted RDD in a job of its own."""
         keys = list(keys)
         while keys:
-            if self.store is not None and all(key in self.expected for key in keys):
-                store, expected, todo = self.store, self.expected, keys
+            located = self._located()
+            if located is not None and all(key in located for key in keys):
+                todo = keys
                 done, w = self.sc.runJob(self.handles.mapPartitions(
-                    lambda _: _chain_resident(todo, store, expected, hop, w)), lambda it: it,
-                    partitions=[self.position[keys[0]]])[0]
+                    lambda _: _chain_resident(todo, located, hop, w)), lambda it: it,
+                    partitions=[keys[0]])[0]
                 self.hits += done
                 keys = keys[done:]
                 if not keys:
@@ -404,7 +438,7 @@ def fit_dsvrg(sc, blocks, params: DSVRGParams, classes, n_features: int, test=No
         chunked = chunked.persist(SPILL)
     fit_id = uuid.uuid4().hex  # names this fit's resident files; never reused
     stores = [f"{fit_id}-input", f"{fit_id}-dealt"] if params.resident else [None, None]
-    parts = None
+    parts = inputs = blocks_ = None
     try:
         # One read of every input partition: stacked, made resident, surveyed.
         sc.setJobDescription("DSVRG: rows, labels, norms and a landmark sample")
@@ -414,9 +448,9 @@ def fit_dsvrg(sc, blocks, params: DSVRGParams, classes, n_features: int, test=No
                 key, X, y, wanted, seed))), lambda it: it), key=lambda entry: entry[0])
         if not found:
             raise ValueError("DSVRG got no rows: the training data is empty.")
-        survey = [(key, *value) for key, _, value in found]
-        inputs = _Blocks(sc, chunked, [key for key, _, _ in found], store,
-                         {key: fingerprint for key, fingerprint, _ in found})
+        survey = [(key, *value) for key, _, _, value in found]
+        inputs = _Blocks(sc, chunked, [entry[0] for entry in found], store,
+                         [entry[:3] for entry in found])
         n_rows = sum(entry[1] for entry in survey)
         parts, layout, owned = stratified_layout(sc, inputs, chunked, params, survey)
         partition_seconds = time.perf_counter() - started
@@ -427,22 +461,13 @@ def fit_dsvrg(sc, blocks, params: DSVRGParams, classes, n_features: int, test=No
         w = np.zeros(n_features) if w0 is None else np.array(w0, dtype=np.float64)
         # partition k holds key k in both layouts; empty input partitions take no turn
         if owned:
+            if stores[0] is not None:
+                _drop_everywhere(sc, stores[:1], inputs.store_dirs(), sc.defaultParallelism)
             if own_copy:
                 chunked.unpersist()
-            if stores[0] is not None:
-                _drop_everywhere(sc, stores[:1], max(len(survey), sc.defaultParallelism))
             blocks_ = _Blocks(sc, parts, range(parts.getNumPartitions()), stores[1])
-            turns = [[key] for key in blocks_.keys]
         else:
-            # Alg. 2's K partitions: consecutive input partitions joined into
-            # n_partitions (default: the cluster's parallelism) turns; each turn runs its
-            # input partitions' steps one after another in one task. w is the same as with
-            # one turn per input partition, with fewer jobs.
             blocks_ = inputs
-            n_turns = min(len(inputs.keys), params.n_partitions or max(1, sc.defaultParallelism))
-            turns = [list(part) for part in np.array_split(inputs.keys, n_turns)]
-            if n_turns < len(inputs.keys):
-                layout += f"; {n_turns} turns per epoch"
         keys = blocks_.keys
 
         def full_pass(w):
@@ -459,6 +484,8 @@ def fit_dsvrg(sc, blocks, params: DSVRGParams, classes, n_features: int, test=No
         scoring = 0.0
         sc.setJobDescription("DSVRG epoch 0: full gradient")
         objective, mean_grad = full_pass(w)
+        turns = blocks_.turns()  # known once every block has been read
+        layout += f"; {len(turns)} turn{'s' * (len(turns) > 1)} per epoch"
         history = []
         for epoch in range(1, params.epochs + 1):
             epoch_start = time.perf_counter()
@@ -491,7 +518,9 @@ def fit_dsvrg(sc, blocks, params: DSVRGParams, classes, n_features: int, test=No
         sc.setJobDescription("DSVRG: dropping resident blocks")
         if params.resident:
             try:
-                _drop_everywhere(sc, stores, max(sc.defaultParallelism, 1))
+                written = [b.store_dirs() for b in (inputs, blocks_) if b is not None]
+                _drop_everywhere(sc, stores, sorted(set(sum(written, []))),
+                                 max(sc.defaultParallelism, 1))
             except Exception:  # the fit's own error (or a cancelled job) matters more
                 pass
         if own_copy:
