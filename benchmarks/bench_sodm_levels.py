@@ -86,6 +86,8 @@ def main() -> None:
     parser.add_argument("--skip-exact", action="store_true")
     parser.add_argument("--json-out", type=Path)
     parser.add_argument("--driver-memory", default="6g", help="JVM heap (local mode)")
+    parser.add_argument("--memory-mb", type=float,
+                        help="per-task memory budget (default: SODMParams' rule, RAM / cores)")
     args = parser.parse_args()
 
     train, test = (args.train, args.test) if args.train else default_files(args.work_dir)
@@ -115,7 +117,7 @@ def main() -> None:
                             tol=args.tol, p=args.p, levels=args.levels, strata=args.strata,
                             stop_level=args.stop_level, partitioner=partitioner,
                             warm_start=warm_start, cache_mb=args.cache_mb, seed=seed,
-                            label_strata=args.label_strata,
+                            label_strata=args.label_strata, memory_mb=args.memory_mb,
                             landmark_candidates=args.landmark_candidates)
         name = (f"SODM {partitioner}" + (f" ({warm_start})" if "," in args.warm_starts else "")
                 + (f" s{seed}" if len(seeds) > 1 else ""))
