@@ -84,7 +84,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     hyper.add_argument("--coreset-size", type=int, default=2000, help="coreset-svm draws")
     hyper.add_argument("--levels", type=int, default=3, help="SODM L: K = p^L partitions")
     hyper.add_argument("--p", type=int, default=3)
-    hyper.add_argument("--strata", type=int, default=200)
+    hyper.add_argument("--strata", type=int, default=20)
     hyper.add_argument("--stop-level", type=int, default=0)
     hyper.add_argument("--warm-start", choices=("scaled", "concat"), default="scaled")
     hyper.add_argument("--cache-mb", type=float, default=4096.0, help="kernel cache (MB)")

@@ -114,7 +114,7 @@ class SODMClassifier(Estimator, _SODMParams, MLReadable, MLWritable):
     def __init__(self, *, featuresCol="features", labelCol="label", predictionCol="prediction",
                  rawPredictionCol="rawPrediction", kernel="rbf", gamma="scale", degree=3,
                  coef0=0.0, lam=1000.0, theta=0.1, v=0.5, tol=1e-3, maxIter=1000, p=3, levels=3,
-                 strata=200, stopLevel=0, partitioner="stratified", warmStart="scaled",
+                 strata=20, stopLevel=0, partitioner="stratified", warmStart="scaled",
                  cacheMb=4096.0, seed=0):
         super().__init__()
         self._set(**self._input_kwargs)
