@@ -17,9 +17,10 @@ an id unique to this fit, and the driver records where. Later jobs run on a tiny
 RDD of one element per partition: its task memory-maps the recorded files (any executor on
 that host, zero copies) after checking a fingerprint (rows, columns, nonzeros, label sum,
 first and last row sums) against what the driver recorded when the block was first read. A
-miss (other host, files gone, fingerprint differs) returns nothing, and the driver reruns that partition on the persisted RDD, which computes the same function of the same
-stacked block — so the result, and w, are bit-identical whichever path ran, and a retried task
-recomputes exactly what it would have. One turn of the round robin is one Spark job over a
+miss (other host, files gone, fingerprint differs) returns nothing, and the driver reruns that
+partition on the persisted RDD, which computes the same function of the same stacked block —
+so the result, and w, are bit-identical whichever path ran, and a retried task recomputes
+exactly what it would have. One turn of the round robin is one Spark job over a
 run of consecutive partitions resident on the same host (all of them in local mode), so the
 order of the hops, and w, do not depend on the cluster. The files are deleted when the fit
 ends (an executor on a host that the deleting tasks miss deletes them with its local
@@ -228,7 +229,8 @@ def _drop_everywhere(sc, stores, store_dirs, n_tasks):
 def _on_resident(key, located, fn):
     """Handles task ``key``: (key, fn(key, X, y)) from the resident block, (key, None) on a
     miss. ``located[key]`` = (fingerprint, directory) recorded when the block was written."""
-    block = _open_block(*reversed(located.get(key, (None, None))))
+    fingerprint, where = located.get(key, (None, None))
+    block = _open_block(where, fingerprint)
     yield key, None if block is None else fn(key, *block)
 
 
@@ -237,7 +239,8 @@ def _chain_resident(keys, located, hop, w):
     while its block is resident; returns [(keys done, w)]."""
     done = 0
     for key in keys:
-        block = _open_block(*reversed(located.get(key, (None, None))))
+        fingerprint, where = located.get(key, (None, None))
+        block = _open_block(where, fingerprint)
         if block is None:
             break
         w = hop(key, *block, w)
