@@ -53,9 +53,9 @@ class SODMParams:
     max_iter: int = 1000
     p: int = 3
     levels: int = 3
-    # S = 20: 200 strata (a cut-off session's default) gave the same accuracy per level on
-    # Fashion-MNIST (8 seeds each, within one standard error of random partitions; even an
-    # oracle stratification ties) and cost 5-8 s more partitioning at 20k-60k rows
+    # S = 20: 200 strata gave the same accuracy per level on Fashion-MNIST (8 seeds, within
+    # one standard error of random partitions; even an oracle stratification ties) and cost
+    # 5-8 s more partitioning at 20k-60k rows
     strata: int = 20
     stop_level: int = 0
     partitioner: str = "stratified"

@@ -44,7 +44,7 @@ def _make_invalidate(reread):
 
 def install() -> bool:
     """Patch ``zipimporter.invalidate_caches`` on Python 3.10-3.11; True when patched now."""
-    if sys.version_info >= (3, 12) or not sys.version_info >= (3, 10):
+    if not (3, 10) <= sys.version_info[:2] < (3, 12):
         return False
     current = zipimport.zipimporter.invalidate_caches
     if getattr(current, "sodm_rereads_changed_archives_only", False):
