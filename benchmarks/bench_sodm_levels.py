@@ -71,7 +71,7 @@ def main() -> None:
     parser.add_argument("--v", type=float, default=0.2)
     parser.add_argument("--tol", type=float, default=1e-3)
     parser.add_argument("--gamma", default="scale")
-    parser.add_argument("--cache-mb", type=float, default=4096.0)
+    parser.add_argument("--cache-mb", type=float, help="kernel cache cap (default: the budget)")
     parser.add_argument("--partitioners", default="stratified,random,kmeans")
     parser.add_argument("--warm-starts", default="scaled")
     parser.add_argument("--seeds", default="0", help="comma-separated seeds per SODM variant")
@@ -118,7 +118,7 @@ def main() -> None:
                             stop_level=args.stop_level, partitioner=partitioner,
                             warm_start=warm_start, cache_mb=args.cache_mb, seed=seed,
                             label_strata=args.label_strata, memory_mb=args.memory_mb,
-                            landmark_candidates=args.landmark_candidates)
+                            landmark_candidates=args.landmark_candidates, auto_stop=False)
         name = (f"SODM {partitioner}" + (f" ({warm_start})" if "," in args.warm_starts else "")
                 + (f" s{seed}" if len(seeds) > 1 else ""))
 

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from pyspark import StorageLevel
 
 from sodm_spark.datasets import make_linear, make_nonlinear
 from sodm_spark.spark.dsvrg import DSVRGParams, fit_dsvrg
@@ -51,11 +52,32 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--partitioner", choices=PARTITIONERS, default=defaults.partitioner)
     parser.add_argument("--warm-start", choices=("scaled", "concat"), default=defaults.warm_start)
     parser.add_argument("--cache-mb", type=float, default=defaults.cache_mb,
-                        help="kernel cache per task (MB)")
+                        help="cap on the kernel cache per task (MB; default: what the memory "
+                        "budget allows)")
     parser.add_argument("--memory-mb", type=float,
-                        help="memory one partition's solve may use (default: "
-                        "spark.executor.pyspark.memory, else RAM / cores); a level that cannot "
-                        "fit stops with an error naming it")
+                        help="memory one partition's solve may use (default: the executor's "
+                        "memory for Python divided by the tasks that run at once); a level that "
+                        "cannot fit stops the run (or, with --no-auto-stop, fails naming it)")
+    stopping = parser.add_argument_group(
+        "automatic stopping", "after every level a validation slice is scored; the run stops "
+        "when a merge no longer pays and writes the best level's model")
+    stopping.add_argument("--no-auto-stop", dest="auto_stop", action="store_false",
+                          help="run every level down to --stop-level; the last level's model")
+    stopping.add_argument("--validation-fraction", type=float,
+                          default=defaults.validation_fraction,
+                          help="share of the training rows held out for validation "
+                          f"(at most --validation-max-rows; default {defaults.validation_fraction})")
+    stopping.add_argument("--validation-max-rows", type=int,
+                          default=defaults.validation_max_rows)
+    stopping.add_argument("--validation-data",
+                          help="validation rows from a file (same format) instead of held-out rows")
+    stopping.add_argument("--min-improvement", type=float, default=defaults.min_improvement,
+                          help="stop when the last merge raised validation accuracy by less "
+                          f"(absolute; default {defaults.min_improvement} = "
+                          f"{100 * defaults.min_improvement:g} points)")
+    stopping.add_argument("--time-budget", type=float, default=defaults.time_budget,
+                          help="stop before a level whose predicted seconds would end "
+                          "training after this many seconds")
     parser.add_argument("--model-out", help="directory for the model (written atomically)")
     parser.add_argument("--metrics-out", help="JSON file for per-level metrics")
     parser.add_argument("--seed", type=int, default=defaults.seed)
@@ -77,8 +99,25 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+def read_driver_side(spark, path, args, n_features, sparse, flag):
+    """(X, y) of a test or validation file on the driver, checked against the training data."""
+    if args.format == "libsvm":
+        pair = read_libsvm_local(path, sparse=sparse)
+        if pair[0].shape[1] < n_features:  # LIBSVM omits trailing zero columns
+            pair = read_libsvm_local(path, n_features=n_features, sparse=sparse)
+    else:
+        pair = collect_blocks(read_blocks(spark, path, args.format)[0])
+    if pair[0].shape[1] != n_features:
+        raise ValueError(
+            f"{flag} {path} has {pair[0].shape[1]} features but --data "
+            f"{args.data} has {n_features}; both must describe the same columns. Give {flag[2:]} "
+            "with the training data's feature columns, in the same order.")
+    check_finite_rows(pair[0], f"{flag} {path}")
+    return pair
+
+
 def load_data(spark, args):
-    """(training blocks RDD, classes, test (X, y) or None) for the flags given."""
+    """(training blocks RDD, classes, test (X, y) or None, n_features) for the flags given."""
     linear = args.kernel == "linear"
     if args.data is None:
         make = make_linear if linear else make_nonlinear
@@ -87,49 +126,61 @@ def load_data(spark, args):
                 np.array([-1, 1]), (X[args.rows:], y[args.rows:]), X.shape[1])
     sparse = linear and args.format == "libsvm"
     blocks, n_features = read_blocks(spark, args.data, args.format, sparse=sparse)
+    if not linear:  # parsed once, by the checking job; SODM's passes read the rows from here
+        blocks = blocks.persist(StorageLevel.MEMORY_AND_DISK)
     classes = checked_classes(blocks, n_features)
     check_two_classes(classes, f"--data {args.data}", "SODM")
-    test = None
-    if args.test_data:
-        if args.format == "libsvm":
-            test = read_libsvm_local(args.test_data, sparse=sparse)
-            if test[0].shape[1] < n_features:  # LIBSVM omits trailing zero columns
-                test = read_libsvm_local(args.test_data, n_features=n_features, sparse=sparse)
-        else:
-            test = collect_blocks(read_blocks(spark, args.test_data, args.format)[0])
-        if test[0].shape[1] != n_features:
-            raise ValueError(
-                f"--test-data {args.test_data} has {test[0].shape[1]} features but --data "
-                f"{args.data} has {n_features}; both must describe the same columns. Give test "
-                "data with the training data's feature columns, in the same order.")
-        check_finite_rows(test[0], f"--test-data {args.test_data}")
+    test = None if not args.test_data else read_driver_side(
+        spark, args.test_data, args, n_features, sparse, "--test-data")
     return blocks, classes, test, n_features
 
 
-def run_levels(spark, blocks, classes, test, params, checkpoint_dir=None, resume=False):
-    """SODM Algorithm 1: one printed line per level."""
-    print(f"{'level':>5} {'partitions':>10} {'seconds':>9} {'objective':>14} "
-          f"{'SVs':>8} {'sweeps':>7} {'test acc':>9}", flush=True)
+def _accuracy_text(value):
+    return "" if value is None else f"{value:.4f}"
+
+
+def run_levels(spark, blocks, classes, test, params, checkpoint_dir=None, resume=False,
+               validation=None):
+    """SODM Algorithm 1: before each level its plan, after it one line of the levels table."""
+    print(f"{'level':>5} {'partitions':>10} {'seconds':>9} {'predicted':>9} {'kernel':>8} "
+          f"{'objective':>14} {'SVs':>8} {'sweeps':>7} {'val acc':>8} {'test acc':>9}",
+          flush=True)
+
+    def announce(plan):
+        predicted = ("no estimate before the first level" if plan.predicted_seconds is None
+                     else f"predicted {plan.predicted_seconds:.1f} s")
+        print(f"  -> level {plan.level}: {plan.partitions} partitions of up to {plan.rows:,} "
+              f"rows, kernel {plan.kernel} ({plan.memory_mb:,.0f} MB per task), {predicted}",
+              flush=True)
 
     def show(entry):
-        accuracy = "" if entry.test_accuracy is None else f"{entry.test_accuracy:.4f}"
-        print(f"{entry.level:>5} {entry.partitions:>10} {entry.seconds:>9.2f} "
-              f"{entry.objective:>14.6g} {entry.n_sv:>8} {entry.sweeps_max:>7} "
-              f"{accuracy:>9}", flush=True)
+        predicted = "" if entry.predicted_seconds is None else f"{entry.predicted_seconds:.2f}"
+        print(f"{entry.level:>5} {entry.partitions:>10} {entry.seconds:>9.2f} {predicted:>9} "
+              f"{entry.kernel:>8} {entry.objective:>14.6g} {entry.n_sv:>8} "
+              f"{entry.sweeps_max:>7} {_accuracy_text(entry.validation_accuracy):>8} "
+              f"{_accuracy_text(entry.test_accuracy):>9}", flush=True)
 
     if resume and (Path(checkpoint_dir) / "state.json").exists():
         print(f"resuming from {checkpoint_dir}: the levels it holds are not solved again",
               flush=True)
     fit = fit_sodm(spark.sparkContext, blocks, params, classes, test=test, on_level=show,
-                   checkpoint_dir=checkpoint_dir, resume=resume)
-    last = fit.levels[-1]
+                   on_plan=announce, checkpoint_dir=checkpoint_dir, resume=resume,
+                   validation=validation)
+    best = next(entry for entry in fit.levels if entry.level == fit.best_level)
     summary = {"levels": [entry.to_dict() for entry in fit.levels],
                "train_seconds": fit.train_seconds, "partition_seconds": fit.partition_seconds,
                "n_sv": int(fit.model.support_vectors.shape[0]), "rows": fit.n_rows,
-               "test_accuracy": last.test_accuracy, "params": vars(params)}
+               "validation_rows": fit.validation_rows, "stopped_at": fit.stopped_at,
+               "stop_reason": fit.stop_reason, "best_level": fit.best_level,
+               "validation_accuracy": best.validation_accuracy,
+               "test_accuracy": best.test_accuracy, "params": vars(params)}
+    print(f"stopped after level {fit.stopped_at}: {fit.stop_reason}; the model is level "
+          f"{fit.best_level}'s" + ("" if best.validation_accuracy is None else
+                                   f" (validation accuracy {best.validation_accuracy:.4f} on "
+                                   f"{fit.validation_rows} rows)"), flush=True)
     print(f"trained on {fit.n_rows} rows in {fit.train_seconds:.2f} s "
           f"(partitioning {fit.partition_seconds:.2f} s); {summary['n_sv']} support vectors"
-          + ("" if last.test_accuracy is None else f"; test accuracy {last.test_accuracy:.4f}"))
+          + ("" if best.test_accuracy is None else f"; test accuracy {best.test_accuracy:.4f}"))
     return fit, summary
 
 
@@ -165,7 +216,10 @@ def sodm_params(args) -> SODMParams:
                         v=args.v, tol=args.tol, max_iter=args.max_iter, p=args.p,
                         levels=args.levels, strata=args.strata, stop_level=args.stop_level,
                         partitioner=args.partitioner, warm_start=args.warm_start, seed=args.seed,
-                        cache_mb=args.cache_mb, memory_mb=args.memory_mb)
+                        cache_mb=args.cache_mb, memory_mb=args.memory_mb,
+                        auto_stop=args.auto_stop, validation_fraction=args.validation_fraction,
+                        validation_max_rows=args.validation_max_rows,
+                        min_improvement=args.min_improvement, time_budget=args.time_budget)
     params.validate()
     return params
 
@@ -177,7 +231,10 @@ def train(spark, args):
     blocks, classes, test, n_features = load_data(spark, args)
     if args.kernel == "linear":
         return run_dsvrg(spark, blocks, classes, test, n_features, args)
-    return run_levels(spark, blocks, classes, test, params, args.checkpoint_dir, args.resume)
+    validation = None if not args.validation_data else read_driver_side(
+        spark, args.validation_data, args, n_features, False, "--validation-data")
+    return run_levels(spark, blocks, classes, test, params, args.checkpoint_dir, args.resume,
+                      validation)
 
 
 def main(argv=None) -> int:

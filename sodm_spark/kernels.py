@@ -167,16 +167,19 @@ def kernel_matrix(kernel: Kernel, X: np.ndarray, Z: np.ndarray | None = None, dt
 
 
 def decision_values(kernel: Kernel, X: np.ndarray, support_vectors: np.ndarray,
-                    coefficients: np.ndarray, block_mb: float = 256.0) -> np.ndarray:
+                    coefficients: np.ndarray, block_mb: float = 256.0,
+                    dtype=np.float64) -> np.ndarray:
     """``k(X, SV) @ coefficients`` without holding more than one block of ``k(X, SV)``.
 
-    ``coefficients`` is (n_sv,) or (n_sv, n_outputs); the result is (n,) or (n, n_outputs).
+    ``coefficients`` is (n_sv,) or (n_sv, n_outputs); the result is (n,) or (n, n_outputs),
+    float64 whatever ``dtype`` the kernel blocks are computed in.
     """
     coefficients = np.asarray(coefficients, dtype=np.float64)
     out_shape = (X.shape[0],) + coefficients.shape[1:]
     result = np.zeros(out_shape)
     if support_vectors.shape[0] == 0:
         return result
-    for rows, block in iter_kernel_blocks(kernel, X, support_vectors, np.float64, block_mb):
+    coefficients = coefficients.astype(dtype)
+    for rows, block in iter_kernel_blocks(kernel, X, support_vectors, dtype, block_mb):
         result[rows] = block @ coefficients
     return result

@@ -58,8 +58,22 @@ class _SODMParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasRawPredictio
                         "stratified, random, kmeans, dip or cascade", TypeConverters.toString)
     warmStart = Param(Params._dummy(), "warmStart", "scaled (γ/p) or concat",
                       TypeConverters.toString)
-    cacheMb = Param(Params._dummy(), "cacheMb", "kernel cache per task in MB",
+    cacheMb = Param(Params._dummy(), "cacheMb",
+                    "cap on the kernel cache per task in MB (unset: the memory budget decides)",
                     TypeConverters.toFloat)
+    autoStop = Param(Params._dummy(), "autoStop",
+                     "stop merging when a level no longer improves the validation accuracy by "
+                     "minImprovement (a held-out validationFraction of the rows); the model "
+                     "is the best level's", TypeConverters.toBoolean)
+    validationFraction = Param(Params._dummy(), "validationFraction",
+                               "share of the rows held out for autoStop (at most 1,000 rows)",
+                               TypeConverters.toFloat)
+    minImprovement = Param(Params._dummy(), "minImprovement",
+                           "autoStop: least validation accuracy gain a merge must bring",
+                           TypeConverters.toFloat)
+    timeBudget = Param(Params._dummy(), "timeBudget",
+                       "autoStop: no level whose predicted seconds would end the fit later",
+                       TypeConverters.toFloat)
 
     def __init__(self):
         super().__init__()
@@ -70,7 +84,10 @@ class _SODMParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasRawPredictio
                          levels=defaults.levels, strata=defaults.strata,
                          stopLevel=defaults.stop_level, partitioner=defaults.partitioner,
                          warmStart=defaults.warm_start, cacheMb=defaults.cache_mb,
-                         seed=defaults.seed)
+                         seed=defaults.seed, autoStop=defaults.auto_stop,
+                         validationFraction=defaults.validation_fraction,
+                         minImprovement=defaults.min_improvement,
+                         timeBudget=defaults.time_budget)
 
     def _sodm_params(self) -> SODMParams:
         return SODMParams(kernel=self.getOrDefault("kernel"), gamma=self.getOrDefault("gamma"),
@@ -82,13 +99,18 @@ class _SODMParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasRawPredictio
                           stop_level=self.getOrDefault("stopLevel"),
                           partitioner=self.getOrDefault("partitioner"),
                           warm_start=self.getOrDefault("warmStart"),
-                          cache_mb=self.getOrDefault("cacheMb"), seed=self.getOrDefault("seed"))
+                          cache_mb=self.getOrDefault("cacheMb"), seed=self.getOrDefault("seed"),
+                          auto_stop=self.getOrDefault("autoStop"),
+                          validation_fraction=self.getOrDefault("validationFraction"),
+                          min_improvement=self.getOrDefault("minImprovement"),
+                          time_budget=self.getOrDefault("timeBudget"))
 
 
 def _make_setters_and_getters(cls):
     """setX/getX for every SODM param, as pyspark.ml classes spell them out by hand."""
     for name in ("kernel", "gamma", "degree", "coef0", "lam", "theta", "v", "p", "levels",
-                 "strata", "stopLevel", "partitioner", "warmStart", "cacheMb"):
+                 "strata", "stopLevel", "partitioner", "warmStart", "cacheMb", "autoStop",
+                 "validationFraction", "minImprovement", "timeBudget"):
         title = name[0].upper() + name[1:]
 
         def setter(self, value, _name=name):
@@ -115,7 +137,8 @@ class SODMClassifier(Estimator, _SODMParams, MLReadable, MLWritable):
                  rawPredictionCol="rawPrediction", kernel="rbf", gamma="scale", degree=3,
                  coef0=0.0, lam=1000.0, theta=0.1, v=0.5, tol=1e-3, maxIter=1000, p=3, levels=3,
                  strata=20, stopLevel=0, partitioner="stratified", warmStart="scaled",
-                 cacheMb=4096.0, seed=0):
+                 cacheMb=None, seed=0, autoStop=True, validationFraction=0.1,
+                 minImprovement=0.002, timeBudget=None):
         super().__init__()
         self._set(**self._input_kwargs)
 
@@ -159,6 +182,7 @@ class SODMClassifier(Estimator, _SODMParams, MLReadable, MLWritable):
         fit = fit_sodm(dataset.sparkSession.sparkContext, blocks, params, classes)
         model = SODMClassificationModel(fit.model)
         model.levelStats = [entry.to_dict() for entry in fit.levels]
+        model.stopReason, model.bestLevel = fit.stop_reason, fit.best_level
         return self._copyValues(model)
 
     def write(self):
@@ -177,6 +201,7 @@ class SODMClassificationModel(Model, _SODMParams, MLReadable, MLWritable):
         super().__init__()
         self.expansion = expansion
         self.levelStats = []  # one dict per solved level, as in the job's metrics JSON
+        self.stopReason, self.bestLevel = "", None  # why the fit stopped, whose model this is
 
     @property
     def numFeatures(self) -> int:

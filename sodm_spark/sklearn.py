@@ -34,7 +34,8 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
     tol : stop when every point's projected-gradient violation is at most ``tol``
     max_iter : most sweeps over the data (a ConvergenceWarning says when it stopped the solve)
     cache_mb : memory for kernel rows; the whole kernel matrix is cached when it fits, else
-        kernel rows are computed on demand in blocks with an LRU cache of this size
+        kernel rows are computed on demand in blocks with an LRU cache of this size. None
+        (default): what the machine has available when the fit starts, less a reserve
     dtype : 'float32' (default, half the memory, ~7 digits) or 'float64' for the kernel cache
     random_state : int seed for the sweep order (None means 0: the optimum does not depend on it)
     solver : 'dcd' (dual coordinate descent, any kernel) or 'svrg' (linear kernel only: SVRG on
@@ -46,7 +47,7 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
     """
 
     def __init__(self, kernel="rbf", gamma="scale", degree=3, coef0=0.0, lam=1000.0, theta=0.1,
-                 v=0.5, tol=1e-3, max_iter=1000, cache_mb=4096.0, dtype="float32",
+                 v=0.5, tol=1e-3, max_iter=1000, cache_mb=None, dtype="float32",
                  random_state=None, solver="dcd"):
         self.kernel = kernel
         self.gamma = gamma

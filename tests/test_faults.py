@@ -21,8 +21,10 @@ JOB = ["--levels", "2", "--p", "3", "--rows", "6000", "--seed", "2"]
 
 def test_killed_driver_resumes_to_the_uninterrupted_model(spark, tmp_path):
     # the uninterrupted run (in this process: the same local[2] settings as spark-submit's)
-    assert train_sodm.main(JOB + ["--model-out", str(tmp_path / "reference")]) == 0
+    assert train_sodm.main(JOB + ["--model-out", str(tmp_path / "reference"),
+                                  "--metrics-out", str(tmp_path / "reference.json")]) == 0
     expected = KernelExpansion.load(tmp_path / "reference")
+    reference = json.loads((tmp_path / "reference.json").read_text())
 
     # an older model in place: whatever happens, readers must see a complete model
     model_dir, checkpoint = tmp_path / "model", tmp_path / "checkpoint"
@@ -54,13 +56,19 @@ def test_killed_driver_resumes_to_the_uninterrupted_model(spark, tmp_path):
     assert not list(tmp_path.glob(".model.tmp-*"))
 
     # a new driver resumes from level 2 and writes the model an uninterrupted run writes
+    # (automatic stopping on: it stops where the uninterrupted run stopped, same best level)
     assert train_sodm.main(JOB + ["--checkpoint-dir", str(checkpoint), "--resume",
-                                  "--model-out", str(model_dir)]) == 0
+                                  "--model-out", str(model_dir),
+                                  "--metrics-out", str(tmp_path / "resumed.json")]) == 0
     resumed = KernelExpansion.load(model_dir)
     np.testing.assert_array_equal(resumed.support_vectors, expected.support_vectors)
     np.testing.assert_array_equal(resumed.coef, expected.coef)
     state = json.loads((checkpoint / "state.json").read_text())
-    assert [entry["level"] for entry in state["levels"]] == [2, 1, 0]
+    assert [entry["level"] for entry in state["levels"]] == [
+        entry["level"] for entry in reference["levels"]]
+    after = json.loads((tmp_path / "resumed.json").read_text())
+    for key in ("stopped_at", "stop_reason", "best_level", "validation_accuracy"):
+        assert after[key] == reference[key], key
 
 
 def test_same_job_twice_gives_bit_identical_models(spark, tmp_path):

@@ -164,7 +164,7 @@ def test_sodm_job_runs_on_five_executors(cluster, tmp_path):
     events = tmp_path / "events"
     events.mkdir()
     command, env = submit_command(
-        cluster, tmp_path, events, "--levels", "3", "--p", "3", "--rows", "4000",
+        cluster, tmp_path, events, "--levels", "3", "--p", "3", "--rows", "4000", "--no-auto-stop",
         "--model-out", str(tmp_path / "model"), "--metrics-out", str(tmp_path / "metrics.json"))
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]

@@ -32,12 +32,17 @@ def test_params_have_setters_getters_and_defaults():
     assert estimator.setGamma("auto").getGamma() == "auto"
     assert estimator.setGamma(0.5).getGamma() == 0.5
     assert estimator.getFeaturesCol() == "features" and estimator.getRawPredictionCol() == "rawPrediction"
+    assert estimator.getAutoStop() is True and estimator.getMinImprovement() == 0.002
+    assert estimator.setAutoStop(False)._sodm_params().auto_stop is False
+    assert estimator.setTimeBudget(60.0)._sodm_params().time_budget == 60.0
 
 
 def test_transform_matches_the_local_predictor_and_save_load(spark, frames, tmp_path):
     train, test, X_test, _ = frames
     model = SODMClassifier(gamma=0.3, lam=100.0, levels=1, p=2).fit(train)
     assert [entry["level"] for entry in model.levelStats] == [1, 0]
+    assert model.stopReason == "reached stop level" and model.bestLevel in (1, 0)
+    assert all("validation_accuracy" in entry for entry in model.levelStats)
     out = model.transform(test).collect()
     raw = np.array([row.rawPrediction.toArray() for row in out])
     local = model.toLocal()

@@ -28,13 +28,23 @@ def test_spark_submit_runs_the_built_in_data_and_writes_model_and_metrics(tmp_pa
     assert result.returncode == 0, result.stderr[-3000:]
     level_lines = [line.split() for line in result.stdout.splitlines()
                    if line.split() and line.split()[0] in {"0", "1", "2"}]
-    assert [int(line[0]) for line in level_lines] == [2, 1, 0]
-    assert [int(line[1]) for line in level_lines] == [9, 3, 1]
     metrics = json.loads((tmp_path / "metrics.json").read_text())
-    assert [entry["level"] for entry in metrics["levels"]] == [2, 1, 0]
+    solved = [entry["level"] for entry in metrics["levels"]]
+    assert solved == [2, 1, 0][:len(solved)] and len(solved) >= 2  # the rule needs two levels
+    assert [int(line[0]) for line in level_lines] == solved
+    assert [int(line[1]) for line in level_lines] == [9, 3, 1][:len(solved)]
+    # each level was announced with its plan before it ran; the second with a prediction
+    plans = [line for line in result.stdout.splitlines() if line.startswith("  -> level")]
+    assert len(plans) == len(solved) and "predicted" in plans[1]
     for entry in metrics["levels"]:
-        assert {"level", "partitions", "seconds", "objective", "n_sv", "test_accuracy"} <= set(entry)
-    assert metrics["test_accuracy"] == metrics["levels"][-1]["test_accuracy"] > 0.8
+        assert {"level", "partitions", "seconds", "objective", "n_sv", "test_accuracy",
+                "validation_accuracy", "kernel"} <= set(entry)
+        assert entry["kernel"] == "cached"
+    assert metrics["stopped_at"] == solved[-1] and metrics["stop_reason"]
+    assert 240 < metrics["validation_rows"] < 360  # about 10% of the 3,000 rows
+    best = next(e for e in metrics["levels"] if e["level"] == metrics["best_level"])
+    assert best["validation_accuracy"] == max(e["validation_accuracy"] for e in metrics["levels"])
+    assert metrics["test_accuracy"] == best["test_accuracy"] > 0.8
     model = KernelExpansion.load(tmp_path / "model")
     assert model.support_vectors.shape[0] == metrics["n_sv"] > 0
     assert not list(tmp_path.glob(".model*"))  # no temporary directories left behind

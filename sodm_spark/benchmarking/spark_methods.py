@@ -19,7 +19,9 @@ def sodm_params(settings: dict, gamma: float, partitioner: str, **overrides):
     keys = ("lam", "theta", "v", "tol", "max_iter", "p", "levels", "strata", "stop_level",
             "warm_start", "seed", "cache_mb")
     values = {**{key: settings[key] for key in keys}, **overrides}
-    params = SODMParams(kernel="rbf", gamma=gamma, partitioner=partitioner, **values)
+    # every level is a row of the comparison: no automatic stopping here
+    params = SODMParams(kernel="rbf", gamma=gamma, partitioner=partitioner, auto_stop=False,
+                        **values)
     params.validate()
     return params
 

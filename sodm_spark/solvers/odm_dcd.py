@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..kernels import Kernel, rows_per_block
+from ..resources import RESERVE_MB, available_memory_mb
 from ..validation import check_odm_params
 from . import _dcd_kernels as loops
 
@@ -94,6 +95,7 @@ class DCDResult:
     converged: bool
     kernel_mode: str
     history: list = field(default_factory=list)
+    kernel_rows_computed: int = 0  # rows of Q computed: m when cached, more when blocked
 
     @property
     def n_sv(self) -> int:
@@ -169,6 +171,18 @@ def full_q_matrix(kernel: Kernel, X: np.ndarray, y: np.ndarray, dtype=np.float32
     return Q
 
 
+def kernel_mode_for(m: int, cache_mb: float, itemsize: int = 4) -> str:
+    """'cached' when the whole m×m kernel matrix fits ``cache_mb``, else 'blocked'."""
+    return "cached" if m * m * itemsize <= cache_mb * 2**20 else "blocked"
+
+
+def auto_cache_mb(m: int, n_features: int) -> float:
+    """The kernel cache a solve on this machine can afford: the memory available now, less
+    the solver's own arrays and :data:`~sodm_spark.resources.RESERVE_MB`."""
+    room = available_memory_mb() - RESERVE_MB - solver_memory_mb(m, n_features)
+    return max(0.0, room)
+
+
 def solver_memory_mb(m: int, n_features: int, block_size: int = 1024,
                      itemsize: int = 4) -> float:
     """Memory (MB) a blocked solve of m rows needs besides its kernel cache: the rows (float64),
@@ -179,14 +193,15 @@ def solver_memory_mb(m: int, n_features: int, block_size: int = 1024,
 
 def solve_odm_dual(X: np.ndarray, y: np.ndarray, kernel: Kernel, lam: float, theta: float,
                    v: float, *, tol: float = 1e-3, max_iter: int = 1000, gamma0=None,
-                   seed=0, cache_mb: float = 4096.0, block_size: int = 1024,
+                   seed=0, cache_mb: float | None = None, block_size: int = 1024,
                    inner_sweeps: int = 8, dtype=np.float32, shrinking: bool = True,
                    block_mb: float = 256.0, mode: str = "auto", callback=None) -> DCDResult:
     """Solve the ODM dual (Eqn 1) on ``X`` (m×d float) and ``y`` (±1) by coordinate descent.
 
     ``gamma0`` warm-starts from a given γ; ``seed`` (an int or a sequence such as
-    ``[seed, level, partition]``) fixes every shuffle; ``mode`` is 'auto' (cached when
-    m²·itemsize ≤ cache_mb), 'cached' or 'blocked'. ``max_iter`` bounds the sweeps;
+    ``[seed, level, partition]``) fixes every shuffle; ``cache_mb`` bounds the kernel cache
+    (None: what this machine has available, :func:`auto_cache_mb`); ``mode`` is 'auto' (cached
+    when m²·itemsize ≤ cache_mb), 'cached' or 'blocked'. ``max_iter`` bounds the sweeps;
     ``callback(sweep, violation, n_active)`` sees every sweep (progress on long solves).
     """
     check_odm_params(lam, theta, v)
@@ -207,9 +222,11 @@ def solve_odm_dual(X: np.ndarray, y: np.ndarray, kernel: Kernel, lam: float, the
         gamma = np.array(gamma0, dtype=np.float64, copy=True)
         if gamma.shape != (m,) or not np.all(np.isfinite(gamma)):
             raise ValueError(f"gamma0 must be a finite vector of length {m}.")
+    if cache_mb is None:
+        cache_mb = auto_cache_mb(m, X.shape[1])
     cache_bytes = cache_mb * 2**20
     if mode == "auto":
-        mode = "cached" if m * m * dtype.itemsize <= cache_bytes else "blocked"
+        mode = kernel_mode_for(m, cache_mb, dtype.itemsize)
     if mode not in ("cached", "blocked"):
         raise ValueError(f"mode must be 'auto', 'cached' or 'blocked', got {mode!r}.")
     rng = np.random.default_rng(seed)
@@ -219,12 +236,15 @@ def solve_odm_dual(X: np.ndarray, y: np.ndarray, kernel: Kernel, lam: float, the
     if mode == "cached":
         Q = full_q_matrix(kernel, X, y, dtype, block_mb)
         n_sweeps, violation, converged, history, u = run(Q=Q, **kwargs)
+        computed = m
     else:
         source = _KernelRows(kernel, X, y, dtype, cache_bytes)
         n_sweeps, violation, converged, history, u = run(
             source=source, block_size=int(block_size), inner_sweeps=int(inner_sweeps), **kwargs)
+        computed = source.computed_rows
     return DCDResult(gamma=gamma, u=u, objective=problem.objective(gamma, u), n_sweeps=n_sweeps,
-                     violation=violation, converged=converged, kernel_mode=mode, history=history)
+                     violation=violation, converged=converged, kernel_mode=mode, history=history,
+                     kernel_rows_computed=computed)
 
 
 def _next_shrink_threshold(violation: float, shrinking: bool) -> float:

@@ -22,7 +22,7 @@ STATE_FILE = "state.json"
 FORMAT = "sodm_spark.checkpoint"
 FORMAT_VERSION = 1
 # Parameters that do not change what a finished level holds.
-_NOT_COMPARED = ("stop_level",)
+_NOT_COMPARED = ("stop_level", "min_improvement", "time_budget")
 
 
 def _write_atomically(path: Path, write) -> None:
@@ -98,13 +98,15 @@ class LevelCheckpoint:
                           lambda staging: Path(staging).write_text(json.dumps(state, indent=2,
                                                                               default=str)))
 
-    def load_last(self):
-        """(level, finished level stats, [(key, ids, γ)]) of the last complete level."""
+    def load_level(self, level: int | None = None):
+        """(level, finished level stats, [(key, ids, γ)]) of a complete level (default: the
+        last one)."""
         state = self.read_state()
         self.levels = list(state["levels"])
         if not self.levels:
             raise ValueError(f"checkpoint {self.directory} holds no finished level.")
-        level = int(self.levels[-1]["level"])
+        if level is None:
+            level = int(self.levels[-1]["level"])
         try:
             with np.load(self.directory / f"level-{level}.npz", allow_pickle=False) as arrays:
                 keys, sizes = arrays["keys"], arrays["sizes"]

@@ -21,14 +21,17 @@ from pyspark import StorageLevel
 from threadpoolctl import threadpool_limits
 
 from ..kernels import Kernel, decision_values, gamma_value
+from ..stopping import (REACHED_STOP_LEVEL, SMALL_IMPROVEMENT, WARM_START_OPTIMAL, LevelCost,
+                        StopRule, best_level, holdout_mask, predict_seconds)
 from ..model import KernelExpansion
 from ..partition import (deal_positions, kmeans, nearest_center, nearest_landmark,
                          select_landmarks, stratum_offsets)
 from ..solvers import solve_odm_dual
-from ..solvers.odm_dcd import solver_memory_mb
+from ..solvers.odm_dcd import kernel_mode_for
 from ..validation import check_odm_params
 from .checkpoint import LevelCheckpoint, assemble_partition, deal_by_layout
 from .io import check_blocks
+from .memory import MemoryBudgetError, executor_memory, level_cache_mb
 
 logger = logging.getLogger(__name__)
 
@@ -61,10 +64,18 @@ class SODMParams:
     partitioner: str = "stratified"
     warm_start: str = "scaled"
     seed: int = 0
-    cache_mb: float = 4096.0
+    cache_mb: float | None = None  # kernel cache per task; None: what the memory budget allows
     landmark_candidates: int = 50  # candidates per stratum for Eqn 8 (design.md §2.1)
     label_strata: bool = False  # stratified: split each landmark stratum by class too
-    memory_mb: float | None = None  # per task; None: spark.executor.pyspark.memory or RAM/cores
+    memory_mb: float | None = None  # per task; None: the executor's memory / running tasks
+    # automatic stopping (sodm_spark.stopping): a validation slice scored after every level
+    auto_stop: bool = True
+    # 10% of the rows, at most 1,000: one row is 0.1 points, and scoring costs a prediction
+    # of every validation row per level (n_val x M kernel entries), so more rows cost seconds
+    validation_fraction: float = 0.1
+    validation_max_rows: int = 1000
+    min_improvement: float = 0.002
+    time_budget: float | None = None
 
     def validate(self) -> None:
         check_odm_params(self.lam, self.theta, self.v)
@@ -84,6 +95,16 @@ class SODMParams:
         if self.warm_start not in WARM_STARTS:
             raise ValueError(f"warm_start must be one of {', '.join(WARM_STARTS)}, got {self.warm_start!r}.")
         Kernel.create(self.kernel, 1.0, self.degree, self.coef0)  # names the known kernels
+        if not 0.0 < self.validation_fraction < 1.0:
+            raise ValueError(f"validation_fraction must lie in (0, 1), got "
+                             f"{self.validation_fraction!r}.")
+        if int(self.validation_max_rows) != self.validation_max_rows or self.validation_max_rows < 1:
+            raise ValueError(f"validation_max_rows must be a positive integer, got "
+                             f"{self.validation_max_rows!r}.")
+        self.stop_rule().validate()
+
+    def stop_rule(self) -> StopRule:
+        return StopRule(self.min_improvement, self.time_budget)
 
 
 class StatsRecord:
@@ -108,7 +129,24 @@ class LevelStats(StatsRecord):
     warm_start_violation: float
     kernel: str = ""  # 'cached', 'blocked' (on-demand kernel blocks) or both
     elapsed: float = 0.0  # since the fit started, partitioning included, test scoring excluded
+    max_rows: int = 0  # rows of the largest partition
+    memory_mb: float | None = None  # budget of one task at this level
+    predicted_seconds: float | None = None  # announced before the level ran
+    validation_accuracy: float | None = None
     test_accuracy: float | None = None
+
+
+@dataclass
+class LevelPlan:
+    """The next level, announced before it runs: its shape, kernel mode and predicted cost."""
+
+    level: int
+    partitions: int
+    rows: int  # rows of its largest partition
+    kernel: str  # 'cached' or 'blocked'
+    memory_mb: float  # budget of one task
+    cache_mb: float  # kernel cache of one task
+    predicted_seconds: float | None
 
 
 @dataclass
@@ -118,6 +156,10 @@ class SODMFit:
     train_seconds: float = 0.0
     partition_seconds: float = 0.0
     n_rows: int = 0
+    stopped_at: int | None = None  # the last level solved
+    stop_reason: str = ""
+    best_level: int | None = None  # the level whose model was returned
+    validation_rows: int = 0
 
 
 # --- task functions (module level: shipped to executors without driver state) ----------------
@@ -125,6 +167,25 @@ class SODMFit:
 def _map_labels(block, positive):
     """Raw labels → ±1 with ``positive`` as +1."""
     return block.X, np.where(block.y == positive, 1.0, -1.0), block.row_ids
+
+
+def _held_out_rows(block, seed, fraction, candidate_fraction):
+    """(X, ±1 y) of the rows of a (X, ±1 y, ids) block held out for validation (dense), and a
+    seeded sample of its other rows as landmark candidates (one pass for both)."""
+    X, y, ids = block
+    rows = holdout_mask(ids, seed, fraction)
+    held = X[rows]
+    kept = X[~rows]
+    key = int(ids[0]) if ids.size else 0  # stable per block, whatever the block layout
+    candidates = kept[np.random.default_rng([seed, 7, key]).random(kept.shape[0])
+                      < candidate_fraction]
+    return (held.toarray() if scipy.sparse.issparse(held) else held), y[rows], candidates
+
+
+def _kept_rows(block, seed, fraction):
+    X, y, ids = block
+    rows = ~holdout_mask(ids, seed, fraction)
+    return X[rows], y[rows], ids[rows]
 
 
 def _moments(block):
@@ -140,7 +201,8 @@ def _sample_rows(item, fraction, seed):
 
 
 def _assign_strata(item, how, centers, kernel_dict):
-    """Stratum of every row: nearest landmark in the RKHS (Eqn 7), nearest k-means center, or 0.
+    """(block index, stratum of every row): nearest landmark in the RKHS (Eqn 7), nearest
+    k-means center, or 0.
 
     "landmarks+labels" splits every landmark stratum by class as well (2·S strata), so each
     partition also gets the exact class proportions of every stratum.
@@ -154,16 +216,17 @@ def _assign_strata(item, how, centers, kernel_dict):
         strata = nearest_center(X, centers)
     else:
         strata = np.zeros(X.shape[0], dtype=np.int64)
-    return index, (X, y, ids, strata)
+    return index, strata
 
 
-def _deal(item, offsets, n_partitions, direct, seed):
-    """Split one input block into (target partition, sub-block) pairs."""
-    index, (X, y, ids, strata) = item
+def _deal(item, strata, offsets, n_partitions, direct, seed):
+    """Split one input block into (target partition, sub-block) pairs; ``strata`` and
+    ``offsets`` are this block's (stratum per row, first dealing position per stratum)."""
+    (X, y, ids), index = item
     if direct:  # DC-ODM: the cluster is the partition
         targets = strata
     else:
-        targets = deal_positions(strata, offsets[index], [seed, 11, index]) % n_partitions
+        targets = deal_positions(strata, offsets, [seed, 11, index]) % n_partitions
     for target in np.unique(targets):
         rows = targets == target
         yield int(target), (index, X[rows], y[rows], ids[rows])
@@ -194,20 +257,26 @@ def _build_partitions(records):
         yield key, (X, y, ids, np.zeros(X.shape[0]))
 
 
-def _solve_partition(item, kernel_dict, config, level, threads):
+def _solve_partition(item, kernel_dict, config, level, threads, validation_X=None):
     """One local ODM (Eqn 1 on the partition's m rows), warm-started from its γ.
 
     ``threads`` BLAS threads: PySpark pins Python workers to spark.task.cpus (1) threads, which
-    leaves cores idle at the top levels, where fewer partitions than cores remain.
+    leaves cores idle at the top levels, where fewer partitions than cores remain. With
+    ``validation_X`` the task also returns this partition's share of the validation rows'
+    decision values (the level's f is the sum over partitions), saving a job per level.
     """
     key, (X, y, ids, gamma) = item
     start = time.perf_counter()
+    kernel = Kernel.from_dict(kernel_dict)
     with threadpool_limits(max(1, min(threads, os.cpu_count() or 1))):
-        result = solve_odm_dual(X, y, Kernel.from_dict(kernel_dict), config["lam"],
+        result = solve_odm_dual(X, y, kernel, config["lam"],
                                 config["theta"], config["v"], tol=config["tol"],
                                 max_iter=config["max_iter"], gamma0=gamma,
                                 seed=[config["seed"], level, key], cache_mb=config["cache_mb"])
+        validation_scores = None if validation_X is None else _scores(
+            kernel, validation_X, X, y, result.gamma)
     stats = {"key": key, "rows": X.shape[0], "objective": result.objective,
+             "validation_scores": validation_scores,
              "kernel_mode": result.kernel_mode,
              "sweeps": result.n_sweeps, "n_sv": result.n_sv, "converged": result.converged,
              "warm_start_violation": result.history[0] if result.history else 0.0,
@@ -228,11 +297,16 @@ def _merge_children(records, scale, support_only):
         yield key, (X, y, ids, gamma * scale)
 
 
+def _scores(kernel, X_eval, X, y, gamma):
+    """This partition's share of f on ``X_eval``, in float32: a level's accuracy only needs
+    the sign of f, and float32 halves the GEMM time (the saved model predicts in float64)."""
+    support = gamma != 0.0
+    return decision_values(kernel, X_eval, X[support], (gamma * y)[support], dtype=np.float32)
+
+
 def _partial_scores(item, X_test, kernel_dict):
     _, (X, y, _, gamma, _) = item
-    support = gamma != 0.0
-    return decision_values(Kernel.from_dict(kernel_dict), X_test, X[support],
-                           (gamma * y)[support])
+    return _scores(Kernel.from_dict(kernel_dict), X_test, X, y, gamma)
 
 
 def _support_vectors(item):
@@ -242,49 +316,6 @@ def _support_vectors(item):
 
 
 # --- driver -----------------------------------------------------------------------------------
-
-class MemoryBudgetError(ValueError):
-    """A level whose largest partition cannot be solved within the per-task memory budget."""
-
-
-def _size_mb(text: str) -> float:
-    """Spark's size strings ('512m', '2g', '1024k', plain MiB) in MB."""
-    text = str(text).strip().lower().rstrip("b")
-    units = {"k": 1 / 1024, "m": 1.0, "g": 1024.0, "t": 1024.0 ** 2}
-    return float(text[:-1]) * units[text[-1]] if text and text[-1] in units else float(text)
-
-
-def task_memory_mb(sc, configured: float | None = None) -> float:
-    """Memory one solve may use: ``configured``, else ``spark.executor.pyspark.memory``, else
-    this machine's RAM divided by its cores (every core may run a solve at once)."""
-    if configured:
-        return float(configured)
-    pyspark_memory = sc.getConf().get("spark.executor.pyspark.memory", None)
-    if pyspark_memory:
-        return _size_mb(pyspark_memory)
-    ram_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20
-    return ram_mb / max(1, os.cpu_count() or 1)
-
-
-def level_cache_mb(level: int, rows: int, n_features: int, params: "SODMParams",
-                   budget_mb: float) -> float:
-    """The kernel cache a level's solves may use within ``budget_mb``, or MemoryBudgetError.
-
-    A partition whose whole kernel matrix does not fit the cache is solved with on-demand kernel
-    blocks (the solver's blocked mode); one that cannot be solved even so stops the fit here,
-    before any task runs out of memory.
-    """
-    need = solver_memory_mb(rows, n_features)
-    if need > budget_mb:
-        hint = (f"stop one level earlier with --stop-level {level + 1}"
-                if level < params.levels else "start from more partitions (--levels)")
-        raise MemoryBudgetError(
-            f"level {level}: its largest partition holds {rows} rows x {n_features} features and "
-            f"needs about {need:,.0f} MB to solve even with on-demand kernel blocks, over the "
-            f"{budget_mb:,.0f} MB a task may use (memory_mb / spark.executor.pyspark.memory); "
-            f"{hint}, or give tasks more memory.")
-    return max(0.0, min(params.cache_mb, budget_mb - need))
-
 
 def checked_classes(blocks, n_features: int) -> np.ndarray:
     """The sorted label values of ``blocks`` after one checking job (NaN/inf rows are named)."""
@@ -312,14 +343,20 @@ def largest_levels(n_rows: int, p: int) -> int:
 
 
 def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
-             checkpoint_dir=None, resume: bool = False) -> SODMFit:
+             checkpoint_dir=None, resume: bool = False, validation=None,
+             on_plan=None) -> SODMFit:
     """Fit SODM on ``blocks`` (RDD of (X, y, row_ids) with raw labels from ``classes``, 2 values).
 
     ``test`` is an optional (X_test, y_test) pair on the driver, scored after every level;
-    ``on_level(LevelStats)`` is called as each level finishes (the job prints it).
-    With ``checkpoint_dir`` every finished level is recorded there (:mod:`.checkpoint`);
-    ``resume=True`` continues from the last recorded level instead of starting over, and
-    gives the model an uninterrupted run would have given.
+    ``on_plan(LevelPlan)`` is called before each level (its predicted seconds) and
+    ``on_level(LevelStats)`` as each level finishes (the job prints both).
+    With ``params.auto_stop`` a validation slice — ``validation`` = (X, y) if given, else rows
+    held out of ``blocks`` (``validation_fraction``, at most ``validation_max_rows``) — is
+    scored after every level, the fit stops by :class:`~sodm_spark.stopping.StopRule`, and the
+    model is the best level's. With ``checkpoint_dir`` every finished level is recorded there
+    (:mod:`.checkpoint`); ``resume=True`` continues from the last recorded level instead of
+    starting over, and gives the model (and the stopping decisions) an uninterrupted run
+    would have given.
     """
     params.validate()
     classes = np.asarray(classes)
@@ -328,11 +365,33 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
                          f"({', '.join(map(str, classes[:10]))}).")
     started = time.perf_counter()
     config = {"lam": params.lam, "theta": params.theta, "v": params.v, "tol": params.tol,
-              "max_iter": params.max_iter, "seed": params.seed, "cache_mb": params.cache_mb}
+              "max_iter": params.max_iter, "seed": params.seed}
     positive = classes[1]
-    labelled = blocks.map(lambda b: _map_labels(b, positive)).persist(SPILL)
-    n_rows, count, total, squares = labelled.map(_moments).treeReduce(np.add)
-    n_rows = int(n_rows)
+    labelled = blocks.map(lambda b: _map_labels(b, positive))
+    if not blocks.is_cached:  # several passes follow: parse the input once
+        labelled.persist(SPILL)
+    moments = labelled.map(_moments).treeReduce(np.add)
+    training, validation_pair = labelled, None
+    if validation is not None:
+        validation_pair = validation
+    candidates = None
+    if validation is None and params.auto_stop:
+        fraction = min(params.validation_fraction, params.validation_max_rows / moments[0])
+        seed = params.seed
+        wanted = landmark_candidates_wanted(params, int(moments[0]), params.p ** params.levels)
+        candidate_fraction = min(1.0, 1.2 * wanted / moments[0])
+        sc.setJobDescription("SODM: hold out the validation rows, sample landmark candidates")
+        pieces = labelled.map(
+            lambda b: _held_out_rows(b, seed, fraction, candidate_fraction)).collect()
+        X_val = np.concatenate([piece[0] for piece in pieces])
+        if 0 < X_val.shape[0] < moments[0]:
+            y_val = np.concatenate([piece[1] for piece in pieces])
+            validation_pair = (X_val, np.where(y_val > 0, positive, classes[0]))
+            moments = moments - _moments((X_val,))
+            training = labelled.map(lambda b: _kept_rows(b, seed, fraction))
+            candidates = np.concatenate([piece[2] for piece in pieces]) if wanted else None
+    n_rows, count, total, squares = moments
+    n_rows = int(round(n_rows))
     n_partitions = params.p ** params.levels
     if n_partitions > n_rows:
         raise ValueError(
@@ -343,6 +402,9 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
         params.gamma, n_features, squares / count - (total / count) ** 2)
     kernel = Kernel.create(params.kernel, gamma, params.degree, params.coef0)
     kernel_dict = kernel.to_dict()
+    test_pair = None if test is None else _plus_minus(test, classes, n_features, "test")
+    validation_pair = None if validation_pair is None else _plus_minus(
+        validation_pair, classes, n_features, "validation")
 
     checkpoint = None
     if checkpoint_dir is not None:
@@ -353,48 +415,54 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
     restored = None
     if resume and checkpoint is not None and checkpoint.exists():
         sc.setJobDescription("SODM resume: deal rows to their checkpointed partitions")
-        restored = _restore(sc, labelled, checkpoint)
+        restored = _restore(sc, training, checkpoint)
         parts = None
     else:
         sc.setJobDescription(f"SODM partition: {params.partitioner} into {n_partitions}")
-        parts, _, sizes = partition_blocks(sc, labelled, params, kernel, n_rows, n_partitions)
+        parts, _, sizes = partition_blocks(sc, training, params, kernel, n_rows, n_partitions,
+                                           candidates)
     partition_seconds = time.perf_counter() - started
     labelled.unpersist()
 
-    test_X = test_y = None
-    if test is not None:
-        unknown = np.setdiff1d(np.asarray(test[1]), classes)
-        if unknown.size:
-            raise ValueError(f"the test labels hold {unknown[:5].tolist()}, which the training "
-                             f"labels {classes.tolist()} do not; use the same label coding.")
-        if np.shape(test[0])[1] != n_features:
-            raise ValueError(f"the test data have {np.shape(test[0])[1]} features, the training "
-                             f"data {n_features}.")
-        test_X = sc.broadcast(np.asarray(test[0], dtype=np.float64))
-        test_y = np.where(np.asarray(test[1]) == positive, 1.0, -1.0)
+    test_X = None if test_pair is None else sc.broadcast(test_pair[0])
+    validation_X = None if validation_pair is None else sc.broadcast(
+        np.asarray(validation_pair[0], dtype=np.float32))
     levels, solved, previous = [], None, parts
     cores = max(1, sc.defaultParallelism)
     scoring_seconds = 0.0
     level = params.levels
-    budget_mb = task_memory_mb(sc, params.memory_mb)
+    memory = executor_memory(sc, params.memory_mb)
+    kept = {}  # level -> its solved RDD: the last two, for the best-level model
     if restored is not None:
         level, levels, solved, sizes = restored
+        kept[level] = solved
         entry = levels[-1]
+        started -= entry.elapsed  # the time budget counts the interrupted run's levels too
+    plan = None if restored is not None else _plan_level(level, sizes, n_features, params,
+                                                         memory, levels, cores)
+    stop_reason = ""
     while True:
         if restored is None:
-            level_config = dict(config, cache_mb=level_cache_mb(
-                level, int(np.max(sizes)), n_features, params, budget_mb))
-            solved, entry, sizes = _solve_level(sc, previous, solved, level, params, kernel_dict,
-                                                level_config, cores)
+            if on_plan is not None:
+                on_plan(plan)
+            solved, entry, sizes, validation_scores = _solve_level(
+                sc, previous, level, params, kernel_dict, dict(config, cache_mb=plan.cache_mb),
+                cores, validation_X)
+            entry.memory_mb, entry.predicted_seconds = plan.memory_mb, plan.predicted_seconds
+            if validation_pair is not None:
+                entry.validation_accuracy = _accuracy(validation_scores, validation_pair[1])
             entry.elapsed = time.perf_counter() - started - scoring_seconds
-            if test is not None:
+            if test_pair is not None:
                 scoring_start = time.perf_counter()
                 sc.setJobDescription(f"SODM level {level}: score the test set")
                 scores = solved.map(lambda item: _partial_scores(item, test_X.value, kernel_dict)) \
                     .treeReduce(np.add)
-                entry.test_accuracy = float(np.mean(np.where(scores > 0, 1.0, -1.0) == test_y))
+                entry.test_accuracy = _accuracy(scores, test_pair[1])
                 scoring_seconds += time.perf_counter() - scoring_start
             levels.append(entry)
+            kept[level] = solved
+            for older in [key for key in kept if key > level + 1]:
+                kept.pop(older).unpersist()
             if checkpoint is not None:
                 sc.setJobDescription(f"SODM level {level}: checkpoint")
                 checkpoint.save_level(level, solved.map(_layout).collect(), entry.to_dict())
@@ -402,12 +470,29 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
                 on_level(entry)
         restored = None
         warm_started = level < params.levels
+        plan = None
         if warm_started and entry.warm_start_violation <= params.tol:
-            break  # Algorithm 1, line 5: every partition already optimal at its warm start
-        if level <= params.stop_level:
+            stop_reason = WARM_START_OPTIMAL  # Algorithm 1, line 5
+        elif level <= params.stop_level:
+            stop_reason = REACHED_STOP_LEVEL
+        else:
+            merged = np.bincount(np.arange(sizes.size) // params.p, weights=sizes).astype(np.int64)
+            try:
+                plan = _plan_level(level - 1, merged, n_features, params, memory, levels, cores)
+            except MemoryBudgetError as error:
+                if not params.auto_stop:
+                    raise
+                stop_reason = f"next level does not fit the memory budget: {error}"
+            if plan is not None and params.auto_stop:
+                accuracies = [e.validation_accuracy for e in levels
+                              if e.validation_accuracy is not None]
+                stop_reason = params.stop_rule().reason_to_stop(
+                    accuracies, time.perf_counter() - started - scoring_seconds,
+                    plan.predicted_seconds) or ""
+        if stop_reason:
             break
         n_level_partitions = params.p ** level
-        sizes = np.bincount(np.arange(sizes.size) // params.p, weights=sizes).astype(np.int64)
+        sizes = merged
         sc.setJobDescription(f"SODM level {level}: merge into {n_level_partitions // params.p}")
         scale = 1.0 / params.p if params.warm_start == "scaled" else 1.0
         support_only = params.partitioner == "cascade"
@@ -416,11 +501,20 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
                     .mapPartitions(lambda records: _merge_children(records, scale, support_only),
                                    preservesPartitioning=True))
         level -= 1
+    chosen = level
+    validated = [(e.level, e.validation_accuracy) for e in levels
+                 if e.validation_accuracy is not None]
+    if params.auto_stop and validated:
+        chosen = best_level(validated)
+    if chosen not in kept:  # resumed right after the best level: read it back
+        _, _, kept[chosen], _ = _restore(sc, training, checkpoint, chosen)
     sc.setJobDescription("SODM: collect the model")
-    pieces = solved.map(_support_vectors).collect()
-    solved.unpersist()
-    if test_X is not None:
-        test_X.unpersist()
+    pieces = kept[chosen].map(_support_vectors).collect()
+    for rdd in kept.values():
+        rdd.unpersist()
+    for broadcast in (test_X, validation_X):
+        if broadcast is not None:
+            broadcast.unpersist()
     ids = np.concatenate([piece[0] for piece in pieces])
     order = np.argsort(ids, kind="stable")
     support_vectors = np.concatenate([piece[1] for piece in pieces])[order]
@@ -429,21 +523,59 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
     model = KernelExpansion(support_vectors, coef[:, None], kernel, classes)
     return SODMFit(model=model, levels=levels,
                    train_seconds=time.perf_counter() - started - scoring_seconds,
-                   partition_seconds=partition_seconds, n_rows=n_rows)
+                   partition_seconds=partition_seconds, n_rows=n_rows, stopped_at=level,
+                   stop_reason=stop_reason, best_level=chosen,
+                   validation_rows=0 if validation_pair is None else len(validation_pair[1]))
 
 
-def _solve_level(sc, previous, prior_solved, level, params, kernel_dict, config, cores):
-    """Solve every partition of one level (one task each); returns (solved RDD, LevelStats)."""
+def _plus_minus(pair, classes, n_features, what):
+    """(float64 X, ±1 y) of a driver-side (X, raw y) pair checked against the training data."""
+    X, y = np.asarray(pair[0], dtype=np.float64), np.asarray(pair[1])
+    unknown = np.setdiff1d(y, classes)
+    if unknown.size:
+        raise ValueError(f"the {what} labels hold {unknown[:5].tolist()}, which the training "
+                         f"labels {classes.tolist()} do not; use the same label coding.")
+    if X.shape[1] != n_features:
+        raise ValueError(f"the {what} data have {X.shape[1]} features, the training "
+                         f"data {n_features}.")
+    return X, np.where(y == classes[1], 1.0, -1.0)
+
+
+def _accuracy(scores, y_pm) -> float:
+    return float(np.mean(np.where(scores > 0, 1.0, -1.0) == y_pm))
+
+
+def _plan_level(level, sizes, n_features, params, memory, done, cores) -> LevelPlan:
+    """Shape, kernel mode, memory and predicted seconds of the level about to run.
+
+    Raises MemoryBudgetError when its largest partition cannot be solved within the budget.
+    """
+    partitions, rows = int(sizes.size), int(np.max(sizes))
+    budget = memory.task_mb(partitions)
+    cache_mb = level_cache_mb(level, rows, n_features, budget, params.cache_mb, params.levels)
+    mode = kernel_mode_for(rows, cache_mb)
+    costs = [LevelCost(e.partitions, e.max_rows or -(-e.rows // e.partitions), e.seconds)
+             for e in done]
+    predicted = predict_seconds(costs, partitions, rows, cores)
+    if predicted is not None and mode == "blocked" and done:
+        # on-demand blocks recompute the uncached share of the kernel in every sweep
+        uncached = 1.0 - min(1.0, cache_mb * 2**20 / (4.0 * rows * rows))
+        predicted *= 1.0 + max(1, done[-1].sweeps_max) * uncached
+    return LevelPlan(level, partitions, rows, mode, budget, cache_mb, predicted)
+
+
+def _solve_level(sc, previous, level, params, kernel_dict, config, cores, validation_X=None):
+    """Solve every partition of one level (one task each): (solved RDD, LevelStats, partition
+    sizes, the validation rows' decision values or None)."""
     level_start = time.perf_counter()
     n_level_partitions = params.p ** level
     sc.setJobDescription(f"SODM level {level}: solve {n_level_partitions} partitions")
     threads = max(1, cores // min(n_level_partitions, cores))
     solved = previous.map(lambda item: _solve_partition(
-        item, kernel_dict, config, level, threads)).persist(SPILL)
+        item, kernel_dict, config, level, threads,
+        None if validation_X is None else validation_X.value)).persist(SPILL)
     stats = solved.map(lambda item: item[1][4]).collect()
     previous.unpersist()
-    if prior_solved is not None:
-        prior_solved.unpersist()
     entry = LevelStats(level=level, partitions=len(stats), seconds=0.0,
                        objective=float(sum(s["objective"] for s in stats)),
                        n_sv=int(sum(s["n_sv"] for s in stats)),
@@ -451,11 +583,14 @@ def _solve_level(sc, previous, prior_solved, level, params, kernel_dict, config,
                        sweeps_total=int(sum(s["sweeps"] for s in stats)),
                        rows=int(sum(s["rows"] for s in stats)),
                        warm_start_violation=float(max(s["warm_start_violation"] for s in stats)),
-                       kernel="+".join(sorted({s["kernel_mode"] for s in stats})))
+                       kernel="+".join(sorted({s["kernel_mode"] for s in stats})),
+                       max_rows=int(max(s["rows"] for s in stats)))
+    validation_scores = None if validation_X is None else np.sum(
+        [s["validation_scores"] for s in stats], axis=0)
     entry.seconds = time.perf_counter() - level_start
     sizes = np.zeros(n_level_partitions, dtype=np.int64)
     sizes[[st["key"] for st in stats]] = [st["rows"] for st in stats]
-    return solved, entry, sizes
+    return solved, entry, sizes, validation_scores
 
 
 def _layout(item):
@@ -463,9 +598,10 @@ def _layout(item):
     return key, ids, gamma
 
 
-def _restore(sc, labelled, checkpoint: LevelCheckpoint):
-    """(level, its LevelStats list, solved RDD) rebuilt from the last checkpointed level."""
-    level, finished, pieces = checkpoint.load_last()
+def _restore(sc, labelled, checkpoint: LevelCheckpoint, level: int | None = None):
+    """(level, the LevelStats list, solved RDD, partition sizes) rebuilt from a checkpointed
+    level (default: the last)."""
+    level, finished, pieces = checkpoint.load_level(level)
     keys = np.concatenate([np.full(ids.size, key, dtype=np.int64) for key, ids, _ in pieces])
     positions = np.concatenate([np.arange(ids.size) for _, ids, _ in pieces])
     ids = np.concatenate([ids for _, ids, _ in pieces])
@@ -490,8 +626,17 @@ def _restore(sc, labelled, checkpoint: LevelCheckpoint):
     return level, stats, solved, sizes
 
 
+def landmark_candidates_wanted(params: SODMParams, n_rows: int, n_partitions: int) -> int:
+    """How many sampled rows the landmarks (stratified) or k-means centers are chosen from;
+    0 for the partitioners that need none."""
+    if params.partitioner not in ("stratified", "dip", "kmeans"):
+        return 0
+    n_groups = n_partitions if params.partitioner == "kmeans" else params.strata
+    return min(n_rows, params.landmark_candidates * n_groups)
+
+
 def partition_blocks(sc, labelled, params: SODMParams, kernel: Kernel, n_rows: int,
-                     n_partitions: int):
+                     n_partitions: int, candidates=None):
     """Deal the rows of ``labelled`` (RDD of (X, ±1 y, ids)) into ``n_partitions`` blocks.
 
     Returns the persisted, computed RDD of (key, (X, y, ids, γ=0)) — key k in Spark partition k, one block each —
@@ -503,14 +648,22 @@ def partition_blocks(sc, labelled, params: SODMParams, kernel: Kernel, n_rows: i
     one stratum dealt evenly.
     """
     seed = params.seed
-    indexed = labelled.zipWithIndex()  # a unique, stable number per input block
+    n_input = labelled.getNumPartitions()
+    # a unique, stable number per input block without zipWithIndex's counting job: the Spark
+    # partition index for the first block of a partition (there is one block per partition)
+    indexed = labelled.mapPartitionsWithIndex(
+        lambda part, blocks: ((block, part + position * n_input)
+                              for position, block in enumerate(blocks)))
     how, centers, direct = "none", None, False
-    if params.partitioner in ("stratified", "dip", "kmeans"):
+    wanted = landmark_candidates_wanted(params, n_rows, n_partitions)
+    if wanted:
         n_groups = n_partitions if params.partitioner == "kmeans" else params.strata
-        wanted = min(n_rows, params.landmark_candidates * n_groups)
-        fraction = min(1.0, 1.2 * wanted / n_rows)
-        sample = np.concatenate(indexed.map(lambda item: _sample_rows(item, fraction, seed)).collect())
-        sample = sample[np.random.default_rng([seed, 3]).permutation(sample.shape[0])[:wanted]]
+        if candidates is None:
+            fraction = min(1.0, 1.2 * wanted / n_rows)
+            candidates = np.concatenate(
+                indexed.map(lambda item: _sample_rows(item, fraction, seed)).collect())
+        sample = candidates[np.random.default_rng([seed, 3]).permutation(
+            candidates.shape[0])[:wanted]]
         if params.partitioner == "stratified":
             how = "landmarks+labels" if params.label_strata else "landmarks"
             centers = sample[select_landmarks(sample, kernel, params.strata)]
@@ -519,20 +672,20 @@ def partition_blocks(sc, labelled, params: SODMParams, kernel: Kernel, n_rows: i
             centers = kmeans(sample, min(n_groups, sample.shape[0]), seed=seed)
             direct = params.partitioner == "kmeans"
     kernel_dict = kernel.to_dict()
-    centers_b = sc.broadcast(centers)
-    with_strata = indexed.map(
-        lambda item: _assign_strata(item, how, centers_b.value, kernel_dict)).persist(SPILL)
     n_strata = 1 if centers is None else centers.shape[0] * (2 if how.endswith("labels") else 1)
-    block_counts = dict(with_strata.map(
-        lambda item: (item[0], np.bincount(item[1][3], minlength=n_strata))).collect())
-    counts = np.stack([block_counts[index] for index in range(len(block_counts))])
-    offsets = stratum_offsets(counts)
-    records = with_strata.flatMap(lambda item: _deal(item, offsets, n_partitions, direct, seed))
+    # only the stratum numbers come to the driver (the rows stay where they are cached)
+    strata = dict(indexed.map(lambda item: _assign_strata(item, how, centers, kernel_dict))
+                  .collect())
+    order = sorted(strata)
+    counts = np.stack([np.bincount(strata[index], minlength=n_strata) for index in order])
+    offsets = dict(zip(order, stratum_offsets(counts)))
+    strata_b = sc.broadcast(strata)
+    records = indexed.flatMap(lambda item: _deal(item, strata_b.value[item[1]], offsets[item[1]],
+                                                 n_partitions, direct, seed))
     parts = records.partitionBy(n_partitions, lambda key: key).mapPartitions(
         _build_partitions, preservesPartitioning=True).persist(SPILL)
     parts.count()
-    with_strata.unpersist(blocking=False)
-    centers_b.unpersist(blocking=False)
+    strata_b.unpersist(blocking=False)
     totals = counts.sum(axis=0)
     sizes = (np.bincount(np.arange(totals.size), weights=totals, minlength=n_partitions)
              if direct else np.full(n_partitions, -(-n_rows // n_partitions)))  # ⌈n/K⌉ dealt

@@ -1,0 +1,87 @@
+"""How much memory one SODM task may use at a level, from the tasks that really run at once.
+
+A level with n partitions runs ``min(n, cores per executor)`` solves at once on an executor, so
+the top levels (many partitions) split the executor's memory between its cores while level 0
+(one partition) gives its one task all of it. What the executor has for Python:
+
+* ``spark.executor.pyspark.memory`` when set: Spark caps every Python worker at that amount
+  divided by the executor's cores (a hard limit), so no task may plan beyond it;
+* else, in local mode, this machine's RAM less the driver's JVM heap (``spark.driver.memory``,
+  which also holds the persisted levels) and a reserve (:data:`~sodm_spark.resources.RESERVE_MB`);
+* else (a cluster), an executor host's RAM, asked once by a one-task job, less the executor's
+  JVM heap (``spark.executor.memory``) and the reserve.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..resources import RESERVE_MB, physical_memory_mb, share_per_task, size_mb
+from ..solvers.odm_dcd import solver_memory_mb
+
+
+class MemoryBudgetError(ValueError):
+    """A level whose largest partition cannot be solved within the per-task memory budget."""
+
+
+@dataclass(frozen=True)
+class ExecutorMemory:
+    """Memory for Python on one executor, its task slots, and Spark's per-worker cap."""
+
+    memory_mb: float
+    cores: int
+    per_worker_limit_mb: float | None = None
+    configured_task_mb: float | None = None  # --memory-mb: a fixed budget per task
+
+    def task_mb(self, partitions: int) -> float:
+        """Budget of one task at a level with ``partitions`` partitions."""
+        if self.configured_task_mb:
+            return float(self.configured_task_mb)
+        return share_per_task(self.memory_mb, self.cores, partitions, self.per_worker_limit_mb)
+
+
+def _executor_cores(sc) -> int:
+    conf = sc.getConf()
+    if sc.master.startswith("local"):
+        return max(1, sc.defaultParallelism)
+    if conf.get("spark.executor.cores", None):
+        return max(1, int(conf.get("spark.executor.cores")))
+    executors = max(1, sc._jsc.sc().getExecutorMemoryStatus().size() - 1)  # less the driver
+    return max(1, sc.defaultParallelism // executors)
+
+
+def executor_memory(sc, configured_task_mb: float | None = None) -> ExecutorMemory:
+    """The :class:`ExecutorMemory` of this application (see the module docstring)."""
+    conf = sc.getConf()
+    cores = _executor_cores(sc)
+    pyspark_memory = conf.get("spark.executor.pyspark.memory", None)
+    if pyspark_memory:
+        total = size_mb(pyspark_memory)
+        return ExecutorMemory(total, cores, total / cores, configured_task_mb)
+    if sc.master.startswith("local"):
+        ram, heap = physical_memory_mb(), size_mb(conf.get("spark.driver.memory", "1g"))
+    else:
+        ram = sc.parallelize([0], 1).map(lambda _: physical_memory_mb()).first()
+        heap = size_mb(conf.get("spark.executor.memory", "1g"))
+    return ExecutorMemory(max(0.0, ram - heap - RESERVE_MB), cores, None, configured_task_mb)
+
+
+def level_cache_mb(level: int, rows: int, n_features: int, budget_mb: float,
+                   cache_mb: float | None, levels: int) -> float:
+    """The kernel cache a level's solves may use within ``budget_mb``, or MemoryBudgetError.
+
+    The cache is what the budget leaves after the solver's own arrays, capped by ``cache_mb``
+    when the user set one. A partition whose whole kernel matrix does not fit the cache is
+    solved with on-demand kernel blocks (the solver's blocked mode); one that cannot be solved
+    even so stops the fit here, before any task runs out of memory.
+    """
+    need = solver_memory_mb(rows, n_features)
+    if need > budget_mb:
+        hint = (f"stop one level earlier with --stop-level {level + 1}"
+                if level < levels else "start from more partitions (--levels)")
+        raise MemoryBudgetError(
+            f"level {level}: its largest partition holds {rows} rows x {n_features} features and "
+            f"needs about {need:,.0f} MB to solve even with on-demand kernel blocks, over the "
+            f"{budget_mb:,.0f} MB a task may use (memory_mb / spark.executor.pyspark.memory); "
+            f"{hint}, or give tasks more memory.")
+    room = budget_mb - need
+    return max(0.0, room if cache_mb is None else min(cache_mb, room))

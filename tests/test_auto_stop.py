@@ -1,0 +1,223 @@
+"""Automatic stopping (issue [8]): the memory budget per level, the stop rule, the validation
+slice, and the best level's model — pure rules against hand-computed values, then SODM fits
+in local mode against runs that stop at a fixed level."""
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from sodm_spark.resources import share_per_task
+from sodm_spark.solvers.odm_dcd import solver_memory_mb
+from sodm_spark.spark.memory import (ExecutorMemory, MemoryBudgetError, executor_memory,
+                                     level_cache_mb)
+from sodm_spark.spark.session import numpy_to_blocks
+from sodm_spark.spark.sodm import SODMParams, fit_sodm
+from sodm_spark.stopping import (REACHED_STOP_LEVEL, SMALL_IMPROVEMENT, TIME_BUDGET, LevelCost,
+                                 StopRule, best_level, holdout_mask, predict_seconds,
+                                 work_per_core)
+
+from conftest import make_problem
+
+# --- the budget rule ---------------------------------------------------------------------------
+
+
+def test_a_level_shares_the_executor_memory_among_the_tasks_that_run_at_once():
+    memory = ExecutorMemory(memory_mb=12000.0, cores=4)
+    assert memory.task_mb(27) == 3000.0  # 27 partitions, 4 at a time
+    assert memory.task_mb(4) == 3000.0
+    assert memory.task_mb(2) == 6000.0  # two tasks: half each
+    assert memory.task_mb(1) == 12000.0  # level 0: its one task has it all
+    # Spark's per-worker cap (spark.executor.pyspark.memory / cores) is a hard limit
+    capped = ExecutorMemory(memory_mb=12000.0, cores=4, per_worker_limit_mb=3000.0)
+    assert capped.task_mb(1) == 3000.0
+    # --memory-mb fixes the budget of every task
+    assert ExecutorMemory(12000.0, 4, configured_task_mb=500.0).task_mb(1) == 500.0
+    assert share_per_task(100.0, 0, 0) == 100.0  # degenerate counts never divide by zero
+
+
+def test_local_mode_budget_is_the_ram_less_the_driver_heap_over_running_tasks(spark):
+    from sodm_spark.resources import RESERVE_MB, physical_memory_mb, size_mb
+
+    sc = spark.sparkContext
+    memory = executor_memory(sc)
+    heap = size_mb(sc.getConf().get("spark.driver.memory", "1g"))
+    assert memory.cores == sc.defaultParallelism == 2
+    assert memory.memory_mb == pytest.approx(physical_memory_mb() - heap - RESERVE_MB)
+    assert memory.task_mb(1) == pytest.approx(2 * memory.task_mb(9))
+
+
+def test_the_cache_is_what_the_budget_leaves_and_a_level_that_cannot_fit_is_named():
+    need = solver_memory_mb(5000, 100)
+    assert level_cache_mb(1, 5000, 100, need + 400.0, None, 3) == pytest.approx(400.0)
+    assert level_cache_mb(1, 5000, 100, need + 400.0, 100.0, 3) == 100.0  # a user's cap wins
+    with pytest.raises(MemoryBudgetError, match=r"level 1: .*5000 rows .*--stop-level 2"):
+        level_cache_mb(1, 5000, 100, need - 1.0, None, 3)
+
+
+# --- the stop rule on constructed validation curves ---------------------------------------------
+
+
+@pytest.mark.parametrize("curve, expected", [
+    ([0.90], None),  # one level: no merge measured yet
+    ([0.90, 0.95], None),  # +5 points: go on
+    ([0.90, 0.9015], SMALL_IMPROVEMENT),  # +0.15 points < 0.2
+    ([0.90, 0.93, 0.925], SMALL_IMPROVEMENT),  # worse
+    ([0.90, 0.93, 0.932], None),  # exactly +0.2 points is enough
+])
+def test_the_stop_rule_on_validation_curves(curve, expected):
+    rule = StopRule(min_improvement=0.002)
+    assert rule.reason_to_stop([round(a, 6) for a in curve], elapsed=1.0,
+                               next_seconds=1.0) == expected
+
+
+def test_the_time_budget_counts_the_predicted_next_level():
+    rule = StopRule(min_improvement=None, time_budget=100.0)
+    assert rule.reason_to_stop([0.5, 0.4], elapsed=60.0, next_seconds=39.0) is None
+    assert rule.reason_to_stop([0.5, 0.4], elapsed=60.0, next_seconds=41.0) == TIME_BUDGET
+    assert rule.reason_to_stop([0.5], elapsed=60.0, next_seconds=None) is None
+    with pytest.raises(ValueError, match="min_improvement must be >= 0"):
+        StopRule(min_improvement=-0.1).validate()
+    with pytest.raises(ValueError, match="time_budget must be a positive"):
+        StopRule(time_budget=0.0).validate()
+
+
+def test_best_level_is_the_highest_validation_accuracy_the_later_on_ties():
+    assert best_level([(3, 0.90), (2, 0.95), (1, 0.94)]) == 2
+    assert best_level([(3, 0.90), (2, 0.95), (1, 0.95)]) == 1
+    with pytest.raises(ValueError):
+        best_level([])
+
+
+def test_predicted_seconds_recover_a_linear_cost_model():
+    cores = 2
+    cost = lambda parts, rows: 1.5 + 2e-7 * work_per_core(parts, rows, cores)  # noqa: E731
+    done = [LevelCost(27, 2000, cost(27, 2000)), LevelCost(9, 6000, cost(9, 6000))]
+    assert predict_seconds(done, 3, 18000, cores) == pytest.approx(cost(3, 18000))
+    assert predict_seconds(done, 1, 54000, cores) == pytest.approx(cost(1, 54000))
+    # one level measured: the time scales with the work
+    assert predict_seconds(done[:1], 9, 6000, cores) == pytest.approx(
+        done[0].seconds * work_per_core(9, 6000, cores) / work_per_core(27, 2000, cores))
+    assert predict_seconds([], 9, 6000, cores) is None
+
+
+def test_the_validation_rows_depend_on_the_row_id_and_seed_only():
+    ids = np.arange(200_000)
+    held = holdout_mask(ids, seed=3, fraction=0.1)
+    assert abs(held.mean() - 0.1) < 0.004  # 0.1 ± 6 standard errors
+    # the same answer row by row, whatever blocks the rows come in
+    shuffled = np.random.default_rng(0).permutation(ids)
+    np.testing.assert_array_equal(holdout_mask(shuffled, 3, 0.1), held[shuffled])
+    assert (holdout_mask(ids, 4, 0.1) != held).mean() > 0.15  # another seed, other rows
+    assert not np.array_equal(held[:1000], held[1000:2000])
+
+
+# --- SODM fits ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def data():
+    X, y = make_problem(m=1200, d=5, seed=51)
+    X_val, y_val = make_problem(m=400, d=5, seed=52)
+    return X, y, X_val, y_val
+
+
+BASE = SODMParams(gamma=0.3, lam=50.0, levels=2, p=3, strata=4, seed=3, tol=1e-4)
+
+
+def _same_model(a, b):
+    np.testing.assert_array_equal(a.support_vectors, b.support_vectors)
+    np.testing.assert_array_equal(a.coef, b.coef)
+
+
+@pytest.mark.parametrize("flip", [False, True])
+def test_the_model_returned_is_the_best_levels(spark, data, flip):
+    """A merge that cannot pay (min_improvement 1.0) stops after two levels; the model is the
+    one a run stopped at the better of the two gives. Flipped validation labels make the
+    better level the worse model, so both branches (last, previous) are exercised."""
+    X, y, X_val, y_val = data
+    sc = spark.sparkContext
+    validation = (X_val, -y_val if flip else y_val)
+    fit = fit_sodm(sc, numpy_to_blocks(sc, X, y), replace(BASE, min_improvement=1.0),
+                   [-1.0, 1.0], validation=validation)
+    assert [entry.level for entry in fit.levels] == [2, 1]
+    assert fit.stopped_at == 1 and fit.stop_reason == SMALL_IMPROVEMENT
+    accuracies = [(entry.level, entry.validation_accuracy) for entry in fit.levels]
+    assert fit.best_level == best_level(accuracies)
+    # the accuracy recorded for the best level is the model's own on the validation rows
+    chosen = dict(accuracies)[fit.best_level]
+    predicted = np.where(fit.model.decision_function(X_val) > 0, 1.0, -1.0)
+    assert np.mean(predicted == validation[1]) == pytest.approx(chosen, abs=1.5 / len(y_val))
+    fixed = fit_sodm(sc, numpy_to_blocks(sc, X, y),
+                     replace(BASE, auto_stop=False, stop_level=fit.best_level), [-1.0, 1.0])
+    _same_model(fit.model, fixed.model)
+
+
+def test_held_out_rows_are_left_out_of_training_and_scored(spark, data):
+    X, y, _, _ = data
+    sc = spark.sparkContext
+    fit = fit_sodm(sc, numpy_to_blocks(sc, X, y), replace(BASE, min_improvement=0.0),
+                   [-1.0, 1.0])
+    held = holdout_mask(np.arange(X.shape[0]), BASE.seed, BASE.validation_fraction)
+    assert fit.validation_rows == held.sum() and fit.n_rows == (~held).sum()
+    assert all(entry.rows == (~held).sum() for entry in fit.levels)
+    assert all(0.5 < entry.validation_accuracy <= 1.0 for entry in fit.levels)
+    # what was scored is those rows: the returned model's accuracy on them is the best level's
+    best = next(e for e in fit.levels if e.level == fit.best_level)
+    predicted = np.where(fit.model.decision_function(X[held]) > 0, 1.0, -1.0)
+    assert np.mean(predicted == y[held]) == pytest.approx(best.validation_accuracy,
+                                                          abs=1.5 / held.sum())
+
+
+def test_a_time_budget_stops_before_the_predicted_level(spark, data):
+    X, y, X_val, y_val = data
+    sc = spark.sparkContext
+    fit = fit_sodm(sc, numpy_to_blocks(sc, X, y), replace(BASE, time_budget=1e-3), [-1.0, 1.0],
+                   validation=(X_val, y_val))
+    assert [entry.level for entry in fit.levels] == [2]
+    assert fit.stop_reason == TIME_BUDGET and fit.best_level == 2
+
+
+def test_no_auto_stop_runs_to_the_stop_level_and_returns_the_last(spark, data):
+    X, y, _, _ = data
+    sc = spark.sparkContext
+    fit = fit_sodm(sc, numpy_to_blocks(sc, X, y),
+                   replace(BASE, auto_stop=False, stop_level=1, min_improvement=1.0), [-1.0, 1.0])
+    assert [entry.level for entry in fit.levels] == [2, 1]
+    assert fit.stop_reason == REACHED_STOP_LEVEL and fit.best_level == 1
+    assert fit.validation_rows == 0 and fit.n_rows == X.shape[0]
+    assert all(entry.validation_accuracy is None for entry in fit.levels)
+
+
+def test_a_next_level_over_the_memory_budget_ends_an_auto_stopped_run(spark, data):
+    X, y, X_val, y_val = data
+    sc = spark.sparkContext
+    # room for the 400-row partitions' cached kernels, not even blocks for 1,200 rows
+    budget = (solver_memory_mb(400, 5) + solver_memory_mb(1200, 5)) / 2
+    params = replace(BASE, levels=1, memory_mb=budget, min_improvement=0.0)
+    fit = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, [-1.0, 1.0], validation=(X_val, y_val))
+    assert [entry.level for entry in fit.levels] == [1]
+    assert fit.stop_reason.startswith("next level does not fit the memory budget: level 0")
+    with pytest.raises(MemoryBudgetError, match="level 0"):
+        fit_sodm(sc, numpy_to_blocks(sc, X, y), replace(params, auto_stop=False), [-1.0, 1.0])
+
+
+def test_resume_keeps_the_stopping_decisions(spark, data, tmp_path):
+    """Killed after level 1 was recorded (simulated by stop_level=1), the resumed fit makes
+    the uninterrupted run's decision at once and returns its best level — read back from the
+    checkpoint when that is the level before."""
+    X, y, X_val, y_val = data
+    sc = spark.sparkContext
+    for flip in (False, True):
+        validation = (X_val, -y_val if flip else y_val)
+        params = replace(BASE, min_improvement=1.0)
+        whole = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, [-1.0, 1.0],
+                         validation=validation)
+        checkpoint = tmp_path / f"ckpt-{flip}"
+        fit_sodm(sc, numpy_to_blocks(sc, X, y), replace(params, stop_level=1), [-1.0, 1.0],
+                 validation=validation, checkpoint_dir=checkpoint)
+        resumed = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, [-1.0, 1.0],
+                           validation=validation, checkpoint_dir=checkpoint, resume=True)
+        assert [e.level for e in resumed.levels] == [e.level for e in whole.levels]
+        assert (resumed.stopped_at, resumed.stop_reason, resumed.best_level) == \
+            (whole.stopped_at, whole.stop_reason, whole.best_level)
+        _same_model(resumed.model, whole.model)
