@@ -87,7 +87,7 @@ def main() -> None:
     parser.add_argument("--json-out", type=Path)
     parser.add_argument("--driver-memory", default="6g", help="JVM heap (local mode)")
     parser.add_argument("--memory-mb", type=float,
-                        help="per-task memory budget (default: SODMParams' rule, RAM / cores)")
+                        help="per-task memory budget (default: the executor's memory / running tasks)")
     args = parser.parse_args()
 
     train, test = (args.train, args.test) if args.train else default_files(args.work_dir)

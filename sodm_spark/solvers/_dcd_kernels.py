@@ -135,3 +135,12 @@ def max_violation(gamma, u, a_zeta, a_beta, lower, upper):
         if violation > worst:
             worst = violation
     return worst
+
+
+@njit(cache=True)
+def violations(gamma, u, a_zeta, a_beta, lower, upper):
+    """Projected-gradient violation of every point."""
+    out = np.empty(gamma.shape[0])
+    for i in range(gamma.shape[0]):
+        out[i], _, _ = _point_violation(gamma[i], u[i], a_zeta, a_beta, lower, upper)
+    return out

@@ -371,10 +371,7 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
     if not blocks.is_cached:  # several passes follow: parse the input once
         labelled.persist(SPILL)
     moments = labelled.map(_moments).treeReduce(np.add)
-    training, validation_pair = labelled, None
-    if validation is not None:
-        validation_pair = validation
-    candidates = None
+    training, validation_pair, candidates = labelled, validation, None
     if validation is None and params.auto_stop:
         fraction = min(params.validation_fraction, params.validation_max_rows / moments[0])
         seed = params.seed
