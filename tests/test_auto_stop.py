@@ -221,3 +221,15 @@ def test_resume_keeps_the_stopping_decisions(spark, data, tmp_path):
         assert (resumed.stopped_at, resumed.stop_reason, resumed.best_level) == \
             (whole.stopped_at, whole.stop_reason, whole.best_level)
         _same_model(resumed.model, whole.model)
+
+
+def test_too_few_rows_left_after_the_hold_out_names_it(spark):
+    X, y = make_problem(m=12, d=3, seed=5)
+    sc = spark.sparkContext
+    params = replace(BASE, levels=2, validation_fraction=0.9)
+    with pytest.raises(ValueError, match=r"9 partitions but only \d rows are left after holding "
+                                         r"out \d+ for validation; .*--no-auto-stop"):
+        fit_sodm(sc, numpy_to_blocks(sc, X, y), params, [-1.0, 1.0])
+    # a single level has nothing to choose between: nothing is held out
+    single = fit_sodm(sc, numpy_to_blocks(sc, X, y), replace(BASE, levels=0), [-1.0, 1.0])
+    assert single.validation_rows == 0 and single.n_rows == 12

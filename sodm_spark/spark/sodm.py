@@ -371,8 +371,15 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
     if not blocks.is_cached:  # several passes follow: parse the input once
         labelled.persist(SPILL)
     moments = labelled.map(_moments).treeReduce(np.add)
+    n_all = int(round(moments[0]))
+    n_partitions = params.p ** params.levels
+    if n_partitions > n_all:
+        raise ValueError(
+            f"levels={params.levels} with p={params.p} asks for {n_partitions} partitions but the "
+            f"data have only {n_all} rows; use --levels {largest_levels(n_all, params.p)} or less.")
     training, validation_pair, candidates = labelled, validation, None
-    if validation is None and params.auto_stop:
+    # one level to solve leaves nothing to choose between: no rows are held out then
+    if validation is None and params.auto_stop and params.levels > params.stop_level:
         fraction = min(params.validation_fraction, params.validation_max_rows / moments[0])
         seed = params.seed
         wanted = landmark_candidates_wanted(params, int(moments[0]), params.p ** params.levels)
@@ -389,11 +396,11 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
             candidates = np.concatenate([piece[2] for piece in pieces]) if wanted else None
     n_rows, count, total, squares = moments
     n_rows = int(round(n_rows))
-    n_partitions = params.p ** params.levels
-    if n_partitions > n_rows:
+    if n_partitions > n_rows:  # enough rows in all, too few once the validation rows are out
         raise ValueError(
-            f"levels={params.levels} with p={params.p} asks for {n_partitions} partitions but the "
-            f"data have only {n_rows} rows; use --levels {largest_levels(n_rows, params.p)} or less.")
+            f"levels={params.levels} with p={params.p} asks for {n_partitions} partitions but "
+            f"only {n_rows} rows are left after holding out {n_all - n_rows} for validation; "
+            f"use --levels {largest_levels(n_rows, params.p)} or less, or --no-auto-stop.")
     n_features = int(round(count / n_rows))
     gamma = 1.0 if params.kernel == "linear" else gamma_value(
         params.gamma, n_features, squares / count - (total / count) ** 2)
