@@ -25,11 +25,12 @@ def available_memory_mb() -> float:
     """
     try:
         with open("/proc/meminfo") as handle:
-            for line in handle:
-                if line.startswith("MemAvailable:"):
-                    return float(line.split()[1]) / 1024.0
-    except OSError:
-        pass
+            lines = handle.readlines()
+    except OSError:  # not Linux
+        return physical_memory_mb()
+    for line in lines:
+        if line.startswith("MemAvailable:"):
+            return float(line.split()[1]) / 1024.0
     return physical_memory_mb()
 
 

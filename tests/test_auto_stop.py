@@ -233,3 +233,11 @@ def test_too_few_rows_left_after_the_hold_out_names_it(spark):
     # a single level has nothing to choose between: nothing is held out
     single = fit_sodm(sc, numpy_to_blocks(sc, X, y), replace(BASE, levels=0), [-1.0, 1.0])
     assert single.validation_rows == 0 and single.n_rows == 12
+
+
+def test_memory_readings_and_spark_size_strings():
+    from sodm_spark.resources import available_memory_mb, physical_memory_mb, size_mb
+
+    assert 0 < available_memory_mb() <= physical_memory_mb()
+    assert [size_mb(text) for text in ("2g", "512m", "1024k", "100", "1t", "3gb")] == \
+        [2048.0, 512.0, 1.0, 100.0, 1024.0 ** 2, 3072.0]
