@@ -21,7 +21,6 @@ import time
 import warnings
 from pathlib import Path
 
-import numpy as np
 
 from sodm_spark import ODMClassifier
 from sodm_spark.baselines.csvrg import CSVRGClassifier

@@ -15,7 +15,6 @@ import json
 import re
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 from sklearn.datasets import make_friedman1

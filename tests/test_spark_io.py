@@ -1,6 +1,4 @@
 """sodm_spark.spark.io: files and DataFrames -> RDD of numpy blocks (local[2] Spark)."""
-import os
-import sys
 
 import numpy as np
 import pytest

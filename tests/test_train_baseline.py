@@ -3,7 +3,6 @@ import json
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from sodm_spark.model import KernelExpansion

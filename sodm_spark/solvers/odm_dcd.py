@@ -24,7 +24,6 @@ Two ways to get kernel rows:
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np

@@ -21,7 +21,7 @@ from pyspark import StorageLevel
 from threadpoolctl import threadpool_limits
 
 from ..kernels import Kernel, decision_values, gamma_value
-from ..stopping import (REACHED_STOP_LEVEL, SMALL_IMPROVEMENT, WARM_START_OPTIMAL, LevelCost,
+from ..stopping import (REACHED_STOP_LEVEL, WARM_START_OPTIMAL, LevelCost,
                         StopRule, best_level, holdout_mask, predict_seconds)
 from ..model import KernelExpansion
 from ..partition import (deal_positions, kmeans, nearest_center, nearest_landmark,
