@@ -42,6 +42,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--kernel", default=defaults.kernel)
     parser.add_argument("--gamma", default=defaults.gamma, type=gamma_arg,
                         help="'scale', 'auto' or a number")
+    parser.add_argument("--kernel-offset", type=float, default=defaults.kernel_offset,
+                        help="kernel ODM: solve with k + c, a penalized bias (default 0)")
     parser.add_argument("--lam", type=float, default=defaults.lam)
     parser.add_argument("--theta", type=float, default=defaults.theta)
     parser.add_argument("--v", type=float, default=defaults.v)
@@ -86,6 +88,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="continue from the last level recorded in --checkpoint-dir")
     parser.add_argument("--rows", type=int, default=DEFAULT_ROWS, help="built-in data: rows")
     parser.add_argument("--master", help="Spark master; default: spark-submit's, else local[*]")
+    parser.add_argument("--no-intercept", dest="fit_intercept", action="store_false",
+                        help="linear kernel: no bias b (f(x) = wᵀx, the paper's model); by "
+                        "default an unpenalized b is fitted, as MLlib's LinearSVC does")
     parser.add_argument("--epochs", type=int, default=30, help="linear kernel: DSVRG epochs")
     parser.add_argument("--step", type=float, help="linear kernel: SVRG step (default 1/(2L))")
     parser.add_argument("--epoch-tol", type=float, default=1e-6,
@@ -187,7 +192,8 @@ def run_dsvrg(spark, blocks, classes, test, n_features, args):
     """SODM Algorithm 2 (linear kernel): one printed line per epoch."""
     params = DSVRGParams(lam=args.lam, theta=args.theta, v=args.v, epochs=args.epochs,
                          tol=args.epoch_tol, step=args.step,
-                         n_partitions=args.partitions, strata=args.strata, seed=args.seed)
+                         n_partitions=args.partitions, strata=args.strata, seed=args.seed,
+                         fit_intercept=args.fit_intercept)
     print(f"{'epoch':>5} {'seconds':>9} {'objective':>14} {'test acc':>9}", flush=True)
 
     def show(entry):
@@ -200,7 +206,7 @@ def run_dsvrg(spark, blocks, classes, test, n_features, args):
     last = fit.epochs[-1]
     summary = {"epochs": [entry.to_dict() for entry in fit.epochs],
                "train_seconds": fit.train_seconds, "partition_seconds": fit.partition_seconds,
-               "n_sv": 1, "rows": fit.n_rows, "step": fit.step,
+               "n_sv": 1, "rows": fit.n_rows, "step": fit.step, "intercept": fit.intercept,
                "test_accuracy": last.test_accuracy, "objective": last.objective,
                "layout": fit.layout, "resident_hits": fit.resident_hits,
                "resident_misses": fit.resident_misses, "params": vars(params)}
@@ -211,7 +217,8 @@ def run_dsvrg(spark, blocks, classes, test, n_features, args):
 
 
 def sodm_params(args) -> SODMParams:
-    params = SODMParams(kernel=args.kernel, gamma=args.gamma, lam=args.lam, theta=args.theta,
+    params = SODMParams(kernel=args.kernel, gamma=args.gamma, kernel_offset=args.kernel_offset,
+                        lam=args.lam, theta=args.theta,
                         v=args.v, tol=args.tol, max_iter=args.max_iter, p=args.p,
                         levels=args.levels, strata=args.strata, stop_level=args.stop_level,
                         partitioner=args.partitioner, warm_start=args.warm_start, seed=args.seed,

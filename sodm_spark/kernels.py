@@ -7,6 +7,12 @@ Row blocks are sized so that one block's scratch memory stays within ``block_mb`
 
 The kernel parameters follow scikit-learn's ``SVC``: ``gamma="scale"`` is ``1 / (d · Var X)``,
 ``gamma="auto"`` is ``1 / d``, polynomial is ``(gamma · x zᵀ + coef0) ** degree``.
+
+``offset`` c turns any kernel k into k + c: a constant feature √c in the feature space, so a
+kernel expansion Σ_i a_i (k(x_i, x) + c) = Σ_i a_i k(x_i, x) + b carries a bias
+b = c·Σ_i a_i, penalized as part of ‖w‖² (LIBLINEAR's bias feature B = √c). That is how a
+kernel ODM, whose dual (SODM Eqn 1) has no bias, gets one. Distances in the feature space,
+hence landmarks and strata (Eqns 7-8), do not change.
 """
 from __future__ import annotations
 
@@ -57,9 +63,11 @@ class Kernel:
     gamma: float = 1.0
     degree: int = 3
     coef0: float = 0.0
+    offset: float = 0.0  # c in k + c (module docstring)
 
     @classmethod
-    def create(cls, name: str, gamma=1.0, degree: int = 3, coef0: float = 0.0, X=None) -> "Kernel":
+    def create(cls, name: str, gamma=1.0, degree: int = 3, coef0: float = 0.0, X=None,
+               offset: float = 0.0) -> "Kernel":
         """Validate ``name``; resolve ``gamma`` against ``X`` when it is 'scale' or 'auto'."""
         canonical = _ALIASES.get(name, name) if isinstance(name, str) else name
         if canonical not in KNOWN_KERNELS:
@@ -77,23 +85,33 @@ class Kernel:
         if canonical == "poly":
             if int(degree) != degree or degree < 1:
                 raise ValueError(f"degree must be a positive integer, got {degree!r}.")
-        return cls(canonical, float(resolved), int(degree), float(coef0))
+        try:
+            offset = float(offset)
+        except (TypeError, ValueError):
+            offset = float("nan")
+        if not np.isfinite(offset) or offset < 0.0:
+            raise ValueError(f"the kernel offset c (k + c) must be a finite number >= 0, "
+                             f"got {offset!r}.")
+        return cls(canonical, float(resolved), int(degree), float(coef0), offset)
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "gamma": self.gamma, "degree": self.degree, "coef0": self.coef0}
+        return {"name": self.name, "gamma": self.gamma, "degree": self.degree, "coef0": self.coef0,
+                "offset": self.offset}
 
     @classmethod
     def from_dict(cls, data: dict) -> "Kernel":
-        return cls(str(data["name"]), float(data["gamma"]), int(data["degree"]), float(data["coef0"]))
+        # models saved before the offset existed have none
+        return cls(str(data["name"]), float(data["gamma"]), int(data["degree"]),
+                   float(data["coef0"]), float(data.get("offset", 0.0)))
 
     def diagonal(self, X: np.ndarray) -> np.ndarray:
         """``k(x_i, x_i)`` for every row, in O(n·d)."""
         if self.name in ("rbf", "laplacian"):
-            return np.ones(X.shape[0])
+            return np.full(X.shape[0], 1.0 + self.offset)
         sq = np.einsum("ij,ij->i", X, X)
         if self.name == "linear":
-            return sq
-        return (self.gamma * sq + self.coef0) ** self.degree
+            return sq + self.offset
+        return (self.gamma * sq + self.coef0) ** self.degree + self.offset
 
     def block(self, X: np.ndarray, Z: np.ndarray, out: np.ndarray | None = None,
               z_sq_norms: np.ndarray | None = None) -> np.ndarray:
@@ -101,6 +119,12 @@ class Kernel:
 
         The block is produced by one GEMM in the dtype of ``out`` (float64 when ``out`` is None).
         """
+        out = self._block(X, Z, out, z_sq_norms)
+        if self.offset:
+            out += self.offset
+        return out
+
+    def _block(self, X, Z, out, z_sq_norms):
         dtype = np.float64 if out is None else out.dtype
         if out is None:
             out = np.empty((X.shape[0], Z.shape[0]), dtype=dtype)

@@ -4,7 +4,10 @@ Modelled on pyspark.ml's LinearSVC: Params with setters and getters, ``featuresC
 vectors or arrays of numbers), ``labelCol``, ``predictionCol`` and ``rawPredictionCol``
 (``[-f(x), f(x)]``, so ``BinaryClassificationEvaluator`` ranks by f). The model predicts with a
 pandas UDF over the broadcast kernel expansion and saves as Spark ML metadata (JSON) plus
-``data/arrays.npz`` — no pickles.
+``data/arrays.npz`` — no pickles. With ``kernel="linear"`` the fit is DSVRG (SODM Algorithm 2,
+as ``jobs/train_sodm.py --kernel linear``: 30 epochs at most, stopped when the objective
+changes by less than 1e-6 relative) with an unpenalized intercept unless ``fitIntercept`` is
+false.
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ from pyspark.sql.types import ArrayType, DoubleType
 from .kernels import decision_values
 from .model import KernelExpansion
 from .spark.io import dataframe_to_blocks
+from .spark.dsvrg import DSVRGParams, fit_dsvrg
 from .spark.sodm import SODMParams, checked_classes, fit_sodm
 
 
@@ -44,6 +48,12 @@ class _SODMParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasRawPredictio
                   typeConverter=_gamma_converter)
     degree = Param(Params._dummy(), "degree", "polynomial degree", TypeConverters.toInt)
     coef0 = Param(Params._dummy(), "coef0", "polynomial offset", TypeConverters.toFloat)
+    fitIntercept = Param(Params._dummy(), "fitIntercept",
+                         "linear kernel: fit an unpenalized intercept (as MLlib's LinearSVC)",
+                         TypeConverters.toBoolean)
+    kernelOffset = Param(Params._dummy(), "kernelOffset",
+                         "other kernels: solve with k + c, a penalized bias (default 0)",
+                         TypeConverters.toFloat)
     lam = Param(Params._dummy(), "lam", "λ > 0, weight of the margin loss", TypeConverters.toFloat)
     theta = Param(Params._dummy(), "theta", "θ in [0, 1), margin band half-width",
                   TypeConverters.toFloat)
@@ -79,7 +89,9 @@ class _SODMParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasRawPredictio
         super().__init__()
         defaults = SODMParams()
         self._setDefault(kernel=defaults.kernel, gamma=defaults.gamma, degree=defaults.degree,
-                         coef0=defaults.coef0, lam=defaults.lam, theta=defaults.theta,
+                         coef0=defaults.coef0, fitIntercept=True,
+                         kernelOffset=defaults.kernel_offset, lam=defaults.lam,
+                         theta=defaults.theta,
                          v=defaults.v, tol=defaults.tol, maxIter=defaults.max_iter, p=defaults.p,
                          levels=defaults.levels, strata=defaults.strata,
                          stopLevel=defaults.stop_level, partitioner=defaults.partitioner,
@@ -92,6 +104,7 @@ class _SODMParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasRawPredictio
     def _sodm_params(self) -> SODMParams:
         return SODMParams(kernel=self.getOrDefault("kernel"), gamma=self.getOrDefault("gamma"),
                           degree=self.getOrDefault("degree"), coef0=self.getOrDefault("coef0"),
+                          kernel_offset=self.getOrDefault("kernelOffset"),
                           lam=self.getOrDefault("lam"), theta=self.getOrDefault("theta"),
                           v=self.getOrDefault("v"), tol=self.getOrDefault("tol"),
                           max_iter=self.getOrDefault("maxIter"), p=self.getOrDefault("p"),
@@ -108,7 +121,7 @@ class _SODMParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasRawPredictio
 
 def _make_setters_and_getters(cls):
     """setX/getX for every SODM param, as pyspark.ml classes spell them out by hand."""
-    for name in ("kernel", "gamma", "degree", "coef0", "lam", "theta", "v", "p", "levels",
+    for name in ("kernel", "gamma", "degree", "coef0", "fitIntercept", "kernelOffset", "lam", "theta", "v", "p", "levels",
                  "strata", "stopLevel", "partitioner", "warmStart", "cacheMb", "autoStop",
                  "validationFraction", "minImprovement", "timeBudget"):
         title = name[0].upper() + name[1:]
@@ -135,7 +148,7 @@ class SODMClassifier(Estimator, _SODMParams, MLReadable, MLWritable):
     @keyword_only
     def __init__(self, *, featuresCol="features", labelCol="label", predictionCol="prediction",
                  rawPredictionCol="rawPrediction", kernel="rbf", gamma="scale", degree=3,
-                 coef0=0.0, lam=1000.0, theta=0.1, v=0.5, tol=1e-3, maxIter=1000, p=3, levels=3,
+                 coef0=0.0, fitIntercept=True, kernelOffset=0.0, lam=1000.0, theta=0.1, v=0.5, tol=1e-3, maxIter=1000, p=3, levels=3,
                  strata=20, stopLevel=0, partitioner="stratified", warmStart="scaled",
                  cacheMb=None, seed=0, autoStop=True, validationFraction=0.1,
                  minImprovement=0.002, timeBudget=None):
@@ -179,11 +192,24 @@ class SODMClassifier(Estimator, _SODMParams, MLReadable, MLWritable):
             raise ValueError(f"SODMClassifier is a binary classifier and needs exactly two "
                              f"classes in column {self.getLabelCol()!r}; it holds {held}. Check "
                              "labelCol, or filter the DataFrame to two label values.")
-        fit = fit_sodm(dataset.sparkSession.sparkContext, blocks, params, classes)
+        sc = dataset.sparkSession.sparkContext
+        if params.kernel == "linear":
+            return self._copyValues(self._fit_dsvrg(sc, blocks, params, classes, n_features))
+        fit = fit_sodm(sc, blocks, params, classes)
         model = SODMClassificationModel(fit.model)
         model.levelStats = [entry.to_dict() for entry in fit.levels]
         model.stopReason, model.bestLevel = fit.stop_reason, fit.best_level
         return self._copyValues(model)
+
+    def _fit_dsvrg(self, sc, blocks, params, classes, n_features):
+        """The linear kernel: DSVRG on the primal, with the intercept unless fitIntercept=False."""
+        fit = fit_dsvrg(sc, blocks, DSVRGParams(
+            lam=params.lam, theta=params.theta, v=params.v, strata=params.strata,
+            seed=params.seed, fit_intercept=self.getOrDefault("fitIntercept")),
+            classes, n_features)
+        model = SODMClassificationModel(fit.model)
+        model.levelStats = [entry.to_dict() for entry in fit.epochs]
+        return model
 
     def write(self):
         return _ParamsOnlyWriter(self)
@@ -217,6 +243,7 @@ class SODMClassificationModel(Model, _SODMParams, MLReadable, MLWritable):
     def _transform(self, dataset):
         spark = dataset.sparkSession
         expansion = self.expansion
+        intercept = 0.0 if expansion.intercept is None else float(expansion.intercept[0])
         payload = spark.sparkContext.broadcast(
             (expansion.support_vectors, expansion.coef[:, 0], expansion.kernel.to_dict()))
         n_features, features_col = self.numFeatures, self.getFeaturesCol()
@@ -232,7 +259,8 @@ class SODMClassificationModel(Model, _SODMParams, MLReadable, MLWritable):
                 raise ValueError(f"column {features_col!r} has {X.shape[1]} features; the "
                                  f"model was trained on {n_features}. Transform data with the "
                                  "training data's feature columns, in the same order.")
-            scores = decision_values(Kernel.from_dict(kernel_dict), X, support_vectors, coef)
+            scores = decision_values(Kernel.from_dict(kernel_dict), X, support_vectors,
+                                     coef) + intercept
             return pd.Series(list(np.stack([-scores, scores], axis=1)))
 
         column = F.col(self.getFeaturesCol())

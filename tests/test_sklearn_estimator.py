@@ -149,10 +149,12 @@ def test_svrg_solver_matches_the_dual_solver_dense_and_sparse():
     import scipy.sparse as sp
     X, y = make_problem(m=300, d=6, seed=13)
     params = dict(kernel="linear", lam=5.0, theta=0.2, v=0.5)
-    dual = ODMClassifier(**params, tol=1e-8, dtype="float64").fit(X, y)
-    primal = ODMClassifier(**params, solver="svrg", tol=1e-12, max_iter=200).fit(X, y)
-    sparse = ODMClassifier(**params, solver="svrg", tol=1e-12, max_iter=200).fit(
-        sp.csr_matrix(X), y)
+    dual = ODMClassifier(**params, solver="dcd", fit_intercept=False, tol=1e-8,
+                         dtype="float64").fit(X, y)
+    primal = ODMClassifier(**params, solver="svrg", fit_intercept=False, tol=1e-12,
+                           max_iter=200).fit(X, y)
+    sparse = ODMClassifier(**params, solver="svrg", fit_intercept=False, tol=1e-12,
+                           max_iter=200).fit(sp.csr_matrix(X), y)
     np.testing.assert_allclose(primal.decision_function(X), dual.decision_function(X),
                                rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(sparse.decision_function(sp.csr_matrix(X)),
@@ -162,3 +164,81 @@ def test_svrg_solver_matches_the_dual_solver_dense_and_sparse():
         ODMClassifier(solver="svrg").fit(X, y)
     with pytest.raises(TypeError, match="[Ss]parse"):
         ODMClassifier().fit(sp.csr_matrix(X), y)
+
+
+def far_from_origin_problem(m=1500, d=10, seed=31, low=2.0):
+    """Rows in [low, low+1]^d, classes split at the cube's centre (5% labels flipped): the
+    separating hyperplane lies far from the origin."""
+    rng = np.random.default_rng(seed)
+    X = low + rng.random((m, d))
+    y = np.where((X - low - 0.5) @ rng.normal(size=d) > 0, 1, 0)
+    flip = rng.random(m) < 0.05
+    y[flip] = 1 - y[flip]
+    return X, y
+
+
+def test_linear_default_has_an_intercept_and_matches_sklearn_linearsvc():
+    import scipy.sparse as sp
+    from sklearn.svm import LinearSVC
+    X, y = far_from_origin_problem(m=3000)
+    X, X_test, y, y_test = X[:1500], X[1500:], y[:1500], y[1500:]
+    model = ODMClassifier(kernel="linear").fit(X, y)            # defaults: newton, intercept
+    reference = LinearSVC(C=1.0, intercept_scaling=100.0, max_iter=100000).fit(X, y)
+    accuracy = model.score(X_test, y_test)
+    assert accuracy >= reference.score(X_test, y_test) - 0.005
+    assert model.intercept_.shape == (1,) and model.intercept_[0] != 0.0
+    np.testing.assert_allclose(model.decision_function(X),
+                               X @ model.support_vectors_[0] + model.intercept_[0])
+    plain = ODMClassifier(kernel="linear", solver="dcd", fit_intercept=False).fit(X, y)
+    assert accuracy >= plain.score(X_test, y_test) + 0.02
+    # SVRG reaches the exact (Newton) objective, dense and sparse
+    svrg = ODMClassifier(kernel="linear", solver="svrg", tol=1e-12, max_iter=300).fit(X, y)
+    assert svrg.objective_[0] == pytest.approx(model.objective_[0], rel=1e-6)
+    sparse = ODMClassifier(kernel="linear", solver="svrg", tol=1e-12, max_iter=300).fit(
+        sp.csr_matrix(X), y)
+    assert sparse.objective_[0] == pytest.approx(model.objective_[0], rel=1e-6)
+    newton_sparse = ODMClassifier(kernel="linear").fit(sp.csr_matrix(X), y)
+    assert newton_sparse.objective_[0] == pytest.approx(model.objective_[0], rel=1e-9)
+
+
+def test_linear_intercept_round_trips_and_multiclass(tmp_path):
+    from sodm_spark.model import KernelExpansion
+    X, y = far_from_origin_problem(m=600)
+    labels = np.where(X[:, 0] > 2.66, "c", np.where(y == 1, "a", "b"))
+    model = ODMClassifier(kernel="linear").fit(X, labels)
+    assert model.intercept_.shape == (3,)
+    model.model_.save(tmp_path / "m")
+    loaded = ODMClassifier.from_expansion(KernelExpansion.load(tmp_path / "m"))
+    np.testing.assert_array_equal(loaded.intercept_, model.intercept_)
+    np.testing.assert_array_equal(loaded.decision_function(X), model.decision_function(X))
+    np.testing.assert_array_equal(loaded.predict(X), model.predict(X))
+
+
+def test_kernel_offset_is_a_constant_feature():
+    """k + c equals the kernel of rows with a constant column √c appended (linear kernel, so
+    the reference is an ordinary fit on the augmented rows)."""
+    X, y = make_problem(m=200, d=5, seed=4)
+    c = 2.5
+    exact = dict(lam=5.0, tol=1e-10, max_iter=100000, dtype="float64")
+    shifted = ODMClassifier(kernel="linear", solver="dcd", fit_intercept=False, kernel_offset=c,
+                            **exact).fit(X, y)
+    augmented = np.hstack([X, np.full((200, 1), np.sqrt(c))])
+    reference = ODMClassifier(kernel="linear", solver="dcd", fit_intercept=False,
+                              **exact).fit(augmented, y)
+    np.testing.assert_allclose(shifted.decision_function(X),
+                               reference.decision_function(augmented), rtol=1e-7, atol=1e-9)
+    assert shifted.kernel_.offset == c
+    rbf = ODMClassifier(kernel="rbf", kernel_offset=1.0).fit(X, y)
+    assert rbf.kernel_.to_dict()["offset"] == 1.0
+
+
+def test_intercept_and_offset_misuse_is_refused():
+    X, y = make_problem(m=60, d=3, seed=1)
+    with pytest.raises(ValueError, match="no intercept.*fit_intercept=False"):
+        ODMClassifier(kernel="linear", solver="dcd").fit(X, y)
+    with pytest.raises(ValueError, match="kernel_offset applies to the kernel dual"):
+        ODMClassifier(kernel="linear", kernel_offset=1.0).fit(X, y)
+    with pytest.raises(ValueError, match="offset .* >= 0"):
+        ODMClassifier(kernel_offset=-1.0).fit(X, y)
+    with pytest.raises(ValueError, match="solver must be one of"):
+        ODMClassifier(solver="lbfgs").fit(X, y)

@@ -11,7 +11,7 @@ import scipy.sparse as sp
 
 from sodm_spark.kernels import Kernel
 from sodm_spark.solvers import solve_odm_dual
-from sodm_spark.solvers.svrg import (SVRGResult, default_step, loss_gradient_sum,
+from sodm_spark.solvers.svrg import (SVRGResult, default_step, loss_gradient_sum, penalized,
                                      primal_objective, sample_rows, smoothness, svrg,
                                      svrg_inner)
 from tests.conftest import make_problem
@@ -74,7 +74,7 @@ def test_svrg_reaches_dual_optimum(lam, theta, v):
     X, y = make_problem(m=500, d=20, seed=1)
     w_star, p_star = dual_reference(X, y, lam, theta, v)
     assert primal_objective(w_star, X, y, lam, theta, v) == pytest.approx(p_star, rel=1e-9)
-    res = svrg(X, y, lam, theta, v, epochs=40, tol=1e-10, seed=0)
+    res = svrg(X, y, lam, theta, v, epochs=40, tol=1e-10, seed=0, fit_intercept=False)
     assert isinstance(res, SVRGResult) and res.converged and res.epochs < 40
     assert len(res.history) == res.epochs + 1 and res.objective == res.history[-1]
     assert abs(res.objective - p_star) <= 1e-4 * abs(p_star)
@@ -86,7 +86,7 @@ def test_objective_gap_shrinks_geometrically():
     X, y = make_problem(m=500, d=20, seed=1)
     lam, theta, v = SETTINGS[1]
     _, p_star = dual_reference(X, y, lam, theta, v)
-    res = svrg(X, y, lam, theta, v, epochs=8, tol=0.0, seed=4)
+    res = svrg(X, y, lam, theta, v, epochs=8, tol=0.0, seed=4, fit_intercept=False)
     gaps = np.array(res.history) - p_star
     assert res.epochs == 8 and not res.converged
     assert gaps[1] > 0 and gaps[8] <= 1e-2 * gaps[1]
@@ -220,3 +220,117 @@ def test_stops_on_relative_objective_change():
     change = np.abs(np.diff(h)) / np.abs(h[1:])
     assert res.converged and res.epochs == len(h) - 1 < 50
     assert change[-1] <= tol and np.all(change[:-1] > tol)
+
+
+# ---------------------------------------------------------------- the intercept
+def shifted_problem(m=400, d=8, seed=21, shift=3.0):
+    """Rows in [shift, shift+1]^d whose classes split at the cube's centre: the separating
+    hyperplane lies far from the origin, so a model without a bias cannot fit it."""
+    rng = np.random.default_rng(seed)
+    X = shift + rng.random((m, d))
+    w_true = rng.normal(size=d)
+    y = np.where((X - shift - 0.5) @ w_true + 0.05 * rng.normal(size=m) > 0, 1.0, -1.0)
+    return X, y
+
+
+def scipy_primal(X, y, lam, theta, v):
+    """The primal with an unpenalized bias written out in numpy and minimized by L-BFGS: an
+    independent reference for (w, b) and P."""
+    from scipy.optimize import minimize
+    a, m, d = lam / (1 - theta) ** 2, X.shape[0], X.shape[1]
+
+    def fun(wb):
+        margins = y * (X @ wb[:d] + wb[d])
+        xi, eps = np.maximum(1 - theta - margins, 0), np.maximum(margins - 1 - theta, 0)
+        value = 0.5 * wb[:d] @ wb[:d] + a / (2 * m) * np.sum(xi ** 2 + v * eps ** 2)
+        c = a / m * (v * eps - xi) * y
+        return value, np.append(wb[:d] + X.T @ c, c.sum())
+
+    res = minimize(fun, np.zeros(d + 1), jac=True, method="L-BFGS-B",
+                   options={"ftol": 1e-16, "gtol": 1e-11, "maxiter": 20000, "maxcor": 30})
+    return res.x[:d], res.x[d], res.fun
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_intercept_gradient_matches_finite_differences(sparse):
+    X, y = make_problem(m=40, d=6, seed=2)
+    lam, theta, v = 2.0, 0.3, 0.4
+    Xin = sp.csr_matrix(X) if sparse else X
+    wb = np.random.default_rng(0).normal(size=7) * 2.0
+    loss_sum, grad_sum = loss_gradient_sum(wb, Xin, y, lam, theta, v, fit_intercept=True)
+    assert grad_sum.shape == (7,)
+    assert primal_objective(wb, Xin, y, lam, theta, v, fit_intercept=True) == pytest.approx(
+        0.5 * wb[:6] @ wb[:6] + loss_sum / 40, rel=1e-14)           # b is not penalized
+    full = penalized(wb, True) + grad_sum / 40
+    h = 1e-6
+    fd = np.array([(primal_objective(wb + h * e, Xin, y, lam, theta, v, True)
+                    - primal_objective(wb - h * e, Xin, y, lam, theta, v, True)) / (2 * h)
+                   for e in np.eye(7)])
+    np.testing.assert_allclose(full, fd, rtol=1e-6, atol=1e-7)
+    with pytest.raises(ValueError, match="length 7 .*then the intercept"):
+        loss_gradient_sum(wb[:6], Xin, y, lam, theta, v, fit_intercept=True)
+
+
+def test_intercept_inner_loops_dense_csr_and_formula():
+    Xs, y = sparse_problem(m=120, d=40, density=0.15, seed=5)
+    Xs = Xs * (0.6 / np.sqrt(smoothness(Xs, 1.0, 0.0, 1.0, fit_intercept=True)))
+    Xs.data += 0.5   # rows not centred
+    X = Xs.toarray()
+    lam, theta, v = 1.0, 0.1, 0.7
+    rng = np.random.default_rng(1)
+    wb, snap = rng.normal(size=41) * 3, rng.normal(size=41) * 3
+    g = loss_gradient_sum(snap, X, y, lam, theta, v, True)[1] / X.shape[0]
+    rows = sample_rows(120, 1000, np.random.default_rng(2))   # the lazy scale is renormalized
+    out_s = svrg_inner(wb, snap, g, Xs, y, rows, 0.3, lam, theta, v, True)
+    out_d = svrg_inner(wb, snap, g, X, y, rows, 0.3, lam, theta, v, True)
+    np.testing.assert_allclose(out_s, out_d, rtol=0, atol=1e-10)
+    # ∇p_i(w, b) = (w, 0) + c_i·y_i(x_i, 1), steps written out in numpy
+    a = lam / (1 - theta) ** 2
+
+    def grad_i(wb, i):
+        m = y[i] * (X[i] @ wb[:40] + wb[40])
+        c = a * (m - 1 + theta) if m < 1 - theta else a * v * (m - 1 - theta) if m > 1 + theta \
+            else 0.0
+        return penalized(wb, True) + c * y[i] * np.append(X[i], 1.0)
+
+    ref, mu = wb.copy(), penalized(snap, True) + g
+    for i in rows[:25]:
+        ref = ref - 0.3 * (grad_i(ref, i) - grad_i(snap, i) + mu)
+    for Xin in (X, Xs):
+        np.testing.assert_allclose(svrg_inner(wb, snap, g, Xin, y, rows[:25], 0.3, lam, theta,
+                                              v, True), ref, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("lam", [1.0, 100.0])
+def test_intercept_solvers_reach_the_independent_primal_optimum(lam):
+    from sodm_spark.solvers.odm_primal import newton_primal
+    X, y = shifted_problem()
+    theta, v = 0.1, 0.5
+    w_ref, b_ref, p_ref = scipy_primal(X, y, lam, theta, v)
+    newton = newton_primal(X, y, lam, theta, v)
+    assert newton.objective == pytest.approx(p_ref, rel=1e-6)
+    assert newton.objective <= p_ref * (1 + 1e-9)      # at least as good as L-BFGS
+    np.testing.assert_allclose(newton.w, w_ref, rtol=1e-4, atol=1e-4 * np.linalg.norm(w_ref))
+    assert newton.intercept == pytest.approx(b_ref, rel=1e-4, abs=1e-4)
+    for Xin in (X, sp.csr_matrix(X)):
+        res = svrg(Xin, y, lam, theta, v, epochs=200, tol=1e-13, seed=3)
+        assert res.objective == pytest.approx(newton.objective, rel=1e-6)
+        assert res.intercept == pytest.approx(newton.intercept, rel=1e-3, abs=1e-3)
+    # without the bias the hyperplane must pass the origin: the fit is far worse
+    plain = newton_primal(X, y, lam, theta, v, fit_intercept=False)
+    assert plain.objective > newton.objective * (1 + 1e-3)
+    if lam >= 100:  # a loss-dominated fit: the bias decides the accuracy
+        accuracy = lambda w, b: np.mean(np.where(X @ w + b > 0, 1.0, -1.0) == y)
+        assert accuracy(newton.w, newton.intercept) > accuracy(plain.w, 0.0) + 0.05
+
+
+def test_intercept_fit_does_not_depend_on_where_the_origin_lies():
+    """Shifting every row by a vector s only moves b by -wᵀs (the bias is unpenalized)."""
+    from sodm_spark.solvers.odm_primal import newton_primal
+    X, y = shifted_problem(shift=0.0)
+    s = np.linspace(-4.0, 6.0, X.shape[1])
+    base = newton_primal(X, y, 30.0, 0.2, 0.5)
+    moved = newton_primal(X + s, y, 30.0, 0.2, 0.5)
+    np.testing.assert_allclose(moved.w, base.w, rtol=1e-8, atol=1e-10)
+    assert moved.intercept == pytest.approx(base.intercept - base.w @ s, rel=1e-8)
+    assert moved.objective == pytest.approx(base.objective, rel=1e-10)

@@ -1,11 +1,14 @@
 """Exact linear-kernel ODM by a generalized Newton method on the primal (SODM Sec. 2.1).
 
-P(w) = ½‖w‖² + a/(2M) Σ_i (ξ_i² + v ε_i²), a = λ/(1-θ)², is strongly convex and piecewise
-quadratic, so Newton steps with the generalized Hessian I + (a/M) X_Aᵀ D X_A (D = 1 on rows
-with margin < 1-θ, v on rows with margin > 1+θ) and a backtracking line search converge in a
-few iterations (as libodm's trust-region Newton, TRON). Used as the exact reference for DSVRG
-and SVRG at sizes where the dual's M×M kernel is out of reach. Dense Hessians for d ≤ 2,000,
-conjugate gradients with Hessian-vector products (X stays sparse) above.
+P(w, b) = ½‖w‖² + a/(2M) Σ_i (ξ_i² + v ε_i²), a = λ/(1-θ)², margins m_i = y_i(wᵀx_i + b), is
+convex and piecewise quadratic (strongly convex in w; the bias b, present with
+``fit_intercept``, is not penalized: see :mod:`sodm_spark.solvers.svrg`). Newton steps with the
+generalized Hessian diag(1, …, 1, 0) + (a/M) X̂_Aᵀ D X̂_A (X̂ = X with a column of ones when
+there is a bias; D = 1 on rows with margin < 1-θ, v on rows with margin > 1+θ) and a
+backtracking line search converge in a few iterations (as libodm's trust-region Newton, TRON).
+Used as the exact reference for DSVRG and SVRG, and as ODMClassifier's linear solver. Dense
+Hessians for d ≤ 2,000, conjugate gradients with Hessian-vector products (X stays sparse)
+above.
 """
 from __future__ import annotations
 
@@ -15,8 +18,12 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.linalg import LinearOperator, cg
 
-from .svrg import loss_gradient_sum
+from .svrg import loss_gradient_sum, penalized
 from ..validation import check_odm_params
+
+# Added to the bias's Hessian entry so that a step stays defined when no row is active
+# (every margin inside the band: the objective is then flat in b).
+_BIAS_RIDGE = 1e-12
 
 
 @dataclass
@@ -25,36 +32,62 @@ class NewtonResult:
     objective: float
     iterations: int
     gradient_norm: float
+    intercept: float = 0.0
 
 
-def newton_primal(X, y, lam, theta, v, *, tol=1e-10, max_iter=100, w0=None) -> NewtonResult:
-    """Minimize the ODM primal; stop when ‖∇P(w)‖ ≤ tol·max(1, ‖∇P(0)‖)."""
+def newton_primal(X, y, lam, theta, v, *, tol=1e-10, max_iter=100, w0=None,
+                  fit_intercept=True) -> NewtonResult:
+    """Minimize the ODM primal; stop when ‖∇P‖ ≤ tol·max(1, ‖∇P(0)‖). ``fit_intercept``
+    (default, as MLlib and scikit-learn) adds the unpenalized bias b; ``w0`` may hold d or
+    (with an intercept) d+1 entries."""
     check_odm_params(lam, theta, v)
     X = X.tocsr() if sp.issparse(X) else np.ascontiguousarray(X, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
     m, d = X.shape
+    fit_intercept = bool(fit_intercept)
+    n_params = d + fit_intercept
     a = lam / (1.0 - theta) ** 2
-    w = np.zeros(d) if w0 is None else np.array(w0, dtype=np.float64)
+    w = np.zeros(n_params)
+    if w0 is not None:
+        w0 = np.asarray(w0, dtype=np.float64).reshape(-1)
+        w[:w0.size] = w0
 
     def objective_and_gradient(w):
-        loss, grad = loss_gradient_sum(w, X, y, lam, theta, v)
-        return 0.5 * w @ w + loss / m, w + grad / m
+        loss, grad = loss_gradient_sum(w, X, y, lam, theta, v, fit_intercept)
+        return 0.5 * float(w[:d] @ w[:d]) + loss / m, penalized(w, fit_intercept) + grad / m
+
+    def hessian_vector(X_active, d_active):
+        def product(s):
+            weights = s[:d]
+            inner = X_active @ weights + (s[d] if fit_intercept else 0.0)
+            scaled = d_active * inner
+            out = np.zeros(n_params)
+            out[:d] = weights + X_active.T @ scaled
+            if fit_intercept:
+                out[d] = scaled.sum() + _BIAS_RIDGE * s[d]
+            return out
+        return product
 
     value, gradient = objective_and_gradient(w)
     scale = max(1.0, float(np.linalg.norm(gradient)))
+    iteration = 0
     for iteration in range(1, max_iter + 1):
-        margins = y * (X @ w)
+        margins = y * (X @ w[:d] + (w[d] if fit_intercept else 0.0))
         weights = np.where(margins < 1 - theta, 1.0, np.where(margins > 1 + theta, v, 0.0))
         active = np.flatnonzero(weights)
         X_active, d_active = X[active], weights[active] * (a / m)
         if d <= 2000:
             dense = X_active.toarray() if sp.issparse(X_active) else X_active
+            if fit_intercept:
+                dense = np.hstack([dense, np.ones((dense.shape[0], 1))])
             hessian = (dense.T * d_active) @ dense
             hessian[np.diag_indices(d)] += 1.0
+            if fit_intercept:
+                hessian[d, d] += _BIAS_RIDGE
             direction = np.linalg.solve(hessian, -gradient)
         else:
-            operator = LinearOperator((d, d), dtype=np.float64,
-                                      matvec=lambda s: s + X_active.T @ (d_active * (X_active @ s)))
+            operator = LinearOperator((n_params, n_params), dtype=np.float64,
+                                      matvec=hessian_vector(X_active, d_active))
             direction, _ = cg(operator, -gradient, rtol=1e-10, maxiter=500)
         step = 1.0
         while True:  # Armijo backtracking
@@ -66,4 +99,5 @@ def newton_primal(X, y, lam, theta, v, *, tol=1e-10, max_iter=100, w0=None) -> N
         w, value, gradient = candidate, new_value, new_gradient
         if np.linalg.norm(gradient) <= tol * scale:
             break
-    return NewtonResult(w, float(value), iteration, float(np.linalg.norm(gradient)))
+    return NewtonResult(w[:d], float(value), iteration, float(np.linalg.norm(gradient)),
+                        float(w[d]) if fit_intercept else 0.0)

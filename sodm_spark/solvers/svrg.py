@@ -11,6 +11,22 @@ whose per-row gradient is the one of Sec. 3.3,
     ∇p_i(w) = w + c_i(w)·y_i x_i,
     c_i(w) = λ/(1-θ)² · [(m_i+θ-1)·1{m_i < 1-θ} + v·(m_i-θ-1)·1{m_i > 1+θ}],  m_i = y_i wᵀx_i.
 
+**Intercept.** With ``fit_intercept`` the decision function is wᵀx + b and the margins are
+m_i = y_i(wᵀx_i + b); the bias b is not penalized (only ½‖w‖²), as in Spark MLlib's
+LinearSVC and LogisticRegression (LIBLINEAR instead appends a constant feature B and
+penalizes its weight, so its bias shrinks towards 0 unless B is large). Unpenalized, the fit
+does not depend on where the origin lies: shifting every row by a constant vector only
+shifts b, which is what users of data that are not centred need. The parameter vector is
+then (w, b), d+1 entries, the last one b; ∇p_i = (w, 0) + c_i·y_i(x_i, 1). Every function
+below takes ``fit_intercept`` and the longer vector together.
+
+**Centring.** That invariance also lets the solvers work on centred rows x_i - μ (μ the column
+means) with b' = b + wᵀμ: the same problem, exactly, but far better conditioned when the data
+are not centred (rows in [3, 4]^8, λ = 100: SVRG was still 8% above the optimum after 200
+epochs on the raw rows, exact after 14 on centred ones). ``center`` = μ passes the centring to
+the functions below, which then use and return (w, b'); rows are never densified: a CSR step
+keeps μ's part of w lazily too (see ``_inner_csr``).
+
 Every SVRG variant shares these pieces: the full gradient is ``w + grad_sum/M`` with
 ``(loss_sum, grad_sum) = loss_gradient_sum(...)`` (a sum over rows, so a Spark treeAggregate
 sums it over partitions: Alg. 2 lines 6-9), and ``svrg_inner`` runs the variance-reduced steps
@@ -31,8 +47,8 @@ from numba import njit
 
 from ..validation import check_odm_params
 
-__all__ = ["SVRGResult", "default_step", "epoch_rng", "loss_gradient_sum", "primal_objective",
-           "row_sq_norms", "sample_rows", "smoothness", "step_for", "svrg", "svrg_inner"]
+__all__ = ["SVRGResult", "column_means", "default_step", "epoch_rng", "loss_gradient_sum", "penalized",
+           "primal_objective", "row_sq_norms", "sample_rows", "smoothness", "step_for", "svrg", "svrg_inner"]
 
 
 # ---------------------------------------------------------------- input handling
@@ -50,12 +66,22 @@ def _as_matrix(X):
     return X
 
 
-def _as_vector(w, d: int, what: str = "w") -> np.ndarray:
+def _as_vector(w, d: int, what: str = "w", fit_intercept: bool = False) -> np.ndarray:
     w = np.asarray(w, dtype=np.float64)
-    if w.shape != (d,):
-        raise ValueError(f"{what} must be a vector of length {d} (one entry per feature of X), "
-                         f"got shape {w.shape}.")
+    if w.shape != (d + bool(fit_intercept),):
+        entries = "one entry per feature of X" + (", then the intercept" if fit_intercept else "")
+        raise ValueError(f"{what} must be a vector of length {d + bool(fit_intercept)} "
+                         f"({entries}), got shape {w.shape}.")
     return w
+
+
+def penalized(w, fit_intercept: bool = False) -> np.ndarray:
+    """The gradient of the regularizer ½‖w‖² at (w, b): w, with a 0 for the unpenalized b."""
+    if not fit_intercept:
+        return w
+    out = np.array(w, dtype=np.float64, copy=True)
+    out[-1] = 0.0
+    return out
 
 
 def _check_labels(y, n: int) -> np.ndarray:
@@ -71,49 +97,87 @@ def _scale(lam: float, theta: float) -> float:
 
 
 # ---------------------------------------------------------------- full objective / gradient
-def loss_gradient_sum(w, X, y, lam, theta, v):
-    """Σ_i λ/(2(1-θ)²)(ξ_i²+vε_i²) and Σ_i c_i(w) y_i x_i (the data part of Σ_i ∇p_i).
+def _as_center(center, d: int, fit_intercept: bool):
+    """μ as a float64 vector of length d, or None (no centring; only with an intercept)."""
+    if center is None:
+        return None
+    if not fit_intercept:
+        raise ValueError("center (the column means) only applies with fit_intercept: without "
+                         "a bias, centring changes the problem.")
+    return np.ascontiguousarray(_as_vector(center, d, "center"))
+
+
+def loss_gradient_sum(w, X, y, lam, theta, v, fit_intercept=False, center=None):
+    """Σ_i λ/(2(1-θ)²)(ξ_i²+vε_i²) and Σ_i c_i(w) y_i x_i (the data part of Σ_i ∇p_i; with
+    ``fit_intercept`` w = (w, b) and the gradient sum gains Σ_i c_i y_i as its last entry).
+    With ``center`` μ the rows are x_i - μ and w = (w, b'), b' = b + wᵀμ.
 
     One matvec X @ w and one X.T @ coeffs (BLAS or sparse); both sums add over rows, so a
-    treeAggregate can sum partitions' results (Alg. 2 line 7). Full gradient = w + grad_sum/M.
+    treeAggregate can sum partitions' results (Alg. 2 line 7).
+    Full gradient = penalized(w) + grad_sum/M.
     """
     X = _as_matrix(X)
-    w = _as_vector(w, X.shape[1])
+    d = X.shape[1]
+    w = _as_vector(w, d, fit_intercept=fit_intercept)
+    center = _as_center(center, d, fit_intercept)
     y = np.asarray(y, dtype=np.float64)
     a = _scale(lam, theta)
-    margins = y * (X @ w)
+    scores = X @ w[:d]
+    if fit_intercept:
+        scores = scores + (w[d] - (0.0 if center is None else float(center @ w[:d])))
+    margins = y * scores
     xi = np.maximum(1.0 - theta - margins, 0.0)
     eps = np.maximum(margins - 1.0 - theta, 0.0)
     loss_sum = 0.5 * a * float(xi @ xi + v * (eps @ eps))
     coeffs = a * (v * eps - xi) * y          # c_i(w)·y_i
     grad_sum = np.asarray(X.T @ coeffs, dtype=np.float64).reshape(-1)
+    if fit_intercept:
+        total = float(coeffs.sum())
+        if center is not None:
+            grad_sum -= total * center
+        grad_sum = np.append(grad_sum, total)
     return loss_sum, grad_sum
 
 
-def primal_objective(w, X, y, lam, theta, v) -> float:
-    """P(w) = ½‖w‖² + λ/(2M)·Σ_i (ξ_i² + v·ε_i²)/(1-θ)² (SODM Sec. 2.1 / 3.3)."""
+def primal_objective(w, X, y, lam, theta, v, fit_intercept=False) -> float:
+    """P(w) = ½‖w‖² + λ/(2M)·Σ_i (ξ_i² + v·ε_i²)/(1-θ)² (SODM Sec. 2.1 / 3.3); with
+    ``fit_intercept``, w = (w, b) and b is not penalized."""
     X = _as_matrix(X)
-    w = _as_vector(w, X.shape[1])
-    loss_sum, _ = loss_gradient_sum(w, X, y, lam, theta, v)
-    return 0.5 * float(w @ w) + loss_sum / X.shape[0]
+    w = _as_vector(w, X.shape[1], fit_intercept=fit_intercept)
+    loss_sum, _ = loss_gradient_sum(w, X, y, lam, theta, v, fit_intercept)
+    weights = w[:X.shape[1]]
+    return 0.5 * float(weights @ weights) + loss_sum / X.shape[0]
 
 
-def row_sq_norms(X) -> np.ndarray:
+def column_means(X) -> np.ndarray:
+    """μ, the mean of every column (sparse X stays sparse)."""
+    return np.asarray(X.mean(axis=0), dtype=np.float64).reshape(-1)
+
+
+def row_sq_norms(X, center=None) -> np.ndarray:
+    """‖x_i‖², or ‖x_i - μ‖² with ``center`` μ (O(nnz) for CSR: ‖x‖² - 2μᵀx + ‖μ‖²)."""
     if sp.issparse(X):
-        return np.asarray(X.multiply(X).sum(axis=1), dtype=np.float64).reshape(-1)
-    return np.einsum("ij,ij->i", X, X)
+        sq = np.asarray(X.multiply(X).sum(axis=1), dtype=np.float64).reshape(-1)
+    else:
+        sq = np.einsum("ij,ij->i", X, X)
+    if center is not None:
+        center = np.asarray(center, dtype=np.float64)
+        sq = np.maximum(sq - 2.0 * np.asarray(X @ center).reshape(-1) + center @ center, 0.0)
+    return sq
 
 
-def smoothness(X, lam, theta, v) -> float:
-    """L_max = 1 + λ/(1-θ)²·max(1, v)·max_i ‖x_i‖²: every p_i is L_max-smooth (and 1-strongly
-    convex), since ∇²p_i ⪯ I + λ/(1-θ)²·max(1, v)·x_i x_iᵀ."""
+def smoothness(X, lam, theta, v, fit_intercept=False, center=None) -> float:
+    """L_max = 1 + λ/(1-θ)²·max(1, v)·max_i ‖x_i‖² (‖(x_i - μ, 1)‖² with ``fit_intercept`` and
+    ``center``): every p_i is L_max-smooth, since ∇²p_i ⪯ I + λ/(1-θ)²·max(1, v)·x_i x_iᵀ."""
     X = _as_matrix(X)
     if X.shape[0] == 0:
         raise ValueError("X has no rows.")
-    return 1.0 + _scale(lam, theta) * max(1.0, v) * float(row_sq_norms(X).max())
+    center = _as_center(center, X.shape[1], fit_intercept)
+    return 1.0 + _scale(lam, theta) * max(1.0, v) * (float(row_sq_norms(X, center).max())
+                                                      + bool(fit_intercept))
 
 
-def default_step(X, lam, theta, v, inner_steps=None) -> float:
+def default_step(X, lam, theta, v, inner_steps=None, fit_intercept=False, center=None) -> float:
     """A safe SVRG step: η = 1/(2·L_max), smaller when an epoch is long (see ``step_for``).
 
     The classical analyses (Johnson & Zhang 2013; Xiao & Zhang's prox-SVRG) need η < 1/(4L)
@@ -130,7 +194,7 @@ def default_step(X, lam, theta, v, inner_steps=None) -> float:
     (``svrg_inner`` needs it for the (1-η) decay of its lazy scaling).
     ``inner_steps`` (m, the steps per epoch) lowers η for long epochs, see ``step_for``.
     """
-    return step_for(smoothness(X, lam, theta, v), inner_steps)
+    return step_for(smoothness(X, lam, theta, v, fit_intercept, center), inner_steps)
 
 
 def step_for(l_max: float, inner_steps=None) -> float:
@@ -165,79 +229,132 @@ def _coef(m, a, lower, upper, v):
 
 
 @njit(cache=True)
-def _inner_dense(w, w_snap, g, X, y, rows, step, a, lower, upper, v):
-    """Alg. 2 line 14 over ``rows``: w ← (1-η)w - η·g - η·δ_i x_i, in place on ``w``.
+def _inner_dense(w, w_snap, g, X, y, rows, step, a, lower, upper, v, has_bias, mu):
+    """Alg. 2 line 14 over ``rows``: w ← (1-η)w - η·g - η·δ_i x̃_i, in place on ``w``.
 
-    The SVRG direction ∇p_i(w) - ∇p_i(w̃) + μ̃ with μ̃ = w̃ + g equals w + g + δ_i x_i,
-    δ_i = (c_i(w) - c_i(w̃))·y_i.
+    The SVRG direction ∇p_i(w) - ∇p_i(w̃) + μ̃ with μ̃ = w̃ + g equals w + g + δ_i x̃_i,
+    δ_i = (c_i(w) - c_i(w̃))·y_i. With ``has_bias``, x̃_i = x_i - mu (mu = 0: no centring) and
+    w[d] is the unpenalized b': b' ← b' - η·g_b - η·δ_i (no decay).
     """
-    d = w.shape[0]
+    d = X.shape[1]
     decay = 1.0 - step
     for t in range(rows.shape[0]):
         i = rows[t]
         dot = 0.0
         dot_snap = 0.0
-        for k in range(d):
-            dot += X[i, k] * w[k]
-            dot_snap += X[i, k] * w_snap[k]
+        if has_bias:
+            dot = w[d]
+            dot_snap = w_snap[d]
+            for k in range(d):
+                x = X[i, k] - mu[k]
+                dot += x * w[k]
+                dot_snap += x * w_snap[k]
+        else:
+            for k in range(d):
+                dot += X[i, k] * w[k]
+                dot_snap += X[i, k] * w_snap[k]
         yi = y[i]
         delta = (_coef(yi * dot, a, lower, upper, v) - _coef(yi * dot_snap, a, lower, upper, v)) * yi
-        for k in range(d):
-            w[k] = decay * w[k] - step * g[k] - step * delta * X[i, k]
+        if has_bias:
+            for k in range(d):
+                w[k] = decay * w[k] - step * g[k] - step * delta * (X[i, k] - mu[k])
+            w[d] -= step * (g[d] + delta)
+        else:
+            for k in range(d):
+                w[k] = decay * w[k] - step * g[k] - step * delta * X[i, k]
 
 
 @njit(cache=True)
-def _inner_csr(z, w_snap, g, indptr, indices, data, y, rows, step, a, lower, upper, v):
+def _inner_csr(z, w_snap, g, indptr, indices, data, y, rows, step, a, lower, upper, v, d,
+               has_bias, mu):
     """The same steps as ``_inner_dense`` in O(nnz(x_i)) each, on CSR rows.
 
-    w is kept lazily as w = s·z + r·g: the dense part (1-η)w - η·g of a step only updates the
-    scalars (s ← (1-η)s, r ← (1-η)r - η), and -η·δ_i x_i touches x_i's nonzeros of z
-    (divided by s). When s underflows towards 0, z is rescaled once (O(d), rare).
-    Returns (s, r); the caller materializes w = s·z + r·g.
+    w is kept lazily as w = s·z + r·g + q·mu: the dense part (1-η)w - η·g + η·δ_i·mu of a step
+    only updates the scalars (s ← (1-η)s, r ← (1-η)r - η, q ← (1-η)q + η·δ_i), and -η·δ_i x_i
+    touches x_i's nonzeros of z (divided by s). The centred margin needs wᵀmu, kept from
+    zᵀmu (updated with z, O(nnz)), gᵀmu and muᵀmu. When s underflows towards 0, z is rescaled
+    once (O(d), rare). The bias b' (z[d] with ``has_bias``) is not decayed, so it is kept apart
+    as a plain scalar. Returns (s, r, q, b'); the caller materializes w = s·z + r·g + q·mu.
     """
     s = 1.0
     r = 0.0
+    q = 0.0
+    b = 0.0
+    g_b = 0.0
+    z_mu = 0.0
+    g_mu = 0.0
+    mu_mu = 0.0
+    snap_mu = 0.0
+    if has_bias:
+        b = z[d]
+        g_b = g[d]
+        for k in range(d):
+            z_mu += z[k] * mu[k]
+            g_mu += g[k] * mu[k]
+            mu_mu += mu[k] * mu[k]
+            snap_mu += w_snap[k] * mu[k]
+        snap_mu -= w_snap[d]  # the snapshot's centred margin subtracts w̃ᵀmu - b̃'
     decay = 1.0 - step
     for t in range(rows.shape[0]):
         i = rows[t]
         zx = 0.0
         gx = 0.0
         wx = 0.0
+        mx = 0.0
         for p in range(indptr[i], indptr[i + 1]):
             j = indices[p]
             x = data[p]
             zx += z[j] * x
             gx += g[j] * x
             wx += w_snap[j] * x
+            mx += mu[j] * x
         yi = y[i]
-        margin = yi * (s * zx + r * gx)
-        delta = (_coef(margin, a, lower, upper, v) - _coef(yi * wx, a, lower, upper, v)) * yi
+        if has_bias:  # (s·z + r·g + q·mu)ᵀ(x_i - mu) + b'
+            score = s * (zx - z_mu) + r * (gx - g_mu) + q * (mx - mu_mu) + b
+            score_snap = wx - snap_mu
+        else:
+            score = s * zx + r * gx
+            score_snap = wx
+        delta = (_coef(yi * score, a, lower, upper, v)
+                 - _coef(yi * score_snap, a, lower, upper, v)) * yi
         s *= decay
         r = decay * r - step
+        if has_bias:
+            q = decay * q + step * delta
+            b -= step * (g_b + delta)
         if s < 1e-100:
-            for k in range(z.shape[0]):
+            for k in range(d):
                 z[k] *= s
+            z_mu *= s
             s = 1.0
         f = step * delta / s
         if f != 0.0:
             for p in range(indptr[i], indptr[i + 1]):
                 z[indices[p]] -= f * data[p]
-    return s, r
+            z_mu -= f * mx
+    return s, r, q, b
 
 
-def svrg_inner(w, snapshot, mean_data_grad, X, y, rows, step, lam, theta, v) -> np.ndarray:
+def svrg_inner(w, snapshot, mean_data_grad, X, y, rows, step, lam, theta, v,
+               fit_intercept=False, center=None) -> np.ndarray:
     """Run len(rows) SVRG steps w ← w - η(∇p_i(w) - ∇p_i(w̃) + μ̃) over ``rows`` in order.
 
-    ``snapshot`` is w̃ and ``mean_data_grad`` = grad_sum/M at w̃ (so μ̃ = w̃ + mean_data_grad is
-    the full gradient, Alg. 2 line 9). This is one node's turn of the DSVRG round robin
-    (Alg. 2 lines 12-20) or one epoch of SVRG. Returns a new array; inputs are not modified.
-    Dense rows cost O(d) per step, CSR rows O(nnz(x_i)) plus O(d) once at the end.
+    ``snapshot`` is w̃ and ``mean_data_grad`` = grad_sum/M at w̃ (so μ̃ = penalized(w̃) +
+    mean_data_grad is the full gradient, Alg. 2 line 9). This is one node's turn of the DSVRG
+    round robin (Alg. 2 lines 12-20) or one epoch of SVRG. Returns a new array; inputs are not
+    modified. Dense rows cost O(d) per step, CSR rows O(nnz(x_i)) plus O(d) once at the end.
+    With ``fit_intercept`` the three vectors hold (w, b), d+1 entries; with ``center`` μ as
+    well, (w, b') on the rows x_i - μ (``mean_data_grad`` from ``loss_gradient_sum`` with the
+    same ``center``).
     """
     X = _as_matrix(X)
     n, d = X.shape
-    w = np.array(_as_vector(w, d), dtype=np.float64, copy=True)
-    w_snap = np.ascontiguousarray(_as_vector(snapshot, d, "snapshot"))
-    g = np.ascontiguousarray(_as_vector(mean_data_grad, d, "mean_data_grad"))
+    fit_intercept = bool(fit_intercept)
+    w = np.array(_as_vector(w, d, fit_intercept=fit_intercept), dtype=np.float64, copy=True)
+    w_snap = np.ascontiguousarray(_as_vector(snapshot, d, "snapshot", fit_intercept))
+    g = np.ascontiguousarray(_as_vector(mean_data_grad, d, "mean_data_grad", fit_intercept))
+    center = _as_center(center, d, fit_intercept)
+    mu = np.zeros(d) if center is None else center
     y = np.ascontiguousarray(np.asarray(y, dtype=np.float64))
     if y.shape != (n,):
         raise ValueError(f"y must have one entry per row of X ({n}), got shape {y.shape}.")
@@ -252,12 +369,15 @@ def svrg_inner(w, snapshot, mean_data_grad, X, y, rows, step, lam, theta, v) -> 
         return w
     a, lower, upper, v = _scale(lam, theta), 1.0 - theta, 1.0 + theta, float(v)
     if sp.issparse(X):
-        s, r = _inner_csr(w, w_snap, g, X.indptr, X.indices, X.data, y, rows, step,
-                          a, lower, upper, v)
-        w *= s
-        w += r * g
+        s, r, q, b = _inner_csr(w, w_snap, g, X.indptr, X.indices, X.data, y, rows, step,
+                                a, lower, upper, v, d, fit_intercept, mu)
+        w[:d] *= s
+        w[:d] += r * g[:d]
+        if fit_intercept:
+            w[:d] += q * mu
+            w[d] = b
     else:
-        _inner_dense(w, w_snap, g, X, y, rows, step, a, lower, upper, v)
+        _inner_dense(w, w_snap, g, X, y, rows, step, a, lower, upper, v, fit_intercept, mu)
     return w
 
 
@@ -285,24 +405,28 @@ def epoch_rng(seed, epoch: int) -> np.random.Generator:
 
 @dataclass
 class SVRGResult:
-    """``w`` after ``epochs`` epochs, P(w) as ``objective``; ``history[k]`` is P after epoch k
-    (``history[0]`` at the start point); ``converged`` says whether ``tol`` stopped the run."""
+    """``w`` (and ``intercept`` b, 0 without one) after ``epochs`` epochs, P(w) as
+    ``objective``; ``history[k]`` is P after epoch k (``history[0]`` at the start point);
+    ``converged`` says whether ``tol`` stopped the run."""
 
     w: np.ndarray
     objective: float
     epochs: int
     history: list = field(default_factory=list)
     converged: bool = False
+    intercept: float = 0.0
 
 
 def svrg(X, y, lam, theta, v, *, epochs=30, inner_steps=None, step=None, tol=1e-6, w0=None,
-         seed=0) -> SVRGResult:
+         seed=0, fit_intercept=True, intercept0=0.0) -> SVRGResult:
     """Single-node SVRG on the ODM primal (ODM_svrg, Johnson & Zhang 2013; SODM Sec. 3.3).
 
     Each epoch: full gradient at the snapshot w̃ (= the last iterate, option I), then
     ``inner_steps`` (default: the number of rows) steps on rows sampled without replacement
     with ``epoch_rng(seed, epoch)``. Stops when |P_new - P_old| ≤ tol·|P_new| or after
-    ``epochs`` epochs. ``step`` defaults to ``default_step``.
+    ``epochs`` epochs. ``step`` defaults to ``default_step``. ``fit_intercept`` (default, as
+    MLlib and scikit-learn) adds the unpenalized bias b, started at ``intercept0``; the steps
+    then run on centred rows (module docstring) and the result is turned back into (w, b).
     """
     check_odm_params(lam, theta, v)
     X = _as_matrix(X)
@@ -317,19 +441,28 @@ def svrg(X, y, lam, theta, v, *, epochs=30, inner_steps=None, step=None, tol=1e-
     inner_steps = n if inner_steps is None else int(inner_steps)
     if inner_steps < 1:
         raise ValueError(f"inner_steps must be at least 1, got {inner_steps!r}.")
-    step = default_step(X, lam, theta, v, inner_steps) if step is None else float(step)
+    fit_intercept = bool(fit_intercept)
+    center = column_means(X) if fit_intercept else None
+    step = (default_step(X, lam, theta, v, inner_steps, fit_intercept, center) if step is None
+            else float(step))
     w = np.zeros(d) if w0 is None else np.array(_as_vector(w0, d, "w0"), copy=True)
+    if fit_intercept:  # b' = b + wᵀμ on the centred rows
+        w = np.append(w, float(intercept0) + float(w @ center))
     if not np.all(np.isfinite(w)):
-        raise ValueError("w0 must be finite.")
+        raise ValueError("w0 and intercept0 must be finite.")
 
-    loss_sum, grad_sum = loss_gradient_sum(w, X, y, lam, theta, v)
-    objective = 0.5 * float(w @ w) + loss_sum / n
+    def regularizer(w):
+        return 0.5 * float(w[:d] @ w[:d])
+
+    loss_sum, grad_sum = loss_gradient_sum(w, X, y, lam, theta, v, fit_intercept, center)
+    objective = regularizer(w) + loss_sum / n
     history, converged, epoch = [objective], False, 0
     for epoch in range(1, int(epochs) + 1):
         rows = sample_rows(n, inner_steps, epoch_rng(seed, epoch - 1))
-        w = svrg_inner(w, w, grad_sum / n, X, y, rows, step, lam, theta, v)
-        loss_sum, grad_sum = loss_gradient_sum(w, X, y, lam, theta, v)
-        new_objective = 0.5 * float(w @ w) + loss_sum / n
+        w = svrg_inner(w, w, grad_sum / n, X, y, rows, step, lam, theta, v, fit_intercept,
+                       center)
+        loss_sum, grad_sum = loss_gradient_sum(w, X, y, lam, theta, v, fit_intercept, center)
+        new_objective = regularizer(w) + loss_sum / n
         history.append(new_objective)
         if not np.isfinite(new_objective):
             raise FloatingPointError(f"SVRG diverged at epoch {epoch} (step {step:g} too large).")
@@ -338,5 +471,6 @@ def svrg(X, y, lam, theta, v, *, epochs=30, inner_steps=None, step=None, tol=1e-
         if change <= tol * abs(new_objective):
             converged = True
             break
-    return SVRGResult(w=w, objective=objective, epochs=epoch, history=history,
-                      converged=converged)
+    intercept = float(w[d] - w[:d] @ center) if fit_intercept else 0.0
+    return SVRGResult(w=w[:d], objective=objective, epochs=epoch, history=history,
+                      converged=converged, intercept=intercept)

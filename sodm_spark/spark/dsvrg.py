@@ -62,6 +62,7 @@ class DSVRGParams:
     strata: int = 20
     seed: int = 0
     resident: bool = True  # keep partitions' blocks in executor scratch files between jobs
+    fit_intercept: bool = True  # unpenalized bias b, f(x) = wᵀx + b (solvers.svrg docstring)
 
     def validate(self) -> None:
         check_odm_params(self.lam, self.theta, self.v)
@@ -86,6 +87,7 @@ class EpochStats(StatsRecord):
 class DSVRGFit:
     w: np.ndarray
     model: KernelExpansion
+    intercept: float = 0.0
     epochs: list = field(default_factory=list)
     train_seconds: float = 0.0
     partition_seconds: float = 0.0
@@ -348,14 +350,16 @@ class _Blocks:
 # --- partitioning --------------------------------------------------------------------------------
 
 def _survey_block(key, X, y, wanted, seed):
-    """Rows, positives, max ‖x‖², sparse?, and (dense) a seeded uniform sample of at most
-    ``wanted`` rows (smallest random keys) for Eqn 8, of one stacked partition."""
+    """Rows, positives, max ‖x‖², sparse?, (dense) a seeded uniform sample of at most
+    ``wanted`` rows (smallest random keys) for Eqn 8, and the column sums (for the centring
+    of the intercept fit, solvers.svrg), of one stacked partition."""
     sparse = scipy.sparse.issparse(X)
     sample = None
     if not sparse:
         keys = np.random.default_rng([seed, 7, key]).random(X.shape[0])
         sample = np.array(X[np.argsort(keys, kind="stable")[:wanted]])  # in random-key order
-    return (X.shape[0], int(np.sum(y > 0)), float(row_sq_norms(X).max()), sparse, sample)
+    return (X.shape[0], int(np.sum(y > 0)), float(row_sq_norms(X).max()), sparse, sample,
+            np.asarray(X.sum(axis=0), dtype=np.float64).reshape(-1))
 
 
 def _strata_by_class(X, y, landmarks, n_strata):
@@ -365,15 +369,26 @@ def _strata_by_class(X, y, landmarks, n_strata):
     return np.bincount(2 * strata + (y > 0), minlength=2 * n_strata)
 
 
-def _loss_and_gradient(X, y, w, config):
-    return loss_gradient_sum(w, X, y, config["lam"], config["theta"], config["v"])
+def _center(config):
+    return None if config["center"] is None else config["center"].value
+
+
+def _loss_and_gradient(X, y, w, config, with_norm=False):
+    """The partition's (loss sum, gradient sum) at w; with ``with_norm`` also its largest
+    ‖x_i - μ‖² (the step's L_max on centred rows, known once μ is)."""
+    center = _center(config)
+    sums = loss_gradient_sum(w, X, y, config["lam"], config["theta"], config["v"],
+                             config["fit_intercept"], center)
+    if not with_norm:
+        return sums
+    return sums + (float(row_sq_norms(X, center).max()),)
 
 
 def _hop(X, y, key, w, snapshot, mean_grad, step, config, epoch):
     """One partition's turn: SVRG steps over its own rows without replacement (Alg. 2 l. 14)."""
     rows = sample_rows(X.shape[0], X.shape[0], epoch_rng([config["seed"], key], epoch))
     return svrg_inner(w, snapshot, mean_grad, X, y, rows, step, config["lam"], config["theta"],
-                      config["v"])
+                      config["v"], config["fit_intercept"], _center(config))
 
 
 def _uniform_sample(survey, wanted, seed):
@@ -422,8 +437,11 @@ def fit_dsvrg(sc, blocks, params: DSVRGParams, classes, n_features: int, test=No
               on_epoch=None, w0=None) -> DSVRGFit:
     """DSVRG on ``blocks`` (RDD of Blocks, dense or CSR X, two label values in ``classes``).
 
-    The model is the linear kernel expansion with one "support vector" w and coefficient 1,
-    i.e. f(x) = wᵀx, so it saves, loads and predicts like every other model here.
+    The model is the linear kernel expansion with one "support vector" w, coefficient 1 and
+    (with ``params.fit_intercept``) the intercept b, i.e. f(x) = wᵀx + b, so it saves, loads
+    and predicts like every other model here. ``w0`` holds d entries, or d+1 (w, b). With
+    the intercept the steps run on centred rows x - μ (μ: the column means, summed in the
+    survey pass; see solvers.svrg) and (w, b' = b + wᵀμ) is turned back into (w, b) at the end.
     """
     params.validate()
     classes = np.asarray(classes)
@@ -441,7 +459,7 @@ def fit_dsvrg(sc, blocks, params: DSVRGParams, classes, n_features: int, test=No
         chunked = chunked.persist(SPILL)
     fit_id = uuid.uuid4().hex  # names this fit's resident files; never reused
     stores = [f"{fit_id}-input", f"{fit_id}-dealt"] if params.resident else [None, None]
-    parts = inputs = blocks_ = None
+    parts = inputs = blocks_ = center = None
     try:
         # One read of every input partition: stacked, made resident, surveyed.
         sc.setJobDescription("DSVRG: rows, labels, norms and a landmark sample")
@@ -457,11 +475,21 @@ def fit_dsvrg(sc, blocks, params: DSVRGParams, classes, n_features: int, test=No
         n_rows = sum(entry[1] for entry in survey)
         parts, layout, owned = stratified_layout(sc, inputs, chunked, params, survey)
         partition_seconds = time.perf_counter() - started
-        config = {"lam": params.lam, "theta": params.theta, "v": params.v, "seed": params.seed}
-        scale = params.lam / (1 - params.theta) ** 2
-        l_max = 1.0 + scale * max(1.0, params.v) * max(entry[3] for entry in survey)
-        step = params.step or step_for(l_max, n_rows)  # an epoch is n_rows steps
-        w = np.zeros(n_features) if w0 is None else np.array(w0, dtype=np.float64)
+        bias = bool(params.fit_intercept)
+        mu = sum(entry[6] for entry in survey) / n_rows if bias else np.zeros(n_features)
+        center = sc.broadcast(mu) if bias else None
+        config = {"lam": params.lam, "theta": params.theta, "v": params.v, "seed": params.seed,
+                  "fit_intercept": bias, "center": center}
+        w = np.zeros(n_features + bias)  # (w, b') with an intercept, b' = b + wᵀμ
+        if w0 is not None:
+            w0 = np.asarray(w0, dtype=np.float64).reshape(-1)
+            if w0.size not in (n_features, n_features + bias):
+                raise ValueError(f"w0 must hold {n_features} weights"
+                                 + (f" (or {n_features + 1}: weights, then the intercept)"
+                                    if bias else "") + f", got {w0.size}.")
+            w[:w0.size] = w0
+            if bias:
+                w[n_features] += float(w[:n_features] @ mu)
         # partition k holds key k in both layouts; empty input partitions take no turn
         if owned:
             if stores[0] is not None:
@@ -473,20 +501,28 @@ def fit_dsvrg(sc, blocks, params: DSVRGParams, classes, n_features: int, test=No
             blocks_ = inputs
         keys = blocks_.keys
 
-        def full_pass(w):
-            """(P(w), mean loss gradient): every partition's sums (Alg. 2 lines 6-8), added
-            up on the driver in partition order (line 9)."""
-            sums = blocks_.run(lambda _, X, y: _loss_and_gradient(X, y, w, config))
-            loss, grad = 0.0, np.zeros(n_features)
+        def full_pass(w, with_norm=False):
+            """(P(w), mean loss gradient[, largest centred ‖x‖²]): every partition's sums
+            (Alg. 2 lines 6-8), added up on the driver in partition order (line 9)."""
+            sums = blocks_.run(lambda _, X, y: _loss_and_gradient(X, y, w, config, with_norm))
+            loss, grad = 0.0, np.zeros(w.size)
             for key in keys:
                 loss += sums[key][0]
                 grad += sums[key][1]
-            return 0.5 * float(w @ w) + loss / n_rows, grad / n_rows
+            weights = w[:n_features]
+            result = (0.5 * float(weights @ weights) + loss / n_rows, grad / n_rows)
+            return result + ((max(sums[key][2] for key in keys),) if with_norm else ())
+
+        def raw_intercept(w):
+            return float(w[n_features] - w[:n_features] @ mu) if bias else 0.0
 
         test_y = None if test is None else np.where(np.asarray(test[1]) == positive, 1.0, -1.0)
         scoring = 0.0
         sc.setJobDescription("DSVRG epoch 0: full gradient")
-        objective, mean_grad = full_pass(w)
+        objective, mean_grad, max_sq_norm = full_pass(w, with_norm=True)
+        scale = params.lam / (1 - params.theta) ** 2
+        l_max = 1.0 + scale * max(1.0, params.v) * (max_sq_norm + bias)
+        step = params.step or step_for(l_max, n_rows)  # an epoch is n_rows steps
         turns = blocks_.turns()  # known once every block has been read
         layout += f"; {len(turns)} turn{'s' * (len(turns) > 1)} per epoch"
         history = []
@@ -506,8 +542,8 @@ def fit_dsvrg(sc, blocks, params: DSVRGParams, classes, n_features: int, test=No
             entry.elapsed = time.perf_counter() - started - scoring
             if test is not None:
                 scoring_start = time.perf_counter()
-                entry.test_accuracy = float(np.mean(np.where(test[0] @ w > 0, 1.0, -1.0)
-                                                    == test_y))
+                scores = test[0] @ w[:n_features] + raw_intercept(w)
+                entry.test_accuracy = float(np.mean(np.where(scores > 0, 1.0, -1.0) == test_y))
                 scoring += time.perf_counter() - scoring_start
             history.append(entry)
             if on_epoch is not None:
@@ -517,7 +553,10 @@ def fit_dsvrg(sc, blocks, params: DSVRGParams, classes, n_features: int, test=No
             if abs(previous - objective) <= params.tol * abs(objective):
                 break
         train_seconds = time.perf_counter() - started - scoring
+        intercept = raw_intercept(w)
     finally:
+        if center is not None:
+            center.unpersist(blocking=False)
         sc.setJobDescription("DSVRG: dropping resident blocks")
         if params.resident:
             try:
@@ -531,7 +570,10 @@ def fit_dsvrg(sc, blocks, params: DSVRGParams, classes, n_features: int, test=No
         if parts is not None and parts is not chunked:
             parts.unpersist()
         sc.setJobDescription(None)
-    model = KernelExpansion(w[None, :], np.ones((1, 1)), Kernel.create("linear"), classes)
-    return DSVRGFit(w=w, model=model, epochs=history, train_seconds=train_seconds,
+    w = w[:n_features]
+    model = KernelExpansion(w[None, :], np.ones((1, 1)), Kernel.create("linear"), classes,
+                            np.array([intercept]) if bias else None)
+    return DSVRGFit(w=w, model=model, intercept=intercept, epochs=history,
+                    train_seconds=train_seconds,
                     partition_seconds=partition_seconds, n_rows=n_rows, step=step,
                     layout=layout, resident_hits=blocks_.hits, resident_misses=blocks_.misses)

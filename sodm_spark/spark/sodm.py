@@ -49,6 +49,7 @@ class SODMParams:
     gamma: object = "scale"
     degree: int = 3
     coef0: float = 0.0
+    kernel_offset: float = 0.0  # c in the kernel k + c: a penalized bias (kernels.py)
     lam: float = 1000.0
     theta: float = 0.1
     v: float = 0.5
@@ -94,7 +95,8 @@ class SODMParams:
             raise ValueError(f"Unknown partitioner {self.partitioner!r}; known: {', '.join(PARTITIONERS)}.")
         if self.warm_start not in WARM_STARTS:
             raise ValueError(f"warm_start must be one of {', '.join(WARM_STARTS)}, got {self.warm_start!r}.")
-        Kernel.create(self.kernel, 1.0, self.degree, self.coef0)  # names the known kernels
+        # names the known kernels, checks the offset
+        Kernel.create(self.kernel, 1.0, self.degree, self.coef0, offset=self.kernel_offset)
         if not 0.0 < self.validation_fraction < 1.0:
             raise ValueError(f"validation_fraction must lie in (0, 1), got "
                              f"{self.validation_fraction!r}.")
@@ -404,7 +406,8 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
     n_features = int(round(count / n_rows))
     gamma = 1.0 if params.kernel == "linear" else gamma_value(
         params.gamma, n_features, squares / count - (total / count) ** 2)
-    kernel = Kernel.create(params.kernel, gamma, params.degree, params.coef0)
+    kernel = Kernel.create(params.kernel, gamma, params.degree, params.coef0,
+                           offset=params.kernel_offset)
     kernel_dict = kernel.to_dict()
     test_pair = None if test is None else _plus_minus(test, classes, n_features, "test")
     validation_pair = None if validation_pair is None else _plus_minus(
