@@ -130,8 +130,9 @@ def load_data(spark, args):
                 np.array([-1, 1]), (X[args.rows:], y[args.rows:]), X.shape[1])
     sparse = linear and args.format == "libsvm"
     blocks, n_features = read_blocks(spark, args.data, args.format, sparse=sparse)
-    if not linear:  # parsed once, by the checking job; SODM's passes read the rows from here
-        blocks = blocks.persist(StorageLevel.MEMORY_AND_DISK)
+    # parsed once, by the checking job; the fit's passes (SODM levels, DSVRG epochs) read the
+    # rows from here (DSVRG then keeps no second copy)
+    blocks = blocks.persist(StorageLevel.MEMORY_AND_DISK)
     classes = checked_classes(blocks, n_features)
     check_two_classes(classes, f"--data {args.data}", "SODM")
     test = None if not args.test_data else read_driver_side(

@@ -67,14 +67,26 @@ def make_nonlinear(n_samples: int = 60000, n_features: int = 10, seed: int = 0,
 
 
 def make_linear(n_samples: int = 100000, n_features: int = 50, seed: int = 0,
-                label_noise: float = 0.05, density: float = 1.0):
-    """A seeded two-class problem with a linear boundary: y = sign(xᵀw* + noise).
+                label_noise: float = 0.05, density: float = 1.0, centred: bool = True):
+    """A seeded two-class problem with a linear boundary: y = sign((x - c)ᵀw* + noise).
 
     ``density`` < 1 returns X as a scipy CSR matrix with about that fraction of nonzeros per
     row (wide sparse data, as text or click logs); the built-in data of the linear kernel path.
+    ``centred=False`` draws dense features uniformly from [0, 1] and splits the classes at the
+    cube's centre c = (½, …, ½), far from the origin: data as users bring them (pixels, rates),
+    where a hyperplane through the origin cannot fit and an intercept is needed.
     """
     rng = np.random.default_rng(seed)
     w_true = rng.standard_normal(n_features)
+    if not centred:
+        if density < 1.0:
+            raise ValueError("centred=False draws dense uniform features; pass density=1.")
+        X = rng.random((n_samples, n_features))
+        score = (X - 0.5) @ w_true
+        y = np.where(score + 0.1 * np.std(score) * rng.standard_normal(n_samples) > 0, 1, -1)
+        flip = rng.random(n_samples) < label_noise
+        y[flip] = -y[flip]
+        return X, y
     if density >= 1.0:
         X = rng.standard_normal((n_samples, n_features))
     else:

@@ -225,3 +225,21 @@ def test_turns_over_several_input_partitions_give_the_same_w(spark, linear_data)
                               "its overall share; 1 turn per epoch")
     assert fits[2].layout.endswith("; 4 turns per epoch")
     assert np.array_equal(fits[0].w, fits[1].w) and np.array_equal(fits[1].w, fits[2].w)
+
+
+def test_csr_blocks_without_zeros_are_solved_dense(spark):
+    """A CSR block at least half full is stacked dense (dsvrg.DENSE_FROM_DENSITY): the fit
+    from CSR rows with no zeros is then the fit from the same dense rows, bit for bit."""
+    from sodm_spark.spark.dsvrg import _dense_if_full
+    rng = np.random.default_rng(12)
+    X = 1.0 + rng.random((400, 6))
+    y = np.where(X @ rng.normal(size=6) > np.median(X @ rng.normal(size=6)), 1.0, -1.0)
+    assert isinstance(_dense_if_full(sp.csr_matrix(X)), np.ndarray)
+    half_empty = sp.csr_matrix(X * (rng.random(X.shape) < 0.3))
+    assert sp.issparse(_dense_if_full(half_empty))
+    sc = spark.sparkContext
+    params = DSVRGParams(LAM, THETA, V, epochs=3, tol=0.0, n_partitions=2)
+    dense = fit_dsvrg(sc, numpy_to_blocks(sc, X, y, n_slices=2), params, [-1.0, 1.0], 6)
+    sparse = fit_dsvrg(sc, csr_blocks(sc, X, y, n_slices=2), params, [-1.0, 1.0], 6)
+    np.testing.assert_array_equal(sparse.w, dense.w)
+    assert sparse.intercept == dense.intercept

@@ -35,6 +35,8 @@ def test_params_have_setters_getters_and_defaults():
     assert estimator.getAutoStop() is True and estimator.getMinImprovement() == 0.002
     assert estimator.setAutoStop(False)._sodm_params().auto_stop is False
     assert estimator.setTimeBudget(60.0)._sodm_params().time_budget == 60.0
+    assert estimator.getFitIntercept() is True and estimator.getKernelOffset() == 0.0
+    assert estimator.setKernelOffset(1.0)._sodm_params().kernel_offset == 1.0
 
 
 def test_transform_matches_the_local_predictor_and_save_load(spark, frames, tmp_path):
@@ -92,3 +94,23 @@ def test_array_features_and_bad_input(spark, frames):
         SODMClassifier(levels=0).fit(train.filter("label > 0.5"))
     with pytest.raises(ValueError, match="p .* must be an integer >= 2"):
         SODMClassifier(p=1).fit(train)
+
+
+def test_linear_kernel_fits_dsvrg_with_an_intercept(spark, tmp_path):
+    from sodm_spark.datasets import make_linear
+    X, y = make_linear(1500, 6, seed=9, centred=False)
+    frame = spark.createDataFrame([(Vectors.dense(x), float(label > 0)) for x, label in zip(X, y)],
+                                  ["features", "label"])
+    model = SODMClassifier(kernel="linear", lam=100.0).fit(frame)
+    assert model.getFitIntercept() is True and model.expansion.intercept is not None
+    raw = np.array([row.rawPrediction.toArray()[1] for row in model.transform(frame).collect()])
+    w, b = model.expansion.support_vectors[0], model.expansion.intercept[0]
+    np.testing.assert_allclose(raw, X @ w + b, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(model.toLocal().decision_function(X), X @ w + b, rtol=1e-12)
+    model.write().overwrite().save(str(tmp_path / "linear"))
+    loaded = SODMClassificationModel.load(str(tmp_path / "linear"))
+    assert loaded.expansion.intercept[0] == b
+    plain = SODMClassifier(kernel="linear", lam=100.0, fitIntercept=False).fit(frame)
+    assert plain.expansion.intercept is None
+    accuracy = lambda m: np.mean(m.toLocal().predict(X) == (y > 0).astype(float))
+    assert accuracy(model) >= accuracy(plain) + 0.01

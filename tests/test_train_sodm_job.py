@@ -120,3 +120,27 @@ def test_linear_kernel_runs_dsvrg_on_sparse_libsvm(spark, tmp_path, capsys):
     assert "epoch" in capsys.readouterr().out
     model = KernelExpansion.load(tmp_path / "model")
     assert model.support_vectors.shape == (1, 3000)  # f(x) = wᵀx
+
+
+def test_linear_kernel_fits_an_intercept_unless_told_not_to(spark, tmp_path):
+    """Rows in [0, 1]^8 split at the cube's centre: the default job (intercept on) writes b into
+    the model and the metrics and beats --no-intercept (a hyperplane through the origin)."""
+    from sodm_spark.datasets import make_linear
+    X, y = make_linear(3000, 8, seed=5, centred=False)
+    for name, part in (("train.svm", slice(0, 2000)), ("test.svm", slice(2000, None))):
+        dump_svmlight_file(X[part], (y[part] > 0).astype(int), str(tmp_path / name),
+                           zero_based=False)
+    runs = {}
+    for flags in ([], ["--no-intercept"]):
+        out = tmp_path / ("plain" if flags else "bias")
+        assert train_sodm.main(["--kernel", "linear", "--data", str(tmp_path / "train.svm"),
+                                "--test-data", str(tmp_path / "test.svm"), "--epochs", "15",
+                                "--metrics-out", str(out / "metrics.json"),
+                                "--model-out", str(out / "model")] + flags) == 0
+        runs[bool(flags)] = (json.loads((out / "metrics.json").read_text()),
+                             KernelExpansion.load(out / "model"))
+    (with_bias, model), (without, plain) = runs[False], runs[True]
+    assert model.intercept.shape == (1,) and model.intercept[0] == with_bias["intercept"] != 0.0
+    assert with_bias["params"]["fit_intercept"] is True
+    assert plain.intercept is None and without["intercept"] == 0.0
+    assert with_bias["test_accuracy"] >= without["test_accuracy"] + 0.03

@@ -47,7 +47,7 @@ def build_estimator(method: str, settings: dict, gamma: float):
 def model_size(method: str, estimator, n_features: int) -> tuple[int | None, int]:
     """(support vectors or None for a linear model, floats the model stores)."""
     if method in ("svrg", "linearsvc"):
-        return None, n_features + (1 if method == "linearsvc" else 0)
+        return None, n_features + 1  # w and the intercept
     n_sv = int(estimator.support_vectors_.shape[0])
     return n_sv, n_sv * (n_features + 1)
 

@@ -80,7 +80,7 @@ def run_dsvrg(ctx) -> list[dict]:
                          fit_seconds=outcome.seconds, note=outcome.note)]
     fit = outcome.value
     start = time.perf_counter()
-    predictions = np.where(ctx.data.X_test @ fit.w > 0, 1.0, -1.0)
+    predictions = np.where(ctx.data.X_test @ fit.w + fit.intercept > 0, 1.0, -1.0)
     predict_seconds = time.perf_counter() - start
     return [make_row("dsvrg", runs_on=WHERE["spark"], accuracy=ctx.accuracy(predictions),
                      fit_seconds=fit.train_seconds, predict_seconds=predict_seconds,

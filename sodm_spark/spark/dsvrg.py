@@ -130,6 +130,20 @@ def _stack(chunks):
     return X, np.concatenate([chunk[1] for chunk in chunks])
 
 
+# A CSR block at least this full is stored dense: no larger (8 bytes a cell against about 12 a
+# nonzero) and its SVRG steps are 3.6x faster (10^6 x 50 LIBSVM rows: 0.51 s vs 0.14 s per
+# 500,000 steps), since the dense loop needs no indices and no lazy scaling.
+DENSE_FROM_DENSITY = 0.5
+
+
+def _dense_if_full(X):
+    """``X`` as a dense array when it is a CSR block with few zeros, else unchanged."""
+    if scipy.sparse.issparse(X) and X.shape[0] and \
+            X.nnz >= DENSE_FROM_DENSITY * X.shape[0] * X.shape[1]:
+        return X.toarray()
+    return X
+
+
 def _stack_partition(items):
     """A Spark partition's (key, (X, y, ...)) records as one (X, y): keys in order, records of
     one key in the order the partition yields them (the same on every read of a cached RDD)."""
@@ -138,7 +152,8 @@ def _stack_partition(items):
         by_key.setdefault(key, []).append(value)
     if not by_key:
         return None
-    return _stack([value for key in sorted(by_key) for value in by_key[key]])
+    X, y = _stack([value for key in sorted(by_key) for value in by_key[key]])
+    return _dense_if_full(X), y
 
 
 # --- resident blocks (executor-local files, see the module docstring) -------------------------
@@ -236,6 +251,12 @@ def _on_resident(key, located, fn):
     yield key, None if block is None else fn(key, *block)
 
 
+def _on_resident_group(keys, located, fn):
+    """Handles task of a group of keys: ``_on_resident`` for each, in order."""
+    for key in keys:
+        yield from _on_resident(key, located, fn)
+
+
 def _chain_resident(keys, located, hop, w):
     """Handles task of a turn over several keys: w ← hop(key, X, y, w) for each key in order
     while its block is resident; returns [(keys done, w)]."""
@@ -294,8 +315,10 @@ class _Blocks:
         results, missing = {}, keys
         located = self._located() if resident and self.expected else None
         if located is not None:
-            found = self.sc.runJob(self.handles.mapPartitionsWithIndex(
-                lambda key, _: _on_resident(key, located, fn)), lambda it: it, partitions=keys)
+            groups = self._groups(keys)
+            found = self.sc.runJob(self.sc.parallelize(range(len(groups)), len(groups))
+                                   .mapPartitionsWithIndex(lambda index, _: _on_resident_group(
+                                       groups[index], located, fn)), lambda it: it)
             results = {key: value for key, value in found if value is not None}
             missing = [key for key in keys if key not in results]
             self.hits += len(results)
@@ -311,6 +334,17 @@ class _Blocks:
                 self.where[key] = where
                 results[key] = value
         return results
+
+    def _groups(self, keys):
+        """``keys`` in one task per core at most: runs of consecutive keys resident on one
+        host, cut into pieces of len(keys)/cores (a task per key cost ~50 ms each: 1.7 s a
+        pass over 64 partitions of 10^6 rows, against 0.2 s of SVRG steps per epoch)."""
+        size = max(1, -(-len(keys) // max(1, self.sc.defaultParallelism)))
+        groups = []
+        for _, run in itertools.groupby(keys, key=lambda key: self.where.get(key, (None, None))[0]):
+            run = list(run)
+            groups += [run[start:start + size] for start in range(0, len(run), size)]
+        return groups
 
     def store_dirs(self):
         """The directories this fit's blocks were written to, per host."""
@@ -406,7 +440,7 @@ def stratified_layout(sc, inputs: "_Blocks", chunked, params: "DSVRGParams", sur
     ``chunked`` is the RDD of (partition index, (X, ±1 y, ids)) chunks behind it. Returns
     (RDD of (key, block) with key k in Spark partition k, a description for the log, whether
     the rows were dealt)."""
-    sparse = survey[0][4]
+    sparse = any(entry[4] for entry in survey)  # any block left CSR: no landmarks
     n_rows = sum(entry[1] for entry in survey)
     n_partitions = params.n_partitions or max(1, sc.defaultParallelism)
     # Sparse rows in 10^5 dimensions get no landmarks: their strata are the two classes.
