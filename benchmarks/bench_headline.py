@@ -16,17 +16,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_exact_odm import default_files  # noqa: E402
+from job_runs import medians, submit, write_json  # noqa: E402
 
 METHODS = ("svc", "exact-odm", "job", "job-no-auto-stop")
 
@@ -55,26 +53,14 @@ def fit_in_process(method: str, train: Path, test: Path, args) -> dict:
 
 def run_job(train: Path, test: Path, args, extra: list[str]) -> dict:
     """The job through spark-submit: its metrics JSON plus the command's wall time."""
-    with tempfile.TemporaryDirectory() as tmp:
-        metrics_path = Path(tmp) / "metrics.json"
-        command = ["spark-submit", "--master", args.master, str(ROOT / "jobs" / "train_sodm.py"),
-                   "--levels", str(args.levels), "--data", str(train), "--test-data", str(test),
-                   "--lam", repr(args.lam), "--theta", repr(args.theta), "--v", repr(args.v),
-                   "--metrics-out", str(metrics_path)] + extra
-        env = dict(os.environ, SPARK_CONF_DIR=str(ROOT / "conf"), PYSPARK_PYTHON=sys.executable,
-                   PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-        start = time.perf_counter()
-        result = subprocess.run(command, env=env, capture_output=True, text=True)
-        wall = time.perf_counter() - start
-        if result.returncode != 0:
-            raise SystemExit(f"{' '.join(command)} failed:\n{result.stderr[-3000:]}")
-        table = [line for line in result.stdout.splitlines()
-                 if not line.startswith("config:")]
-        metrics = json.loads(metrics_path.read_text())
+    metrics, wall, output = submit(
+        "train_sodm.py", ["--levels", str(args.levels), "--data", str(train), "--test-data",
+                          str(test), "--lam", repr(args.lam), "--theta", repr(args.theta),
+                          "--v", repr(args.v)] + extra, args.master)
     return {"train_seconds": metrics["train_seconds"], "wall_seconds": wall,
             "test_accuracy": metrics["test_accuracy"], "stopped_at": metrics.get("stopped_at"),
             "stop_reason": metrics.get("stop_reason"), "levels": metrics["levels"],
-            "output": table}
+            "output": output}
 
 
 def main() -> None:
@@ -117,18 +103,12 @@ def main() -> None:
     print(f"{'method':<18}{'train s':>9}{'wall s':>9}{'test acc':>10}{'vs SVC time':>13}"
           f"{'stopped at':>12}  runs (train s)")
     for method, runs in results.items():
-        train_s = statistics.median(r["train_seconds"] for r in runs)
-        wall_s = statistics.median(r["wall_seconds"] for r in runs)
-        accuracy = statistics.median(r["test_accuracy"] for r in runs)
+        train_s, wall_s, accuracy, each = medians(runs)
         ratio = f"{train_s / svc_seconds:.3f}" if svc_seconds else ""
         stopped = ",".join(str(r.get("stopped_at", "")) for r in runs)
-        each = ", ".join(f"{r['train_seconds']:.1f}" for r in runs)
         print(f"{method:<18}{train_s:>9.1f}{wall_s:>9.1f}{accuracy:>10.4f}{ratio:>13}"
               f"{stopped:>12}  {each}")
-    if args.json_out:
-        args.json_out.write_text(json.dumps({"train": str(train), "test": str(test),
-                                             "args": {k: str(v) for k, v in vars(args).items()},
-                                             "results": results}, indent=2))
+    write_json(args.json_out, train, test, args, results)
 
 
 if __name__ == "__main__":

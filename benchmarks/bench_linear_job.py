@@ -18,13 +18,13 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).parent))
+from job_runs import medians, submit, write_json  # noqa: E402
+
 METHODS = ("mllib", "mllib-cached", "job", "job-no-intercept")
 
 
@@ -49,22 +49,10 @@ def write_files(work_dir: Path, rows: int, test_rows: int, features: int, seed: 
 
 def run_job(train: Path, test: Path, args, extra: list[str]) -> dict:
     """The job through spark-submit: its metrics JSON plus the command's wall time."""
-    with tempfile.TemporaryDirectory() as tmp:
-        metrics_path = Path(tmp) / "metrics.json"
-        command = ["spark-submit", "--master", args.master, "--driver-memory",
-                   args.driver_memory, str(ROOT / "jobs" / "train_sodm.py"), "--kernel", "linear",
-                   "--data", str(train), "--test-data", str(test),
-                   "--metrics-out", str(metrics_path)] + extra
-        env = dict(os.environ, SPARK_CONF_DIR=str(ROOT / "conf"), PYSPARK_PYTHON=sys.executable,
-                   PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-        start = time.perf_counter()
-        result = subprocess.run(command, env=env, capture_output=True, text=True)
-        wall = time.perf_counter() - start
-        if result.returncode != 0:
-            raise SystemExit(f"{' '.join(command)} failed:\n{result.stderr[-3000:]}")
-        metrics = json.loads(metrics_path.read_text())
-    print("\n".join(line for line in result.stdout.splitlines()
-                    if not line.startswith("config:")), flush=True)
+    metrics, wall, output = submit(
+        "train_sodm.py", ["--kernel", "linear", "--data", str(train), "--test-data", str(test)]
+        + extra, args.master, ["--driver-memory", args.driver_memory])
+    print("\n".join(output), flush=True)
     return {"train_seconds": metrics["train_seconds"], "wall_seconds": wall,
             "test_accuracy": metrics["test_accuracy"], "epochs": len(metrics["epochs"]),
             "lam": metrics["params"]["lam"], "intercept": metrics.get("intercept")}
@@ -143,18 +131,12 @@ def main() -> None:
     print(f"{'method':<18}{'train s':>9}{'wall s':>9}{'test acc':>10}{'vs MLlib time':>15}"
           f"{'vs MLlib acc':>14}  runs (train s)")
     for method, runs in results.items():
-        train_s = statistics.median(r["train_seconds"] for r in runs)
-        wall_s = statistics.median(r["wall_seconds"] for r in runs)
-        accuracy = statistics.median(r["test_accuracy"] for r in runs)
+        train_s, wall_s, accuracy, each = medians(runs)
         ratio = f"{train_s / mllib_seconds:.3f}" if mllib_seconds else ""
         gap = f"{100 * (accuracy - mllib_accuracy):+.2f} pt" if mllib_accuracy else ""
-        each = ", ".join(f"{r['train_seconds']:.1f}" for r in runs)
         print(f"{method:<18}{train_s:>9.1f}{wall_s:>9.1f}{accuracy:>10.4f}{ratio:>15}{gap:>14}"
               f"  {each}")
-    if args.json_out:
-        args.json_out.write_text(json.dumps({"train": str(train), "test": str(test),
-                                             "args": {k: str(v) for k, v in vars(args).items()},
-                                             "results": results}, indent=2))
+    write_json(args.json_out, train, test, args, results)
 
 
 if __name__ == "__main__":
