@@ -316,9 +316,9 @@ class _Blocks:
         located = self._located() if resident and self.expected else None
         if located is not None:
             groups = self._groups(keys)
-            found = self.sc.runJob(self.sc.parallelize(range(len(groups)), len(groups))
-                                   .mapPartitionsWithIndex(lambda index, _: _on_resident_group(
-                                       groups[index], located, fn)), lambda it: it)
+            found = self.sc.runJob(self.handles.mapPartitionsWithIndex(
+                lambda index, _: _on_resident_group(groups[index], located, fn)),
+                lambda it: it, partitions=list(range(len(groups))))
             results = {key: value for key, value in found if value is not None}
             missing = [key for key in keys if key not in results]
             self.hits += len(results)
