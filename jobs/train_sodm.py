@@ -7,7 +7,8 @@
 Without --data it trains on a built-in, seeded, generated nonlinear data set
 (sodm_spark.datasets.make_nonlinear: 60,000 training and 10,000 test rows; with
 --kernel linear, sodm_spark.datasets.make_linear). With --kernel linear the job runs DSVRG
-(SODM Algorithm 2) on the primal instead of the kernel levels, and LIBSVM input stays sparse.
+(SODM Algorithm 2) on the primal instead of the kernel levels, and LIBSVM input stays sparse
+(CSR) unless at least half its cells hold a value.
 """
 from __future__ import annotations
 
@@ -128,7 +129,7 @@ def load_data(spark, args):
         X, y = make(args.rows + DEFAULT_TEST_ROWS, seed=args.seed)
         return (numpy_to_blocks(spark.sparkContext, X[:args.rows], y[:args.rows]),
                 np.array([-1, 1]), (X[args.rows:], y[args.rows:]), X.shape[1])
-    sparse = linear and args.format == "libsvm"
+    sparse = "auto" if linear and args.format == "libsvm" else False
     blocks, n_features = read_blocks(spark, args.data, args.format, sparse=sparse)
     # parsed once, by the checking job; the fit's passes (SODM levels, DSVRG epochs) read the
     # rows from here (DSVRG then keeps no second copy)

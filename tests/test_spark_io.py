@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from sklearn.datasets import dump_svmlight_file, load_svmlight_file
 
 from sodm_spark.spark.io import (Block, BlockStats, DataFormatError, check_blocks,
@@ -80,6 +81,26 @@ def test_libsvm_matches_sklearn(spark, tmp_path, labels):
     assert isinstance(stats, BlockStats) and stats.n_rows == len(y0)
     values, counts = np.unique(y0, return_counts=True)
     assert stats.label_counts == dict(zip(values.tolist(), counts.tolist()))
+
+
+@pytest.mark.parametrize("zeros, sparse, expect_csr", [
+    (0.6, True, True), (0.6, "auto", True), (0.1, "auto", False), (0.1, False, False)])
+def test_libsvm_sparse_blocks_hold_the_same_rows(spark, tmp_path, zeros, sparse, expect_csr):
+    """``sparse=True`` keeps CSR; ``"auto"`` keeps it only under half full; values as sklearn."""
+    rng = np.random.default_rng(5)
+    X0 = np.round(rng.normal(size=(50, 8)), 4) * (rng.random((50, 8)) >= zeros)
+    X0[0, 7] = 1.0
+    path = write_svm(tmp_path / "data.svm", X0, rng.integers(0, 2, 50).astype(float))
+    X_ref, y_ref = load_svmlight_file(str(path), zero_based=False)
+    blocks, d = read_blocks(spark, str(path), "libsvm", min_partitions=2, sparse=sparse)
+    parts = blocks.collect()
+    assert {sp.issparse(b.X) for b in parts} == {expect_csr}
+    X = np.concatenate([b.X.toarray() if expect_csr else b.X for b in parts])
+    np.testing.assert_array_equal(X, X_ref.toarray())
+    np.testing.assert_array_equal(np.concatenate([b.y for b in parts]), y_ref)
+    X_loc, _ = read_libsvm_local(path, sparse=sparse)
+    assert sp.issparse(X_loc) == expect_csr
+    np.testing.assert_array_equal(X_loc.toarray() if expect_csr else X_loc, X_ref.toarray())
 
 
 def test_libsvm_comments_blank_lines_and_padding(spark, tmp_path):

@@ -46,6 +46,7 @@ from ..partition import nearest_landmark, partitions_look_like_whole, select_lan
 from ..solvers.svrg import (epoch_rng, loss_gradient_sum, row_sq_norms, sample_rows, step_for,
                             svrg_inner)
 from ..validation import check_odm_params
+from .io import DENSE_FROM_DENSITY
 from .sodm import SPILL, SODMParams, StatsRecord, partition_blocks
 
 
@@ -130,14 +131,9 @@ def _stack(chunks):
     return X, np.concatenate([chunk[1] for chunk in chunks])
 
 
-# A CSR block at least this full is stored dense: no larger (8 bytes a cell against about 12 a
-# nonzero) and its SVRG steps are 3.6x faster (10^6 x 50 LIBSVM rows: 0.51 s vs 0.14 s per
-# 500,000 steps), since the dense loop needs no indices and no lazy scaling.
-DENSE_FROM_DENSITY = 0.5
-
-
 def _dense_if_full(X):
-    """``X`` as a dense array when it is a CSR block with few zeros, else unchanged."""
+    """``X`` as a dense array when it is a CSR block at least :data:`DENSE_FROM_DENSITY` full
+    (stacked blocks of a ``sparse=True`` read), else unchanged."""
     if scipy.sparse.issparse(X) and X.shape[0] and \
             X.nnz >= DENSE_FROM_DENSITY * X.shape[0] * X.shape[1]:
         return X.toarray()
