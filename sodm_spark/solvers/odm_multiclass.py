@@ -1,0 +1,180 @@
+"""K one-vs-rest ODM duals solved together against one kernel matrix (issue [10]).
+
+Class c's problem is the binary dual of Eqn (1) with labels ``y_c = ±1`` (+1 for class c):
+``Q_c = diag(y_c) K diag(y_c)``. The C problems share everything but the signs, so one
+kernel matrix ``K`` (no labels) serves them all: it is computed once instead of C times
+(the dominant cost of C separate solves), and the duals are kept as ``Γ`` (m, C) and
+``V[c] = K (y_c ∘ γ_c)``, so class c's ``u_c = Q_c γ_c`` is ``y_c ∘ V[c]``. A sweep visits
+the points in one shuffled order and, at each, the classes still active there, with the
+closed forms of Eqn (3) (as :mod:`._dcd_kernels`); a changed coordinate adds row i of K to
+``V[c]`` (one axpy; the row stays in cache for the point's other classes). Shrinking
+(LIBLINEAR's rule) is per coordinate and class, so a class that has converged costs little.
+
+The problems stay independent (each dual is strongly convex, so each has one optimum), so the
+result equals C binary solves of :func:`~sodm_spark.solvers.odm_dcd.solve_odm_dual` up to
+``tol``; the solve stops when the largest violation over all points and classes is at most
+``tol`` on a sweep over every coordinate.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+from ..kernels import Kernel, rows_per_block
+from ..validation import check_odm_params
+from ._dcd_kernels import _point_optimum, _point_violation
+from .odm_dcd import ODMProblem, _next_shrink_threshold
+
+
+@dataclass
+class MulticlassDCDResult:
+    """``gamma`` (m, C): class c's γ = ζ - β; ``u`` (m, C): class c's Q_c γ_c."""
+
+    gamma: np.ndarray
+    u: np.ndarray
+    objectives: np.ndarray
+    n_sweeps: int
+    violation: float
+    converged: bool
+    history: list
+
+
+def one_vs_rest_signs(y_index: np.ndarray, n_classes: int) -> np.ndarray:
+    """(m, C) float64: +1 where the row is of class c, -1 elsewhere."""
+    signs = -np.ones((y_index.size, n_classes))
+    signs[np.arange(y_index.size), y_index] = 1.0
+    return signs
+
+
+def kernel_matrix(kernel: Kernel, X: np.ndarray, dtype=np.float32,
+                  block_mb: float = 256.0) -> np.ndarray:
+    """The m×m kernel matrix in ``dtype``, upper blocks by GEMM mirrored below (the caller
+    checked that it fits)."""
+    m = X.shape[0]
+    dtype = np.dtype(dtype)
+    K = np.empty((m, m), dtype=dtype)
+    Xd = np.ascontiguousarray(X, dtype=dtype)
+    sq_norms = np.einsum("ij,ij->i", Xd, Xd)
+    step = rows_per_block(m, dtype.itemsize, block_mb)
+    for start in range(0, m, step):
+        stop = min(start + step, m)
+        block = kernel.block(Xd[start:stop], Xd[start:], z_sq_norms=sq_norms[start:],
+                             out=np.empty((stop - start, m - start), dtype=dtype))
+        K[start:stop, start:] = block
+        K[stop:, start:stop] = block[:, stop - start:].T
+    return K
+
+
+@njit(cache=True)
+def multiclass_sweep(K, signs, gamma, V, order, active, a_zeta, a_beta, lower, upper,
+                     thresholds, violations):
+    """One sweep over the points in ``order``, each class of a point that is still active.
+
+    ``V`` is (C, m) with ``V[c] = K (y_c ∘ γ_c)``; a changed coordinate costs one axpy of row
+    i of K into ``V[c]`` (the row is read from memory once and stays in cache for the other
+    classes of the point). ``active[i, c]`` is cleared for a coordinate LIBLINEAR's rule
+    shrinks against ``thresholds[c]``; ``violations[c]`` receives class c's largest violation
+    over the coordinates it kept.
+    """
+    n_classes = signs.shape[1]
+    m = K.shape[1]
+    for c in range(n_classes):
+        violations[c] = 0.0
+    for t in range(order.shape[0]):
+        i = order[t]
+        q_ii = K[i, i]
+        for c in range(n_classes):
+            if not active[i, c]:
+                continue
+            y_ic = signs[i, c]
+            g_old = gamma[i, c]
+            u_ic = y_ic * V[c, i]
+            violation, grad_zeta, grad_beta = _point_violation(g_old, u_ic, a_zeta, a_beta,
+                                                               lower, upper)
+            if g_old == 0.0 and grad_zeta > thresholds[c] and grad_beta > thresholds[c]:
+                active[i, c] = False  # at its optimum 0 with room to spare: shrink
+                continue
+            violations[c] = max(violations[c], violation)
+            delta = _point_optimum(u_ic - q_ii * g_old, q_ii, a_zeta, a_beta, lower, upper) \
+                - g_old
+            if delta != 0.0:
+                gamma[i, c] = g_old + delta
+                step = delta * y_ic
+                for j in range(m):
+                    V[c, j] += step * K[i, j]
+
+
+@njit(cache=True)
+def _signed_products(K, signs, gamma):
+    """V (C, m) = K (signs ∘ Γ) per class in float64, skipping zero duals."""
+    m, n_classes = gamma.shape
+    V = np.zeros((n_classes, m))
+    for i in range(m):
+        for c in range(n_classes):
+            weight = signs[i, c] * gamma[i, c]
+            if weight != 0.0:
+                for j in range(m):
+                    V[c, j] += weight * K[i, j]
+    return V
+
+
+def solve_odm_multiclass(X: np.ndarray, y_index: np.ndarray, n_classes: int, kernel: Kernel,
+                         lam: float, theta: float, v: float, *, tol: float = 1e-3,
+                         max_iter: int = 1000, gamma0=None, seed=0, dtype=np.float32,
+                         shrinking: bool = True, block_mb: float = 256.0,
+                         callback=None) -> MulticlassDCDResult:
+    """The C one-vs-rest ODM duals (Eqn 1, class c against the rest) of ``X`` with class
+    numbers ``y_index`` in [0, C), solved together with the whole kernel matrix in memory.
+
+    ``gamma0`` (m, C) warm-starts every class; a class with no row here is a problem with
+    only negatives (its γ pushes every margin to -(1-θ) or below). Arguments otherwise as
+    :func:`~sodm_spark.solvers.odm_dcd.solve_odm_dual` (cached mode).
+    """
+    check_odm_params(lam, theta, v)
+    if tol <= 0 or not np.isfinite(tol):
+        raise ValueError(f"tol must be a positive number, got {tol!r}.")
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    y_index = np.asarray(y_index)
+    m = X.shape[0]
+    if y_index.shape != (m,) or (m and (y_index.min() < 0 or y_index.max() >= n_classes)):
+        raise ValueError(f"y_index must hold one class number in [0, {n_classes}) per row.")
+    signs = one_vs_rest_signs(y_index.astype(np.int64), n_classes)
+    problem = ODMProblem(lam, theta, v, m)
+    gamma = np.zeros((m, n_classes)) if gamma0 is None else \
+        np.array(gamma0, dtype=np.float64, copy=True)
+    if gamma.shape != (m, n_classes) or not np.all(np.isfinite(gamma)):
+        raise ValueError(f"gamma0 must be a finite ({m}, {n_classes}) matrix.")
+    K = kernel_matrix(kernel, X, dtype, block_mb)
+    V = _signed_products(K, signs, gamma)
+    rng = np.random.default_rng(seed)
+    everyone = np.ones((m, n_classes), dtype=np.bool_)
+    active = everyone.copy()
+    thresholds = np.full(n_classes, np.inf)
+    class_violations = np.zeros(n_classes)
+    history = []
+    violation, converged, sweep = np.inf, False, 0
+    for sweep in range(1, int(max_iter) + 1):
+        points = np.flatnonzero(active.any(axis=1))
+        order = points[rng.permutation(points.size)]
+        multiclass_sweep(K, signs, gamma, V, order, active, problem.a_zeta, problem.a_beta,
+                         problem.lower, problem.upper, thresholds, class_violations)
+        violation = float(class_violations.max()) if n_classes else 0.0
+        history.append(violation)
+        if callback is not None:
+            callback(sweep, violation, int(active.sum()))
+        if violation <= tol:
+            if active.all():  # a sweep over every coordinate, none shrunk
+                converged = True
+                break
+            active[:] = everyone  # re-check every coordinate before stopping
+            thresholds[:] = np.inf
+            continue
+        for c in range(n_classes):
+            thresholds[c] = _next_shrink_threshold(class_violations[c], shrinking)
+    u = signs * V.T
+    objectives = np.array([problem.objective(gamma[:, c], u[:, c]) for c in range(n_classes)])
+    return MulticlassDCDResult(gamma=gamma, u=u, objectives=objectives, n_sweeps=sweep,
+                               violation=float(violation), converged=converged,
+                               history=history)
