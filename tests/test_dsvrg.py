@@ -124,7 +124,7 @@ def test_representative_input_partitions_are_kept_and_sorted_ones_are_dealt(spar
     exact = newton_primal(X, y, LAM, THETA, V).objective
     params = DSVRGParams(LAM, THETA, V, epochs=40, tol=1e-10, strata=5)
     kept = fit_dsvrg(sc, numpy_to_blocks(sc, X, y, n_slices=2).cache(), params, [-1.0, 1.0], 6)
-    assert kept.layout.startswith("2 input partitions kept")
+    assert kept.layout.startswith("2 input chunks kept")
     order = np.argsort(y, kind="stable")
     dealt = fit_dsvrg(sc, numpy_to_blocks(sc, X[order], y[order], n_slices=2), params,
                       [-1.0, 1.0], 6)
@@ -155,7 +155,7 @@ def test_resident_blocks_give_the_same_w_as_reading_the_rdd(spark, linear_data, 
     plain = fit_dsvrg(sc, make(), DSVRGParams(**{**params.__dict__, "resident": False}),
                       [-1.0, 1.0], 12)
     resident = fit_dsvrg(sc, make(), params, [-1.0, 1.0], 12)
-    assert (resident.layout.startswith("3 input partitions kept")) == (layout != "dealt")
+    assert (resident.layout.startswith("3 input chunks kept")) == (layout != "dealt")
     assert np.array_equal(resident.w, plain.w)
     assert plain.resident_hits == 0
     # local mode: every task after a partition's first read finds its block
@@ -221,7 +221,7 @@ def test_turns_over_several_input_partitions_give_the_same_w(spark, linear_data)
                       DSVRGParams(LAM, THETA, V, epochs=3, tol=0.0, n_partitions=n,
                                   resident=resident), [-1.0, 1.0], 12)
             for n, resident in ((4, True), (None, True), (None, False))]
-    assert fits[1].layout == ("4 input partitions kept: each already holds every stratum in "
+    assert fits[1].layout == ("4 input chunks kept: each already holds every stratum in "
                               "its overall share; 1 turn per epoch")
     assert fits[2].layout.endswith("; 4 turns per epoch")
     assert np.array_equal(fits[0].w, fits[1].w) and np.array_equal(fits[1].w, fits[2].w)
@@ -243,3 +243,26 @@ def test_csr_blocks_without_zeros_are_solved_dense(spark):
     sparse = fit_dsvrg(sc, csr_blocks(sc, X, y, n_slices=2), params, [-1.0, 1.0], 6)
     np.testing.assert_array_equal(sparse.w, dense.w)
     assert sparse.intercept == dense.intercept
+
+
+def test_input_chunks_are_named_by_their_rows_not_by_where_spark_put_them():
+    """Keys (seeds, round-robin order) follow the rows: the same blocks give the same keyed
+    chunks whether Spark hands them over in one task or in several, in any order."""
+    from sodm_spark.spark.dsvrg import CHUNK_BYTES, _input_chunks
+    from sodm_spark.spark.io import Block
+
+    rng = np.random.default_rng(0)
+    rows_per_chunk = CHUNK_BYTES // (8 * 4)
+    blocks = []
+    for start, n in ((0, rows_per_chunk + 5), (10**6, 7), (2 * 10**6, 2 * rows_per_chunk)):
+        blocks.append(Block(rng.random((n, 4)), rng.choice([3.0, 5.0], n),
+                            np.arange(start, start + n, dtype=np.int64)))
+    together = dict(_input_chunks(blocks, 5.0))
+    apart = {}
+    for block in reversed(blocks):
+        apart.update(_input_chunks([block], 5.0))
+    assert sorted(together) == sorted(apart) == [0, rows_per_chunk, 10**6, 2 * 10**6,
+                                                 2 * 10**6 + rows_per_chunk]
+    for key, (X, y, ids) in together.items():
+        assert ids[0] == key and set(np.unique(y)) <= {-1.0, 1.0}
+        np.testing.assert_array_equal(apart[key][0], X)
