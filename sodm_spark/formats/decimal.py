@@ -117,6 +117,33 @@ def decimal_to_double(w, q):
     return math.ldexp(np.float64(mantissa), power2 - 1075), True
 
 
+@njit(cache=True, inline="always")
+def _digit_run(buf, i, end, w, n_digits, fraction):
+    """Add a run of digits at ``buf[i:]`` to the mantissa ``w`` (19 significant digits at most).
+
+    Returns ``(i, w, n_digits, scale, seen, ok)``: ``scale`` is the power of ten the run adds
+    (-1 per kept fraction digit; +1 per integer zero dropped beyond 19 digits), ``seen``
+    whether there was a digit, ``ok`` False at a nonzero digit beyond the 19th.
+    """
+    scale = 0
+    seen = False
+    while i < end and 48 <= buf[i] <= 57:
+        seen = True
+        digit = buf[i] - 48
+        if n_digits < 19:
+            if w != 0 or digit != 0:
+                w = w * np.uint64(10) + np.uint64(digit)
+                n_digits += 1
+            if fraction:
+                scale -= 1
+        elif digit != 0:
+            return i, w, n_digits, scale, seen, False
+        elif not fraction:
+            scale += 1
+        i += 1
+    return i, w, n_digits, scale, seen, True
+
+
 @njit(cache=True)
 def parse_decimal(buf, i, end):
     """Parse ``[+-]digits[.digits][(e|E)[+-]digits]`` at ``buf[i:end]`` (uint8).
@@ -130,35 +157,15 @@ def parse_decimal(buf, i, end):
     if i < end and (buf[i] == 43 or buf[i] == 45):  # + -
         negative = buf[i] == 45
         i += 1
-    w = np.uint64(0)
-    n_digits = 0
-    exponent = 0
-    any_digit = False
-    while i < end and 48 <= buf[i] <= 57:
-        any_digit = True
-        digit = buf[i] - 48
-        if n_digits < 19:
-            if w != 0 or digit != 0:
-                w = w * np.uint64(10) + np.uint64(digit)
-                n_digits += 1
-        elif digit != 0:
-            return 0.0, i, False
-        else:
-            exponent += 1  # a trailing zero beyond 19 digits only scales
-        i += 1
+    i, w, n_digits, exponent, any_digit, ok = _digit_run(buf, i, end, np.uint64(0), 0, False)
+    if not ok:
+        return 0.0, i, False
     if i < end and buf[i] == 46:  # .
-        i += 1
-        while i < end and 48 <= buf[i] <= 57:
-            any_digit = True
-            digit = buf[i] - 48
-            if n_digits < 19:
-                if w != 0 or digit != 0:
-                    w = w * np.uint64(10) + np.uint64(digit)
-                    n_digits += 1
-                exponent -= 1
-            elif digit != 0:
-                return 0.0, i, False
-            i += 1
+        i, w, n_digits, scale, any_fraction, ok = _digit_run(buf, i + 1, end, w, n_digits, True)
+        if not ok:
+            return 0.0, i, False
+        exponent += scale
+        any_digit = any_digit or any_fraction
     if not any_digit:
         return 0.0, i, False
     if i < end and (buf[i] == 101 or buf[i] == 69):  # e E
