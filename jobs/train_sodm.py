@@ -135,7 +135,12 @@ def load_data(spark, args):
     # rows from here (DSVRG then keeps no second copy)
     blocks = blocks.persist(StorageLevel.MEMORY_AND_DISK)
     classes = checked_classes(blocks, n_features)
-    check_two_classes(classes, f"--data {args.data}", "SODM")
+    if linear:  # DSVRG is binary; the kernel levels take any number of classes
+        check_two_classes(classes, f"--data {args.data}", "DSVRG (--kernel linear)")
+    elif classes.size < 2:
+        raise ValueError(f"--data {args.data}: the labels hold 1 class ({classes[0]:g}); "
+                         "SODM needs at least two. Check that the label column is the right "
+                         "one.")
     test = None if not args.test_data else read_driver_side(
         spark, args.test_data, args, n_features, sparse, "--test-data")
     return blocks, classes, test, n_features

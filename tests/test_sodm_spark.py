@@ -145,7 +145,7 @@ def test_bad_parameters_are_refused(spark, data, params, match):
 def test_one_class_is_refused(spark, data):
     X, y, _, _ = data
     sc = spark.sparkContext
-    with pytest.raises(ValueError, match="binary classifier; the labels hold 1 class"):
+    with pytest.raises(ValueError, match="at least two classes; the labels hold 1 class"):
         fit_sodm(sc, numpy_to_blocks(sc, X, np.ones_like(y)), SODMParams(), classes=[1.0])
 
 

@@ -144,3 +144,25 @@ def test_linear_kernel_fits_an_intercept_unless_told_not_to(spark, tmp_path):
     assert with_bias["params"]["fit_intercept"] is True
     assert plain.intercept is None and without["intercept"] == 0.0
     assert with_bias["test_accuracy"] >= without["test_accuracy"] + 0.03
+
+
+def test_ten_classes_in_libsvm_give_a_ten_column_model(spark, tmp_path):
+    """Fashion-MNIST-like labels 0..9: per-level accuracies are K-class accuracies, the model
+    holds one coefficient column per class and predicts the labels as given."""
+    rng = np.random.default_rng(7)
+    centres = rng.normal(scale=2.0, size=(10, 4))
+    labels = rng.integers(0, 10, 700)
+    X = centres[labels] + rng.normal(size=(700, 4))
+    dump_svmlight_file(X[:600], labels[:600], str(tmp_path / "train.svm"), zero_based=False)
+    dump_svmlight_file(X[600:], labels[600:], str(tmp_path / "test.svm"), zero_based=False)
+    metrics = tmp_path / "metrics.json"
+    assert train_sodm.main(["--data", str(tmp_path / "train.svm"), "--test-data",
+                            str(tmp_path / "test.svm"), "--levels", "1", "--gamma", "0.2",
+                            "--no-auto-stop", "--model-out", str(tmp_path / "model"),
+                            "--metrics-out", str(metrics)]) == 0
+    model = KernelExpansion.load(tmp_path / "model")
+    assert model.coef.shape[1] == 10 and list(model.classes) == list(range(10))
+    accuracy = float(np.mean(model.predict(X[600:]) == labels[600:]))
+    result = json.loads(metrics.read_text())
+    assert result["test_accuracy"] == pytest.approx(accuracy) and accuracy > 0.5
+    assert [e["level"] for e in result["levels"]] == [1, 0]

@@ -27,7 +27,8 @@ from ..model import KernelExpansion
 from ..partition import (deal_positions, kmeans, nearest_center, nearest_landmark,
                          select_landmarks, stratum_offsets)
 from ..solvers import solve_odm_dual
-from ..solvers.odm_dcd import kernel_mode_for
+from ..solvers.odm_dcd import DCDResult, auto_cache_mb, kernel_mode_for
+from ..solvers.odm_multiclass import one_vs_rest_signs, solve_odm_multiclass
 from ..validation import check_odm_params
 from .checkpoint import LevelCheckpoint, assemble_partition, deal_by_layout
 from .io import check_blocks
@@ -171,6 +172,24 @@ def _map_labels(block, positive):
     return block.X, np.where(block.y == positive, 1.0, -1.0), block.row_ids
 
 
+def _class_numbers(block, classes):
+    """Raw labels → class numbers 0..C-1 (float) in the order of ``classes`` (3+ classes)."""
+    return block.X, np.searchsorted(classes, block.y).astype(np.float64), block.row_ids
+
+
+def _support_rows(gamma):
+    """Rows with dual weight: γ_i ≠ 0 (binary) or any class's γ_ic ≠ 0 (multi-class)."""
+    return gamma != 0.0 if gamma.ndim == 1 else np.any(gamma != 0.0, axis=1)
+
+
+def _coefficients(y, gamma):
+    """The expansion's coefficients: γ_i y_i (binary, ±1 y) or γ_ic y_ic with y_ic = ±1 one
+    class against the rest (multi-class, y the class numbers): (m,) or (m, C)."""
+    if gamma.ndim == 1:
+        return gamma * y
+    return gamma * one_vs_rest_signs(y.astype(np.int64), gamma.shape[1])
+
+
 def _held_out_rows(block, seed, fraction, candidate_fraction):
     """(X, ±1 y) of the rows of a (X, ±1 y, ids) block held out for validation (dense), and a
     seeded sample of its other rows as landmark candidates (one pass for both)."""
@@ -202,18 +221,20 @@ def _sample_rows(item, fraction, seed):
     return X[np.random.default_rng([seed, 7, index]).random(X.shape[0]) < fraction]
 
 
-def _assign_strata(item, how, centers, kernel_dict):
+def _assign_strata(item, how, centers, kernel_dict, label_groups=2):
     """(block index, stratum of every row): nearest landmark in the RKHS (Eqn 7), nearest
     k-means center, or 0.
 
-    "landmarks+labels" splits every landmark stratum by class as well (2·S strata), so each
-    partition also gets the exact class proportions of every stratum.
+    "landmarks+labels" splits every landmark stratum by class as well (``label_groups``·S
+    strata: 2 for ±1 labels, C for class numbers), so each partition also gets the exact class
+    proportions of every stratum.
     """
     (X, y, ids), index = item
     if how.startswith("landmarks"):
         strata = nearest_landmark(X, centers, Kernel.from_dict(kernel_dict))
         if how == "landmarks+labels":
-            strata = 2 * strata + (y > 0)
+            strata = label_groups * strata + (y > 0 if label_groups == 2
+                                               else y.astype(np.int64))
     elif how == "centers":
         strata = nearest_center(X, centers)
     else:
@@ -271,19 +292,58 @@ def _solve_partition(item, kernel_dict, config, level, threads, validation_X=Non
     start = time.perf_counter()
     kernel = Kernel.from_dict(kernel_dict)
     with threadpool_limits(max(1, min(threads, os.cpu_count() or 1))):
-        result = solve_odm_dual(X, y, kernel, config["lam"],
-                                config["theta"], config["v"], tol=config["tol"],
-                                max_iter=config["max_iter"], gamma0=gamma,
-                                seed=[config["seed"], level, key], cache_mb=config["cache_mb"])
+        if config.get("n_classes"):
+            result = _solve_classes(X, y, gamma, kernel, config, [config["seed"], level, key])
+        else:
+            result = solve_odm_dual(X, y, kernel, config["lam"],
+                                    config["theta"], config["v"], tol=config["tol"],
+                                    max_iter=config["max_iter"], gamma0=gamma,
+                                    seed=[config["seed"], level, key],
+                                    cache_mb=config["cache_mb"])
         validation_scores = None if validation_X is None else _scores(
             kernel, validation_X, X, y, result.gamma)
     stats = {"key": key, "rows": X.shape[0], "objective": result.objective,
              "validation_scores": validation_scores,
              "kernel_mode": result.kernel_mode,
-             "sweeps": result.n_sweeps, "n_sv": result.n_sv, "converged": result.converged,
+             "sweeps": result.n_sweeps, "n_sv": int(_support_rows(result.gamma).sum()),
+             "converged": result.converged,
              "warm_start_violation": result.history[0] if result.history else 0.0,
              "seconds": time.perf_counter() - start}
     return key, (X, y, ids, result.gamma, stats)
+
+
+def _solve_classes(X, y, gamma, kernel, config, seed):
+    """The C one-vs-rest duals of one partition (y: class numbers), warm-started from γ (m, C):
+    together against one kernel matrix when it fits the cache
+    (:func:`~sodm_spark.solvers.odm_multiclass.solve_odm_multiclass`), else one on-demand
+    binary solve per class. Returns a DCDResult whose objective is the classes' sum."""
+    n_classes, m = config["n_classes"], X.shape[0]
+    if gamma.ndim == 1:  # a fresh partition: no warm start yet
+        gamma = np.zeros((m, n_classes))
+    y_index = y.astype(np.int64)
+    cache_mb = config["cache_mb"] if config["cache_mb"] is not None else \
+        auto_cache_mb(m, X.shape[1])
+    if kernel_mode_for(m, cache_mb) == "cached":
+        joint = solve_odm_multiclass(X, y_index, n_classes, kernel, config["lam"],
+                                     config["theta"], config["v"], tol=config["tol"],
+                                     max_iter=config["max_iter"], gamma0=gamma, seed=seed)
+        return DCDResult(gamma=joint.gamma, u=joint.u, objective=float(joint.objectives.sum()),
+                         n_sweeps=joint.n_sweeps, violation=joint.violation,
+                         converged=joint.converged, kernel_mode="cached",
+                         history=joint.history, kernel_rows_computed=m)
+    results = [solve_odm_dual(X, np.where(y_index == c, 1.0, -1.0), kernel, config["lam"],
+                              config["theta"], config["v"], tol=config["tol"],
+                              max_iter=config["max_iter"], gamma0=gamma[:, c],
+                              seed=[*seed, c], cache_mb=cache_mb, mode="blocked")
+               for c in range(n_classes)]
+    return DCDResult(gamma=np.stack([r.gamma for r in results], axis=1),
+                     u=np.stack([r.u for r in results], axis=1),
+                     objective=float(sum(r.objective for r in results)),
+                     n_sweeps=max(r.n_sweeps for r in results),
+                     violation=max(r.violation for r in results),
+                     converged=all(r.converged for r in results), kernel_mode="blocked",
+                     history=[max(r.history[0] if r.history else 0.0 for r in results)],
+                     kernel_rows_computed=sum(r.kernel_rows_computed for r in results))
 
 
 def _merge_key(item, p):
@@ -294,7 +354,7 @@ def _merge_key(item, p):
 def _merge_children(records, scale, support_only):
     for key, (X, y, ids, gamma) in _grouped(records):
         if support_only:  # Ca-ODM: only support vectors move up a level
-            keep = gamma != 0.0
+            keep = _support_rows(gamma)
             X, y, ids, gamma = X[keep], y[keep], ids[keep], gamma[keep]
         yield key, (X, y, ids, gamma * scale)
 
@@ -302,8 +362,9 @@ def _merge_children(records, scale, support_only):
 def _scores(kernel, X_eval, X, y, gamma):
     """This partition's share of f on ``X_eval``, in float32: a level's accuracy only needs
     the sign of f, and float32 halves the GEMM time (the saved model predicts in float64)."""
-    support = gamma != 0.0
-    return decision_values(kernel, X_eval, X[support], (gamma * y)[support], dtype=np.float32)
+    support = _support_rows(gamma)
+    return decision_values(kernel, X_eval, X[support], _coefficients(y, gamma)[support],
+                           dtype=np.float32)
 
 
 def _partial_scores(item, X_test, kernel_dict):
@@ -313,8 +374,8 @@ def _partial_scores(item, X_test, kernel_dict):
 
 def _support_vectors(item):
     _, (X, y, ids, gamma, _) = item
-    support = gamma != 0.0
-    return ids[support], X[support], (gamma * y)[support]
+    support = _support_rows(gamma)
+    return ids[support], X[support], _coefficients(y, gamma)[support]
 
 
 # --- driver -----------------------------------------------------------------------------------
@@ -323,8 +384,9 @@ def checked_classes(blocks, n_features: int) -> np.ndarray:
     """The sorted label values of ``blocks`` after one checking job (NaN/inf rows are named)."""
     stats = check_blocks(blocks, n_features, max_labels=100)
     if stats.label_counts is None:
-        raise ValueError("the label column holds more than 100 distinct values; SODM needs "
-                         "two classes (is the label column the right one?).")
+        raise ValueError("the label column holds more than 100 distinct values; SODM is a "
+                         "classifier (is the label column the right one, or is it a "
+                         "regression target?).")
     return np.array(list(stats.label_counts), dtype=np.float64)
 
 
@@ -347,7 +409,11 @@ def largest_levels(n_rows: int, p: int) -> int:
 def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
              checkpoint_dir=None, resume: bool = False, validation=None,
              on_plan=None) -> SODMFit:
-    """Fit SODM on ``blocks`` (RDD of (X, y, row_ids) with raw labels from ``classes``, 2 values).
+    """Fit SODM on ``blocks`` (RDD of (X, y, row_ids) with raw labels from ``classes``).
+
+    Two classes: one ODM (``classes[1]`` is +1). More: the one-vs-rest ODMs of every class,
+    solved together in each partition against one kernel matrix, with the same partitions,
+    merges and stopping for all; the model has one coefficient column per class.
 
     ``test`` is an optional (X_test, y_test) pair on the driver, scored after every level;
     ``on_plan(LevelPlan)`` is called before each level (its predicted seconds) and
@@ -362,14 +428,18 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
     """
     params.validate()
     classes = np.asarray(classes)
-    if classes.size != 2:
-        raise ValueError(f"SODM is a binary classifier; the labels hold {classes.size} classes "
-                         f"({', '.join(map(str, classes[:10]))}).")
+    if classes.size < 2:
+        raise ValueError(f"SODM needs at least two classes; the labels hold {classes.size} "
+                         f"class ({', '.join(map(str, classes[:10]))}): check the label "
+                         "column.")
+    multi = classes.size > 2
     started = time.perf_counter()
     config = {"lam": params.lam, "theta": params.theta, "v": params.v, "tol": params.tol,
-              "max_iter": params.max_iter, "seed": params.seed}
+              "max_iter": params.max_iter, "seed": params.seed,
+              "n_classes": classes.size if multi else 0}
     positive = classes[1]
-    labelled = blocks.map(lambda b: _map_labels(b, positive))
+    labelled = blocks.map(lambda b: _class_numbers(b, classes)) if multi else \
+        blocks.map(lambda b: _map_labels(b, positive))
     if not blocks.is_cached:  # several passes follow: parse the input once
         labelled.persist(SPILL)
     moments = labelled.map(_moments).treeReduce(np.add)
@@ -392,7 +462,8 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
         X_val = np.concatenate([piece[0] for piece in pieces])
         if 0 < X_val.shape[0] < moments[0]:
             y_val = np.concatenate([piece[1] for piece in pieces])
-            validation_pair = (X_val, np.where(y_val > 0, positive, classes[0]))
+            validation_pair = (X_val, classes[y_val.astype(np.int64)] if multi
+                               else np.where(y_val > 0, positive, classes[0]))
             moments = moments - _moments((X_val,))
             training = labelled.map(lambda b: _kept_rows(b, seed, fraction))
             candidates = np.concatenate([piece[2] for piece in pieces]) if wanted else None
@@ -427,7 +498,7 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
     else:
         sc.setJobDescription(f"SODM partition: {params.partitioner} into {n_partitions}")
         parts, _, sizes = partition_blocks(sc, training, params, kernel, n_rows, n_partitions,
-                                           candidates)
+                                           candidates, classes.size)
     partition_seconds = time.perf_counter() - started
     labelled.unpersist()
 
@@ -527,7 +598,7 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
     support_vectors = np.concatenate([piece[1] for piece in pieces])[order]
     coef = np.concatenate([piece[2] for piece in pieces])[order]
     sc.setJobDescription(None)
-    model = KernelExpansion(support_vectors, coef[:, None], kernel, classes)
+    model = KernelExpansion(support_vectors, coef if multi else coef[:, None], kernel, classes)
     return SODMFit(model=model, levels=levels,
                    train_seconds=time.perf_counter() - started - scoring_seconds,
                    partition_seconds=partition_seconds, n_rows=n_rows, stopped_at=level,
@@ -536,7 +607,8 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
 
 
 def _plus_minus(pair, classes, n_features, what):
-    """(float64 X, ±1 y) of a driver-side (X, raw y) pair checked against the training data."""
+    """(float64 X, ±1 y) of a driver-side (X, raw y) pair checked against the training data
+    (class numbers instead of ±1 for 3+ classes)."""
     X, y = np.asarray(pair[0], dtype=np.float64), np.asarray(pair[1])
     unknown = np.setdiff1d(y, classes)
     if unknown.size:
@@ -545,11 +617,17 @@ def _plus_minus(pair, classes, n_features, what):
     if X.shape[1] != n_features:
         raise ValueError(f"the {what} data have {X.shape[1]} features, the training "
                          f"data {n_features}.")
+    if classes.size > 2:
+        return X, np.searchsorted(classes, y).astype(np.float64)
     return X, np.where(y == classes[1], 1.0, -1.0)
 
 
-def _accuracy(scores, y_pm) -> float:
-    return float(np.mean(np.where(scores > 0, 1.0, -1.0) == y_pm))
+def _accuracy(scores, y) -> float:
+    """Share of rows right: sign of f against ±1 y, or the largest score against the class
+    numbers y (multi-class)."""
+    if scores.ndim == 2:
+        return float(np.mean(np.argmax(scores, axis=1) == y))
+    return float(np.mean(np.where(scores > 0, 1.0, -1.0) == y))
 
 
 def _plan_level(level, sizes, n_features, params, memory, done, cores) -> LevelPlan:
@@ -643,8 +721,9 @@ def landmark_candidates_wanted(params: SODMParams, n_rows: int, n_partitions: in
 
 
 def partition_blocks(sc, labelled, params: SODMParams, kernel: Kernel, n_rows: int,
-                     n_partitions: int, candidates=None):
-    """Deal the rows of ``labelled`` (RDD of (X, ±1 y, ids)) into ``n_partitions`` blocks.
+                     n_partitions: int, candidates=None, n_classes: int = 2):
+    """Deal the rows of ``labelled`` (RDD of (X, y, ids): ±1 y, or class numbers when
+    ``n_classes`` > 2) into ``n_partitions`` blocks.
 
     Returns the persisted, computed RDD of (key, (X, y, ids, γ=0)) — key k in Spark partition k, one block each —
     the landmarks (stratified), k-means centers (dip, kmeans) or None (random, cascade), and
@@ -679,10 +758,12 @@ def partition_blocks(sc, labelled, params: SODMParams, kernel: Kernel, n_rows: i
             centers = kmeans(sample, min(n_groups, sample.shape[0]), seed=seed)
             direct = params.partitioner == "kmeans"
     kernel_dict = kernel.to_dict()
-    n_strata = 1 if centers is None else centers.shape[0] * (2 if how.endswith("labels") else 1)
+    label_groups = max(2, n_classes)
+    n_strata = 1 if centers is None else \
+        centers.shape[0] * (label_groups if how.endswith("labels") else 1)
     # only the stratum numbers come to the driver (the rows stay where they are cached)
-    strata = dict(indexed.map(lambda item: _assign_strata(item, how, centers, kernel_dict))
-                  .collect())
+    strata = dict(indexed.map(lambda item: _assign_strata(item, how, centers, kernel_dict,
+                                                          label_groups)).collect())
     order = sorted(strata)
     counts = np.stack([np.bincount(strata[index], minlength=n_strata) for index in order])
     offsets = dict(zip(order, stratum_offsets(counts)))

@@ -1,0 +1,75 @@
+"""Multi-class SODM on Spark (local mode, small data) against the exact one-vs-rest solves.
+
+Reference: the C binary exact solves (:func:`solve_odm_dual`, one class against the rest)
+on all training rows; merged to one partition, SODM must reach each class's optimum.
+"""
+import numpy as np
+import pytest
+
+from sodm_spark.kernels import Kernel
+from sodm_spark.solvers import solve_odm_dual
+from sodm_spark.spark.session import numpy_to_blocks
+from sodm_spark.spark.sodm import SODMParams, fit_sodm
+
+GAMMA, LAM = 0.3, 100.0
+LABELS = np.array([3.0, 7.0, 9.0, 11.0])
+
+
+def four_classes(n_per_class=120, seed=0, rare=None):
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(scale=1.5, size=(4, 3))
+    sizes = [n_per_class] * 4 if rare is None else [n_per_class] * 3 + [rare]
+    X = np.concatenate([c + rng.normal(size=(n, 3)) for c, n in zip(centres, sizes)])
+    y = np.repeat(LABELS, sizes)
+    order = rng.permutation(y.size)
+    return X[order], y[order]
+
+
+def one_vs_rest_optimum(X, y, params):
+    kernel = Kernel.create("rbf", GAMMA)
+    return [solve_odm_dual(X, np.where(y == label, 1.0, -1.0), kernel, params.lam, params.theta,
+                           params.v, tol=1e-10, dtype=np.float64, mode="cached", max_iter=5000)
+            for label in LABELS]
+
+
+@pytest.mark.parametrize("partitioner, label_strata", [("stratified", False),
+                                                        ("stratified", True), ("random", False)])
+def test_merged_to_one_partition_every_class_reaches_its_optimum(spark, partitioner,
+                                                                  label_strata):
+    X_all, y_all = four_classes(n_per_class=180)
+    X, y, X_test, y_test = X_all[:480], y_all[:480], X_all[480:], y_all[480:]
+    params = SODMParams(auto_stop=False, gamma=GAMMA, lam=LAM, levels=2, p=2, strata=4,
+                        tol=1e-9, max_iter=5000, partitioner=partitioner,
+                        label_strata=label_strata, seed=2)
+    sc = spark.sparkContext
+    fit = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, classes=LABELS, test=(X_test, y_test))
+    references = one_vs_rest_optimum(X, y, params)
+    assert [entry.level for entry in fit.levels] == [2, 1, 0]
+    assert fit.levels[-1].objective == pytest.approx(sum(r.objective for r in references),
+                                                     rel=1e-6)
+    model = fit.model
+    assert model.coef.shape[1] == 4 and list(model.classes) == list(LABELS)
+    scores = model.decision_function(X_test)
+    kernel = Kernel.create("rbf", GAMMA)
+    for c, reference in enumerate(references):
+        y_pm = np.where(y == LABELS[c], 1.0, -1.0)
+        expected = kernel.block(X_test, X) @ (reference.gamma * y_pm)
+        np.testing.assert_allclose(scores[:, c], expected, rtol=0,
+                                   atol=1e-6 * np.abs(expected).max())
+    predicted = model.predict(X_test)
+    assert set(np.unique(predicted)) <= set(LABELS)
+    assert fit.levels[-1].test_accuracy == pytest.approx(np.mean(predicted == y_test))
+    assert all(entry.test_accuracy > 0.6 for entry in fit.levels)
+
+
+def test_a_class_missing_from_some_partitions_and_auto_stop(spark):
+    """Nine rows of the last class: most of the 9 bottom partitions hold none of them."""
+    X, y = four_classes(n_per_class=90, seed=3, rare=9)
+    params = SODMParams(gamma=GAMMA, lam=LAM, levels=2, p=3, strata=3, tol=1e-6, seed=4)
+    sc = spark.sparkContext
+    fit = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, classes=LABELS)
+    assert fit.levels[0].partitions == 9
+    assert all(entry.validation_accuracy is not None for entry in fit.levels)
+    assert fit.best_level in [entry.level for entry in fit.levels]
+    assert fit.model.coef.shape[1] == 4
+    assert np.mean(fit.model.predict(X) == y) > 0.7
