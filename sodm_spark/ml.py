@@ -143,7 +143,9 @@ def _make_setters_and_getters(cls):
 
 @_make_setters_and_getters
 class SODMClassifier(Estimator, _SODMParams, MLReadable, MLWritable):
-    """Scalable ODM (SODM paper, Algorithm 1) as a pyspark.ml Estimator (binary labels)."""
+    """Scalable ODM (SODM paper, Algorithm 1) as a pyspark.ml Estimator: two classes, or more
+    (one-vs-rest ODMs fitted together: ``rawPrediction`` holds one score per class and
+    ``prediction`` the label of the largest, as MLlib's multi-class classifiers)."""
 
     @keyword_only
     def __init__(self, *, featuresCol="features", labelCol="label", predictionCol="prediction",
@@ -186,12 +188,15 @@ class SODMClassifier(Estimator, _SODMParams, MLReadable, MLWritable):
         blocks, n_features = dataframe_to_blocks(dataset, self.getFeaturesCol(),
                                                  self.getLabelCol())
         classes = checked_classes(blocks, n_features)
-        if classes.size != 2:
-            held = (f"only one class ({classes[0]:g})" if classes.size == 1 else
-                    f"{classes.size} classes ({', '.join(f'{c:g}' for c in classes[:10])})")
-            raise ValueError(f"SODMClassifier is a binary classifier and needs exactly two "
-                             f"classes in column {self.getLabelCol()!r}; it holds {held}. Check "
-                             "labelCol, or filter the DataFrame to two label values.")
+        if classes.size < 2:
+            raise ValueError(f"SODMClassifier needs at least two classes in column "
+                             f"{self.getLabelCol()!r}; it holds only one class "
+                             f"({classes[0]:g}). Check labelCol.")
+        if classes.size > 2 and params.kernel == "linear":
+            raise ValueError(f"kernel='linear' fits DSVRG, a binary classifier, but column "
+                             f"{self.getLabelCol()!r} holds {classes.size} classes; use a "
+                             "nonlinear kernel (its levels fit every class at once), or "
+                             "filter the DataFrame to two label values.")
         sc = dataset.sparkSession.sparkContext
         if params.kernel == "linear":
             return self._copyValues(self._fit_dsvrg(sc, blocks, params, classes, n_features))
@@ -237,17 +242,21 @@ class SODMClassificationModel(Model, _SODMParams, MLReadable, MLWritable):
     def classes(self) -> np.ndarray:
         return self.expansion.classes
 
-    def predictRaw(self, features) -> float:
-        return float(self.expansion.decision_function(np.asarray(features, float)[None, :])[0])
+    def predictRaw(self, features):
+        """f(x): a float for two classes, one score per class (array) for more."""
+        scores = self.expansion.decision_function(np.asarray(features, float)[None, :])[0]
+        return float(scores) if np.ndim(scores) == 0 else np.asarray(scores)
 
     def _transform(self, dataset):
         spark = dataset.sparkSession
         expansion = self.expansion
-        intercept = 0.0 if expansion.intercept is None else float(expansion.intercept[0])
+        intercept = 0.0 if expansion.intercept is None else np.asarray(expansion.intercept)
+        binary = expansion.coef.shape[1] == 1
         payload = spark.sparkContext.broadcast(
-            (expansion.support_vectors, expansion.coef[:, 0], expansion.kernel.to_dict()))
+            (expansion.support_vectors, expansion.coef[:, 0] if binary else expansion.coef,
+             expansion.kernel.to_dict()))
         n_features, features_col = self.numFeatures, self.getFeaturesCol()
-        low, high = (float(c) for c in expansion.classes)
+        classes = [float(c) for c in expansion.classes]
 
         @F.pandas_udf(ArrayType(DoubleType()))
         def raw_scores(features: pd.Series) -> pd.Series:
@@ -261,15 +270,20 @@ class SODMClassificationModel(Model, _SODMParams, MLReadable, MLWritable):
                                  "training data's feature columns, in the same order.")
             scores = decision_values(Kernel.from_dict(kernel_dict), X, support_vectors,
                                      coef) + intercept
-            return pd.Series(list(np.stack([-scores, scores], axis=1)))
+            return pd.Series(list(np.stack([-scores, scores], axis=1) if scores.ndim == 1
+                                  else scores))
 
         column = F.col(self.getFeaturesCol())
         if isinstance(dataset.schema[self.getFeaturesCol()].dataType, VectorUDT):
             column = vector_to_array(column)
         raw = raw_scores(column)
         out = dataset.withColumn(self.getRawPredictionCol(), array_to_vector(raw))
-        return out.withColumn(self.getPredictionCol(),
-                              F.when(raw[1] > 0, F.lit(high)).otherwise(F.lit(low)))
+        if binary:
+            prediction = F.when(raw[1] > 0, F.lit(classes[1])).otherwise(F.lit(classes[0]))
+        else:  # the first largest score, as numpy's argmax
+            prediction = F.element_at(F.array(*[F.lit(c) for c in classes]),
+                                      F.array_position(raw, F.array_max(raw)).cast("int"))
+        return out.withColumn(self.getPredictionCol(), prediction)
 
     def toLocal(self):
         """An ODMClassifier-style local predictor (scikit-learn API) for the same model."""

@@ -114,3 +114,42 @@ def test_linear_kernel_fits_dsvrg_with_an_intercept(spark, tmp_path):
     assert plain.expansion.intercept is None
     accuracy = lambda m: np.mean(m.toLocal().predict(X) == (y > 0).astype(float))
     assert accuracy(model) >= accuracy(plain) + 0.01
+
+
+def test_multi_class_columns_evaluator_cross_validator_and_save_load(spark, tmp_path):
+    """Four classes: rawPrediction holds one score per class (the local model's), prediction
+    the label of the largest; MulticlassClassificationEvaluator and CrossValidator work; the
+    saved model predicts the same."""
+    from pyspark.ml.evaluation import MulticlassClassificationEvaluator
+
+    rng = np.random.default_rng(9)
+    centres = rng.normal(scale=2.0, size=(4, 3))
+    labels = rng.choice([2.0, 5.0, 7.0, 8.0], 400)
+    X = centres[np.searchsorted([2.0, 5.0, 7.0, 8.0], labels)] + rng.normal(size=(400, 3))
+    frame = lambda rows: spark.createDataFrame(
+        [(Vectors.dense(x), float(label)) for x, label in rows], ["features", "label"])
+    train, test = frame(zip(X[:300], labels[:300])), frame(zip(X[300:], labels[300:]))
+    model = SODMClassifier(gamma=0.3, lam=100.0, levels=1, p=2).fit(train)
+    out = model.transform(test).collect()
+    raw = np.array([row.rawPrediction.toArray() for row in out])
+    local = model.toLocal()
+    assert raw.shape == (100, 4)
+    np.testing.assert_allclose(raw, local.decision_function(X[300:]), rtol=1e-10, atol=1e-12)
+    predictions = np.array([row.prediction for row in out])
+    np.testing.assert_array_equal(predictions, local.predict(X[300:]))
+    np.testing.assert_array_equal(predictions, np.array([2.0, 5.0, 7.0, 8.0])[raw.argmax(1)])
+    evaluator = MulticlassClassificationEvaluator(metricName="accuracy")
+    accuracy = evaluator.evaluate(model.transform(test))
+    assert accuracy == pytest.approx(np.mean(predictions == labels[300:])) and accuracy > 0.6
+
+    model.write().overwrite().save(str(tmp_path / "model"))
+    loaded = SODMClassificationModel.load(str(tmp_path / "model"))
+    assert [row.prediction for row in loaded.transform(test).collect()] == list(predictions)
+
+    estimator = SODMClassifier(gamma=0.3, levels=1, p=2)
+    grid = ParamGridBuilder().addGrid(estimator.lam, [1.0, 100.0]).build()
+    cv_model = CrossValidator(estimator=estimator, estimatorParamMaps=grid, numFolds=2, seed=3,
+                              evaluator=evaluator).fit(train)
+    assert len(cv_model.avgMetrics) == 2 and all(0.25 < m <= 1.0 for m in cv_model.avgMetrics)
+    with pytest.raises(ValueError, match="DSVRG, a binary classifier"):
+        SODMClassifier(kernel="linear").fit(train)
