@@ -73,3 +73,22 @@ def test_a_class_missing_from_some_partitions_and_auto_stop(spark):
     assert fit.best_level in [entry.level for entry in fit.levels]
     assert fit.model.coef.shape[1] == 4
     assert np.mean(fit.model.predict(X) == y) > 0.7
+
+
+def test_resumed_multi_class_run_equals_the_uninterrupted_one(spark, tmp_path):
+    from dataclasses import replace
+
+    X, y = four_classes(n_per_class=100, seed=5)
+    sc = spark.sparkContext
+    params = SODMParams(auto_stop=False, gamma=GAMMA, lam=LAM, levels=2, p=2, strata=3, seed=6,
+                        tol=1e-4)
+    whole = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, LABELS)
+    first = fit_sodm(sc, numpy_to_blocks(sc, X, y), replace(params, stop_level=2), LABELS,
+                     checkpoint_dir=tmp_path / "ckpt")
+    assert [entry.level for entry in first.levels] == [2]
+    resumed = fit_sodm(sc, numpy_to_blocks(sc, X, y, n_slices=3), params, LABELS,
+                       checkpoint_dir=tmp_path / "ckpt", resume=True)
+    assert [e.level for e in resumed.levels] == [e.level for e in whole.levels] == [2, 1, 0]
+    np.testing.assert_array_equal(resumed.model.support_vectors, whole.model.support_vectors)
+    np.testing.assert_array_equal(resumed.model.coef, whole.model.coef)
+    assert resumed.model.coef.shape[1] == 4
