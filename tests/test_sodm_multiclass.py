@@ -67,7 +67,8 @@ def test_a_class_missing_from_some_partitions_and_auto_stop(spark):
     X, y = four_classes(n_per_class=90, seed=3, rare=9)
     params = SODMParams(gamma=GAMMA, lam=LAM, levels=2, p=3, strata=3, tol=1e-6, seed=4)
     sc = spark.sparkContext
-    fit = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, classes=LABELS)
+    fit = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, classes=LABELS[::-1])  # any order
+    assert list(fit.model.classes) == list(LABELS)  # columns follow the sorted labels
     assert fit.levels[0].partitions == 9
     assert all(entry.validation_accuracy is not None for entry in fit.levels)
     assert fit.best_level in [entry.level for entry in fit.levels]

@@ -433,6 +433,8 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
                          f"class ({', '.join(map(str, classes[:10]))}): check the label "
                          "column.")
     multi = classes.size > 2
+    if multi:
+        classes = np.unique(classes)  # class numbers follow the sorted labels
     started = time.perf_counter()
     config = {"lam": params.lam, "theta": params.theta, "v": params.v, "tol": params.tol,
               "max_iter": params.max_iter, "seed": params.seed,
