@@ -26,7 +26,7 @@ from sodm_spark.spark.io import read_blocks, read_libsvm_local
 from sodm_spark.spark.session import get_session, numpy_to_blocks, collect_blocks
 from sodm_spark.spark.sodm import PARTITIONERS, SODMParams, checked_classes, fit_sodm
 from sodm_spark.jobconf import gamma_arg, parse_with_defaults, write_outputs
-from sodm_spark.validation import check_finite_rows, check_two_classes
+from sodm_spark.validation import check_finite_rows, check_two_classes, shown_classes
 
 DEFAULT_ROWS, DEFAULT_TEST_ROWS = 60000, 10000
 
@@ -136,11 +136,12 @@ def load_data(spark, args):
     blocks = blocks.persist(StorageLevel.MEMORY_AND_DISK)
     classes = checked_classes(blocks, n_features)
     if linear:  # DSVRG is binary; the kernel levels take any number of classes
-        check_two_classes(classes, f"--data {args.data}", "DSVRG (--kernel linear)")
+        check_two_classes(classes, f"--data {args.data}", "--kernel linear (DSVRG)",
+                          "use a nonlinear --kernel: its levels fit every class at once")
     elif classes.size < 2:
-        raise ValueError(f"--data {args.data}: the labels hold 1 class ({classes[0]:g}); "
-                         "SODM needs at least two. Check that the label column is the right "
-                         "one.")
+        raise ValueError(f"--data {args.data}: the labels hold 1 class "
+                         f"({shown_classes(classes)}); SODM needs at least two. Check that the "
+                         "label column is the right one.")
     test = None if not args.test_data else read_driver_side(
         spark, args.test_data, args, n_features, sparse, "--test-data")
     return blocks, classes, test, n_features

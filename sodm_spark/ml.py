@@ -32,6 +32,7 @@ from .model import KernelExpansion
 from .spark.io import dataframe_to_blocks
 from .spark.dsvrg import DSVRGParams, fit_dsvrg
 from .spark.sodm import SODMParams, checked_classes, fit_sodm
+from .validation import shown_classes
 
 
 def _gamma_converter(value):
@@ -194,9 +195,10 @@ class SODMClassifier(Estimator, _SODMParams, MLReadable, MLWritable):
                              f"({classes[0]:g}). Check labelCol.")
         if classes.size > 2 and params.kernel == "linear":
             raise ValueError(f"kernel='linear' fits DSVRG, a binary classifier, but column "
-                             f"{self.getLabelCol()!r} holds {classes.size} classes; use a "
-                             "nonlinear kernel (its levels fit every class at once), or "
-                             "filter the DataFrame to two label values.")
+                             f"{self.getLabelCol()!r} holds {classes.size} classes "
+                             f"({shown_classes(classes)}); use a nonlinear kernel (its levels "
+                             "fit every class at once), or filter the DataFrame to two label "
+                             "values.")
         sc = dataset.sparkSession.sparkContext
         if params.kernel == "linear":
             return self._copyValues(self._fit_dsvrg(sc, blocks, params, classes, n_features))

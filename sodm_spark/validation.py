@@ -114,18 +114,25 @@ def check_numeric_cells(X, what: str = "X") -> None:
                         "categories), or drop it.") from None
 
 
-def check_two_classes(classes, where: str, method: str) -> None:
-    """Refuse label sets that are not exactly two classes, for the binary-only methods."""
+def shown_classes(classes) -> str:
+    """The first ten label values, as a message shows them."""
+    classes = np.asarray(classes)
+    return ", ".join(f"{c:g}" if isinstance(c, (float, np.floating)) else str(c)
+                     for c in classes[:10]) + (", ..." if classes.size > 10 else "")
+
+
+def check_two_classes(classes, where: str, method: str,
+                      more: str = "train one model per class against the rest") -> None:
+    """Refuse label sets that are not exactly two classes, for the binary-only methods
+    (``more``: what to do with more classes)."""
     classes = np.asarray(classes)
     if classes.size == 2:
         return
-    shown = ", ".join(f"{c:g}" if isinstance(c, (float, np.floating)) else str(c)
-                      for c in classes[:10]) + (", ..." if classes.size > 10 else "")
     raise ValueError(
         f"{where}: the labels hold {classes.size} class{'es' if classes.size != 1 else ''} "
-        f"({shown}); {method} is a binary classifier and needs exactly two label values (e.g. "
-        "0/1 or -1/+1). Check that the label column is the right one, or keep the rows of two "
-        "classes (for more, train one model per class against the rest).")
+        f"({shown_classes(classes)}); {method} is a binary classifier and needs exactly two "
+        "label values (e.g. 0/1 or -1/+1). Check that the label column is the right one, or "
+        f"keep the rows of two classes (for more, {more}).")
 
 
 def seed_from(random_state) -> int:

@@ -224,15 +224,16 @@ def refusals():
             r"has type string, not a number", r"label column 'label'", r"Map the labels"),
         # one class; three classes for the binary-only methods
         Refusal("one-class/train_sodm", 1, lambda c: sodm_job_error(["--data", c.one_class]),
-                r"labels hold 1 class \(1\)", r"--data .*one\.svm", r"needs exactly two"),
-        Refusal("three-classes/train_sodm", 1, lambda c: sodm_job_error(["--data", c.three]),
-                r"labels hold 3 classes \(0, 1, 2\).*SODM is a binary", r"--data .*three\.svm",
-                r"keep the rows of two classes"),
+                r"labels hold 1 class \(1\)", r"--data .*one\.svm", r"needs at least two"),
+        Refusal("three-classes-linear/train_sodm", 1, lambda c: sodm_job_error(
+            ["--data", c.three, "--kernel", "linear"]),
+            r"labels hold 3 classes \(0, 1, 2\).*DSVRG\) is a binary", r"--data .*three\.svm",
+            r"use a nonlinear --kernel"),
         Refusal("one-class/SODMClassifier", 1, lambda c: api_error(
             lambda: sodm_classifier().fit(c.frame(c.X, np.ones(40)))),
-            r"only one class \(1\)", r"column 'label'", r"filter the DataFrame"),
-        Refusal("three-classes/SODMClassifier", 1, lambda c: api_error(
-            lambda: sodm_classifier().fit(c.frame(c.X, np.arange(40) % 3))),
+            r"only one class \(1\)", r"column 'label'", r"Check labelCol"),
+        Refusal("three-classes-linear/SODMClassifier", 1, lambda c: api_error(
+            lambda: sodm_classifier(kernel="linear").fit(c.frame(c.X, np.arange(40) % 3))),
             r"3 classes \(0, 1, 2\)", r"column 'label'", r"filter the DataFrame to two"),
         # test sets with more (or, for CSV, fewer) features than the training data
         Refusal("test-more-features/train_sodm", 1, lambda c: sodm_job_error(
