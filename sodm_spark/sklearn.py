@@ -12,7 +12,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from .kernels import Kernel
 from .model import KernelExpansion
 from .solvers import solve_odm_dual
-from .solvers.odm_dcd import auto_cache_mb, kernel_mode_for
+from .solvers.odm_dcd import kernel_fits_cache
 from .solvers.odm_multiclass import one_vs_rest_signs, solve_odm_multiclass
 from .solvers.odm_primal import newton_primal
 from .solvers.svrg import svrg
@@ -130,7 +130,8 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
         gammas, n_iter, objectives, converged = [], [], [], []
         if solver in PRIMAL_SOLVERS:
             return self._fit_primal(solver, X, y_index, targets, kernel)
-        if len(targets) > 2 and self._joint_fits(X):
+        if len(targets) > 2 and kernel_fits_cache(X.shape[0], X.shape[1], self.cache_mb,
+                                                  np.dtype(self.dtype).itemsize):
             return self._fit_joint(X, y_index, kernel)
         for target in targets:
             y_pm = np.where(y_index == target, 1.0, -1.0)
@@ -141,28 +142,29 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
             n_iter.append(result.n_sweeps)
             objectives.append(result.objective)
             converged.append(result.converged)
-            if not result.converged:
-                warnings.warn(
-                    f"ODMClassifier stopped at max_iter={self.max_iter} sweeps with largest "
-                    f"violation {result.violation:.3g} > tol={self.tol}; increase max_iter or tol.",
-                    ConvergenceWarning)
-        coef = np.stack(gammas, axis=1)
+            self._warn_unless_converged(result)
+        return self._store_dual(X, np.stack(gammas, axis=1), kernel, n_iter, objectives,
+                                all(converged))
+
+    def _warn_unless_converged(self, result):
+        if not result.converged:
+            warnings.warn(
+                f"ODMClassifier stopped at max_iter={self.max_iter} sweeps with largest "
+                f"violation {result.violation:.3g} > tol={self.tol}; increase max_iter or tol.",
+                ConvergenceWarning)
+
+    def _store_dual(self, X, coef, kernel, n_iter, objectives, converged):
+        """The fitted attributes of a dual fit from its coefficients γ_i y_i, (m, outputs)."""
         self.support_ = np.flatnonzero(np.any(coef != 0.0, axis=1))
         self.support_vectors_ = X[self.support_]
         self.dual_coef_ = coef[self.support_].T
         self.n_iter_ = np.asarray(n_iter)
         self.objective_ = np.asarray(objectives)
-        self.converged_ = bool(all(converged))
+        self.converged_ = bool(converged)
         self.intercept_ = np.zeros(coef.shape[1])
         self.model_ = KernelExpansion(self.support_vectors_, coef[self.support_], kernel,
                                       self.classes_)
         return self
-
-    def _joint_fits(self, X) -> bool:
-        """Whether one m×m kernel matrix fits the cache, for the joint multi-class solve."""
-        cache_mb = self.cache_mb if self.cache_mb is not None else \
-            auto_cache_mb(X.shape[0], X.shape[1])
-        return kernel_mode_for(X.shape[0], cache_mb, np.dtype(self.dtype).itemsize) == "cached"
 
     def _fit_joint(self, X, y_index, kernel):
         """All one-vs-rest duals in one solve against one kernel matrix
@@ -171,22 +173,10 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
                                       self.theta, self.v, tol=self.tol, max_iter=self.max_iter,
                                       seed=seed_from(self.random_state),
                                       dtype=np.dtype(self.dtype))
-        if not result.converged:
-            warnings.warn(
-                f"ODMClassifier stopped at max_iter={self.max_iter} sweeps with largest "
-                f"violation {result.violation:.3g} > tol={self.tol}; increase max_iter or tol.",
-                ConvergenceWarning)
-        coef = result.gamma * one_vs_rest_signs(y_index, self.classes_.size)
-        self.support_ = np.flatnonzero(np.any(coef != 0.0, axis=1))
-        self.support_vectors_ = X[self.support_]
-        self.dual_coef_ = coef[self.support_].T
-        self.n_iter_ = np.full(self.classes_.size, result.n_sweeps)
-        self.objective_ = result.objectives
-        self.converged_ = bool(result.converged)
-        self.intercept_ = np.zeros(coef.shape[1])
-        self.model_ = KernelExpansion(self.support_vectors_, coef[self.support_], kernel,
-                                      self.classes_)
-        return self
+        self._warn_unless_converged(result)
+        return self._store_dual(X, result.gamma * one_vs_rest_signs(y_index, self.classes_.size),
+                                kernel, np.full(self.classes_.size, result.n_sweeps),
+                                result.objectives, result.converged)
 
     def _fit_primal(self, solver, X, y_index, targets, kernel):
         """The linear primal by Newton (exact) or SVRG (ODM_svrg): one (w, b) per output,

@@ -228,7 +228,7 @@ def test_turns_over_several_input_partitions_give_the_same_w(spark, linear_data)
 
 
 def test_csr_blocks_without_zeros_are_solved_dense(spark):
-    """A CSR block at least half full is stacked dense (dsvrg.DENSE_FROM_DENSITY): the fit
+    """A CSR block at least half full is stacked dense (io.DENSE_FROM_DENSITY): the fit
     from CSR rows with no zeros is then the fit from the same dense rows, bit for bit."""
     from sodm_spark.spark.dsvrg import _dense_if_full
     rng = np.random.default_rng(12)

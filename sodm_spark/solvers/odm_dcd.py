@@ -216,6 +216,15 @@ def kernel_mode_for(m: int, cache_mb: float, itemsize: int = 4) -> str:
     return "cached" if m * m * itemsize <= cache_mb * 2**20 else "blocked"
 
 
+def kernel_fits_cache(m: int, n_features: int, cache_mb: float | None = None,
+                      itemsize: int = 4) -> bool:
+    """Whether the whole m×m kernel matrix fits ``cache_mb`` (None: what this machine can
+    afford now, :func:`auto_cache_mb`)."""
+    if cache_mb is None:
+        cache_mb = auto_cache_mb(m, n_features)
+    return kernel_mode_for(m, cache_mb, itemsize) == "cached"
+
+
 def auto_cache_mb(m: int, n_features: int) -> float:
     """The kernel cache a solve on this machine can afford: the memory available now, less
     the solver's own arrays and :data:`~sodm_spark.resources.RESERVE_MB`."""

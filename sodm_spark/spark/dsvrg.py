@@ -52,7 +52,7 @@ from ..partition import nearest_landmark, partitions_look_like_whole, select_lan
 from ..solvers.svrg import (epoch_rng, loss_gradient_sum, row_sq_norms, sample_rows, step_for,
                             svrg_inner)
 from ..validation import check_odm_params
-from .io import DENSE_FROM_DENSITY
+from .io import dense_enough
 from .sodm import SPILL, SODMParams, StatsRecord, partition_blocks
 
 
@@ -163,10 +163,9 @@ def _stack(chunks):
 
 
 def _dense_if_full(X):
-    """``X`` as a dense array when it is a CSR block at least :data:`DENSE_FROM_DENSITY` full
-    (stacked blocks of a ``sparse=True`` read), else unchanged."""
-    if scipy.sparse.issparse(X) and X.shape[0] and \
-            X.nnz >= DENSE_FROM_DENSITY * X.shape[0] * X.shape[1]:
+    """``X`` as a dense array when it is a CSR block full enough (:func:`.io.dense_enough`;
+    stacked blocks of a ``sparse=True`` read), else unchanged."""
+    if scipy.sparse.issparse(X) and X.shape[0] and dense_enough(X.nnz, *X.shape):
         return X.toarray()
     return X
 
@@ -313,13 +312,11 @@ def _on_data(key, items, store, fn):
 
 def _on_data_keys(items, wanted, store, fn):
     """Data task: :func:`_on_data` for each key of the partition's (key, record) stream that
-    is in ``wanted`` (all when None); a key's records come one after another."""
+    is in ``wanted`` (all when None); a key's records come one after another (groupby skips
+    the records of a key it is not asked for)."""
     for key, run in itertools.groupby(items, key=lambda item: item[0]):
         if wanted is None or key in wanted:
             yield from _on_data(key, run, store, fn)
-        else:
-            for _ in run:
-                pass
 
 
 class _Blocks:
@@ -482,9 +479,8 @@ def stratified_layout(sc, inputs: "_Blocks", chunked, per_partition, params: "DS
     chunks, ``chunked`` is the RDD of (key, (X, ±1 y, ids)) chunks behind it and
     ``per_partition`` the same chunks as (input partition, chunk) in the input's own
     partitions, which the dealing reads (so it deals alike whatever the cluster's shape).
-    Returns (RDD of
-    (key, block): the input chunks, or the dealt partitions with key k in Spark partition k; a
-    description for the log; whether the rows were dealt)."""
+    Returns (RDD of (key, block): the input chunks, or the dealt partitions with key k in Spark
+    partition k; a description for the log; whether the rows were dealt)."""
     sparse = any(entry[4] for entry in survey)  # any block left CSR: no landmarks
     n_rows = sum(entry[1] for entry in survey)
     n_partitions = params.n_partitions or max(1, sc.defaultParallelism)

@@ -80,11 +80,17 @@ class DataPathError(FileNotFoundError, ValueError):
 DENSE_FROM_DENSITY = 0.5
 
 
+def dense_enough(nnz, n_rows, n_cols):
+    """Whether rows with ``nnz`` values in ``n_rows`` × ``n_cols`` cells are better stored dense
+    (:data:`DENSE_FROM_DENSITY`)."""
+    return nnz >= DENSE_FROM_DENSITY * n_rows * n_cols
+
+
 def _block_from_parsed(parsed, row_ids, d, sparse=False):
     """A Block from :class:`ParsedText` arrays: dense float64 C-contiguous, or CSR (``sparse``
     True, or "auto" and under :data:`DENSE_FROM_DENSITY` full)."""
     if sparse == "auto":
-        sparse = parsed.values.size < DENSE_FROM_DENSITY * parsed.labels.size * d
+        sparse = not dense_enough(parsed.values.size, parsed.labels.size, d)
     if sparse:
         X = scipy.sparse.csr_matrix((parsed.values, parsed.indices, parsed.indptr),
                                     shape=(parsed.labels.size, d))

@@ -27,7 +27,7 @@ from ..model import KernelExpansion
 from ..partition import (deal_positions, kmeans, nearest_center, nearest_landmark,
                          select_landmarks, stratum_offsets)
 from ..solvers import solve_odm_dual
-from ..solvers.odm_dcd import DCDResult, auto_cache_mb, kernel_mode_for
+from ..solvers.odm_dcd import DCDResult, kernel_fits_cache, kernel_mode_for
 from ..solvers.odm_multiclass import one_vs_rest_signs, solve_odm_multiclass
 from ..validation import check_odm_params
 from .checkpoint import LevelCheckpoint, assemble_partition, deal_by_layout
@@ -321,9 +321,7 @@ def _solve_classes(X, y, gamma, kernel, config, seed):
     if gamma.ndim == 1:  # a fresh partition: no warm start yet
         gamma = np.zeros((m, n_classes))
     y_index = y.astype(np.int64)
-    cache_mb = config["cache_mb"] if config["cache_mb"] is not None else \
-        auto_cache_mb(m, X.shape[1])
-    if kernel_mode_for(m, cache_mb) == "cached":
+    if kernel_fits_cache(m, X.shape[1], config["cache_mb"]):
         joint = solve_odm_multiclass(X, y_index, n_classes, kernel, config["lam"],
                                      config["theta"], config["v"], tol=config["tol"],
                                      max_iter=config["max_iter"], gamma0=gamma, seed=seed)
@@ -334,7 +332,7 @@ def _solve_classes(X, y, gamma, kernel, config, seed):
     results = [solve_odm_dual(X, np.where(y_index == c, 1.0, -1.0), kernel, config["lam"],
                               config["theta"], config["v"], tol=config["tol"],
                               max_iter=config["max_iter"], gamma0=gamma[:, c],
-                              seed=[*seed, c], cache_mb=cache_mb, mode="blocked")
+                              seed=[*seed, c], cache_mb=config["cache_mb"], mode="blocked")
                for c in range(n_classes)]
     return DCDResult(gamma=np.stack([r.gamma for r in results], axis=1),
                      u=np.stack([r.u for r in results], axis=1),
