@@ -6,7 +6,9 @@ single-process exact ODM, on real data in LIBSVM format. A benchmark, not a test
 
 "job" is ``spark-submit --master local[2] jobs/train_sodm.py --levels 3 --data F
 --test-data F`` with the job's defaults (automatic stopping on) and the ODM hyperparameters
-given; "job-no-auto-stop" adds ``--no-auto-stop`` (every level down to level 0). Each run is a
+given; "job-no-auto-stop" adds ``--no-auto-stop`` (every level down to level 0); "job-tune"
+gives no hyperparameters but ``--tune`` (the default grid searched on the top level, then
+the fit of its best point; its train seconds include the search). Each run is a
 fresh process; the table gives medians over --repeats runs of the job's ``train_seconds``,
 the whole command's wall time, and the ratio of train seconds to SVC's fit seconds. Without
 --train/--test it writes the binary Fashion-MNIST task (Debian's dataset-fashion-mnist) into
@@ -26,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_exact_odm import default_files  # noqa: E402
 from job_runs import medians, submit, write_json  # noqa: E402
 
-METHODS = ("svc", "exact-odm", "job", "job-no-auto-stop")
+METHODS = ("svc", "exact-odm", "job", "job-no-auto-stop", "job-tune")
 
 
 def fit_in_process(method: str, train: Path, test: Path, args) -> dict:
@@ -51,13 +53,18 @@ def fit_in_process(method: str, train: Path, test: Path, args) -> dict:
             "test_accuracy": float(model.score(X_test, y_test))}
 
 
-def run_job(train: Path, test: Path, args, extra: list[str]) -> dict:
-    """The job through spark-submit: its metrics JSON plus the command's wall time."""
+def run_job(train: Path, test: Path, args, extra: list[str], tune: bool = False) -> dict:
+    """The job through spark-submit: its metrics JSON plus the command's wall time. With
+    ``tune`` no hyperparameters are given: ``--tune`` chooses them (default grid)."""
+    given = ["--tune"] if tune else ["--lam", repr(args.lam), "--theta", repr(args.theta),
+                                     "--v", repr(args.v)]
     metrics, wall, output = submit(
         "train_sodm.py", ["--levels", str(args.levels), "--data", str(train), "--test-data",
-                          str(test), "--lam", repr(args.lam), "--theta", repr(args.theta),
-                          "--v", repr(args.v)] + extra, args.master)
+                          str(test)] + given + extra, args.master)
+    tuning = metrics.get("tuning")
     return {"train_seconds": metrics["train_seconds"], "wall_seconds": wall,
+            "tuning_seconds": metrics.get("tuning_seconds"),
+            "tuned": None if tuning is None else tuning["best"],
             "test_accuracy": metrics["test_accuracy"], "stopped_at": metrics.get("stopped_at"),
             "stop_reason": metrics.get("stop_reason"), "levels": metrics["levels"],
             "output": output}
@@ -90,7 +97,7 @@ def main() -> None:
         for repeat in range(args.repeats):
             if method.startswith("job"):
                 extra = args.job_args.split() + (["--no-auto-stop"] if "no-auto" in method else [])
-                run = run_job(train, test, args, extra)
+                run = run_job(train, test, args, extra, tune=method == "job-tune")
                 print("\n".join(run.pop("output")), flush=True)
             else:
                 run = fit_in_process(method, train, test, args)

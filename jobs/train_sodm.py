@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -24,16 +25,23 @@ from sodm_spark.datasets import make_linear, make_nonlinear
 from sodm_spark.spark.dsvrg import DSVRGParams, fit_dsvrg
 from sodm_spark.spark.io import read_blocks, read_libsvm_local
 from sodm_spark.spark.session import get_session, numpy_to_blocks, collect_blocks
-from sodm_spark.spark.sodm import PARTITIONERS, SODMParams, checked_classes, fit_sodm
+from sodm_spark.spark.sodm import (PARTITIONERS, SODMParams, checked_classes, fit_sodm,
+                                   prepare_sodm)
+from sodm_spark.spark.tune import tune_sodm
+from sodm_spark.tuning import ParamGrid
+from sodm_spark.tuning_report import point_line, table, write_report
 from sodm_spark.jobconf import gamma_arg, parse_with_defaults, write_outputs
 from sodm_spark.validation import check_finite_rows, check_two_classes, shown_classes
 
 DEFAULT_ROWS, DEFAULT_TEST_ROWS = 60000, 10000
 
 
-def parse_args(argv=None) -> argparse.Namespace:
+def parse_args(argv=None, prog="train_sodm.py", description=None,
+               tune_only=False) -> argparse.Namespace:
+    """The job's flags; ``tune_only`` (jobs/tune.py) searches and writes the report, no fit."""
     defaults = SODMParams()
-    parser = argparse.ArgumentParser(prog="train_sodm.py", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=prog, description=description or
+                                     __doc__.split("\n\n")[0])
     parser.add_argument("--data", help="training data (LIBSVM, CSV or Parquet); default: built-in")
     parser.add_argument("--test-data", help="test data in the same format, scored after every level")
     parser.add_argument("--format", choices=("libsvm", "csv", "parquet"), default="libsvm")
@@ -80,6 +88,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     stopping.add_argument("--time-budget", type=float, default=defaults.time_budget,
                           help="stop before a level whose predicted seconds would end "
                           "training after this many seconds")
+    tuning = parser.add_argument_group(
+        "hyperparameter search", "--tune scores a grid of (gamma, lam, theta, v) on the top "
+        "level's partitions against the validation rows, then fits the best point")
+    tuning.add_argument("--tune", action="store_true",
+                        help="search the grid first; its best point replaces --gamma (as a "
+                        "multiple of it), --lam, --theta and --v")
+    tuning.add_argument("--grid", type=grid_arg, default=None,
+                        help="the grid, e.g. 'gamma=0.5,1,2 lam=1e3,1e4,1e5 theta=0.1,0.3 "
+                        "v=0.2,0.8' (these are the defaults; gamma values multiply --gamma)")
+    tuning.add_argument("--tune-report", metavar="DIR",
+                        help="write tuning.json, tuning.txt and the heat map tuning.png here")
     parser.add_argument("--model-out", help="directory for the model (written atomically)")
     parser.add_argument("--metrics-out", help="JSON file for per-level metrics")
     parser.add_argument("--seed", type=int, default=defaults.seed)
@@ -98,10 +117,34 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="linear kernel: stop when the objective changes less (relative)")
     parser.add_argument("--partitions", type=int,
                         help="linear kernel: DSVRG partitions (default: the cores Spark has)")
+    if tune_only:
+        parser.set_defaults(tune=True, tune_report="tuning-report")
     args, args.config = parse_with_defaults(parser, "train_sodm", argv)
+    args.tune_only = tune_only
+    if tune_only and args.model_out:
+        parser.error("tune.py fits no model: run jobs/train_sodm.py --tune --model-out DIR to "
+                     "tune and fit in one run")
     if args.resume and not args.checkpoint_dir:
         parser.error("--resume needs --checkpoint-dir (the directory of the run to continue)")
+    if args.tune and args.kernel == "linear":
+        parser.error("--tune searches the kernel levels' hyperparameters; the linear kernel "
+                     "runs DSVRG (give --lam, --theta and --v, or use a nonlinear --kernel)")
+    if args.tune and args.resume:
+        parser.error("--tune with --resume: resume with the values the first run chose (its "
+                     "metrics JSON 'tuning.best'; --gamma, --lam, --theta, --v) without --tune")
+    if (args.grid is not None or args.tune_report) and not args.tune:
+        parser.error("--grid and --tune-report go with --tune")
     return args
+
+
+def grid_arg(text):
+    """argparse type of ``--grid``: a checked :class:`ParamGrid`."""
+    try:
+        grid = ParamGrid.parse(text)
+        grid.validate()
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return grid
 
 
 def read_driver_side(spark, path, args, n_features, sparse, flag):
@@ -151,8 +194,31 @@ def _accuracy_text(value):
     return "" if value is None else f"{value:.4f}"
 
 
+def run_tuning(spark, prepared, params, grid, report_dir=None):
+    """The grid search on the prepared top level: one line per grid point as it is scored,
+    the table best first, the report files; returns the TuneResult."""
+    print(f"tuning {len(grid)} grid points on {prepared.parts.getNumPartitions()} partitions "
+          f"of the top level, scored on {len(prepared.validation_pair[1])} validation rows "
+          f"(base gamma {prepared.kernel.gamma:.4g})", flush=True)
+
+    def show(entry, index, total):
+        print(point_line(entry.to_dict(), index, total, prepared.kernel.gamma), flush=True)
+
+    result = tune_sodm(spark.sparkContext, prepared, params, grid, on_point=show)
+    report = result.to_dict()
+    print(table(report), flush=True)
+    best = report["best"]
+    print(f"best: --gamma {best['gamma']:.6g} --lam {best['lam']:g} --theta {best['theta']:g} "
+          f"--v {best['v']:g} (validation accuracy {best['validation_accuracy']:.4f}; "
+          f"tuning took {result.seconds:.2f} s)", flush=True)
+    if report_dir:
+        paths = write_report(report, report_dir)
+        print(f"tuning report: {', '.join(paths.values())}", flush=True)
+    return result
+
+
 def run_levels(spark, blocks, classes, test, params, checkpoint_dir=None, resume=False,
-               validation=None):
+               validation=None, prepared=None):
     """SODM Algorithm 1: before each level its plan, after it one line of the levels table."""
     print(f"{'level':>5} {'partitions':>10} {'seconds':>9} {'predicted':>9} {'kernel':>8} "
           f"{'objective':>14} {'SVs':>8} {'sweeps':>7} {'val acc':>8} {'test acc':>9}",
@@ -177,7 +243,7 @@ def run_levels(spark, blocks, classes, test, params, checkpoint_dir=None, resume
               flush=True)
     fit = fit_sodm(spark.sparkContext, blocks, params, classes, test=test, on_level=show,
                    on_plan=announce, checkpoint_dir=checkpoint_dir, resume=resume,
-                   validation=validation)
+                   validation=validation, prepared=prepared)
     best = next(entry for entry in fit.levels if entry.level == fit.best_level)
     summary = {"levels": [entry.to_dict() for entry in fit.levels],
                "train_seconds": fit.train_seconds, "partition_seconds": fit.partition_seconds,
@@ -247,12 +313,26 @@ def train(spark, args):
         return run_dsvrg(spark, blocks, classes, test, n_features, args)
     validation = None if not args.validation_data else read_driver_side(
         spark, args.validation_data, args, n_features, False, "--validation-data")
-    return run_levels(spark, blocks, classes, test, params, args.checkpoint_dir, args.resume,
-                      validation)
+    if not args.tune:
+        return run_levels(spark, blocks, classes, test, params, args.checkpoint_dir,
+                          args.resume, validation)
+    prepared = prepare_sodm(spark.sparkContext, blocks, params, classes, test, validation,
+                            hold_out=True)
+    result = run_tuning(spark, prepared, params, args.grid or ParamGrid(), args.tune_report)
+    if args.tune_only:
+        return None, {"tuning": result.to_dict(), "tuning_seconds": result.seconds,
+                      "partition_seconds": prepared.partition_seconds}
+    tuned = result.best_params(params)
+    prepared.kernel = replace(prepared.kernel, gamma=tuned.gamma)
+    fit, summary = run_levels(spark, blocks, classes, test, tuned, args.checkpoint_dir,
+                              validation=validation, prepared=prepared)
+    summary["tuning"] = result.to_dict()
+    summary["tuning_seconds"] = result.seconds
+    return fit, summary
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
+def main(argv=None, prog="train_sodm.py", description=None, tune_only=False) -> int:
+    args = parse_args(argv, prog, description, tune_only)
     try:
         sodm_params(args)
     except ValueError as error:
@@ -265,7 +345,8 @@ def main(argv=None) -> int:
             fit, summary = train(spark, args)
         except (ValueError, FileNotFoundError) as error:
             raise SystemExit(f"error: {error}")
-        write_outputs(fit.model, summary, args.model_out, args.metrics_out)
+        write_outputs(None if fit is None else fit.model, summary, args.model_out,
+                      args.metrics_out)
     finally:
         if created:  # leave a session we joined (tests, notebooks) running
             spark.stop()

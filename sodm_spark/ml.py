@@ -31,7 +31,9 @@ from .kernels import decision_values
 from .model import KernelExpansion
 from .spark.io import dataframe_to_blocks
 from .spark.dsvrg import DSVRGParams, fit_dsvrg
-from .spark.sodm import SODMParams, checked_classes, fit_sodm
+from .spark.sodm import SODMParams, checked_classes, fit_sodm, prepare_sodm
+from .spark.tune import tune_sodm
+from .tuning import ParamGrid
 from .validation import shown_classes
 
 
@@ -183,9 +185,34 @@ class SODMClassifier(Estimator, _SODMParams, MLReadable, MLWritable):
     def setSeed(self, value):
         return self._set(seed=value)
 
-    def _fit(self, dataset):
+    def tune(self, dataset, grid=None):
+        """Score a grid of (γ multiple, λ, θ, v) on the top level's partitions of ``dataset``
+        against held-out validation rows (:mod:`sodm_spark.spark.tune`), without fitting.
+
+        ``grid``: a :class:`~sodm_spark.tuning.ParamGrid`, a dict such as
+        ``{"gamma": [0.5, 1, 2], "lam": [1e3, 1e4]}`` (γ values multiply this estimator's
+        gamma; keys left out keep the default grid's values) or None (the default grid).
+        Returns (a copy of this estimator with the best point's gamma, lam, theta and v set,
+        the :class:`~sodm_spark.spark.tune.TuneResult`).
+        """
         params = self._sodm_params()
         params.validate()
+        if params.kernel == "linear":
+            raise ValueError("tune searches the kernel levels' hyperparameters; kernel='linear' "
+                             "fits DSVRG (set lam, theta and v, or use a nonlinear kernel).")
+        grid = grid if isinstance(grid, ParamGrid) else \
+            ParamGrid() if grid is None else ParamGrid.from_dict(grid)
+        grid.validate(params.kernel)
+        blocks, classes, _ = self._checked_blocks(dataset, params)
+        sc = dataset.sparkSession.sparkContext
+        prepared = prepare_sodm(sc, blocks, params, classes, hold_out=True)
+        result = tune_sodm(sc, prepared, params, grid)
+        best = result.best_params(params)
+        return self.copy({self.gamma: best.gamma, self.lam: best.lam, self.theta: best.theta,
+                          self.v: best.v}), result
+
+    def _checked_blocks(self, dataset, params):
+        """(blocks, classes, n_features) of ``dataset``, refusing what cannot be fitted."""
         blocks, n_features = dataframe_to_blocks(dataset, self.getFeaturesCol(),
                                                  self.getLabelCol())
         classes = checked_classes(blocks, n_features)
@@ -199,6 +226,12 @@ class SODMClassifier(Estimator, _SODMParams, MLReadable, MLWritable):
                              f"({shown_classes(classes)}); use a nonlinear kernel (its levels "
                              "fit every class at once), or filter the DataFrame to two label "
                              "values.")
+        return blocks, classes, n_features
+
+    def _fit(self, dataset):
+        params = self._sodm_params()
+        params.validate()
+        blocks, classes, n_features = self._checked_blocks(dataset, params)
         sc = dataset.sparkSession.sparkContext
         if params.kernel == "linear":
             return self._copyValues(self._fit_dsvrg(sc, blocks, params, classes, n_features))

@@ -211,6 +211,16 @@ def full_q_matrix(kernel: Kernel, X: np.ndarray, y: np.ndarray, dtype=np.float32
     return Q
 
 
+def signed_kernel(K: np.ndarray, y: np.ndarray, dtype=np.float32) -> np.ndarray:
+    """Q = diag(y) K diag(y) from a kernel matrix already computed (a new array)."""
+    if K.shape != (y.size, y.size):
+        raise ValueError(f"the kernel matrix is {K.shape}, the problem has {y.size} rows.")
+    yd = y.astype(dtype)
+    Q = np.multiply(K, yd[:, None], dtype=dtype)
+    Q *= yd[None, :]
+    return Q
+
+
 def kernel_mode_for(m: int, cache_mb: float, itemsize: int = 4) -> str:
     """'cached' when the whole m×m kernel matrix fits ``cache_mb``, else 'blocked'."""
     return "cached" if m * m * itemsize <= cache_mb * 2**20 else "blocked"
@@ -244,7 +254,8 @@ def solve_odm_dual(X: np.ndarray, y: np.ndarray, kernel: Kernel, lam: float, the
                    v: float, *, tol: float = 1e-3, max_iter: int = 1000, gamma0=None,
                    seed=0, cache_mb: float | None = None, block_size: int = 1024,
                    inner_sweeps: int = 8, dtype=np.float32, shrinking: bool = True,
-                   block_mb: float = 256.0, mode: str = "auto", callback=None) -> DCDResult:
+                   block_mb: float = 256.0, mode: str = "auto", callback=None,
+                   kernel_values: np.ndarray | None = None) -> DCDResult:
     """Solve the ODM dual (Eqn 1) on ``X`` (m×d float) and ``y`` (±1) by coordinate descent.
 
     ``gamma0`` warm-starts from a given γ; ``seed`` (an int or a sequence such as
@@ -252,6 +263,8 @@ def solve_odm_dual(X: np.ndarray, y: np.ndarray, kernel: Kernel, lam: float, the
     (None: what this machine has available, :func:`auto_cache_mb`); ``mode`` is 'auto' (cached
     when m²·itemsize ≤ cache_mb), 'cached' or 'blocked'. ``max_iter`` bounds the sweeps;
     ``callback(sweep, violation, n_active)`` sees every sweep (progress on long solves).
+    ``kernel_values`` is the m×m kernel matrix of ``X`` when the caller already has it (a
+    hyperparameter search solves many problems on one matrix): the solve is then cached.
     """
     check_odm_params(lam, theta, v)
     if tol <= 0 or not np.isfinite(tol):
@@ -274,7 +287,9 @@ def solve_odm_dual(X: np.ndarray, y: np.ndarray, kernel: Kernel, lam: float, the
     if cache_mb is None:
         cache_mb = auto_cache_mb(m, X.shape[1])
     cache_bytes = cache_mb * 2**20
-    if mode == "auto":
+    if kernel_values is not None:
+        mode = "cached"
+    elif mode == "auto":
         mode = kernel_mode_for(m, cache_mb, dtype.itemsize)
     if mode not in ("cached", "blocked"):
         raise ValueError(f"mode must be 'auto', 'cached' or 'blocked', got {mode!r}.")
@@ -283,7 +298,8 @@ def solve_odm_dual(X: np.ndarray, y: np.ndarray, kernel: Kernel, lam: float, the
     kwargs = dict(problem=problem, gamma=gamma, rng=rng, tol=tol, max_iter=int(max_iter),
                   shrinking=shrinking, callback=callback)
     if mode == "cached":
-        Q = full_q_matrix(kernel, X, y, dtype, block_mb)
+        Q = full_q_matrix(kernel, X, y, dtype, block_mb) if kernel_values is None else \
+            signed_kernel(kernel_values, y, dtype)
         n_sweeps, violation, converged, history, u = run(Q=Q, **kwargs)
         computed = m
     else:

@@ -124,13 +124,15 @@ def solve_odm_multiclass(X: np.ndarray, y_index: np.ndarray, n_classes: int, ker
                          lam: float, theta: float, v: float, *, tol: float = 1e-3,
                          max_iter: int = 1000, gamma0=None, seed=0, dtype=np.float32,
                          shrinking: bool = True, block_mb: float = 256.0,
-                         callback=None) -> MulticlassDCDResult:
+                         callback=None, kernel_values: np.ndarray | None = None
+                         ) -> MulticlassDCDResult:
     """The C one-vs-rest ODM duals (Eqn 1, class c against the rest) of ``X`` with class
     numbers ``y_index`` in [0, C), solved together with the whole kernel matrix in memory.
 
     ``gamma0`` (m, C) warm-starts every class; a class with no row here is a problem with
     only negatives (its γ pushes every margin to -(1-θ) or below). Arguments otherwise as
-    :func:`~sodm_spark.solvers.odm_dcd.solve_odm_dual` (cached mode).
+    :func:`~sodm_spark.solvers.odm_dcd.solve_odm_dual` (cached mode; ``kernel_values`` the
+    m×m kernel matrix if the caller already computed it).
     """
     check_odm_params(lam, theta, v)
     if tol <= 0 or not np.isfinite(tol):
@@ -146,7 +148,12 @@ def solve_odm_multiclass(X: np.ndarray, y_index: np.ndarray, n_classes: int, ker
         np.array(gamma0, dtype=np.float64, copy=True)
     if gamma.shape != (m, n_classes) or not np.all(np.isfinite(gamma)):
         raise ValueError(f"gamma0 must be a finite ({m}, {n_classes}) matrix.")
-    K = kernel_matrix(kernel, X, dtype, block_mb)
+    if kernel_values is None:
+        K = kernel_matrix(kernel, X, dtype, block_mb)
+    elif kernel_values.shape != (m, m):
+        raise ValueError(f"the kernel matrix is {kernel_values.shape}, X has {m} rows.")
+    else:
+        K = kernel_values
     V = _signed_products(K, signs, gamma)
     rng = np.random.default_rng(seed)
     everyone = np.ones((m, n_classes), dtype=np.bool_)

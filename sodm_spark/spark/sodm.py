@@ -404,26 +404,41 @@ def largest_levels(n_rows: int, p: int) -> int:
     return levels
 
 
-def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
-             checkpoint_dir=None, resume: bool = False, validation=None,
-             on_plan=None) -> SODMFit:
-    """Fit SODM on ``blocks`` (RDD of (X, y, row_ids) with raw labels from ``classes``).
+@dataclass
+class PreparedData:
+    """What every fit of the same rows shares (:func:`prepare_sodm`): the labelled training
+    rows, the validation and test pairs, the resolved kernel and, once partitioned, the top
+    level's partitions. A hyperparameter search and the fit after it use one of these."""
 
-    Two classes: one ODM (``classes[1]`` is +1). More: the one-vs-rest ODMs of every class,
-    solved together in each partition against one kernel matrix, with the same partitions,
-    merges and stopping for all; the model has one coefficient column per class.
+    labelled: object  # RDD of (X, y, ids): ±1 y, or class numbers for 3+ classes
+    training: object  # the same without the held-out validation rows
+    classes: np.ndarray
+    kernel: Kernel
+    n_rows: int  # training rows (validation rows excluded)
+    n_features: int
+    validation_pair: tuple | None  # (X, ±1 y or class numbers) on the driver
+    test_pair: tuple | None
+    started: float  # perf_counter when preparation began (the fit's clock)
+    candidates: np.ndarray | None = None  # sampled rows for landmarks / k-means centers
+    parts: object = None  # RDD of the top level's partitions, once partitioned
+    sizes: np.ndarray | None = None
+    partition_seconds: float = 0.0
 
-    ``test`` is an optional (X_test, y_test) pair on the driver, scored after every level;
-    ``on_plan(LevelPlan)`` is called before each level (its predicted seconds) and
-    ``on_level(LevelStats)`` as each level finishes (the job prints both).
-    With ``params.auto_stop`` a validation slice — ``validation`` = (X, y) if given, else rows
-    held out of ``blocks`` (``validation_fraction``, at most ``validation_max_rows``) — is
-    scored after every level, the fit stops by :class:`~sodm_spark.stopping.StopRule`, and the
-    model is the best level's. With ``checkpoint_dir`` every finished level is recorded there
-    (:mod:`.checkpoint`); ``resume=True`` continues from the last recorded level instead of
-    starting over, and gives the model (and the stopping decisions) an uninterrupted run
-    would have given.
+    @property
+    def multi(self) -> bool:
+        return self.classes.size > 2
+
+
+def prepare_sodm(sc, blocks, params: SODMParams, classes, test=None, validation=None,
+                 hold_out: bool | None = None, partition: bool = True) -> PreparedData:
+    """Label the rows, hold out the validation slice, resolve the kernel and (``partition``)
+    deal the rows into the top level's p^L partitions.
+
+    Rows are held out (``validation_fraction`` of them, at most ``validation_max_rows``, by a
+    seeded hash of the row id) when ``validation`` is not given and ``hold_out`` is true
+    (default: automatic stopping has more than one level to choose between).
     """
+    started = time.perf_counter()
     params.validate()
     classes = np.asarray(classes)
     if classes.size < 2:
@@ -433,10 +448,6 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
     multi = classes.size > 2
     if multi:
         classes = np.unique(classes)  # class numbers follow the sorted labels
-    started = time.perf_counter()
-    config = {"lam": params.lam, "theta": params.theta, "v": params.v, "tol": params.tol,
-              "max_iter": params.max_iter, "seed": params.seed,
-              "n_classes": classes.size if multi else 0}
     positive = classes[1]
     labelled = blocks.map(lambda b: _class_numbers(b, classes)) if multi else \
         blocks.map(lambda b: _map_labels(b, positive))
@@ -449,9 +460,10 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
         raise ValueError(
             f"levels={params.levels} with p={params.p} asks for {n_partitions} partitions but the "
             f"data have only {n_all} rows; use --levels {largest_levels(n_all, params.p)} or less.")
+    if hold_out is None:  # one level to solve leaves nothing to choose between
+        hold_out = params.auto_stop and params.levels > params.stop_level
     training, validation_pair, candidates = labelled, validation, None
-    # one level to solve leaves nothing to choose between: no rows are held out then
-    if validation is None and params.auto_stop and params.levels > params.stop_level:
+    if validation is None and hold_out:
         fraction = min(params.validation_fraction, params.validation_max_rows / moments[0])
         seed = params.seed
         wanted = landmark_candidates_wanted(params, int(moments[0]), params.p ** params.levels)
@@ -479,10 +491,61 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
         params.gamma, n_features, squares / count - (total / count) ** 2)
     kernel = Kernel.create(params.kernel, gamma, params.degree, params.coef0,
                            offset=params.kernel_offset)
+    prepared = PreparedData(
+        labelled=labelled, training=training, classes=classes, kernel=kernel, n_rows=n_rows,
+        n_features=n_features, started=started, candidates=candidates,
+        test_pair=None if test is None else _plus_minus(test, classes, n_features, "test"),
+        validation_pair=None if validation_pair is None else _plus_minus(
+            validation_pair, classes, n_features, "validation"))
+    if partition:
+        partition_prepared(sc, prepared, params)
+    return prepared
+
+
+def partition_prepared(sc, prepared: PreparedData, params: SODMParams) -> None:
+    """Deal the prepared training rows into the top level's partitions (in place)."""
+    n_partitions = params.p ** params.levels
+    sc.setJobDescription(f"SODM partition: {params.partitioner} into {n_partitions}")
+    prepared.parts, _, prepared.sizes = partition_blocks(
+        sc, prepared.training, params, prepared.kernel, prepared.n_rows, n_partitions,
+        prepared.candidates, prepared.classes.size)
+    prepared.partition_seconds = time.perf_counter() - prepared.started
+    prepared.labelled.unpersist()
+
+
+def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
+             checkpoint_dir=None, resume: bool = False, validation=None,
+             on_plan=None, prepared: PreparedData | None = None) -> SODMFit:
+    """Fit SODM on ``blocks`` (RDD of (X, y, row_ids) with raw labels from ``classes``).
+
+    Two classes: one ODM (``classes[1]`` is +1). More: the one-vs-rest ODMs of every class,
+    solved together in each partition against one kernel matrix, with the same partitions,
+    merges and stopping for all; the model has one coefficient column per class.
+
+    ``test`` is an optional (X_test, y_test) pair on the driver, scored after every level;
+    ``on_plan(LevelPlan)`` is called before each level (its predicted seconds) and
+    ``on_level(LevelStats)`` as each level finishes (the job prints both).
+    With ``params.auto_stop`` a validation slice — ``validation`` = (X, y) if given, else rows
+    held out of ``blocks`` (``validation_fraction``, at most ``validation_max_rows``) — is
+    scored after every level, the fit stops by :class:`~sodm_spark.stopping.StopRule`, and the
+    model is the best level's. With ``checkpoint_dir`` every finished level is recorded there
+    (:mod:`.checkpoint`); ``resume=True`` continues from the last recorded level instead of
+    starting over, and gives the model (and the stopping decisions) an uninterrupted run
+    would have given. ``prepared`` (from :func:`prepare_sodm`, partitioned; its kernel may
+    differ from ``params``' after a search) skips the preparation: ``blocks``, ``classes``,
+    ``test`` and ``validation`` are then ignored, and the fit's clock started with it.
+    """
+    params.validate()
+    if prepared is None:
+        prepared = prepare_sodm(sc, blocks, params, classes, test, validation, partition=False)
+    classes, multi, kernel = prepared.classes, prepared.multi, prepared.kernel
+    n_rows, n_features = prepared.n_rows, prepared.n_features
+    training, started = prepared.training, prepared.started
+    test_pair, validation_pair = prepared.test_pair, prepared.validation_pair
+    config = {"lam": params.lam, "theta": params.theta, "v": params.v, "tol": params.tol,
+              "max_iter": params.max_iter, "seed": params.seed,
+              "n_classes": classes.size if multi else 0}
     kernel_dict = kernel.to_dict()
-    test_pair = None if test is None else _plus_minus(test, classes, n_features, "test")
-    validation_pair = None if validation_pair is None else _plus_minus(
-        validation_pair, classes, n_features, "validation")
 
     checkpoint = None
     if checkpoint_dir is not None:
@@ -495,12 +558,12 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
         sc.setJobDescription("SODM resume: deal rows to their checkpointed partitions")
         restored = _restore(sc, training, checkpoint)
         parts = None
+        prepared.labelled.unpersist()
     else:
-        sc.setJobDescription(f"SODM partition: {params.partitioner} into {n_partitions}")
-        parts, _, sizes = partition_blocks(sc, training, params, kernel, n_rows, n_partitions,
-                                           candidates, classes.size)
-    partition_seconds = time.perf_counter() - started
-    labelled.unpersist()
+        if prepared.parts is None:
+            partition_prepared(sc, prepared, params)
+        parts, sizes = prepared.parts, prepared.sizes
+    partition_seconds = prepared.partition_seconds or time.perf_counter() - started
 
     test_X = None if test_pair is None else sc.broadcast(test_pair[0])
     validation_X = None if validation_pair is None else sc.broadcast(

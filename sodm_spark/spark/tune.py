@@ -1,0 +1,127 @@
+"""Hyperparameter search on the top level's partitions, on Spark (issue [11]).
+
+One Spark job per γ multiple: every task takes one top-level partition, computes its kernel
+matrix, solves the local ODM for every (λ, θ, v) of the grid warm-started along λ, and returns
+its share of the validation rows' decision values per grid point
+(:func:`sodm_spark.tuning.search_partition`); the driver sums the shares (the top level's f)
+and scores them, so each grid point's accuracy is the one a fit with that point would report
+for its top level. Progress is printed per grid point as each γ multiple finishes.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+from ..kernels import Kernel
+from ..tuning import (GridPoint, ParamGrid, accuracy_of_scores, best_point, search_partition)
+from .sodm import PreparedData, SODMParams
+
+
+@dataclass
+class PointResult:
+    point: GridPoint
+    validation_accuracy: float
+    sweeps_max: int  # most sweeps any partition needed (warm-started along λ)
+    converged: bool  # every partition reached tol
+    seconds: float  # summed over partitions (task time)
+
+    def to_dict(self) -> dict:
+        return {**self.point.to_dict(), "validation_accuracy": self.validation_accuracy,
+                "sweeps_max": self.sweeps_max, "converged": self.converged,
+                "task_seconds": self.seconds}
+
+
+@dataclass
+class TuneResult:
+    grid: ParamGrid
+    base_gamma: float  # the resolved kernel γ the multiples apply to
+    kernel: str
+    partitions: int
+    validation_rows: int
+    points: list = field(default_factory=list)  # PointResult, in grid order
+    seconds: float = 0.0
+
+    @property
+    def best_index(self) -> int:
+        return best_point([p.validation_accuracy for p in self.points])
+
+    @property
+    def best(self) -> PointResult:
+        return self.points[self.best_index]
+
+    def best_params(self, params: SODMParams) -> SODMParams:
+        """``params`` with the best point's γ (a number), λ, θ and v."""
+        point = self.best.point
+        return replace(params, gamma=self.base_gamma * point.gamma_scale, lam=point.lam,
+                       theta=point.theta, v=point.v)
+
+    def to_dict(self) -> dict:
+        best = self.best
+        return {"grid": self.grid.to_dict(), "base_gamma": self.base_gamma,
+                "kernel": self.kernel, "partitions": self.partitions,
+                "validation_rows": self.validation_rows, "seconds": self.seconds,
+                "best": {**best.point.to_dict(), "gamma": self.base_gamma * best.point.gamma_scale,
+                         "validation_accuracy": best.validation_accuracy},
+                "points": [p.to_dict() for p in self.points]}
+
+
+def _search_task(item, X_val, kernel_dict, grid_dict, config, scale):
+    """One top-level partition, every grid point of one γ multiple: (scores, stats)."""
+    key, (X, y, _, _) = item
+    with threadpool_limits(max(1, min(config["threads"], os.cpu_count() or 1))):
+        _, scores, stats = search_partition(
+            X, y, X_val, Kernel.from_dict(kernel_dict), ParamGrid.from_dict(grid_dict),
+            n_classes=config["n_classes"], tol=config["tol"], max_iter=config["max_iter"],
+            seed=[config["seed"], 97, key], scales=[scale])
+    return scores, stats
+
+
+def tune_sodm(sc, prepared: PreparedData, params: SODMParams, grid: ParamGrid,
+              on_point=None) -> TuneResult:
+    """Score every point of ``grid`` on the prepared top level's partitions (see the module
+    docstring); ``on_point(PointResult, index, total)`` is called for each as it is known."""
+    grid.validate(prepared.kernel.name)
+    if prepared.parts is None:
+        raise ValueError("tune_sodm needs the prepared data partitioned (prepare_sodm with "
+                         "partition=True).")
+    if prepared.validation_pair is None:
+        raise ValueError("tuning needs validation rows: prepare with hold_out=True or give "
+                         "validation data.")
+    started = time.perf_counter()
+    X_val, y_val = prepared.validation_pair
+    n_parts = prepared.parts.getNumPartitions()
+    cores = max(1, sc.defaultParallelism)
+    config = {"n_classes": prepared.classes.size if prepared.multi else 0, "tol": params.tol,
+              "max_iter": params.max_iter, "seed": params.seed,
+              "threads": max(1, cores // min(n_parts, cores))}
+    kernel_dict, grid_dict = prepared.kernel.to_dict(), grid.to_dict()
+    X_val_b = sc.broadcast(np.asarray(X_val, dtype=np.float64))
+    result = TuneResult(grid=grid, base_gamma=prepared.kernel.gamma, kernel=prepared.kernel.name,
+                        partitions=n_parts, validation_rows=int(len(y_val)))
+    total = len(grid)
+    try:
+        for scale in sorted(grid.gamma_scales):
+            points = [p for p in grid.points() if p.gamma_scale == scale]
+            sc.setJobDescription(f"SODM tune: gamma x{scale:g}, {len(points)} grid points on "
+                                 f"{n_parts} partitions")
+            shares = prepared.parts.map(lambda item: _search_task(
+                item, X_val_b.value, kernel_dict, grid_dict, config, scale)).collect()
+            scores = np.sum([share[0] for share in shares], axis=0)
+            for j, point in enumerate(points):
+                stats = [share[1][j] for share in shares]
+                entry = PointResult(point, accuracy_of_scores(scores[j], y_val),
+                                    max(s["sweeps"] for s in stats),
+                                    all(s["converged"] for s in stats),
+                                    float(sum(s["seconds"] for s in stats)))
+                result.points.append(entry)
+                if on_point is not None:
+                    on_point(entry, len(result.points), total)
+    finally:
+        X_val_b.unpersist()
+        sc.setJobDescription(None)
+    result.seconds = time.perf_counter() - started
+    return result

@@ -1,0 +1,228 @@
+"""Hyperparameter search (issue [11]) against a brute-force grid search with ODMClassifier.
+
+Reference: for every grid point, an independent cold ODMClassifier fit per top-level
+partition (its own kernel, no warm start, no power trick), the partitions' decision values
+summed on the validation rows and scored — the same winner and the same accuracy per point.
+"""
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sklearn.datasets import dump_svmlight_file
+
+from sodm_spark import ODMClassifier
+from sodm_spark.kernels import Kernel
+from sodm_spark.spark.session import numpy_to_blocks
+from sodm_spark.spark.sodm import SODMParams, prepare_sodm
+from sodm_spark.spark.tune import tune_sodm
+from sodm_spark.tuning import ParamGrid, best_point, search_partition
+
+from conftest import make_problem
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "jobs"))
+import train_sodm  # noqa: E402
+import tune  # noqa: E402
+
+TOL = 1e-8
+SMALL_GRID = ParamGrid(gamma_scales=(0.5, 2.0), lams=(10.0, 1000.0), thetas=(0.1, 0.4),
+                       vs=(0.3,))
+
+
+def brute_force(parts, X_val, y_val, base_gamma, grid, multi=False):
+    """Validation accuracy per grid point (grid order) from cold ODMClassifier fits."""
+    accuracies = []
+    for point in grid.points():
+        total = 0.0
+        for X, y in parts:
+            model = ODMClassifier(gamma=base_gamma * point.gamma_scale, lam=point.lam,
+                                  theta=point.theta, v=point.v, tol=TOL, max_iter=20000)
+            model.fit(X, y)
+            total = total + model.decision_function(X_val)
+        predicted = np.argmax(total, axis=1) if multi else np.where(total > 0, 1.0, -1.0)
+        accuracies.append(float(np.mean(predicted == y_val)))
+    return accuracies
+
+
+def test_one_partition_matches_cold_fits_point_by_point():
+    X, y = make_problem(m=150, d=4, seed=3)
+    X_val, y_val = make_problem(m=120, d=4, seed=4)
+    kernel = Kernel.create("rbf", 0.4)
+    points, scores, stats = search_partition(X, y, X_val, kernel, SMALL_GRID, tol=TOL,
+                                             max_iter=20000)
+    assert points == SMALL_GRID.points() and len(points) == 8
+    assert all(s["converged"] for s in stats)
+    for point, share in zip(points, scores):
+        model = ODMClassifier(gamma=0.4 * point.gamma_scale, lam=point.lam, theta=point.theta,
+                              v=point.v, tol=TOL, max_iter=20000).fit(X, y)
+        expected = model.decision_function(X_val)
+        np.testing.assert_allclose(share, expected, rtol=0, atol=1e-4 * np.abs(expected).max())
+
+
+@pytest.fixture(scope="module")
+def binary_prepared(spark):
+    X, y = make_problem(m=900, d=5, seed=21)
+    sc = spark.sparkContext
+    params = SODMParams(levels=1, p=3, strata=4, tol=TOL, max_iter=20000, seed=4,
+                        validation_fraction=0.2, validation_max_rows=300)
+    prepared = prepare_sodm(sc, numpy_to_blocks(sc, X, y), params, np.array([-1.0, 1.0]),
+                            hold_out=True)
+    return params, prepared
+
+
+def collected_parts(prepared):
+    return [(X, y) for _, (X, y, _, _) in sorted(prepared.parts.collect(), key=lambda r: r[0])]
+
+
+def test_spark_search_equals_brute_force_on_the_top_level_partitions(spark, binary_prepared):
+    params, prepared = binary_prepared
+    result = tune_sodm(spark.sparkContext, prepared, params, SMALL_GRID)
+    X_val, y_val = prepared.validation_pair
+    parts = collected_parts(prepared)
+    assert len(parts) == 3 and 150 <= len(y_val) <= 300
+    expected = brute_force(parts, X_val, y_val, prepared.kernel.gamma, SMALL_GRID)
+    found = [p.validation_accuracy for p in result.points]
+    np.testing.assert_allclose(found, expected, rtol=0, atol=1e-6)
+    assert result.best_index == best_point(expected)
+    assert max(expected) - min(expected) > 0.01  # the grid's points are told apart
+    best = result.best_params(params)
+    assert best.gamma == pytest.approx(prepared.kernel.gamma * result.best.point.gamma_scale)
+    assert (best.lam, best.theta, best.v) == (result.best.point.lam, result.best.point.theta,
+                                              result.best.point.v)
+    # seeded: a second search gives the same numbers
+    again = tune_sodm(spark.sparkContext, prepared, params, SMALL_GRID)
+    assert [p.validation_accuracy for p in again.points] == found
+
+
+def test_multi_class_search_equals_brute_force(spark):
+    rng = np.random.default_rng(8)
+    centres = rng.normal(scale=1.6, size=(3, 3))
+    labels = np.array([2.0, 5.0, 8.0])
+    y = np.repeat(labels, 200)
+    X = centres[np.repeat(np.arange(3), 200)] + rng.normal(size=(600, 3))
+    order = rng.permutation(600)
+    X, y = X[order], y[order]
+    sc = spark.sparkContext
+    params = SODMParams(levels=1, p=2, strata=3, tol=TOL, max_iter=20000, seed=1,
+                        validation_fraction=0.25, validation_max_rows=200)
+    prepared = prepare_sodm(sc, numpy_to_blocks(sc, X, y), params, labels, hold_out=True)
+    grid = ParamGrid(gamma_scales=(1.0, 4.0), lams=(1.0, 100.0), thetas=(0.2,), vs=(0.5,))
+    result = tune_sodm(sc, prepared, params, grid)
+    X_val, y_val = prepared.validation_pair  # class numbers 0..2
+    parts = [(X_p, labels[y_p.astype(int)]) for X_p, y_p in collected_parts(prepared)]
+    expected = brute_force(parts, X_val, y_val, prepared.kernel.gamma, grid, multi=True)
+    np.testing.assert_allclose([p.validation_accuracy for p in result.points], expected,
+                               rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("lam=", "gives no value for lam"),
+    ("lam=1,1", "repeats a value of lam"),
+    ("gamma=-1", "gamma multiples must be positive"),
+    ("theta=1.5", "theta"),
+    ("lam=0", "lam"),
+    ("v=2", "v"),
+    ("C=1", "unknown grid keys ['C']"),
+    ("lam", "not key=v1,v2"),
+    ("lam=abc", "must be numbers"),
+])
+def test_invalid_grids_are_refused_with_a_message(text, message):
+    with pytest.raises(ValueError, match=None) as raised:
+        grid = ParamGrid.parse(text)
+        grid.validate()
+    assert message in str(raised.value)
+
+
+def test_the_default_grid_and_its_text_form():
+    grid = ParamGrid()
+    assert len(grid) == len(grid.points()) == 36
+    parsed = ParamGrid.parse("gamma=0.5,1;lam=1e3 theta=0.1,0.3")
+    assert parsed.gamma_scales == (0.5, 1.0) and parsed.lams == (1000.0,)
+    assert parsed.vs == grid.vs  # left out: the default
+    with pytest.raises(ValueError, match="linear kernel has no"):
+        grid.validate("linear")
+
+
+@pytest.fixture
+def job_files(tmp_path):
+    X, y = make_problem(m=600, d=5, seed=31)
+    X_test, y_test = make_problem(m=200, d=5, seed=32)
+    dump_svmlight_file(X, (y > 0).astype(int), str(tmp_path / "train.svm"), zero_based=False)
+    dump_svmlight_file(X_test, (y_test > 0).astype(int), str(tmp_path / "test.svm"),
+                       zero_based=False)
+    return tmp_path
+
+
+def test_train_job_tunes_then_fits_the_best_point(spark, job_files, capsys):
+    metrics = job_files / "metrics.json"
+    report = job_files / "report"
+    grid = "gamma=0.5,2 lam=10,1000 theta=0.1 v=0.5"
+    assert train_sodm.main(["--data", str(job_files / "train.svm"), "--test-data",
+                            str(job_files / "test.svm"), "--levels", "1", "--tune", "--grid",
+                            grid, "--tune-report", str(report), "--metrics-out",
+                            str(metrics)]) == 0
+    out = capsys.readouterr().out
+    summary = json.loads(metrics.read_text())
+    tuning = summary["tuning"]
+    assert len(tuning["points"]) == 4 and tuning["partitions"] == 3
+    assert [line for line in out.splitlines() if line.startswith("  [")][-1].startswith("  [  4/4]")
+    best = tuning["best"]
+    assert best["validation_accuracy"] == max(p["validation_accuracy"] for p in tuning["points"])
+    # the fit used the best point, and its top level scores what the search scored for it
+    assert summary["params"]["lam"] == best["lam"] and summary["params"]["theta"] == best["theta"]
+    assert summary["params"]["gamma"] == pytest.approx(best["gamma"])
+    top = summary["levels"][0]
+    assert top["level"] == 1
+    assert top["validation_accuracy"] == pytest.approx(best["validation_accuracy"], abs=0.02)
+    assert summary["test_accuracy"] > 0.7
+    assert {p.name for p in report.iterdir()} == {"tuning.json", "tuning.txt", "tuning.png"}
+    assert (report / "tuning.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_tune_job_writes_the_report_and_no_model(spark, job_files, capsys, monkeypatch):
+    monkeypatch.chdir(job_files)
+    assert tune.main(["--data", str(job_files / "train.svm"), "--levels", "1", "--grid",
+                      "gamma=1 lam=10,100 theta=0.1 v=0.5"]) == 0
+    out = capsys.readouterr().out
+    assert "best: --gamma" in out and "level partitions" not in out
+    report = json.loads((job_files / "tuning-report" / "tuning.json").read_text())
+    assert len(report["points"]) == 2
+    with pytest.raises(SystemExit):
+        tune.main(["--data", str(job_files / "train.svm"), "--model-out", "m"])
+    assert "fits no model" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--tune", "--kernel", "linear"], "the linear kernel runs DSVRG"),
+    (["--grid", "lam=1"], "--grid and --tune-report go with --tune"),
+    (["--tune", "--grid", "lam=0"], "lam"),
+    (["--tune", "--resume", "--checkpoint-dir", "x"], "without --tune"),
+])
+def test_the_job_refuses_tuning_flags_that_cannot_work(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        train_sodm.parse_args(argv)
+    assert message in capsys.readouterr().err
+
+
+def test_the_estimator_tunes_and_returns_itself_with_the_best_point(spark):
+    from pyspark.ml.linalg import Vectors
+
+    from sodm_spark.ml import SODMClassifier
+
+    X, y = make_problem(m=500, d=4, seed=61)
+    df = spark.createDataFrame([(float(label), Vectors.dense(row)) for row, label in zip(X, y)],
+                               ["label", "features"])
+    estimator = SODMClassifier(levels=1, p=2, strata=3, seed=3)
+    best, result = estimator.tune(df, {"gamma": [0.25, 1.0], "lam": [1.0, 100.0],
+                                       "theta": [0.1], "v": [0.5]})
+    assert len(result.points) == 4 and result.partitions == 2
+    point = result.best.point
+    assert best.getLam() == point.lam and best.getTheta() == point.theta
+    assert best.getGamma() == pytest.approx(result.base_gamma * point.gamma_scale)
+    assert estimator.getLam() == SODMParams().lam  # the estimator tuned is left as it was
+    model = best.fit(df)
+    assert model.transform(df).where("prediction = label").count() > 0.7 * 500
+    with pytest.raises(ValueError, match="unknown grid keys"):
+        estimator.tune(df, {"C": [1.0]})
