@@ -218,8 +218,13 @@ def accuracy_of_scores(scores: np.ndarray, y_val: np.ndarray) -> float:
     return float(np.mean(np.where(scores > 0, 1.0, -1.0) == y_val))
 
 
-def best_point(accuracies) -> int:
-    """Index of the highest validation accuracy; ties go to the earliest point in grid order
-    (the smaller γ multiple and λ: the smoother model)."""
+def best_point(accuracies, sweeps=None) -> int:
+    """Index of the highest validation accuracy. Ties (common: 1,000 validation rows score in
+    steps of 0.1 points) go to the fewest sweeps — the point whose levels will solve fastest —
+    then to the earliest point in grid order."""
     accuracies = np.asarray(accuracies, dtype=np.float64)
-    return int(np.flatnonzero(accuracies == accuracies.max())[0])
+    tied = np.flatnonzero(accuracies == accuracies.max())
+    if sweeps is None:
+        return int(tied[0])
+    sweeps = np.asarray(sweeps)
+    return int(tied[np.argmin(sweeps[tied])])  # argmin keeps the earliest among equal sweeps

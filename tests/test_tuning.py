@@ -85,7 +85,8 @@ def test_spark_search_equals_brute_force_on_the_top_level_partitions(spark, bina
     expected = brute_force(parts, X_val, y_val, prepared.kernel.gamma, SMALL_GRID)
     found = [p.validation_accuracy for p in result.points]
     np.testing.assert_allclose(found, expected, rtol=0, atol=1e-6)
-    assert result.best_index == best_point(expected)
+    assert result.best_index == best_point(expected, [p.sweeps_max for p in result.points])
+    assert result.best.validation_accuracy == max(expected)
     assert max(expected) - min(expected) > 0.01  # the grid's points are told apart
     best = result.best_params(params)
     assert best.gamma == pytest.approx(prepared.kernel.gamma * result.best.point.gamma_scale)
@@ -133,6 +134,12 @@ def test_invalid_grids_are_refused_with_a_message(text, message):
         grid = ParamGrid.parse(text)
         grid.validate()
     assert message in str(raised.value)
+
+
+def test_ties_go_to_the_fewest_sweeps_then_the_grid_order():
+    assert best_point([0.9, 0.95, 0.95, 0.95], [1, 300, 90, 90]) == 2
+    assert best_point([0.9, 0.95, 0.95]) == 1
+    assert best_point([0.97, 0.95], [500, 1]) == 0  # accuracy first
 
 
 def test_the_default_grid_and_its_text_form():

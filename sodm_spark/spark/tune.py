@@ -47,7 +47,8 @@ class TuneResult:
 
     @property
     def best_index(self) -> int:
-        return best_point([p.validation_accuracy for p in self.points])
+        return best_point([p.validation_accuracy for p in self.points],
+                          [p.sweeps_max for p in self.points])
 
     @property
     def best(self) -> PointResult:
