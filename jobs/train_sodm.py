@@ -320,12 +320,10 @@ def train(spark, args):
                             hold_out=True)
     result = run_tuning(spark, prepared, params, args.grid or ParamGrid(), args.tune_report)
     if args.tune_only:
-        result.release()
         return None, {"tuning": result.to_dict(), "tuning_seconds": result.seconds,
                       "partition_seconds": prepared.partition_seconds}
     tuned = result.best_params(params)
     prepared.kernel = replace(prepared.kernel, gamma=tuned.gamma)
-    result.warm_start(prepared)
     fit, summary = run_levels(spark, blocks, classes, test, tuned, args.checkpoint_dir,
                               validation=validation, prepared=prepared)
     summary["tuning"] = result.to_dict()

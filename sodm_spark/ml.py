@@ -207,8 +207,6 @@ class SODMClassifier(Estimator, _SODMParams, MLReadable, MLWritable):
         sc = dataset.sparkSession.sparkContext
         prepared = prepare_sodm(sc, blocks, params, classes, hold_out=True)
         result = tune_sodm(sc, prepared, params, grid)
-        result.release()
-        prepared.parts.unpersist()
         best = result.best_params(params)
         return self.copy({self.gamma: best.gamma, self.lam: best.lam, self.theta: best.theta,
                           self.v: best.v}), result

@@ -159,9 +159,8 @@ def search_partition(X, y, X_val, kernel: Kernel, grid: ParamGrid, *, n_classes:
     ``y`` is ±1 (binary) or class numbers in [0, n_classes) (one-vs-rest duals of every class,
     solved together); ``X_val`` the validation rows. Returns (points, scores, stats): scores
     (n_points, n_val) or (n_points, n_val, C) in float64 — summed over partitions they are the
-    top level's f — per point a dict of sweeps, objective, convergence and seconds, and the
-    duals γ per point (float64, (n_points, m) or (n_points, m, C)): a fit of the chosen point
-    starts its top level from them. ``on_point(index, point)`` is called after each point.
+    top level's f — and per point a dict of sweeps, objective, convergence and seconds.
+    ``on_point(index, point)`` is called after each point.
     """
     X = np.ascontiguousarray(X.toarray() if hasattr(X, "toarray") else X, dtype=np.float64)
     X_val = np.asarray(X_val, dtype=np.float64)
@@ -171,7 +170,6 @@ def search_partition(X, y, X_val, kernel: Kernel, grid: ParamGrid, *, n_classes:
     n_val, m = X_val.shape[0], X.shape[0]
     scores = np.zeros((len(points), n_val) + ((n_classes,) if n_classes else ()))
     stats = []
-    duals = np.zeros((len(points), m) + ((n_classes,) if n_classes else ()))
     if n_classes:
         signs = one_vs_rest_signs(y.astype(np.int64), n_classes)
     index = 0
@@ -202,7 +200,6 @@ def search_partition(X, y, X_val, kernel: Kernel, grid: ParamGrid, *, n_classes:
                 coef = result.gamma * y
                 objective = float(result.objective)
             warm[(point.theta, point.v)] = (point.lam, result.gamma)
-            duals[index] = result.gamma
             scores[index] = K_val @ coef if m else 0.0
             stats.append({"sweeps": int(result.n_sweeps), "objective": objective,
                           "converged": bool(result.converged),
@@ -210,7 +207,7 @@ def search_partition(X, y, X_val, kernel: Kernel, grid: ParamGrid, *, n_classes:
             if on_point is not None:
                 on_point(index, point)
             index += 1
-    return points, scores, stats, duals
+    return points, scores, stats
 
 
 def accuracy_of_scores(scores: np.ndarray, y_val: np.ndarray) -> float:

@@ -50,8 +50,8 @@ def test_one_partition_matches_cold_fits_point_by_point():
     X, y = make_problem(m=150, d=4, seed=3)
     X_val, y_val = make_problem(m=120, d=4, seed=4)
     kernel = Kernel.create("rbf", 0.4)
-    points, scores, stats, duals = search_partition(X, y, X_val, kernel, SMALL_GRID,
-                                                    tol=TOL, max_iter=20000)
+    points, scores, stats = search_partition(X, y, X_val, kernel, SMALL_GRID, tol=TOL,
+                                             max_iter=20000)
     assert points == SMALL_GRID.points() and len(points) == 8
     assert all(s["converged"] for s in stats)
     for point, share in zip(points, scores):
@@ -59,11 +59,6 @@ def test_one_partition_matches_cold_fits_point_by_point():
                               v=point.v, tol=TOL, max_iter=20000).fit(X, y)
         expected = model.decision_function(X_val)
         np.testing.assert_allclose(share, expected, rtol=0, atol=1e-4 * np.abs(expected).max())
-    # the duals returned are the ones scored (a fit warm-starts its top level from them)
-    for point, share, gamma in zip(points, scores, duals):
-        scaled = Kernel.create("rbf", 0.4 * point.gamma_scale)
-        np.testing.assert_allclose(scaled.block(X_val, X) @ (gamma * y), share, rtol=0,
-                                   atol=1e-5 * np.abs(share).max())  # float32 K
 
 
 @pytest.fixture(scope="module")
@@ -187,9 +182,7 @@ def test_train_job_tunes_then_fits_the_best_point(spark, job_files, capsys):
     assert summary["params"]["gamma"] == pytest.approx(best["gamma"])
     top = summary["levels"][0]
     assert top["level"] == 1
-    # the top level started from the search's duals of that point: already solved
-    assert top["validation_accuracy"] == pytest.approx(best["validation_accuracy"], abs=1e-9)
-    assert top["warm_start_violation"] <= 1e-3 and top["sweeps_max"] == 1
+    assert top["validation_accuracy"] == pytest.approx(best["validation_accuracy"], abs=0.02)
     assert summary["test_accuracy"] > 0.7
     assert {p.name for p in report.iterdir()} == {"tuning.json", "tuning.txt", "tuning.png"}
     assert (report / "tuning.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

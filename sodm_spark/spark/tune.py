@@ -18,7 +18,7 @@ from threadpoolctl import threadpool_limits
 
 from ..kernels import Kernel
 from ..tuning import (GridPoint, ParamGrid, accuracy_of_scores, best_point, search_partition)
-from .sodm import SPILL, PreparedData, SODMParams
+from .sodm import PreparedData, SODMParams
 
 
 @dataclass
@@ -44,8 +44,6 @@ class TuneResult:
     validation_rows: int
     points: list = field(default_factory=list)  # PointResult, in grid order
     seconds: float = 0.0
-    # per γ multiple, the persisted search output (scores, stats and duals per partition)
-    searched: dict = field(default_factory=dict, repr=False)
 
     @property
     def best_index(self) -> int:
@@ -62,25 +60,6 @@ class TuneResult:
         return replace(params, gamma=self.base_gamma * point.gamma_scale, lam=point.lam,
                        theta=point.theta, v=point.v)
 
-    def warm_start(self, prepared: PreparedData) -> None:
-        """Give the prepared top level the best point's duals as its warm start (the fit's
-        top level then only checks them: the search already solved that problem), and
-        release the search's cached output."""
-        best = self.best.point
-        index = [p for p in self.grid.points()
-                 if p.gamma_scale == best.gamma_scale].index(best)
-        searched, unsolved = self.searched[best.gamma_scale], prepared.parts
-        prepared.parts = unsolved.zip(searched).map(
-            lambda pair: _with_duals(pair, index)).persist(SPILL)
-        prepared.parts.count()
-        unsolved.unpersist()
-        self.release()
-
-    def release(self) -> None:
-        for rdd in self.searched.values():
-            rdd.unpersist()
-        self.searched.clear()
-
     def to_dict(self) -> dict:
         best = self.best
         return {"grid": self.grid.to_dict(), "base_gamma": self.base_gamma,
@@ -92,31 +71,20 @@ class TuneResult:
 
 
 def _search_task(item, X_val, kernel_dict, grid_dict, config, scale):
-    """One top-level partition, every grid point of one γ multiple: (key, (scores, stats,
-    duals))."""
+    """One top-level partition, every grid point of one γ multiple: (scores, stats)."""
     key, (X, y, _, _) = item
     with threadpool_limits(max(1, min(config["threads"], os.cpu_count() or 1))):
-        _, scores, stats, duals = search_partition(
+        _, scores, stats = search_partition(
             X, y, X_val, Kernel.from_dict(kernel_dict), ParamGrid.from_dict(grid_dict),
             n_classes=config["n_classes"], tol=config["tol"], max_iter=config["max_iter"],
             seed=[config["seed"], 97, key], scales=[scale])
-    return key, (scores, stats, duals)
-
-
-def _with_duals(pair, index):
-    """A top-level partition with its γ replaced by the search's duals of grid point
-    ``index``."""
-    (key, (X, y, ids, _)), (same_key, (_, _, duals)) = pair
-    assert key == same_key, "the search's output lost the partition order"
-    return key, (X, y, ids, duals[index])
+    return scores, stats
 
 
 def tune_sodm(sc, prepared: PreparedData, params: SODMParams, grid: ParamGrid,
               on_point=None) -> TuneResult:
     """Score every point of ``grid`` on the prepared top level's partitions (see the module
-    docstring); ``on_point(PointResult, index, total)`` is called for each as it is known.
-    The search's duals stay cached until :meth:`TuneResult.warm_start` or
-    :meth:`TuneResult.release`."""
+    docstring); ``on_point(PointResult, index, total)`` is called for each as it is known."""
     grid.validate(prepared.kernel.name)
     if prepared.parts is None:
         raise ValueError("tune_sodm needs the prepared data partitioned (prepare_sodm with "
@@ -141,10 +109,8 @@ def tune_sodm(sc, prepared: PreparedData, params: SODMParams, grid: ParamGrid,
             points = [p for p in grid.points() if p.gamma_scale == scale]
             sc.setJobDescription(f"SODM tune: gamma x{scale:g}, {len(points)} grid points on "
                                  f"{n_parts} partitions")
-            searched = prepared.parts.map(lambda item: _search_task(
-                item, X_val_b.value, kernel_dict, grid_dict, config, scale)).persist(SPILL)
-            result.searched[scale] = searched
-            shares = searched.map(lambda item: item[1][:2]).collect()
+            shares = prepared.parts.map(lambda item: _search_task(
+                item, X_val_b.value, kernel_dict, grid_dict, config, scale)).collect()
             scores = np.sum([share[0] for share in shares], axis=0)
             for j, point in enumerate(points):
                 stats = [share[1][j] for share in shares]
@@ -155,9 +121,6 @@ def tune_sodm(sc, prepared: PreparedData, params: SODMParams, grid: ParamGrid,
                 result.points.append(entry)
                 if on_point is not None:
                     on_point(entry, len(result.points), total)
-    except BaseException:
-        result.release()  # nothing cached is left behind by a failed search
-        raise
     finally:
         X_val_b.unpersist()
         sc.setJobDescription(None)
