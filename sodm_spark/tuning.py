@@ -37,6 +37,11 @@ DEFAULT_GAMMA_SCALES = (0.5, 1.0, 2.0)
 DEFAULT_LAMS = (1e3, 1e4, 1e5)
 DEFAULT_THETAS = (0.1, 0.3)
 DEFAULT_VS = (0.2, 0.8)
+# The search solves each point to this multiple of the fit's tol: it only needs the sign of f
+# on the validation rows. Measured on 36 points of a 2,186-row Fashion-MNIST partition (the
+# 0-4 vs 5-9 task): 10× tol took 40% fewer sweeps, and the same validation accuracy on 34
+# points (the other two one row apart).
+SEARCH_TOL_FACTOR = 10.0
 # kernels whose matrix at s·γ is the element-wise s-th power of the matrix at γ
 _POWER_KERNELS = ("rbf", "laplacian")
 GRID_KEYS = ("gamma", "lam", "theta", "v")

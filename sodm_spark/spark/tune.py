@@ -1,7 +1,8 @@
 """Hyperparameter search on the top level's partitions, on Spark (issue [11]).
 
 One Spark job per γ multiple: every task takes one top-level partition, computes its kernel
-matrix, solves the local ODM for every (λ, θ, v) of the grid warm-started along λ, and returns
+matrix, solves the local ODM for every (λ, θ, v) of the grid warm-started along λ (to
+``SEARCH_TOL_FACTOR`` × the fit's tol), and returns
 its share of the validation rows' decision values per grid point
 (:func:`sodm_spark.tuning.search_partition`); the driver sums the shares (the top level's f)
 and scores them, so each grid point's accuracy is the one a fit with that point would report
@@ -17,7 +18,8 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from ..kernels import Kernel
-from ..tuning import (GridPoint, ParamGrid, accuracy_of_scores, best_point, search_partition)
+from ..tuning import (SEARCH_TOL_FACTOR, GridPoint, ParamGrid, accuracy_of_scores, best_point,
+                      search_partition)
 from .sodm import PreparedData, SODMParams
 
 
@@ -96,7 +98,8 @@ def tune_sodm(sc, prepared: PreparedData, params: SODMParams, grid: ParamGrid,
     X_val, y_val = prepared.validation_pair
     n_parts = prepared.parts.getNumPartitions()
     cores = max(1, sc.defaultParallelism)
-    config = {"n_classes": prepared.classes.size if prepared.multi else 0, "tol": params.tol,
+    config = {"n_classes": prepared.classes.size if prepared.multi else 0,
+              "tol": params.tol * SEARCH_TOL_FACTOR,
               "max_iter": params.max_iter, "seed": params.seed,
               "threads": max(1, cores // min(n_parts, cores))}
     kernel_dict, grid_dict = prepared.kernel.to_dict(), grid.to_dict()
