@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from sodm_spark.spark.sodm import (PARTITIONERS, SODMParams, checked_classes, fi
                                    prepare_sodm)
 from sodm_spark.spark.tune import tune_sodm
 from sodm_spark.tuning import ParamGrid
+from sodm_spark.compression import METHODS as COMPRESSION_METHODS, compare
 from sodm_spark.tuning_report import point_line, table, write_report
 from sodm_spark.jobconf import gamma_arg, parse_with_defaults, write_outputs
 from sodm_spark.validation import check_finite_rows, check_two_classes, shown_classes
@@ -99,6 +101,11 @@ def parse_args(argv=None, prog="train_sodm.py", description=None,
                         "v=0.2,0.8' (these are the defaults; gamma values multiply --gamma)")
     tuning.add_argument("--tune-report", metavar="DIR",
                         help="write tuning.json, tuning.txt and the heat map tuning.png here")
+    parser.add_argument("--max-sv", type=int, metavar="N",
+                        help="compress the model to at most N points (reduced-set projection "
+                        "of f; reported on the validation and test rows before and after)")
+    parser.add_argument("--compress-method", choices=COMPRESSION_METHODS, default="landmarks",
+                        help="how --max-sv chooses its points (default: Eqn 8 landmarks)")
     parser.add_argument("--model-out", help="directory for the model (written atomically)")
     parser.add_argument("--metrics-out", help="JSON file for per-level metrics")
     parser.add_argument("--seed", type=int, default=defaults.seed)
@@ -121,6 +128,11 @@ def parse_args(argv=None, prog="train_sodm.py", description=None,
         parser.set_defaults(tune=True, tune_report="tuning-report")
     args, args.config = parse_with_defaults(parser, "train_sodm", argv)
     args.tune_only = tune_only
+    if args.max_sv is not None and args.max_sv < 1:
+        parser.error(f"--max-sv must be a positive integer, got {args.max_sv}")
+    if args.max_sv is not None and args.kernel == "linear":
+        parser.error("--max-sv compresses kernel expansions; a linear model is one weight "
+                     "vector already")
     if tune_only and args.model_out:
         parser.error("tune.py fits no model: run jobs/train_sodm.py --tune --model-out DIR to "
                      "tune and fit in one run")
@@ -304,6 +316,30 @@ def sodm_params(args) -> SODMParams:
     return params
 
 
+def compress_fit(fit, summary, test, args):
+    """Replace the fitted model by one over at most --max-sv points and report the change on
+    the validation and test rows (metrics JSON: ``compression``)."""
+    start = time.perf_counter()
+    compressed = fit.model.compress(args.max_sv, method=args.compress_method, seed=args.seed)
+    report = {"max_sv": args.max_sv, "method": args.compress_method,
+              "seconds": time.perf_counter() - start}
+    for name, pair in (("validation", fit.validation), ("test", test)):
+        if pair is not None:
+            report[name] = compare(fit.model, compressed, np.asarray(pair[0]), pair[1])
+            r = report[name]
+            print(f"compressed {r['support_vectors_before']:,} -> {r['support_vectors_after']:,} "
+                  f"points ({args.compress_method}, {report['seconds']:.2f} s): {name} accuracy "
+                  f"{r['accuracy_before']:.4f} -> {r['accuracy_after']:.4f}, decision function "
+                  f"relative RMS error {r['relative_rms_error']:.3g}, "
+                  f"{100 * r['predictions_changed']:.2f}% of predictions changed", flush=True)
+    fit.model = compressed
+    summary["compression"] = report
+    summary["n_sv"] = int(compressed.support_vectors.shape[0])
+    if "test" in report:
+        summary["test_accuracy_uncompressed"] = summary["test_accuracy"]
+        summary["test_accuracy"] = report["test"]["accuracy_after"]
+
+
 def train(spark, args):
     """Load the data the flags name and fit: (fit, metrics summary). Raises ValueError on bad
     input and FileNotFoundError on a missing file (the jobs turn both into messages)."""
@@ -314,8 +350,11 @@ def train(spark, args):
     validation = None if not args.validation_data else read_driver_side(
         spark, args.validation_data, args, n_features, False, "--validation-data")
     if not args.tune:
-        return run_levels(spark, blocks, classes, test, params, args.checkpoint_dir,
-                          args.resume, validation)
+        fit, summary = run_levels(spark, blocks, classes, test, params, args.checkpoint_dir,
+                                  args.resume, validation)
+        if args.max_sv:
+            compress_fit(fit, summary, test, args)
+        return fit, summary
     prepared = prepare_sodm(spark.sparkContext, blocks, params, classes, test, validation,
                             hold_out=True)
     result = run_tuning(spark, prepared, params, args.grid or ParamGrid(), args.tune_report)
@@ -328,6 +367,8 @@ def train(spark, args):
                               validation=validation, prepared=prepared)
     summary["tuning"] = result.to_dict()
     summary["tuning_seconds"] = result.seconds
+    if args.max_sv:
+        compress_fit(fit, summary, test, args)
     return fit, summary
 
 

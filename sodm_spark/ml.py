@@ -27,7 +27,6 @@ from pyspark.ml.util import (DefaultParamsReader, DefaultParamsWriter, MLReadabl
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DoubleType
 
-from .kernels import decision_values
 from .model import KernelExpansion
 from .spark.io import dataframe_to_blocks
 from .spark.dsvrg import DSVRGParams, fit_dsvrg
@@ -285,33 +284,34 @@ class SODMClassificationModel(Model, _SODMParams, MLReadable, MLWritable):
     def _transform(self, dataset):
         spark = dataset.sparkSession
         expansion = self.expansion
-        intercept = 0.0 if expansion.intercept is None else np.asarray(expansion.intercept)
         binary = expansion.coef.shape[1] == 1
         payload = spark.sparkContext.broadcast(
-            (expansion.support_vectors, expansion.coef[:, 0] if binary else expansion.coef,
-             expansion.kernel.to_dict()))
+            (expansion.support_vectors, expansion.coef, expansion.kernel.to_dict(),
+             expansion.intercept))
         n_features, features_col = self.numFeatures, self.getFeaturesCol()
         classes = [float(c) for c in expansion.classes]
 
         @F.pandas_udf(ArrayType(DoubleType()))
-        def raw_scores(features: pd.Series) -> pd.Series:
+        def raw_scores_udf(features: pd.Series) -> pd.Series:
             from sodm_spark.kernels import Kernel
-            support_vectors, coef, kernel_dict = payload.value
+            from sodm_spark.scoring import raw_scores
+            support_vectors, coef, kernel_dict, intercept = payload.value
             X = np.stack(features.to_numpy()).astype(np.float64) if len(features) else \
                 np.zeros((0, n_features))
             if X.shape[1] != n_features:
                 raise ValueError(f"column {features_col!r} has {X.shape[1]} features; the "
                                  f"model was trained on {n_features}. Transform data with the "
                                  "training data's feature columns, in the same order.")
-            scores = decision_values(Kernel.from_dict(kernel_dict), X, support_vectors,
-                                     coef) + intercept
-            return pd.Series(list(np.stack([-scores, scores], axis=1) if scores.ndim == 1
+            # jobs/predict.py's scoring: float32 kernel blocks, boundary rows in float64
+            scores, _ = raw_scores(X, support_vectors, coef, Kernel.from_dict(kernel_dict),
+                                   intercept)
+            return pd.Series(list(np.concatenate([-scores, scores], axis=1) if binary
                                   else scores))
 
         column = F.col(self.getFeaturesCol())
         if isinstance(dataset.schema[self.getFeaturesCol()].dataType, VectorUDT):
             column = vector_to_array(column)
-        raw = raw_scores(column)
+        raw = raw_scores_udf(column)
         out = dataset.withColumn(self.getRawPredictionCol(), array_to_vector(raw))
         if binary:
             prediction = F.when(raw[1] > 0, F.lit(classes[1])).otherwise(F.lit(classes[0]))
@@ -319,6 +319,11 @@ class SODMClassificationModel(Model, _SODMParams, MLReadable, MLWritable):
             prediction = F.element_at(F.array(*[F.lit(c) for c in classes]),
                                       F.array_position(raw, F.array_max(raw)).cast("int"))
         return out.withColumn(self.getPredictionCol(), prediction)
+
+    def compress(self, max_sv: int, method: str = "landmarks") -> "SODMClassificationModel":
+        """A copy over at most ``max_sv`` points (:func:`sodm_spark.compression.compress`)."""
+        return self._copyValues(SODMClassificationModel(
+            self.expansion.compress(max_sv, method=method, seed=self.getOrDefault("seed"))))
 
     def toLocal(self):
         """An ODMClassifier-style local predictor (scikit-learn API) for the same model."""

@@ -48,7 +48,9 @@ def test_transform_matches_the_local_predictor_and_save_load(spark, frames, tmp_
     out = model.transform(test).collect()
     raw = np.array([row.rawPrediction.toArray() for row in out])
     local = model.toLocal()
-    np.testing.assert_allclose(raw[:, 1], local.decision_function(X_test), rtol=1e-10, atol=1e-12)
+    # float32 kernel blocks (jobs/predict.py's scoring); predictions are float64's
+    np.testing.assert_allclose(raw[:, 1], local.decision_function(X_test), rtol=0,
+                               atol=1e-4 * np.abs(model.expansion.coef).sum())
     np.testing.assert_allclose(raw[:, 0], -raw[:, 1])
     np.testing.assert_array_equal([row.prediction for row in out], local.predict(X_test))
     assert isinstance(local, ODMClassifier)
@@ -134,7 +136,8 @@ def test_multi_class_columns_evaluator_cross_validator_and_save_load(spark, tmp_
     raw = np.array([row.rawPrediction.toArray() for row in out])
     local = model.toLocal()
     assert raw.shape == (100, 4)
-    np.testing.assert_allclose(raw, local.decision_function(X[300:]), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(raw, local.decision_function(X[300:]), rtol=0,  # float32 blocks
+                               atol=1e-4 * np.abs(model.expansion.coef).sum(axis=0).max())
     predictions = np.array([row.prediction for row in out])
     np.testing.assert_array_equal(predictions, local.predict(X[300:]))
     np.testing.assert_array_equal(predictions, np.array([2.0, 5.0, 7.0, 8.0])[raw.argmax(1)])

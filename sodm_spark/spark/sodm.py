@@ -163,6 +163,7 @@ class SODMFit:
     stop_reason: str = ""
     best_level: int | None = None  # the level whose model was returned
     validation_rows: int = 0
+    validation: tuple | None = None  # the validation (X, raw labels) the levels were scored on
 
 
 # --- task functions (module level: shipped to executors without driver state) ----------------
@@ -666,7 +667,14 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
                    train_seconds=time.perf_counter() - started - scoring_seconds,
                    partition_seconds=partition_seconds, n_rows=n_rows, stopped_at=level,
                    stop_reason=stop_reason, best_level=chosen,
-                   validation_rows=0 if validation_pair is None else len(validation_pair[1]))
+                   validation_rows=0 if validation_pair is None else len(validation_pair[1]),
+                   validation=None if validation_pair is None else (
+                       validation_pair[0], _raw_labels(validation_pair[1], classes)))
+
+
+def _raw_labels(y, classes):
+    """±1 (binary) or class numbers (3+ classes) back to the label values."""
+    return classes[(y > 0).astype(np.int64)] if classes.size == 2 else classes[y.astype(np.int64)]
 
 
 def _plus_minus(pair, classes, n_features, what):

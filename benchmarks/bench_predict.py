@@ -1,0 +1,121 @@
+"""Compressed models and batch scoring (issue [12]). A benchmark, not a test.
+
+    python benchmarks/bench_predict.py [--max-sv 500,1000,2000,4000] [--score-rows 200000]
+
+1. Trains the model once (``spark-submit jobs/train_sodm.py --levels 3`` on the binary
+   Fashion-MNIST task, λ = 1e5 θ = 0.1 v = 0.2, automatic stopping), then compresses it to every
+   --max-sv with every point choice (landmarks, largest, kmeans): seconds, test accuracy and the
+   decision function's relative RMS error on the test rows.
+2. Writes --score-rows rows × 784 features (Fashion-MNIST rows repeated) as Parquet and times
+   ``spark-submit jobs/predict.py`` end to end (read, score, write) with the full model and the
+   compressed ones: the command's wall seconds and rows/s, the job's own rows/s, medians of
+   --repeats runs.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_exact_odm import default_files  # noqa: E402
+from job_runs import submit  # noqa: E402
+
+
+def train_model(train, test, model_dir: Path, master: str) -> dict:
+    metrics, wall, _ = submit("train_sodm.py", ["--levels", "3", "--data", str(train),
+                                                "--test-data", str(test), "--lam", "1e5",
+                                                "--theta", "0.1", "--v", "0.2", "--model-out",
+                                                str(model_dir)], master)
+    return {"train_seconds": metrics["train_seconds"], "wall_seconds": wall,
+            "test_accuracy": metrics["test_accuracy"], "n_sv": metrics["n_sv"]}
+
+
+def write_parquet(X: np.ndarray, rows: int, path: Path, files: int = 8) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path.mkdir(parents=True)
+    order = np.arange(rows) % X.shape[0]
+    for part, chunk in enumerate(np.array_split(order, files)):
+        values = pa.array(X[chunk].ravel())
+        offsets = pa.array(np.arange(0, chunk.size * X.shape[1] + 1, X.shape[1], dtype=np.int32))
+        table = pa.table({"id": pa.array(chunk.astype(np.int64) + part * rows),
+                          "features": pa.ListArray.from_arrays(offsets, values)})
+        pq.write_table(table, path / f"part-{part:05d}.parquet", row_group_size=10_000)
+
+
+def main() -> None:
+    from sklearn.datasets import load_svmlight_file
+
+    from sodm_spark.compression import METHODS, compare
+    from sodm_spark.model import KernelExpansion
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--work-dir", type=Path, default=Path.home() / ".cache" / "sodm_spark")
+    parser.add_argument("--max-sv", default="500,1000,2000,4000")
+    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--score-rows", type=int, default=200_000)
+    parser.add_argument("--score-sizes", default="1000,2000,full",
+                        help="models timed by predict.py: compressed sizes (landmarks) or full")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--json-out", type=Path)
+    args = parser.parse_args()
+    train, test = default_files(args.work_dir)
+    work = args.work_dir / "bench_predict"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    record = {"trained": train_model(train, test, work / "full", args.master)}
+    print(f"trained: {record['trained']}", flush=True)
+    full = KernelExpansion.load(work / "full")
+    X_test, y_test = load_svmlight_file(str(test), n_features=full.support_vectors.shape[1])
+    X_test = X_test.toarray()
+    record["compression"] = []
+    print(f"\n{'method':<10}{'max sv':>8}{'seconds':>9}{'test acc':>10}{'full acc':>10}"
+          f"{'rel RMS':>9}{'changed %':>10}")
+    for method in args.methods.split(","):
+        for n in (int(x) for x in args.max_sv.split(",")):
+            start = time.perf_counter()
+            small = full.compress(n, method=method)
+            seconds = time.perf_counter() - start
+            report = compare(full, small, X_test, y_test)
+            record["compression"].append({"method": method, "max_sv": n, "seconds": seconds,
+                                          **report})
+            print(f"{method:<10}{n:>8}{seconds:>9.2f}{report['accuracy_after']:>10.4f}"
+                  f"{report['accuracy_before']:>10.4f}{report['relative_rms_error']:>9.3g}"
+                  f"{100 * report['predictions_changed']:>10.2f}", flush=True)
+            if method == "landmarks":
+                small.save(work / f"sv{n}")
+    X_train, _ = load_svmlight_file(str(train), n_features=X_test.shape[1])
+    data = work / "score.parquet"
+    write_parquet(np.concatenate([X_train.toarray(), X_test]), args.score_rows, data)
+    record["scoring"] = []
+    print(f"\n{'model':<8}{'SVs':>8}{'wall s':>9}{'rows/s (wall)':>15}{'rows/s (job)':>14}  runs")
+    for size in args.score_sizes.split(","):
+        model_dir = work / ("full" if size == "full" else f"sv{size}")
+        runs = []
+        for _ in range(args.repeats):
+            metrics, wall, _ = submit("predict.py", ["--model", str(model_dir), "--data", str(data),
+                                                     "--out", str(work / "out"), "--overwrite"],
+                                      args.master)
+            runs.append({"wall_seconds": wall, **metrics})
+        wall = statistics.median(r["wall_seconds"] for r in runs)
+        job_rate = statistics.median(r["rows_per_second"] for r in runs)
+        n_sv = runs[0]["support_vectors"]
+        record["scoring"].append({"model": size, "support_vectors": n_sv, "runs": runs})
+        each = ", ".join(f"{r['wall_seconds']:.1f}" for r in runs)
+        print(f"{size:<8}{n_sv:>8}{wall:>9.1f}{args.score_rows / wall:>15,.0f}{job_rate:>14,.0f}"
+              f"  {each}", flush=True)
+    if args.json_out:
+        args.json_out.write_text(json.dumps(record, indent=2))
+
+
+if __name__ == "__main__":
+    main()

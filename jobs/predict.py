@@ -1,0 +1,144 @@
+"""Score a table with a saved model and write the predictions as Parquet.
+
+    spark-submit jobs/predict.py --model models/sodm --data table.parquet --out predictions/
+    spark-submit jobs/predict.py --model DIR --data rows.libsvm --format libsvm --out DIR
+
+The model (a directory from --model-out, or a compressed one from --max-sv) is broadcast once;
+every task scores its rows through Arrow batches, kernel blocks against the support set in
+float32 (rows near a decision boundary again in float64, so predictions are float64's). The
+output has the key (--key-col, or a row id), `prediction` (the label) and `rawPrediction` (the
+scores), written to a temporary directory beside --out and renamed into place when complete.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+from sodm_spark.jobconf import parse_with_defaults, write_outputs
+from sodm_spark.model import KernelExpansion
+from sodm_spark.scoring import PRECISIONS
+from sodm_spark.spark.io import _spark_read
+from sodm_spark.spark.predict import score_dataframe
+from sodm_spark.spark.session import get_session
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="predict.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", required=True, help="model directory (arrays.npz + metadata.json)")
+    parser.add_argument("--data", required=True, help="rows to score")
+    parser.add_argument("--format", choices=("parquet", "csv", "libsvm"), default="parquet")
+    parser.add_argument("--out", required=True, help="output directory (Parquet)")
+    parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    parser.add_argument("--features-col", default="features",
+                        help="vector or array column; without it every numeric column other "
+                        "than --key-col and --label-col is a feature, in order")
+    parser.add_argument("--key-col", help="column copied to the output to join on (default: a "
+                        "row id, (partition << 40) + row)")
+    parser.add_argument("--label-col", default="label", help="column that is not a feature")
+    parser.add_argument("--no-header", dest="header", action="store_false",
+                        help="CSV: the first line is data")
+    parser.add_argument("--precision", choices=PRECISIONS, default="float32",
+                        help="kernel blocks in float32 (default; boundary rows again in float64) "
+                        "or all in float64")
+    parser.add_argument("--progress-seconds", type=float, default=5.0)
+    parser.add_argument("--metrics-out", help="JSON file: rows, seconds, rows/s")
+    parser.add_argument("--master", help="Spark master; default: spark-submit's, else local[*]")
+    args, args.config = parse_with_defaults(parser, "predict", argv)
+    return args
+
+
+def read_table(spark, args, n_features):
+    where = f"{args.data} (format {args.format!r})"
+    if args.format == "parquet":
+        return _spark_read(where, lambda: spark.read.parquet(args.data))
+    if args.format == "csv":
+        return _spark_read(where, lambda: spark.read.csv(args.data, header=args.header,
+                                                         inferSchema=True))
+    return _spark_read(where, lambda: spark.read.format("libsvm")
+                       .option("numFeatures", n_features).load(args.data))
+
+
+def write_atomically(frame, out: Path, overwrite: bool) -> None:
+    """Write Parquet to a sibling temporary directory, then rename it to ``out``."""
+    staging = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
+    try:
+        frame.write.parquet(str(staging))
+        if out.exists():
+            retired = out.parent / f".{out.name}.old-{uuid.uuid4().hex[:8]}"
+            os.rename(out, retired)
+            os.rename(staging, out)
+            shutil.rmtree(retired)
+        else:
+            os.rename(staging, out)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)
+
+
+def report_progress(accumulator, started, every, stop):
+    """Print rows scored and rows/s every ``every`` seconds until ``stop`` is set."""
+    while not stop.wait(every):
+        rows = accumulator.value
+        print(f"  scored {rows:,} rows ({rows / (time.perf_counter() - started):,.0f} rows/s)",
+              flush=True)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    out = Path(args.out)
+    if out.exists() and not args.overwrite:
+        raise SystemExit(f"error: --out {out} exists; pass --overwrite to replace it, or choose "
+                         "another directory.")
+    try:
+        model = KernelExpansion.load(args.model)
+    except ValueError as error:
+        raise SystemExit(f"error: --model: {error}")
+    spark, created = get_session("sodm-spark: predict", args.master)
+    try:
+        started = time.perf_counter()
+        rows = spark.sparkContext.accumulator(0)
+        try:
+            frame = score_dataframe(read_table(spark, args, model.support_vectors.shape[1]),
+                                    model, args.features_col, args.key_col, args.label_col,
+                                    args.precision, rows)
+        except (ValueError, FileNotFoundError) as error:
+            raise SystemExit(f"error: --data {args.data}: {error}")
+        print(f"scoring {args.data} with {model.support_vectors.shape[0]:,} support vectors "
+              f"({args.precision} kernel blocks)", flush=True)
+        stop = threading.Event()
+        ticker = threading.Thread(target=report_progress,
+                                  args=(rows, started, args.progress_seconds, stop), daemon=True)
+        ticker.start()
+        try:
+            write_atomically(frame, out, args.overwrite)
+        except Exception as error:  # a task's ValueError arrives wrapped by Py4J
+            message = str(error)
+            marker = message.rfind("ValueError: ")
+            if marker < 0:
+                raise
+            raise SystemExit(f"error: --data {args.data}: "
+                             f"{message[marker + 12:].splitlines()[0]}") from None
+        finally:
+            stop.set()
+        seconds = time.perf_counter() - started
+        print(f"scored {rows.value:,} rows in {seconds:.2f} s ({rows.value / seconds:,.0f} rows/s);"
+              f" predictions written to {out}", flush=True)
+        if args.metrics_out:
+            write_outputs(None, {"rows": rows.value, "seconds": seconds,
+                                 "rows_per_second": rows.value / seconds,
+                                 "support_vectors": int(model.support_vectors.shape[0]),
+                                 "precision": args.precision}, None, args.metrics_out)
+    finally:
+        if created:
+            spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

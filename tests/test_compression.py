@@ -1,0 +1,89 @@
+"""Reduced-set compression of kernel models (issue [12]) against closed forms."""
+import numpy as np
+import pytest
+
+from sodm_spark import ODMClassifier
+from sodm_spark.compression import METHODS, compare, compress
+from sodm_spark.kernels import Kernel
+from sodm_spark.model import KernelExpansion
+
+from conftest import make_problem
+
+
+def test_linear_kernel_projection_is_the_least_squares_weight_vector():
+    # with k(x, z) = xᵀz the RKHS is R^d: f = wᵀx with w = Xᵀα, and the projection onto the
+    # span of the chosen points is the least-squares fit of w by Zᵀβ
+    rng = np.random.default_rng(0)
+    X, alpha = rng.normal(size=(300, 8)), rng.normal(size=(300, 1))
+    model = KernelExpansion(X, alpha, Kernel.create("linear"), np.array([-1.0, 1.0]))
+    small = compress(model, 5, method="largest", ridge=0.0)
+    Z = small.support_vectors
+    beta, *_ = np.linalg.lstsq(Z.T, X.T @ alpha, rcond=None)
+    np.testing.assert_allclose(small.coef, beta, rtol=1e-8, atol=1e-10)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_the_compressed_model_interpolates_f_at_its_points(method):
+    X, y = make_problem(m=400, d=4, seed=5)
+    expansion = ODMClassifier(gamma=0.5, lam=100.0).fit(X, y).model_
+    small = compress(expansion, 60, method=method, ridge=0.0)
+    assert small.support_vectors.shape == (60, 4) and small.coef.shape == (60, 1)
+    Z = small.support_vectors
+    np.testing.assert_allclose(small.decision_function(Z), expansion.decision_function(Z),
+                               rtol=0, atol=1e-6 * np.abs(expansion.decision_function(Z)).max())
+
+
+def test_multi_class_models_keep_one_column_per_class_and_their_accuracy():
+    rng = np.random.default_rng(3)
+    centres = rng.normal(scale=2.0, size=(4, 3))
+    y = np.repeat([0.0, 1.0, 2.0, 3.0], 250)
+    X = centres[y.astype(int)] + rng.normal(size=(1000, 3))
+    expansion = ODMClassifier(gamma=0.3, lam=100.0).fit(X[:800], y[:800]).model_
+    small = compress(expansion, 80)
+    report = compare(expansion, small, X[800:], y[800:])
+    assert small.coef.shape == (80, 4)
+    assert report["support_vectors_before"] > 500 and report["support_vectors_after"] == 80
+    assert report["accuracy_after"] >= report["accuracy_before"] - 0.02
+    assert report["relative_rms_error"] < 0.1
+
+
+def test_a_model_already_small_enough_is_returned_and_bad_arguments_refused():
+    X, y = make_problem(m=50, d=3)
+    model = KernelExpansion(X, y[:, None], Kernel.create("rbf", 1.0), np.array([-1.0, 1.0]))
+    assert compress(model, 50) is model
+    with pytest.raises(ValueError, match="max_sv must be a positive integer"):
+        compress(model, 0)
+    with pytest.raises(ValueError, match="unknown compression method"):
+        compress(model, 10, method="random")
+
+
+def test_the_job_compresses_and_reports_before_and_after(spark, tmp_path, capsys):
+    import json
+    import sys
+    from pathlib import Path
+
+    from sklearn.datasets import dump_svmlight_file
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "jobs"))
+    import train_sodm
+
+    X, y = make_problem(m=900, d=5, seed=81)
+    X_test, y_test = make_problem(m=300, d=5, seed=82)
+    dump_svmlight_file(X, y, str(tmp_path / "train.svm"), zero_based=False)
+    dump_svmlight_file(X_test, y_test, str(tmp_path / "test.svm"), zero_based=False)
+    assert train_sodm.main(["--data", str(tmp_path / "train.svm"), "--test-data",
+                            str(tmp_path / "test.svm"), "--levels", "1", "--gamma", "0.2",
+                            "--max-sv", "60", "--model-out", str(tmp_path / "model"),
+                            "--metrics-out", str(tmp_path / "m.json")]) == 0
+    metrics = json.loads((tmp_path / "m.json").read_text())
+    report = metrics["compression"]
+    assert report["validation"]["support_vectors_after"] == 60 == metrics["n_sv"]
+    assert report["validation"]["support_vectors_before"] > 60
+    assert metrics["test_accuracy"] == report["test"]["accuracy_after"]
+    assert metrics["test_accuracy"] >= metrics["test_accuracy_uncompressed"] - 0.03
+    model = KernelExpansion.load(tmp_path / "model")
+    assert model.support_vectors.shape[0] == 60
+    assert np.mean(model.predict(X_test) == y_test) == metrics["test_accuracy"]
+    assert "compressed" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        train_sodm.parse_args(["--max-sv", "0"])
