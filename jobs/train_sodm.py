@@ -104,8 +104,9 @@ def parse_args(argv=None, prog="train_sodm.py", description=None,
     parser.add_argument("--max-sv", type=int, metavar="N",
                         help="compress the model to at most N points (reduced-set projection "
                         "of f; reported on the validation and test rows before and after)")
-    parser.add_argument("--compress-method", choices=COMPRESSION_METHODS, default="landmarks",
-                        help="how --max-sv chooses its points (default: Eqn 8 landmarks)")
+    parser.add_argument("--compress-method", choices=COMPRESSION_METHODS, default="kmeans",
+                        help="how --max-sv chooses its points: k-means centres of the support "
+                        "vectors (default), Eqn 8 landmarks, or the largest |coefficients|")
     parser.add_argument("--model-out", help="directory for the model (written atomically)")
     parser.add_argument("--metrics-out", help="JSON file for per-level metrics")
     parser.add_argument("--seed", type=int, default=defaults.seed)

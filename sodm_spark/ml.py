@@ -320,7 +320,7 @@ class SODMClassificationModel(Model, _SODMParams, MLReadable, MLWritable):
                                       F.array_position(raw, F.array_max(raw)).cast("int"))
         return out.withColumn(self.getPredictionCol(), prediction)
 
-    def compress(self, max_sv: int, method: str = "landmarks") -> "SODMClassificationModel":
+    def compress(self, max_sv: int, method: str = "kmeans") -> "SODMClassificationModel":
         """A copy over at most ``max_sv`` points (:func:`sodm_spark.compression.compress`)."""
         return self._copyValues(SODMClassificationModel(
             self.expansion.compress(max_sv, method=method, seed=self.getOrDefault("seed"))))

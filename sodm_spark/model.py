@@ -54,13 +54,13 @@ class KernelExpansion:
             return self.classes[(scores > 0).astype(int)]
         return self.classes[np.argmax(scores, axis=1)]
 
-    def compress(self, max_sv: int, method: str = "landmarks", ridge: float = 1e-6,
-                 seed: int = 0) -> "KernelExpansion":
+    def compress(self, max_sv: int, method: str = "kmeans", ridge: float = 1e-6,
+                 seed: int = 0, fit: str = "data") -> "KernelExpansion":
         """This model over at most ``max_sv`` points (:func:`sodm_spark.compression.compress`:
-        the RKHS projection of f onto the span of the chosen points)."""
+        f projected onto the span of the chosen points)."""
         from .compression import compress
 
-        return compress(self, max_sv, method, ridge, seed)
+        return compress(self, max_sv, method, ridge, seed, fit)
 
     def save(self, path: str | os.PathLike, atomic: bool = False) -> None:
         """Write ``arrays.npz`` and ``metadata.json`` into the directory ``path`` (created).

@@ -16,7 +16,7 @@ def test_linear_kernel_projection_is_the_least_squares_weight_vector():
     rng = np.random.default_rng(0)
     X, alpha = rng.normal(size=(300, 8)), rng.normal(size=(300, 1))
     model = KernelExpansion(X, alpha, Kernel.create("linear"), np.array([-1.0, 1.0]))
-    small = compress(model, 5, method="largest", ridge=0.0)
+    small = compress(model, 5, method="largest", ridge=0.0, fit="rkhs")
     Z = small.support_vectors
     beta, *_ = np.linalg.lstsq(Z.T, X.T @ alpha, rcond=None)
     np.testing.assert_allclose(small.coef, beta, rtol=1e-8, atol=1e-10)
@@ -26,11 +26,24 @@ def test_linear_kernel_projection_is_the_least_squares_weight_vector():
 def test_the_compressed_model_interpolates_f_at_its_points(method):
     X, y = make_problem(m=400, d=4, seed=5)
     expansion = ODMClassifier(gamma=0.5, lam=100.0).fit(X, y).model_
-    small = compress(expansion, 60, method=method, ridge=0.0)
+    small = compress(expansion, 60, method=method, ridge=0.0, fit="rkhs")
     assert small.support_vectors.shape == (60, 4) and small.coef.shape == (60, 1)
     Z = small.support_vectors
     np.testing.assert_allclose(small.decision_function(Z), expansion.decision_function(Z),
                                rtol=0, atol=1e-6 * np.abs(expansion.decision_function(Z)).max())
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_the_data_fit_is_least_squares_on_the_support_vectors(method):
+    X, y = make_problem(m=400, d=4, seed=6)
+    expansion = ODMClassifier(gamma=0.5, lam=100.0).fit(X, y).model_
+    small = compress(expansion, 40, method=method, ridge=0.0)  # fit="data" is the default
+    sv, Z = expansion.support_vectors, small.support_vectors
+    beta, *_ = np.linalg.lstsq(expansion.kernel.block(sv, Z), expansion.decision_function(sv),
+                               rcond=None)
+    f = expansion.decision_function(sv)
+    np.testing.assert_allclose(small.decision_function(sv), expansion.kernel.block(sv, Z) @ beta,
+                               rtol=0, atol=1e-4 * np.abs(f).max())
 
 
 def test_multi_class_models_keep_one_column_per_class_and_their_accuracy():
