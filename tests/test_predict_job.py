@@ -131,3 +131,15 @@ def test_the_pyspark_model_transforms_and_compresses_through_the_same_scoring(sp
     assert small.getRawPredictionCol() == model.getRawPredictionCol()
     predicted = [r["prediction"] for r in small.transform(frame).collect()]
     np.testing.assert_array_equal(predicted, small.expansion.predict(X))
+
+
+def test_a_missing_feature_value_is_refused_naming_the_row(spark, models, tmp_path):
+    X, _ = make_problem(m=30, d=4, seed=76)
+    lines = ["a,b,c,d"] + [",".join(repr(float(v)) for v in row) for row in X]
+    lines[8] = "0.5,,1.0,2.0"  # row 7 has no value in column b
+    (tmp_path / "gap.csv").write_text("\n".join(lines) + "\n")
+    with pytest.raises(SystemExit) as raised:
+        predict.main(["--model", str(models / "binary"), "--data", str(tmp_path / "gap.csv"),
+                      "--format", "csv", "--out", str(tmp_path / "out")])
+    assert "row 7" in str(raised.value.code) and "missing, NaN or infinite" in str(raised.value.code)
+    assert not (tmp_path / "out").exists()

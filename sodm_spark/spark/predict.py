@@ -80,6 +80,12 @@ def _score_batches(payload, kind, n_features, key_kind, precision, rows_scored):
                 X = np.empty((n, n_features))
                 for j in range(n_features):
                     X[:, j] = batch.column(first + j).to_numpy(zero_copy_only=False)
+            finite = np.isfinite(X).all(axis=1)
+            if not finite.all():
+                bad = int(np.flatnonzero(~finite)[0])
+                raise ValueError(f"row {local + bad} of partition "
+                                 f"{TaskContext.get().partitionId()} has a missing, NaN or "
+                                 "infinite feature; fill or drop such rows before scoring.")
             scores, _ = raw_scores(X, support_vectors, coef, kernel, intercept, precision)
             labels = predictions(scores, classes)
             raw = np.concatenate([-scores, scores], axis=1) if scores.shape[1] == 1 else scores
