@@ -12,7 +12,6 @@ scores), written to a temporary directory beside --out and renamed into place wh
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import sys
 import threading
@@ -21,7 +20,7 @@ import uuid
 from pathlib import Path
 
 from sodm_spark.jobconf import parse_with_defaults, write_outputs
-from sodm_spark.model import KernelExpansion
+from sodm_spark.model import KernelExpansion, move_into_place
 from sodm_spark.scoring import PRECISIONS
 from sodm_spark.spark.io import _spark_read
 from sodm_spark.spark.predict import score_dataframe
@@ -69,13 +68,7 @@ def write_atomically(frame, out: Path, overwrite: bool) -> None:
     staging = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
     try:
         frame.write.parquet(str(staging))
-        if out.exists():
-            retired = out.parent / f".{out.name}.old-{uuid.uuid4().hex[:8]}"
-            os.rename(out, retired)
-            os.rename(staging, out)
-            shutil.rmtree(retired)
-        else:
-            os.rename(staging, out)
+        move_into_place(staging, out)
     finally:
         if staging.exists():
             shutil.rmtree(staging)

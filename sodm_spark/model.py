@@ -18,6 +18,18 @@ FORMAT_NAME = "sodm_spark.KernelExpansion"
 FORMAT_VERSION = 1
 
 
+def move_into_place(staging: Path, path: Path) -> None:
+    """Rename the finished directory ``staging`` to ``path``, replacing what is there: readers
+    see the old complete directory or the new one, never a partial one."""
+    if path.exists():
+        retired = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=path.parent))
+        os.rename(path, retired / path.name)
+        os.rename(staging, path)
+        shutil.rmtree(retired)
+    else:
+        os.rename(staging, path)
+
+
 @dataclass
 class KernelExpansion:
     """``f(x) = Σ_i coef[i] · k(sv_i, x)`` (one column of ``coef`` per output).
@@ -74,13 +86,7 @@ class KernelExpansion:
             staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
             try:
                 self.save(staging)
-                if path.exists():
-                    retired = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=path.parent))
-                    os.rename(path, retired / path.name)
-                    os.rename(staging, path)
-                    shutil.rmtree(retired)
-                else:
-                    os.rename(staging, path)
+                move_into_place(staging, path)
             finally:
                 if staging.exists():
                     shutil.rmtree(staging)

@@ -487,6 +487,19 @@ def _deserialize_block(payload):
     return Block(*(np.load(buffer, allow_pickle=False) for _ in range(3)))
 
 
+def batch_matrix(batch, kind, first, d):
+    """The (n, d) float64 features of an Arrow record batch: column ``first`` a list<double> of
+    length d (``kind`` "array") or columns first..first+d-1 doubles ("columns")."""
+    n = batch.num_rows
+    if kind == "array":
+        flat = batch.column(first).flatten().to_numpy(zero_copy_only=False)
+        return np.asarray(flat, dtype=np.float64).reshape(n, d)
+    X = np.empty((n, d), dtype=np.float64)
+    for j in range(d):
+        X[:, j] = batch.column(first + j).to_numpy(zero_copy_only=False)
+    return X
+
+
 def _arrow_to_payloads(kind, d, chunk_rows):
     """The ``mapInArrow`` function: record batches ``[label, features...]`` -> np.save payloads.
 
@@ -504,13 +517,7 @@ def _arrow_to_payloads(kind, d, chunk_rows):
             if n == 0:
                 continue
             y = np.asarray(batch.column(0).to_numpy(zero_copy_only=False), dtype=np.float64)
-            if kind == "array":
-                flat = batch.column(1).flatten().to_numpy(zero_copy_only=False)
-                X = np.asarray(flat, dtype=np.float64).reshape(n, d)
-            else:
-                X = np.empty((n, d), dtype=np.float64)
-                for j in range(d):
-                    X[:, j] = batch.column(j + 1).to_numpy(zero_copy_only=False)
+            X = batch_matrix(batch, kind, 1, d)
             for start in range(0, n, chunk_rows):
                 stop = min(n, start + chunk_rows)
                 ids = np.arange(base + local + start, base + local + stop, dtype=np.int64)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..model import KernelExpansion
-from .io import ROW_ID_SHIFT, _is_vector_type
+from .io import ROW_ID_SHIFT, _is_vector_type, batch_matrix
 
 RAW_COLUMN, PREDICTION_COLUMN, ROW_ID_COLUMN = "rawPrediction", "prediction", "row_id"
 
@@ -74,12 +74,7 @@ def _score_batches(payload, kind, n_features, key_kind, precision, rows_scored):
                                      f"{TaskContext.get().partitionId()} has "
                                      f"{lengths[bad]} features (or none); the model was "
                                      f"trained on {n_features}.")
-                X = np.asarray(column.flatten().to_numpy(zero_copy_only=False),
-                               dtype=np.float64).reshape(n, n_features)
-            else:
-                X = np.empty((n, n_features))
-                for j in range(n_features):
-                    X[:, j] = batch.column(first + j).to_numpy(zero_copy_only=False)
+            X = batch_matrix(batch, kind, first, n_features)
             finite = np.isfinite(X).all(axis=1)
             if not finite.all():
                 bad = int(np.flatnonzero(~finite)[0])
