@@ -82,6 +82,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                        help="C of linearsvc; mllib-linearsvc gets regParam = 1/(C·M)")
     hyper.add_argument("--max-core", type=int, default=1000, help="csvrg/cvm core points")
     hyper.add_argument("--coreset-size", type=int, default=2000, help="coreset-svm draws")
+    hyper.add_argument("--xgb-trees", type=int, default=100, help="xgboost(-spark) trees")
+    hyper.add_argument("--xgb-depth", type=int, default=6, help="xgboost(-spark) tree depth")
+    hyper.add_argument("--nystroem-components", type=int, default=2000,
+                       help="nystroem-linear/-spark landmarks (features)")
     hyper.add_argument("--levels", type=int, default=3, help="SODM L: K = p^L partitions")
     hyper.add_argument("--p", type=int, default=3)
     hyper.add_argument("--strata", type=int, default=20)

@@ -200,3 +200,60 @@ def test_speedup_table_and_plots_from_known_seconds(tmp_path):
 def test_cores_scaling_refuses_a_session_it_did_not_start(spark, tmp_path):
     with pytest.raises(SystemExit, match="needs the job's own session"):
         benchmark.main(["--methods", "none", "--scaling", "cores", "--out-dir", str(tmp_path)])
+
+
+def _run_peers(tmp_path, methods, seed):
+    out = tmp_path / "results"
+    assert benchmark.main(["--dataset", "nonlinear", "--train-rows", "900", "--test-rows", "400",
+                           "--seed", str(seed), "--methods", methods, "--xgb-trees", "30",
+                           "--xgb-depth", "4", "--nystroem-components", "200", "--linear-C", "1",
+                           "--out-dir", str(out)]) == 0
+    rows = {r["method"]: r for r in json.loads((out / "benchmark.json").read_text())["results"]}
+    assert all(r["status"] == "ok" for r in rows.values()), rows
+    return rows, (out / "benchmark.md").read_text(), load_dataset(
+        "nonlinear", train_rows=900, test_rows=400, seed=seed)
+
+
+def test_nystroem_peers_against_scikit_learn(spark, tmp_path):
+    from sklearn.kernel_approximation import Nystroem
+    from sklearn.pipeline import make_pipeline
+
+    rows, markdown, data = _run_peers(tmp_path, "nystroem-linear,nystroem-spark", 3)
+    gamma = resolve_gamma("scale", data.X_train)
+    pipeline = make_pipeline(Nystroem(kernel="rbf", gamma=gamma, n_components=200,
+                                      random_state=3),
+                             LinearSVC(C=1, random_state=3, max_iter=5000))
+    nystroem = pipeline.fit(data.X_train, data.y_train).score(data.X_test, data.y_test)
+    assert rows["nystroem-linear"]["accuracy"] == pytest.approx(nystroem, abs=1e-12)
+    # other landmarks (as many) and MLlib's optimizer on the same kind of features
+    assert abs(rows["nystroem-spark"]["accuracy"] - nystroem) <= 0.05
+    assert rows["nystroem-spark"]["model_floats"] == 200 * data.n_features + 200 * 200 + 201
+    for name in ("Nyström + LinearSVC", "Nyström + MLlib LinearSVC"):
+        assert f"| {name} |" in markdown and "landmarks" in markdown
+
+
+def test_xgboost_peers_against_xgboost(spark, tmp_path):
+    xgboost = pytest.importorskip("xgboost")  # the .[bench] extra; skipped without it
+    rows, markdown, data = _run_peers(tmp_path, "xgboost,xgboost-spark", 3)
+    trees = xgboost.XGBClassifier(tree_method="hist", n_estimators=30, max_depth=4,
+                                  random_state=3).fit(data.X_train, data.y_train > 0)
+    expected = np.mean(np.where(trees.predict(data.X_test) > 0, 1.0, -1.0) == data.y_test)
+    assert rows["xgboost"]["accuracy"] == pytest.approx(expected, abs=1e-12)
+    # the same kind of trees grown by XGBoost's Spark workers
+    assert abs(rows["xgboost-spark"]["accuracy"] - expected) <= 0.03
+    for name in ("XGBoost", "XGBoost on Spark"):
+        assert f"| {name} |" in markdown
+
+
+def test_a_peer_whose_package_is_missing_is_skipped_with_the_install_command(spark, tmp_path,
+                                                                             monkeypatch):
+    from sodm_spark.benchmarking import driver_fit
+
+    monkeypatch.setitem(driver_fit.OPTIONAL_PACKAGES, "xgboost", "no_such_package_here")
+    monkeypatch.setitem(driver_fit.OPTIONAL_PACKAGES, "xgboost-spark", "no_such_package_here")
+    out = tmp_path / "results"
+    assert benchmark.main(["--dataset", "nonlinear", "--train-rows", "200", "--test-rows", "100",
+                           "--methods", "xgboost,xgboost-spark", "--out-dir", str(out)]) == 0
+    rows = json.loads((out / "benchmark.json").read_text())["results"]
+    assert [r["status"] for r in rows] == ["skipped", "skipped"]
+    assert all("pip install -e '.[bench]'" in r["note"] for r in rows)

@@ -17,7 +17,12 @@ import warnings
 
 import numpy as np
 
-DRIVER_METHODS = ("exact-odm", "svrg", "svc", "linearsvc")
+DRIVER_METHODS = ("exact-odm", "svrg", "svc", "linearsvc", "xgboost", "nystroem-linear")
+# what the SVs column says for models without support vectors (default: linear)
+SV_LABELS = {"xgboost": "trees", "xgboost-spark": "trees", "nystroem-linear": "landmarks",
+             "nystroem-spark": "landmarks"}
+# methods whose package is an optional extra (pip install -e '.[bench]'): skipped without it
+OPTIONAL_PACKAGES = {"xgboost": "xgboost", "xgboost-spark": "xgboost"}
 
 
 def build_estimator(method: str, settings: dict, gamma: float):
@@ -40,14 +45,31 @@ def build_estimator(method: str, settings: dict, gamma: float):
                    cache_size=min(2000.0, settings["cache_mb"]))
     if method == "linearsvc":
         return LinearSVC(C=settings["linear_C"], random_state=settings["seed"], max_iter=5000)
+    if method == "xgboost":
+        from xgboost import XGBClassifier
+        return XGBClassifier(tree_method="hist", n_estimators=settings["xgb_trees"],
+                             max_depth=settings["xgb_depth"], n_jobs=settings["threads"],
+                             random_state=settings["seed"])
+    if method == "nystroem-linear":
+        from sklearn.kernel_approximation import Nystroem
+        from sklearn.pipeline import make_pipeline
+        return make_pipeline(
+            Nystroem(kernel="rbf", gamma=gamma, n_components=settings["nystroem_components"],
+                     random_state=settings["seed"]),
+            LinearSVC(C=settings["linear_C"], random_state=settings["seed"], max_iter=5000))
     raise ValueError(f"{method!r} is not a driver-side method; those are "
                      f"{', '.join(DRIVER_METHODS)}.")
 
 
 def model_size(method: str, estimator, n_features: int) -> tuple[int | None, int]:
-    """(support vectors or None for a linear model, floats the model stores)."""
+    """(support vectors or None for a model without them, floats the model stores)."""
     if method in ("svrg", "linearsvc"):
         return None, n_features + 1  # w and the intercept
+    if method == "xgboost":  # per node: feature, threshold, two children, leaf value
+        return None, 5 * len(estimator.get_booster().trees_to_dataframe())
+    if method == "nystroem-linear":
+        m = estimator[0].components_.shape[0]
+        return None, m * n_features + m * m + m + 1  # landmarks, K^-1/2, w, b
     n_sv = int(estimator.support_vectors_.shape[0])
     return n_sv, n_sv * (n_features + 1)
 
@@ -60,18 +82,23 @@ def fit_and_score(method: str, settings: dict, gamma: float, arrays_dir: str,
     arrays = ArrayStore.load(arrays_dir)
     X, y, X_test, y_test = (arrays[k] for k in ("X_train", "y_train", "X_test", "y_test"))
     estimator = build_estimator(method, settings, gamma)
+    classes = np.unique(y)  # XGBoost wants class numbers 0..K-1
+    targets = np.searchsorted(classes, y) if method == "xgboost" else y
     ready()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         start = time.perf_counter()
-        estimator.fit(X, y)
+        estimator.fit(X, targets)
         fit_seconds = time.perf_counter() - start
     start = time.perf_counter()
     predictions = estimator.predict(X_test)
+    if method == "xgboost":
+        predictions = classes[np.asarray(predictions, dtype=np.int64)]
     predict_seconds = time.perf_counter() - start
     n_sv, floats = model_size(method, estimator, X.shape[1])
     notes = sorted({f"{w.category.__name__}: {str(w.message)[:120]}" for w in caught
                     if issubclass(w.category, (UserWarning, RuntimeWarning))})
     return {"accuracy": float(np.mean(predictions == y_test)), "fit_seconds": fit_seconds,
             "predict_seconds": predict_seconds, "n_sv": n_sv, "model_floats": floats,
-            "note": "; ".join(notes)}
+            "note": "; ".join(notes), **({"sv_label": SV_LABELS[method]}
+                                        if method in SV_LABELS else {})}

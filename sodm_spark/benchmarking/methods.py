@@ -3,7 +3,7 @@ them one after another, each under the time budget, printing a progress line as 
 and ends."""
 from __future__ import annotations
 
-from .budget import FAILED, OK, run_in_child
+from .budget import FAILED, OK, SKIPPED, run_in_child
 from .driver_fit import DRIVER_METHODS
 from .results import DISPLAY_NAMES, PARTITIONER_NAMES, WHERE, make_row, tag_budget
 from . import spark_methods
@@ -20,6 +20,11 @@ METHODS = {
     "svc": ("driver", "rbf", "scikit-learn SVC (LIBSVM)"),
     "linearsvc": ("driver", "linear", "scikit-learn LinearSVC (LIBLINEAR)"),
     "mllib-linearsvc": ("spark", "linear", "pyspark.ml LinearSVC"),
+    "xgboost": ("driver", "trees", "XGBoost (hist) in one process, all cores (.[bench] extra)"),
+    "xgboost-spark": ("spark", "trees", "xgboost.spark.SparkXGBClassifier, one worker per core "
+                      "(.[bench] extra)"),
+    "nystroem-linear": ("driver", "rbf", "scikit-learn Nystroem features + LinearSVC"),
+    "nystroem-spark": ("spark", "rbf", "Nystroem features in Arrow batches + MLlib LinearSVC"),
 }
 PARTITIONERS = tuple(PARTITIONER_NAMES)
 
@@ -41,6 +46,9 @@ def describe_methods() -> str:
 
 
 def run_driver_method(ctx, method: str) -> list[dict]:
+    missing = spark_methods.missing_package(method)
+    if missing:
+        return [make_row(method, SKIPPED, runs_on=WHERE["driver"], note=missing)]
     outcome = run_in_child("sodm_spark.benchmarking.driver_fit:fit_and_score",
                            (method, ctx.settings, ctx.gamma, ctx.arrays_dir()),
                            ctx.budget_seconds)
@@ -59,6 +67,10 @@ def _run_one(ctx, method: str, partitioner: str | None = None) -> list[dict]:
         return spark_methods.run_dsvrg(ctx)
     if method == "mllib-linearsvc":
         return spark_methods.run_mllib_linearsvc(ctx)
+    if method == "xgboost-spark":
+        return spark_methods.run_xgboost_spark(ctx)
+    if method == "nystroem-spark":
+        return spark_methods.run_nystroem_spark(ctx)
     return spark_methods.run_one_task(ctx, method)
 
 

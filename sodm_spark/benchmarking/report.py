@@ -77,7 +77,7 @@ def methods_table(rows: list[dict], budget=None) -> str:
                       failed or _number(row["fit_seconds"], 1),
                       "" if failed else _number(row.get("predict_seconds"), 2),
                       "" if failed else (_int(row["n_sv"]) if row.get("n_sv") is not None
-                                         else "linear"),
+                                         else row.get("sv_label", "linear")),
                       "" if failed else _int(row.get("model_floats")), row.get("note", "")])
     return _table(header, lines)
 

@@ -13,6 +13,8 @@ DISPLAY_NAMES = {
     "sodm": "SODM", "exact-odm": "exact ODM", "csvrg": "CSVRG", "coreset-svm": "coreset SVM",
     "cvm": "CVM", "dsvrg": "DSVRG (linear)", "svrg": "SVRG (linear)", "svc": "SVC (LIBSVM)",
     "linearsvc": "LinearSVC (LIBLINEAR)", "mllib-linearsvc": "MLlib LinearSVC",
+    "xgboost": "XGBoost", "xgboost-spark": "XGBoost on Spark", "nystroem-linear":
+    "Nyström + LinearSVC", "nystroem-spark": "Nyström + MLlib LinearSVC",
 }
 PARTITIONER_NAMES = {"stratified": "SODM", "random": "SODM random", "kmeans": "DC-ODM kmeans",
                      "dip": "DiP-ODM", "cascade": "Ca-ODM cascade"}

@@ -8,6 +8,7 @@ import time
 from importlib import import_module
 
 import numpy as np
+import pandas as pd  # module level: pandas_udf resolves the UDF's string annotations here
 
 from .budget import OK, SKIPPED, run_spark_with_budget
 from .results import PARTITIONER_NAMES, WHERE, make_row
@@ -162,3 +163,114 @@ def run_one_task(ctx, method: str) -> list[dict]:
     return [make_row(method, runs_on=WHERE["task"], accuracy=ctx.accuracy(predictions),
                      fit_seconds=task_seconds, predict_seconds=predict_seconds, n_sv=n_sv,
                      model_floats=n_sv * (ctx.data.n_features + 1), note=note)]
+
+
+def missing_package(method: str) -> str:
+    """Why ``method`` cannot run here ('' when it can): its optional package is absent."""
+    from .driver_fit import OPTIONAL_PACKAGES
+
+    package = OPTIONAL_PACKAGES.get(method)
+    if package is None:
+        return ""
+    try:
+        import_module(package)
+    except ImportError:
+        return f"{package} is not installed (pip install -e '.[bench]')"
+    return ""
+
+
+def run_xgboost_spark(ctx) -> list[dict]:
+    """XGBoost's own Spark estimator (``xgboost.spark.SparkXGBClassifier``, hist) on the cached
+    training DataFrame, one XGBoost worker per core."""
+    missing = missing_package("xgboost-spark")
+    if missing:
+        return [make_row("xgboost-spark", SKIPPED, runs_on=WHERE["spark"], note=missing)]
+    from xgboost.spark import SparkXGBClassifier
+
+    s = ctx.settings
+    train, test = ctx.frame("train"), ctx.frame("test")  # built before the clock
+    estimator = SparkXGBClassifier(features_col="features", label_col="label",
+                                   num_workers=max(1, ctx.sc.defaultParallelism),
+                                   tree_method="hist", n_estimators=s["xgb_trees"],
+                                   max_depth=s["xgb_depth"], random_state=s["seed"])
+    return _fit_spark_model(ctx, "xgboost-spark", lambda: estimator.fit(train), test,
+                            lambda model: 5 * len(model.get_booster().trees_to_dataframe()),
+                            f"{s['xgb_trees']} trees, depth {s['xgb_depth']}")
+
+
+def _fit_spark_model(ctx, method, fit, test, floats, note, transform=None) -> list[dict]:
+    """Time ``fit()`` under the budget, score ``test`` (label 0/1) with the fitted model
+    (``transform(model, test)`` when the model needs its input prepared)."""
+    outcome = run_spark_with_budget(ctx.sc, method, ctx.budget_seconds, lambda: _timed(fit))
+    if outcome.status != OK:
+        return [make_row(method, outcome.status, runs_on=WHERE["spark"],
+                         fit_seconds=outcome.seconds, note=outcome.note)]
+    model, fit_seconds = outcome.value
+    start = time.perf_counter()
+    scored = (transform(model, test) if transform else model.transform(test)) \
+        .select("label", "prediction").toPandas()
+    predict_seconds = time.perf_counter() - start
+    accuracy = float(np.mean(scored["label"].to_numpy() == scored["prediction"].to_numpy()))
+    from .driver_fit import SV_LABELS
+    return [make_row(method, runs_on=WHERE["spark"], accuracy=accuracy,
+                     fit_seconds=fit_seconds, predict_seconds=predict_seconds,
+                     model_floats=floats(model), note=note, sv_label=SV_LABELS[method])]
+
+
+def nystroem_frame(frame, kernel_dict, landmarks_b, norm_b):
+    """``frame`` with ``features`` replaced by its Nyström features (pandas UDF over Arrow
+    batches; the landmarks and K_ZZ^{-1/2} broadcast)."""
+    from pyspark.ml.functions import array_to_vector, vector_to_array
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import ArrayType, DoubleType
+
+    @F.pandas_udf(ArrayType(DoubleType()))
+    def nystroem_udf(rows: pd.Series) -> pd.Series:
+        from sodm_spark.baselines.nystroem import features
+        from sodm_spark.kernels import Kernel
+        X = np.stack(rows.to_numpy()) if len(rows) else np.zeros((0, landmarks_b.value.shape[1]))
+        phi = features(Kernel.from_dict(kernel_dict), X, landmarks_b.value, norm_b.value,
+                       dtype=np.float32)
+        return pd.Series(list(phi.astype(np.float64)))
+
+    return frame.select("label", array_to_vector(
+        nystroem_udf(vector_to_array(F.col("features")))).alias("features"))
+
+
+def run_nystroem_spark(ctx) -> list[dict]:
+    """Nyström features (a seeded sample of training rows as landmarks, broadcast) computed in
+    Arrow batches, then MLlib's LinearSVC with ``regParam = 1/(C·M)``. The fit time includes
+    choosing the landmarks, K_ZZ^{-1/2} and the training rows' features."""
+    from pyspark.ml.classification import LinearSVC
+
+    from ..baselines.nystroem import normalization, sample_landmarks
+    from ..kernels import Kernel
+
+    s = ctx.settings
+    train, test = ctx.frame("train"), ctx.frame("test")
+    kernel = Kernel.create("rbf", ctx.gamma)
+    reg_param = 1.0 / (s["linear_C"] * ctx.data.X_train.shape[0])
+    state = {}
+
+    def fit():
+        landmarks = sample_landmarks(ctx.data.X_train, s["nystroem_components"], s["seed"])
+        state["landmarks"] = ctx.sc.broadcast(landmarks)
+        state["norm"] = ctx.sc.broadcast(normalization(kernel, landmarks))
+        mapped = nystroem_frame(train, kernel.to_dict(), state["landmarks"],
+                                state["norm"]).cache()
+        model = LinearSVC(regParam=reg_param, standardization=False, maxIter=100).fit(mapped)
+        mapped.unpersist()
+        return model
+
+    m = s["nystroem_components"]
+    try:
+        return _fit_spark_model(
+            ctx, "nystroem-spark", fit, test,
+            lambda model: m * ctx.data.n_features + m * m + m + 1,
+            f"{m} landmarks, regParam={reg_param:.3g}",
+            transform=lambda model, frame: model.transform(
+                nystroem_frame(frame, kernel.to_dict(), state["landmarks"], state["norm"])))
+    finally:
+        for broadcast in (state.get("landmarks"), state.get("norm")):
+            if broadcast is not None:
+                broadcast.unpersist()
