@@ -86,6 +86,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     hyper.add_argument("--xgb-depth", type=int, default=6, help="xgboost(-spark) tree depth")
     hyper.add_argument("--nystroem-components", type=int, default=2000,
                        help="nystroem-linear/-spark landmarks (features)")
+    hyper.add_argument("--nystroem-C", type=float, default=1.0,
+                       help="C of the linear SVM on the Nyström features (MLlib: regParam = "
+                       "1/(C·M))")
     hyper.add_argument("--levels", type=int, default=3, help="SODM L: K = p^L partitions")
     hyper.add_argument("--p", type=int, default=3)
     hyper.add_argument("--strata", type=int, default=20)

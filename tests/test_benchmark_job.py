@@ -206,7 +206,7 @@ def _run_peers(tmp_path, methods, seed):
     out = tmp_path / "results"
     assert benchmark.main(["--dataset", "nonlinear", "--train-rows", "900", "--test-rows", "400",
                            "--seed", str(seed), "--methods", methods, "--xgb-trees", "30",
-                           "--xgb-depth", "4", "--nystroem-components", "200", "--linear-C", "1",
+                           "--xgb-depth", "4", "--nystroem-components", "200", "--nystroem-C", "1",
                            "--out-dir", str(out)]) == 0
     rows = {r["method"]: r for r in json.loads((out / "benchmark.json").read_text())["results"]}
     assert all(r["status"] == "ok" for r in rows.values()), rows

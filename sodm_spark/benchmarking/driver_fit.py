@@ -56,7 +56,7 @@ def build_estimator(method: str, settings: dict, gamma: float):
         return make_pipeline(
             Nystroem(kernel="rbf", gamma=gamma, n_components=settings["nystroem_components"],
                      random_state=settings["seed"]),
-            LinearSVC(C=settings["linear_C"], random_state=settings["seed"], max_iter=5000))
+            LinearSVC(C=settings["nystroem_C"], random_state=settings["seed"], max_iter=5000))
     raise ValueError(f"{method!r} is not a driver-side method; those are "
                      f"{', '.join(DRIVER_METHODS)}.")
 

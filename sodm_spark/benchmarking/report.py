@@ -128,7 +128,10 @@ def markdown_report(document: dict, image_prefix: str = "") -> str:
                   f"{s['lam']:g}, θ = {s['theta']:g}, v = {s['v']:g}, tol = {s['tol']:g}; "
                   f"linear ODM λ = {s['linear_lam']:g}; SVC / coreset SVM / CVM C = "
                   f"{s['svc_C']:g}; LinearSVC C = {s['linear_C']:g} (MLlib regParam = "
-                  "1/(C·M)). SODM: p = "
+                  "1/(C·M)); XGBoost (hist) "
+                  f"{s.get('xgb_trees', 100)} trees of depth {s.get('xgb_depth', 6)}; Nyström "
+                  f"{s.get('nystroem_components', 2000):,} landmarks, linear SVM C = "
+                  f"{s.get('nystroem_C', 1.0):g}. SODM: p = "
                   f"{s['p']}, {s['levels']} levels, {s['strata']} strata. Budget per method "
                   f"{budget:g} s: N/A = not finished within it. Fit s of a SODM level = time "
                   "from the start of the fit to that level's model.", "",

@@ -27,7 +27,7 @@ def settings_of(args) -> dict:
     keys = ("gamma", "lam", "theta", "v", "tol", "max_iter", "epochs", "svc_C", "linear_C",
             "max_core", "coreset_size", "levels", "p", "strata", "stop_level", "warm_start",
             "cache_mb", "seed", "partitioners", "xgb_trees", "xgb_depth",
-            "nystroem_components")
+            "nystroem_components", "nystroem_C")
     settings = {key: getattr(args, key) for key in keys}
     settings["threads"] = os.cpu_count() or 1  # XGBoost in one process uses every core
     settings["linear_lam"] = args.linear_lam if args.linear_lam is not None else args.lam

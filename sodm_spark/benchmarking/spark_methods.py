@@ -249,7 +249,7 @@ def run_nystroem_spark(ctx) -> list[dict]:
     s = ctx.settings
     train, test = ctx.frame("train"), ctx.frame("test")
     kernel = Kernel.create("rbf", ctx.gamma)
-    reg_param = 1.0 / (s["linear_C"] * ctx.data.X_train.shape[0])
+    reg_param = 1.0 / (s["nystroem_C"] * ctx.data.X_train.shape[0])
     state = {}
 
     def fit():
