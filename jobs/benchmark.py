@@ -16,7 +16,12 @@ methods (exact ODM, SVRG, SVC, LinearSVC) by killing their child process.
 
 Outputs in --out-dir: benchmark.json, benchmark.md and PNGs (accuracy vs fit seconds, one
 point per SODM level; speed-up vs cores; seconds vs rows). --readme FILE rewrites the region
-between <!-- results:start --> and <!-- results:end --> of FILE with the same section.
+between <!-- results:start --> and <!-- results:end --> of FILE with the same section
+(--readme-region NAME: between <!-- NAME:start --> and <!-- NAME:end -->).
+
+Two classes are mapped to ±1; with more (--dataset fashion-mnist-10, or files with 3+ labels)
+the methods that fit several classes run (SODM, exact ODM, SVC, LinearSVC, MLlib LinearSVC and
+Nyström + MLlib LinearSVC through OneVsRest, XGBoost) and the others are reported as skipped.
 """
 from __future__ import annotations
 
@@ -120,6 +125,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     out = parser.add_argument_group("output and Spark")
     out.add_argument("--out-dir", default="benchmark-results", help="JSON, Markdown, PNGs")
     out.add_argument("--readme", help="rewrite this file's results region")
+    out.add_argument("--readme-region", default="results",
+                     help="the region of --readme to rewrite: the lines <!-- NAME:start --> "
+                     "and <!-- NAME:end --> (one region per data set, e.g. a multi-class run)")
+    out.add_argument("--report-only", action="store_true",
+                     help="run nothing: rewrite the Markdown, PNGs (and --readme region) from "
+                     "--out-dir's benchmark.json, e.g. after changing the report's code")
     out.add_argument("--master", help="Spark master; default: spark-submit's, else local[*]")
     out.add_argument("--driver-memory", default="6g", help="JVM heap in local mode")
     args, args.config = parse_with_defaults(parser, "benchmark", argv)
@@ -135,11 +146,14 @@ def parse_args(argv=None) -> argparse.Namespace:
         parser.error(str(error))
     if "sodm" in args.scaling_methods:
         parser.error("--scaling-methods lists the methods beside SODM; SODM always runs.")
+    if not args.readme_region.replace("-", "").replace("_", "").isalnum():
+        parser.error("--readme-region takes letters, digits, '-' and '_' (it names the "
+                     f"README's <!-- NAME:start --> line), got {args.readme_region!r}.")
     if args.data and args.dataset:
         parser.error("give --data (your files) or --dataset (a named set), not both.")
     if args.test_data and not args.data:
         parser.error("--test-data needs --data.")
-    if not args.methods and not args.scaling:
+    if not args.methods and not args.scaling and not args.report_only:
         parser.error("nothing to do: --methods none and no --scaling.")
     if min(args.budget_seconds, args.scaling_budget_seconds or 1,
            args.scaling_sodm_budget_seconds) <= 0:
@@ -152,12 +166,15 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def main(argv=None) -> int:
-    from sodm_spark.benchmarking.run import run_benchmark
+    from sodm_spark.benchmarking.run import rewrite_reports, run_benchmark
 
     args = parse_args(argv)
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        run_benchmark(args, argv)
+        if args.report_only:
+            rewrite_reports(args.out_dir, args.readme, args.readme_region)
+        else:
+            run_benchmark(args, argv)
     except (ValueError, FileNotFoundError) as error:
         raise SystemExit(f"error: {error}")
     return 0

@@ -11,7 +11,7 @@ from sklearn.svm import SVC, LinearSVC
 
 from sodm_spark import ODMClassifier
 from sodm_spark.benchmarking import budget, report
-from sodm_spark.benchmarking.datasets import load_dataset
+from sodm_spark.benchmarking.datasets import DatasetUnavailable, load_dataset
 from sodm_spark.benchmarking.plots import plot_seconds_vs_rows, plot_speedup_vs_cores
 from sodm_spark.benchmarking.scaling import levels_for_rows, speedups
 from sodm_spark.kernels import resolve_gamma
@@ -161,7 +161,7 @@ def test_missing_dataset_package_names_the_package(dataset, package, tmp_path):
 def test_mlbench_satellite_loads_as_a_binary_split():
     try:
         data = load_dataset("satellite", seed=1)
-    except ValueError as error:
+    except DatasetUnavailable as error:  # only a missing package skips; bad data fails
         pytest.skip(str(error))
     assert data.X_train.shape == (4435, 36) and data.X_test.shape == (2000, 36)
     assert set(np.unique(data.y_train)) == {-1.0, 1.0}
@@ -257,3 +257,124 @@ def test_a_peer_whose_package_is_missing_is_skipped_with_the_install_command(spa
     rows = json.loads((out / "benchmark.json").read_text())["results"]
     assert [r["status"] for r in rows] == ["skipped", "skipped"]
     assert all("pip install -e '.[bench]'" in r["note"] for r in rows)
+
+
+def _three_class_file(tmp_path):
+    """A LIBSVM file of three classes labelled 2, 5, 7 (rings of a nonlinear problem)."""
+    from sklearn.datasets import dump_svmlight_file
+
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(900, 6))
+    radius = np.linalg.norm(X[:, :3], axis=1)
+    y = np.select([radius < 1.3, radius < 1.9], [2, 5], 7)
+    path = tmp_path / "three.libsvm"
+    dump_svmlight_file(X, y, str(path), zero_based=False)
+    return path, X, y
+
+
+def test_multiclass_data_run_the_multiclass_methods_and_skip_the_binary_ones(spark, tmp_path):
+    path, X, y = _three_class_file(tmp_path)
+    readme = tmp_path / "README.md"
+    readme.write_text(README + "<!-- results-multiclass:start -->\nold\n"
+                      "<!-- results-multiclass:end -->\n")
+    out = tmp_path / "results"
+    assert benchmark.main(["--data", str(path), "--test-fraction", "0.3", "--seed", "4",
+                           "--methods", "sodm,svc,nystroem-linear,mllib-linearsvc,dsvrg,cvm",
+                           "--levels", "1", "--lam", "100", "--svc-C", "3", "--linear-C", "0.5",
+                           "--nystroem-components", "150", "--out-dir", str(out), "--readme",
+                           str(readme), "--readme-region", "results-multiclass"]) == 0
+    document = json.loads((out / "benchmark.json").read_text())
+    assert document["data"]["n_classes"] == 3
+    rows = {(r["method"], r.get("level")): r for r in document["results"]}
+    assert rows[("dsvrg", None)]["status"] == rows[("cvm", None)]["status"] == "skipped"
+    assert "two classes only" in rows[("dsvrg", None)]["note"]
+
+    # the same split as the job (seeded hold-out), references fitted on the raw labels
+    from sodm_spark.benchmarking.datasets import _seeded_split
+    X_train, y_train, X_test, y_test = _seeded_split(X, y.astype(float), 270, 4)
+    gamma = resolve_gamma("scale", X_train)
+    assert document["gamma"] == pytest.approx(gamma)
+    svc = SVC(C=3, gamma=gamma).fit(X_train, y_train).score(X_test, y_test)
+    assert rows[("svc", None)]["accuracy"] == pytest.approx(svc, abs=1e-12)
+    assert rows[("svc", None)]["model_floats"] == rows[("svc", None)]["n_sv"] * (6 + 2)
+    from sklearn.kernel_approximation import Nystroem
+    from sklearn.pipeline import make_pipeline
+    nystroem = make_pipeline(Nystroem(gamma=gamma, n_components=150, random_state=4),
+                             LinearSVC(C=1, random_state=4, max_iter=5000))
+    assert rows[("nystroem-linear", None)]["accuracy"] == pytest.approx(
+        nystroem.fit(X_train, y_train).score(X_test, y_test), abs=1e-12)
+    # SODM's last level is the exact one-vs-rest ODM of every class
+    exact = ODMClassifier(gamma=gamma, lam=100, theta=0.1, v=0.5, tol=1e-3).fit(X_train, y_train)
+    assert abs(rows[("sodm", 0)]["accuracy"] - exact.score(X_test, y_test)) <= 0.01
+    assert rows[("sodm", 0)]["accuracy"] > 0.6  # far above the 1/3 of guessing
+    # MLlib: one LinearSVC per class; a linear model cannot separate rings, so only sanity
+    mllib = rows[("mllib-linearsvc", None)]
+    assert mllib["status"] == "ok" and "OneVsRest over 3 classes" in mllib["note"]
+    assert mllib["model_floats"] == 3 * (6 + 1)
+
+    text = readme.read_text()
+    assert text.startswith(README)  # the default region is untouched
+    assert "<!-- results-multiclass:start -->\n## Results: 3 classes" in text
+    assert "three.libsvm" in text and "3 classes: labels 2, 5, 7" in text
+
+
+def test_pareto_front_keeps_the_rows_nothing_beats_on_both_time_and_accuracy():
+    from sodm_spark.benchmarking.plots import pareto_front
+
+    points = [(5.0, 0.90), (1.0, 0.80), (2.0, 0.85), (3.0, 0.84), (9.0, 0.90), (7.0, 0.95),
+              (2.0, 0.70)]
+    rows = [{"fit_seconds": s, "accuracy": a} for s, a in points]
+    brute = [r for r in rows if not any(o["fit_seconds"] <= r["fit_seconds"] and
+                                        o["accuracy"] >= r["accuracy"] and o is not r and
+                                        (o["fit_seconds"], o["accuracy"]) !=
+                                        (r["fit_seconds"], r["accuracy"]) for o in rows)]
+    front = pareto_front(rows)
+    assert front == sorted(brute, key=lambda r: r["fit_seconds"])
+    assert [(r["fit_seconds"], r["accuracy"]) for r in front] == [
+        (1.0, 0.80), (2.0, 0.85), (5.0, 0.90), (7.0, 0.95)]
+
+
+def test_report_only_rewrites_markdown_pngs_and_the_readme_from_the_json(tmp_path):
+    out = tmp_path / "results"
+    out.mkdir()
+    document = {"command": "python jobs/benchmark.py --methods svc", "date": "2026-01-02",
+                "machine": {"cores": 2, "cpu": "cpu", "ram_gib": 1.0, "os": "os",
+                            "python": "3", "pyspark": "4", "numpy": "2",
+                            "scikit-learn": "1"},
+                "master": "local[2]", "total_seconds": 60.0, "budget_seconds": 10.0,
+                "settings": {"lam": 1.0, "theta": 0.1, "v": 0.5, "tol": 1e-3, "linear_lam": 1.0,
+                             "svc_C": 1.0, "linear_C": 1.0, "p": 3, "levels": 1,
+                             "strata": 20},
+                "gamma": 0.5, "data": {"name": "d", "train_rows": 10, "test_rows": 5,
+                                       "features": 2, "source": "s", "positive_class": "p"},
+                "results": [{"method": "svc", "name": "SVC (LIBSVM)", "status": "ok",
+                             "runs_on": "1 process", "accuracy": 0.875, "fit_seconds": 1.5,
+                             "n_sv": 3, "model_floats": 9, "note": ""}]}
+    (out / "benchmark.json").write_text(json.dumps(document))
+    readme = tmp_path / "README.md"
+    readme.write_text(README)
+    assert benchmark.main(["--report-only", "--out-dir", str(out), "--readme", str(readme)]) == 0
+    assert "| SVC (LIBSVM) |  |  | 1 process | 0.8750 | 1.5 |" in (out / "benchmark.md").read_text()
+    assert _is_png(out / "accuracy_vs_seconds.png")
+    assert "python jobs/benchmark.py --methods svc" in readme.read_text()
+    with pytest.raises(SystemExit, match="not found"):
+        benchmark.main(["--report-only", "--out-dir", str(tmp_path / "none")])
+
+
+def test_xgboost_peers_on_three_classes(spark, tmp_path):
+    xgboost = pytest.importorskip("xgboost")  # the .[bench] extra; skipped without it
+    path, X, y = _three_class_file(tmp_path)
+    out = tmp_path / "results"
+    assert benchmark.main(["--data", str(path), "--test-fraction", "0.3", "--seed", "4",
+                           "--methods", "xgboost,xgboost-spark", "--xgb-trees", "20",
+                           "--xgb-depth", "3", "--out-dir", str(out)]) == 0
+    rows = {r["method"]: r for r in json.loads((out / "benchmark.json").read_text())["results"]}
+    from sodm_spark.benchmarking.datasets import _seeded_split
+    X_train, y_train, X_test, y_test = _seeded_split(X, y.astype(float), 270, 4)
+    classes = np.unique(y_train)
+    trees = xgboost.XGBClassifier(tree_method="hist", n_estimators=20, max_depth=3,
+                                  random_state=4).fit(X_train, np.searchsorted(classes, y_train))
+    expected = np.mean(classes[trees.predict(X_test)] == y_test)
+    assert rows["xgboost"]["accuracy"] == pytest.approx(expected, abs=1e-12)
+    assert rows["xgboost-spark"]["status"] == "ok"
+    assert abs(rows["xgboost-spark"]["accuracy"] - expected) <= 0.05

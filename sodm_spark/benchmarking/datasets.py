@@ -1,11 +1,12 @@
 """Data for the benchmark job: the user's files, real sets that registry packages ship, and
-seeded generators. Every source ends as one train/test split on the driver with labels ±1
-(the single-node peers need the rows there anyway); Spark methods get the same rows as one
-block RDD.
+seeded generators. Every source ends as one train/test split on the driver (the single-node
+peers need the rows there anyway): labels ±1 for two classes, the raw labels for more; Spark
+methods get the same rows as one block RDD.
 
 | ``--dataset`` | rows × features | shipped by |
 | --- | --- | --- |
 | ``fashion-mnist`` | 60,000 + 10,000 × 784 | Debian ``dataset-fashion-mnist`` (gzip IDX files) |
+| ``fashion-mnist-10`` | the same rows, its 10 classes | the same package |
 | ``letter`` | 16,000 + 4,000 × 16 | Debian ``r-cran-mlbench`` (``LetterRecognition.rda``) |
 | ``satellite`` | 4,435 + 2,000 × 36 | Debian ``r-cran-mlbench`` (``Satellite.rda``) |
 | ``shuttle`` | 43,500 + 14,500 × 9 | Debian ``r-cran-mlbench`` (``Shuttle.rda``) |
@@ -27,6 +28,8 @@ from ..validation import check_finite_rows
 MLBENCH_HINT = "apt-get install r-cran-mlbench (and pip install rdata)"
 DATASET_SOURCES = {
     "fashion-mnist": "Debian package dataset-fashion-mnist (apt-get install dataset-fashion-mnist)",
+    "fashion-mnist-10": "Debian package dataset-fashion-mnist (apt-get install "
+                        "dataset-fashion-mnist), its 10 classes",
     "letter": f"Debian package r-cran-mlbench, LetterRecognition.rda ({MLBENCH_HINT})",
     "satellite": f"Debian package r-cran-mlbench, Satellite.rda ({MLBENCH_HINT})",
     "shuttle": f"Debian package r-cran-mlbench, Shuttle.rda ({MLBENCH_HINT})",
@@ -44,7 +47,8 @@ class DatasetUnavailable(ValueError):
 
 @dataclass
 class BenchData:
-    """One train/test split with labels ±1 (``positive`` names the raw label mapped to +1)."""
+    """One train/test split: labels ±1 for two classes (``positive`` names the raw label
+    mapped to +1), the raw labels (float) for more; ``classes`` are the labels' values."""
 
     name: str
     X_train: np.ndarray
@@ -53,16 +57,22 @@ class BenchData:
     y_test: np.ndarray
     source: str
     positive: str = "+1"
+    classes: tuple = (-1.0, 1.0)
 
     @property
     def n_features(self) -> int:
         return int(self.X_train.shape[1])
 
+    @property
+    def multiclass(self) -> bool:
+        return len(self.classes) > 2
+
     def describe(self) -> dict:
         return {"name": self.name, "source": self.source, "positive_class": self.positive,
                 "train_rows": int(self.X_train.shape[0]), "test_rows": int(self.X_test.shape[0]),
-                "features": self.n_features,
-                "train_positive_share": float(np.mean(self.y_train > 0))}
+                "features": self.n_features, "n_classes": len(self.classes),
+                "train_positive_share": None if self.multiclass
+                else float(np.mean(self.y_train > 0))}
 
 
 def _seeded_split(X, y, test_rows: int, seed: int):
@@ -83,14 +93,16 @@ def _mlbench_frame(name: str, root):
         raise DatasetUnavailable(str(error)) from error
 
 
-def _fashion(root, seed):
+def _fashion(root, seed, binary=True):
     root = root or FASHION_MNIST_DIR
     try:
-        X, y = load_fashion_mnist("train", root)
-        X_test, y_test = load_fashion_mnist("test", root)
+        X, y = load_fashion_mnist("train", root, binary=binary)
+        X_test, y_test = load_fashion_mnist("test", root, binary=binary)
     except FileNotFoundError as error:
         raise DatasetUnavailable(str(error)) from error
-    return X, y, X_test, y_test, "even classes (tops, bag) vs odd (trouser, dress, shoes)"
+    what = "even classes (tops, bag) vs odd (trouser, dress, shoes)" if binary else \
+        "T-shirt, trouser, pullover, dress, coat, sandal, shirt, sneaker, bag, ankle boot"
+    return X, y, X_test, y_test, what
 
 
 def _letter(root, seed):
@@ -127,7 +139,9 @@ def _generated(name, rows, test_rows, seed):
     return X[:rows], y[:rows], X[rows:], y[rows:], positive
 
 
-LOADERS = {"fashion-mnist": _fashion, "letter": _letter, "satellite": _satellite,
+LOADERS = {"fashion-mnist": _fashion,
+           "fashion-mnist-10": lambda root, seed: _fashion(root, seed, binary=False),
+           "letter": _letter, "satellite": _satellite,
            "shuttle": _shuttle}
 
 
@@ -158,13 +172,14 @@ def load_dataset(name: str, train_rows: int | None = None, test_rows: int | None
 
 
 def _as_bench_data(name, X, y, X_test, y_test, source, positive=None) -> BenchData:
-    """Checked arrays with labels mapped to ±1 (the larger raw label becomes +1)."""
+    """Checked arrays; two classes are mapped to ±1 (the larger raw label becomes +1), more
+    keep their raw values (``positive`` then describes the classes)."""
     check_finite_rows(X, f"{name} training data")
     check_finite_rows(X_test, f"{name} test data")
     classes = np.unique(y)
-    if classes.size != 2:
-        raise ValueError(f"{name}: the benchmark compares binary classifiers, but the training "
-                         f"labels hold {classes.size} classes ({classes[:10].tolist()}).")
+    if classes.size < 2:
+        raise ValueError(f"{name}: the training labels hold one class "
+                         f"({classes.tolist()}); a classifier needs two or more.")
     unknown = np.setdiff1d(np.unique(y_test), classes)
     if unknown.size:
         raise ValueError(f"{name}: the test labels hold {unknown[:5].tolist()}, which the "
@@ -172,9 +187,14 @@ def _as_bench_data(name, X, y, X_test, y_test, source, positive=None) -> BenchDa
     if X_test.shape[1] != X.shape[1]:
         raise ValueError(f"{name}: the test data have {X_test.shape[1]} features, the training "
                          f"data {X.shape[1]}; both must describe the same columns.")
+    X, X_test = (np.ascontiguousarray(part, dtype=np.float64) for part in (X, X_test))
+    if classes.size > 2:
+        as_float = lambda labels: np.asarray(labels, dtype=np.float64)  # noqa: E731
+        return BenchData(name, X, as_float(y), X_test, as_float(y_test), source,
+                         positive or "labels " + ", ".join(f"{c:g}" for c in classes[:12]),
+                         tuple(as_float(classes)))
     to_pm = lambda labels: np.where(labels == classes[1], 1.0, -1.0)  # noqa: E731
-    return BenchData(name, np.ascontiguousarray(X, dtype=np.float64), to_pm(y),
-                     np.ascontiguousarray(X_test, dtype=np.float64), to_pm(y_test), source,
+    return BenchData(name, X, to_pm(y), X_test, to_pm(y_test), source,
                      positive or f"label {classes[1]:g}")
 
 

@@ -63,15 +63,17 @@ def build_estimator(method: str, settings: dict, gamma: float):
 
 def model_size(method: str, estimator, n_features: int) -> tuple[int | None, int]:
     """(support vectors or None for a model without them, floats the model stores)."""
-    if method in ("svrg", "linearsvc"):
+    if method == "svrg":
         return None, n_features + 1  # w and the intercept
+    if method == "linearsvc":  # w and b per class (one pair for two classes)
+        return None, estimator.coef_.size + estimator.intercept_.size
     if method == "xgboost":  # per node: feature, threshold, two children, leaf value
         return None, 5 * len(estimator.get_booster().trees_to_dataframe())
-    if method == "nystroem-linear":
-        m = estimator[0].components_.shape[0]
-        return None, m * n_features + m * m + m + 1  # landmarks, K^-1/2, w, b
-    n_sv = int(estimator.support_vectors_.shape[0])
-    return n_sv, n_sv * (n_features + 1)
+    if method == "nystroem-linear":  # landmarks, K^-1/2, w and b (per class)
+        m, linear = estimator[0].components_.shape[0], estimator[-1]
+        return None, m * n_features + m * m + linear.coef_.size + linear.intercept_.size
+    n_sv = int(estimator.support_vectors_.shape[0])  # rows, their coefficients per class
+    return n_sv, n_sv * n_features + int(np.asarray(estimator.dual_coef_).size)
 
 
 def fit_and_score(method: str, settings: dict, gamma: float, arrays_dir: str,

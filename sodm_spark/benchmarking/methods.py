@@ -27,6 +27,10 @@ METHODS = {
     "nystroem-spark": ("spark", "rbf", "Nystroem features in Arrow batches + MLlib LinearSVC"),
 }
 PARTITIONERS = tuple(PARTITIONER_NAMES)
+# methods that fit more than two classes (MLlib's LinearSVC through OneVsRest); the others are
+# reported as skipped on multi-class data
+MULTICLASS_METHODS = ("sodm", "exact-odm", "svc", "linearsvc", "mllib-linearsvc", "xgboost",
+                      "xgboost-spark", "nystroem-linear", "nystroem-spark")
 
 
 def parse_names(text: str, known, what: str) -> list[str]:
@@ -59,6 +63,9 @@ def run_driver_method(ctx, method: str) -> list[dict]:
 
 
 def _run_one(ctx, method: str, partitioner: str | None = None) -> list[dict]:
+    if ctx.data.multiclass and method not in MULTICLASS_METHODS:
+        return [make_row(method, SKIPPED, runs_on=WHERE[METHODS[method][0]],
+                         note=f"two classes only; the data hold {len(ctx.classes)}")]
     if method == "sodm":
         return spark_methods.run_sodm(ctx, partitioner)
     if method in DRIVER_METHODS:

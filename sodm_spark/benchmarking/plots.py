@@ -1,7 +1,7 @@
 """PNG plots of a benchmark run (matplotlib, Agg backend):
 
 * accuracy against fit seconds, one point per SODM level and a line per partitioner, the other
-  methods as single points (the SODM paper's Figure 1);
+  methods as single points and the Pareto front (the SODM paper's Figure 1);
 * speed-up against cores, per level and for the whole fit (Figure 2);
 * seconds against rows M, log-log, a line per method / SODM level (the scaling run).
 """
@@ -15,7 +15,7 @@ from .scaling import speedups
 MARKERS = "osD^v<>Ph*Xd"
 # the SODM lines take matplotlib's first default colours; the other methods these
 OTHER_COLORS = ("black", "tab:brown", "tab:pink", "tab:gray", "tab:olive", "tab:cyan", "navy",
-                "darkred", "darkgreen", "goldenrod")
+                "darkred", "darkgreen", "goldenrod", "magenta", "teal", "coral", "indigo")
 
 
 def _pyplot():
@@ -36,7 +36,8 @@ def _not_finished_note(ax, rows, what="not finished within the budget"):
 
 def plot_accuracy_vs_seconds(rows: list[dict], path, title: str) -> None:
     """Figure 1 style, accuracy (y) against fit seconds (x, log), in two panels: every SODM
-    level per partitioner (top), and every method's final model side by side (bottom)."""
+    level per partitioner (top), and every method side by side with the Pareto front
+    (bottom; SODM's first partitioner with all its levels)."""
     plt = _pyplot()
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 10))
     finished = [r for r in rows if r["status"] == OK and r["accuracy"] is not None]
@@ -44,6 +45,7 @@ def plot_accuracy_vs_seconds(rows: list[dict], path, title: str) -> None:
     for row in finished:
         if row["method"] == "sodm":
             sodm.setdefault(row["name"], []).append(row)
+    shown = []  # the bottom panel's points
     for number, (name, levels) in enumerate(sodm.items()):
         levels = sorted(levels, key=lambda r: r["fit_seconds"])
         line, = top.plot([r["fit_seconds"] for r in levels], [r["accuracy"] for r in levels],
@@ -54,17 +56,31 @@ def plot_accuracy_vs_seconds(rows: list[dict], path, title: str) -> None:
                 top.annotate(f"level {r['level']}", (r["fit_seconds"], r["accuracy"]),
                              fontsize=8, xytext=(4, -13), textcoords="offset points",
                              color=line.get_color(), ha="left")
-        final = levels[-1]
-        bottom.plot(final["fit_seconds"], final["accuracy"], MARKERS[number % len(MARKERS)],
-                    color=line.get_color(), markersize=9, label=f"{name} level {final['level']}"
-                    " (Spark)")
+            # the headline partitioner: every level beside the other methods
+            shown += levels
+            bottom.plot([r["fit_seconds"] for r in levels], [r["accuracy"] for r in levels],
+                        "-" + MARKERS[0], color=line.get_color(), markersize=9,
+                        label=f"{name}, levels {levels[0]['level']}→{levels[-1]['level']} "
+                        "(Spark)")
+        else:
+            final = levels[-1]
+            shown.append(final)
+            bottom.plot(final["fit_seconds"], final["accuracy"], MARKERS[number % len(MARKERS)],
+                        color=line.get_color(), markersize=9,
+                        label=f"{name} level {final['level']} (Spark)")
     others = [r for r in finished if r["method"] != "sodm"]
     for index, row in enumerate(others, start=len(sodm)):
         bottom.plot(row["fit_seconds"], row["accuracy"], MARKERS[index % len(MARKERS)],
                     color=OTHER_COLORS[(index - len(sodm)) % len(OTHER_COLORS)], markersize=9,
                     label=f"{row['name']} ({row['runs_on']})")
+    front = pareto_front(shown + others)
+    if len(front) > 1:
+        bottom.step([r["fit_seconds"] for r in front], [r["accuracy"] for r in front],
+                    where="post", linestyle="--", color="0.5", linewidth=1, zorder=0,
+                    label="Pareto front (none faster and more accurate)")
     top.set_title(title + "\nSODM: one point per level (seconds cumulative to that level)")
-    bottom.set_title("Every method's final model (the table's rows)")
+    bottom.set_title("Every method (SODM: every level of the first partitioner, the others' "
+                     "final level)")
     for ax in (top, bottom):
         ax.set_xlabel("fit seconds (log scale)")
         _plain_log_axis(ax.xaxis)
@@ -75,6 +91,16 @@ def plot_accuracy_vs_seconds(rows: list[dict], path, title: str) -> None:
     _not_finished_note(bottom, rows)
     fig.tight_layout()
     _save(fig, path)
+
+
+def pareto_front(rows: list[dict]) -> list[dict]:
+    """The rows no other row beats on both fit seconds (fewer) and accuracy (higher), fastest
+    first: the best accuracy on offer for each time spent."""
+    front = []
+    for row in sorted(rows, key=lambda r: (r["fit_seconds"], -r["accuracy"])):
+        if not front or row["accuracy"] > front[-1]["accuracy"]:
+            front.append(row)
+    return front
 
 
 def plot_speedup_vs_cores(rows: list[dict], path, title: str) -> None:

@@ -1,5 +1,6 @@
-"""The benchmark's outputs: a JSON file, Markdown tables and the README's results region
-(between ``<!-- results:start -->`` and ``<!-- results:end -->``, rewritten in place)."""
+"""The benchmark's outputs: a JSON file, Markdown tables and a README region (between
+``<!-- results:start -->`` and ``<!-- results:end -->``, or another region name's markers),
+rewritten in place."""
 from __future__ import annotations
 
 import json
@@ -11,7 +12,13 @@ from pathlib import Path
 from .budget import OK
 from .scaling import speedups
 
-START_MARKER, END_MARKER = "<!-- results:start -->", "<!-- results:end -->"
+DEFAULT_REGION = "results"
+
+
+def markers(region: str = DEFAULT_REGION) -> tuple[str, str]:
+    """The README lines that open and close ``region``."""
+    return f"<!-- {region}:start -->", f"<!-- {region}:end -->"
+
 
 
 def machine() -> dict:
@@ -110,7 +117,8 @@ def markdown_report(document: dict, image_prefix: str = "") -> str:
     of the PNGs relative to the Markdown file)."""
     m, s = document["machine"], document["settings"]
     budget = document["budget_seconds"]
-    parts = ["## Results", "",
+    n_classes = (document.get("data") or {}).get("n_classes", 2)
+    parts = ["## Results" + (f": {n_classes} classes" if n_classes > 2 else ""), "",
              "Produced by this command (it rewrites this section; expect about "
              f"{document['total_seconds'] / 60:.0f} minutes here):", "", "```bash",
              document["command"], "```", "",
@@ -123,7 +131,9 @@ def markdown_report(document: dict, image_prefix: str = "") -> str:
         d = document["data"]
         parts += [f"### Methods side by side: {d['name']}", "",
                   f"{d['train_rows']:,} training rows × {d['features']} features, "
-                  f"{d['test_rows']:,} test rows ({d['source']}; +1 = {d['positive_class']}). "
+                  f"{d['test_rows']:,} test rows ({d['source']}; "
+                  + (f"{n_classes} classes: {d['positive_class']}" if n_classes > 2
+                     else f"+1 = {d['positive_class']}") + "). "
                   f"Shared: RBF gamma = {document['gamma']:.4g} for every RBF method; ODM λ = "
                   f"{s['lam']:g}, θ = {s['theta']:g}, v = {s['v']:g}, tol = {s['tol']:g}; "
                   f"linear ODM λ = {s['linear_lam']:g}; SVC / coreset SVM / CVM C = "
@@ -152,16 +162,26 @@ def markdown_report(document: dict, image_prefix: str = "") -> str:
     return "\n".join(parts).rstrip() + "\n"
 
 
-def rewrite_readme(path, section: str) -> None:
-    """Replace what lies between the results markers of ``path`` with ``section``; the rest
-    of the file is kept byte for byte. Missing or misordered markers are a ValueError."""
+def check_readme(path, region: str = DEFAULT_REGION) -> str:
+    """The text of ``path``, which must hold ``region``'s start line and then its end line,
+    once each (else a ValueError saying what to add)."""
     text = Path(path).read_text()
-    start, end = text.find(START_MARKER), text.find(END_MARKER)
-    if start < 0 or end < 0 or end < start or text.count(START_MARKER) != 1 \
-            or text.count(END_MARKER) != 1:
-        raise ValueError(f"{path} needs exactly one {START_MARKER} line followed by one "
-                         f"{END_MARKER} line; add them where the results should go.")
-    head = text[:start + len(START_MARKER)]
+    start_marker, end_marker = markers(region)
+    start, end = text.find(start_marker), text.find(end_marker)
+    if start < 0 or end < start or text.count(start_marker) != 1 \
+            or text.count(end_marker) != 1:
+        raise ValueError(f"{path} needs exactly one {start_marker} line followed by one "
+                         f"{end_marker} line; add them where the results should go.")
+    return text
+
+
+def rewrite_readme(path, section: str, region: str = DEFAULT_REGION) -> None:
+    """Replace what lies between ``region``'s markers in ``path`` with ``section``; the rest
+    of the file is kept byte for byte. Missing or misordered markers are a ValueError."""
+    text = check_readme(path, region)
+    start_marker, end_marker = markers(region)
+    start, end = text.find(start_marker), text.find(end_marker)
+    head = text[:start + len(start_marker)]
     new = head + "\n" + section.rstrip("\n") + "\n" + text[end:]
     handle, temporary = tempfile.mkstemp(dir=Path(path).parent, prefix=".readme-")
     with os.fdopen(handle, "w") as out:

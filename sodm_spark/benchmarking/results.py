@@ -49,7 +49,7 @@ class BenchContext:
 
     spark: object
     data: object  # datasets.BenchData
-    blocks: object  # RDD[Block] of the training rows, labels ±1
+    blocks: object  # RDD[Block] of the training rows, labels as in ``data``
     gamma: float
     settings: dict
     budget_seconds: float
@@ -63,7 +63,7 @@ class BenchContext:
 
     @property
     def classes(self) -> np.ndarray:
-        return np.array([-1.0, 1.0])
+        return np.asarray(self.data.classes, dtype=np.float64)
 
     @property
     def test(self) -> tuple:
@@ -81,20 +81,24 @@ class BenchContext:
         return str(self._arrays.path)
 
     def frame(self, which: str):
-        """The split as a cached DataFrame (label 0/1, ML vector ``features``) for MLlib."""
+        """The split as a cached DataFrame for MLlib: ``label`` the class number 0..K-1 in
+        the order of ``classes`` (0/1 for two), ``features`` an ML vector."""
         if which not in self._frames:
             from pyspark.ml.linalg import VectorUDT, Vectors
             from pyspark.sql.types import DoubleType, StructField, StructType
 
             schema = StructType([StructField("label", DoubleType()),
                                  StructField("features", VectorUDT())])
+            classes = self.classes  # a local: the closure must not carry the context
             if which == "train":
                 rows = self.blocks.flatMap(lambda block: [
-                    (float(label > 0), Vectors.dense(x)) for x, label in zip(block.X, block.y)])
+                    (float(number), Vectors.dense(x))
+                    for x, number in zip(block.X, np.searchsorted(classes, block.y))])
             else:
                 X, y = self.test
                 rows = self.sc.parallelize(
-                    [(float(label > 0), Vectors.dense(x)) for x, label in zip(X, y)],
+                    [(float(number), Vectors.dense(x))
+                     for x, number in zip(X, np.searchsorted(classes, y))],
                     max(2, self.sc.defaultParallelism))
             frame = self.spark.createDataFrame(rows, schema).cache()
             frame.count()

@@ -4,6 +4,7 @@ README region. Outputs are rewritten after every part, so a long run leaves usab
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import shlex
 import sys
@@ -67,7 +68,7 @@ def _load(spark, args):
                         args.seed, args.dataset_root)
 
 
-def _write(document: dict, out_dir: Path, readme) -> None:
+def _write(document: dict, out_dir: Path, readme, region=report.DEFAULT_REGION) -> None:
     """JSON, Markdown and PNGs for what the document holds so far (and the README region)."""
     document["images"] = {}
     data = document.get("data") or {}
@@ -92,7 +93,7 @@ def _write(document: dict, out_dir: Path, readme) -> None:
     (out_dir / OUTPUTS["markdown"]).write_text(report.markdown_report(document))
     if readme:
         prefix = os.path.relpath(out_dir, Path(readme).resolve().parent) + "/"
-        report.rewrite_readme(readme, report.markdown_report(document, prefix))
+        report.rewrite_readme(readme, report.markdown_report(document, prefix), region)
 
 
 def run_benchmark(args, argv, log=print) -> dict:
@@ -100,8 +101,9 @@ def run_benchmark(args, argv, log=print) -> dict:
     started = time.perf_counter()
     out_dir = Path(args.out_dir).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
+    region = getattr(args, "readme_region", report.DEFAULT_REGION)
     if args.readme:  # refuse a README without markers before hours of work
-        _check_readme(args.readme)
+        report.check_readme(args.readme, region)
     settings = settings_of(args)
     scaling_budget = args.scaling_budget_seconds or args.budget_seconds
     preloaded = None if args.data or not args.methods else _load(None, args)
@@ -128,14 +130,14 @@ def run_benchmark(args, argv, log=print) -> dict:
             finally:
                 ctx.blocks.unpersist()
                 ctx.close()
-            _finish(document, started, out_dir, args.readme)
+            _finish(document, started, out_dir, args.readme, region)
         if "rows" in args.scaling:
             document["scaling_rows"] = run_rows_scaling(
                 spark, args.rows, settings, args.scaling_methods, scaling_budget, log,
                 args.scaling_dataset, args.scaling_test_rows, args.partition_rows,
                 args.solved_levels, args.scaling_sodm_budget_seconds)
             document["scaling_rows_note"] = _rows_note(args, scaling_budget)
-            _finish(document, started, out_dir, args.readme)
+            _finish(document, started, out_dir, args.readme, region)
         if "cores" in args.scaling:
             spark.stop()
             created = False  # run_cores_scaling stops each session it is given
@@ -148,7 +150,7 @@ def run_benchmark(args, argv, log=print) -> dict:
                 f"{args.scaling_dataset} rows, the rows scaling's level rule) in a fresh Spark "
                 f"session per core count; speed-up = seconds at {min(args.cores)} core(s) / "
                 "seconds at k cores.")
-            _finish(document, started, out_dir, args.readme)
+            _finish(document, started, out_dir, args.readme, region)
     finally:
         if created:
             spark.stop()
@@ -157,11 +159,18 @@ def run_benchmark(args, argv, log=print) -> dict:
     return document
 
 
-def _check_readme(path) -> None:
-    text = Path(path).read_text()
-    if text.count(report.START_MARKER) != 1 or text.count(report.END_MARKER) != 1:
-        raise ValueError(f"--readme {path} needs exactly one {report.START_MARKER} and one "
-                         f"{report.END_MARKER} line; add them where the results should go.")
+def rewrite_reports(out_dir, readme=None, region=report.DEFAULT_REGION) -> dict:
+    """Markdown, PNGs and the README region again from ``out_dir``'s benchmark.json (the
+    command shown stays the one that measured)."""
+    path = Path(out_dir) / OUTPUTS["json"]
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found: --report-only rewrites the reports of an "
+                                "earlier run; point --out-dir at its folder.")
+    document = json.loads(path.read_text())
+    if readme:
+        report.check_readme(readme, region)
+    _write(document, Path(out_dir).resolve(), readme, region)
+    return document
 
 
 def _table_context(spark, data, settings, budget, log):
@@ -183,6 +192,6 @@ def _rows_note(args, budget) -> str:
             "one that did not finish is not started again at a larger M (N/A).")
 
 
-def _finish(document, started, out_dir, readme) -> None:
+def _finish(document, started, out_dir, readme, region) -> None:
     document["total_seconds"] = time.perf_counter() - started
-    _write(document, out_dir, readme)
+    _write(document, out_dir, readme, region)

@@ -37,8 +37,9 @@ def _context(spark, data, settings, budget, log):
     from ..spark.session import numpy_to_blocks
 
     sc = spark.sparkContext
-    # enough input slices that no single task holds a large share of 10^6 rows
-    slices = max(2 * sc.defaultParallelism, data.X_train.shape[0] // 50000)
+    # enough input slices that no single task holds a large share of 10^6 rows; a function
+    # of the rows only, so every core count fits the same blocks (the same model)
+    slices = max(4, data.X_train.shape[0] // 50000)
     blocks = numpy_to_blocks(sc, data.X_train, data.y_train, n_slices=slices).persist()
     blocks.count()  # move the rows into Spark before any clock starts
     return BenchContext(spark, data, blocks, resolve_gamma(settings["gamma"], data.X_train),
