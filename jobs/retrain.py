@@ -7,8 +7,11 @@ production model on a holdout set, and promote it only if it is not worse.
 Flags after ``--`` are jobs/train_sodm.py's training flags (defaults from conf/sodm-jobs.toml).
 Every version is written to models/versions/ (temporary directory + rename) and `latest` is
 moved atomically, so a crash at any point leaves the previous `latest` intact. Exit codes:
-0 promoted; 1 kept the production model (the new one was worse by more than --max-drop);
-2 bad flags; 3 another retrain holds the lock; 4 no snapshot, bad data or a failed fit.
+0 promoted (the only code after which `latest` changed); 1 kept the production model (the new
+one was worse by more than --max-drop); 2 bad flags (also the training flags after --);
+3 another retrain holds the lock; 4 any failure (no snapshot, bad data, a failed fit, a Spark
+error), with a one-line reason on stderr. A failure after `latest` moved (pruning old
+versions, say) is a warning: the run still exits 0.
 """
 from __future__ import annotations
 
@@ -44,12 +47,20 @@ def parse_args(argv=None):
                         help="promote when new accuracy >= production - this (default 0)")
     parser.add_argument("--keep", type=int, default=5, help="versions to keep (>= 1)")
     parser.add_argument("--stale-hours", type=float, default=6.0,
-                        help="a lock older than this is taken over")
+                        help="a run holding the lock longer than this is named as probably "
+                        "hung (the lock is the kernel's: it ends with the process holding it)")
     parser.add_argument("--master", help="Spark master when spark-submit gives none")
     args = parser.parse_args(argv[:split])
     if args.keep < 1:
         parser.error("--keep must be at least 1 (the production model is always kept)")
     args.train_args = argv[split + 1:]
+    try:  # the training flags are checked now, before any lock or data: exit 2, not 4
+        train_sodm.parse_args(["--data", "snapshot", "--format", args.format] + args.train_args)
+    except SystemExit as error:
+        if error.code not in (0, None):
+            parser.exit(USAGE, "retrain.py: the training flags after -- are refused (see "
+                        "above).\n")
+        raise
     return args
 
 
@@ -69,7 +80,9 @@ def holdout_accuracy(model: KernelExpansion, X, y) -> float:
     return float(np.mean(model.predict(X) == y))
 
 
-def run(args, store: ModelStore) -> int:
+def run(args, store: ModelStore, outcome: dict) -> int:
+    """Train, compare, write the version, move ``latest`` if promoted (``outcome["promoted"]``
+    is set the moment it moves), prune; returns the exit code."""
     snapshot = newest_snapshot(args.snapshots)
     print(f"newest snapshot: {snapshot}", flush=True)
     train_args = train_sodm.parse_args(
@@ -102,34 +115,58 @@ def run(args, store: ModelStore) -> int:
     version = store.write_version(snapshot.stem, write)
     if decision.promote:
         store.point_latest(version)
-    removed = store.prune(args.keep)
+        outcome["promoted"] = version
     print(f"{'promoted' if decision.promote else 'kept production'}: {decision.reason}; "
-          f"version {version.name}" + (f"; removed {', '.join(removed)}" if removed else ""),
-          flush=True)
+          f"version {version.name}", flush=True)
+    try:
+        removed = store.prune(args.keep)
+    except Exception as error:  # noqa: BLE001 - old versions left over are not a failed run
+        print(f"warning: pruning old versions failed ({one_line(error)}); they stay in "
+              f"{store.versions}", file=sys.stderr, flush=True)
+    else:
+        if removed:
+            print(f"removed {', '.join(removed)}", flush=True)
     return PROMOTED if decision.promote else KEPT
+
+
+def one_line(error: BaseException) -> str:
+    """``Type: first line of the message`` (Py4J errors carry whole Java stack traces)."""
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0] if lines else ''}".rstrip(": ")
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    store = ModelStore(args.models_dir)
-    lock = RetrainLock(args.models_dir, stale_seconds=args.stale_hours * 3600.0)
+    outcome = {"promoted": None}
+    lock = None
     try:
-        lock.acquire()
-    except LockedError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return LOCKED
-    try:
+        store = ModelStore(args.models_dir)
+        lock = RetrainLock(args.models_dir, stale_seconds=args.stale_hours * 3600.0)
+        try:
+            lock.acquire()
+        except LockedError as error:
+            lock = None
+            print(f"error: {error}", file=sys.stderr)
+            return LOCKED
         if lock.taken_over:
-            print(f"took over a stale lock of pid {lock.taken_over.get('pid')}", flush=True)
-        return run(args, store)
-    except (ValueError, FileNotFoundError) as error:
-        print(f"error: {error}; the production model is unchanged", file=sys.stderr)
+            print(f"took over the lock of pid {lock.taken_over.get('pid')}, which ended "
+                  "without releasing it", flush=True)
+        return run(args, store, outcome)
+    except (Exception, SystemExit) as error:  # noqa: BLE001 - every failure is exit 4
+        if isinstance(error, SystemExit) and error.code in (0, None):
+            raise
+        reason = str(error.code) if isinstance(error, SystemExit) else one_line(error)
+        reason = reason.strip().splitlines()[0] if reason.strip() else "SystemExit"
+        if outcome["promoted"] is not None:  # latest moved: the promotion stands
+            print(f"warning: {reason}; {outcome['promoted'].name} is the production model",
+                  file=sys.stderr, flush=True)
+            return PROMOTED
+        print(f"error: {reason.removeprefix('error: ')}; the production model is unchanged",
+              file=sys.stderr, flush=True)
         return FAILED
-    except SystemExit as error:  # train_sodm's flag (code 2) and data errors
-        print(f"{error}; the production model is unchanged", file=sys.stderr)
-        return USAGE if error.code == USAGE else FAILED
     finally:
-        lock.release()
+        if lock is not None:
+            lock.release()
 
 
 if __name__ == "__main__":

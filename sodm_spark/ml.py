@@ -4,14 +4,17 @@ Modelled on pyspark.ml's LinearSVC: Params with setters and getters, ``featuresC
 vectors or arrays of numbers), ``labelCol``, ``predictionCol`` and ``rawPredictionCol``
 (``[-f(x), f(x)]``, so ``BinaryClassificationEvaluator`` ranks by f). The model predicts with a
 pandas UDF over the broadcast kernel expansion and saves as Spark ML metadata (JSON) plus
-``data/arrays.npz`` — no pickles. With ``kernel="linear"`` the fit is DSVRG (SODM Algorithm 2,
+``data/arrays.npz`` — no pickles — in a version folder of the model directory, every file
+through Spark's file system (:mod:`sodm_spark.storage`: replaced atomically, on any store). With ``kernel="linear"`` the fit is DSVRG (SODM Algorithm 2,
 as ``jobs/train_sodm.py --kernel linear``: 30 epochs at most, stopped when the objective
 changes by less than 1e-6 relative) with an unpenalized intercept unless ``fitIntercept`` is
 false.
 """
 from __future__ import annotations
 
-from pathlib import Path
+import json
+import uuid
+
 
 import numpy as np
 import pandas as pd
@@ -28,10 +31,12 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DoubleType
 
 from .model import KernelExpansion
+from .spark.hadoop_store import HadoopStore
 from .spark.io import dataframe_to_blocks
 from .spark.dsvrg import DSVRGParams, fit_dsvrg
 from .spark.sodm import SODMParams, checked_classes, fit_sodm, prepare_sodm
 from .spark.tune import tune_sodm
+from .storage import join, replace_versioned, resolve_version
 from .tuning import ParamGrid
 from .validation import shown_classes
 
@@ -340,18 +345,70 @@ class SODMClassificationModel(Model, _SODMParams, MLReadable, MLWritable):
 
 
 class _ParamsOnlyWriter(MLWriter):
+    """Spark ML metadata (and the model's arrays) written as a new version of the directory
+    (:mod:`sodm_spark.storage`) on Spark's file system: ``overwrite().save(path)`` replaces the
+    model atomically instead of deleting the old one first, as MLWriter would."""
+
     def __init__(self, instance):
         super().__init__()
         self.instance = instance
 
-    def saveImpl(self, path):
-        DefaultParamsWriter.saveMetadata(self.instance, path, self.sparkSession)
+    def save(self, path):
+        if not isinstance(path, str):
+            raise TypeError(f"path should be a string, got type {type(path)}")
+        store = HadoopStore.for_path(path)  # a plain path means Spark's default file system
+        if not self.shouldOverwrite and store.exists(path):
+            raise OSError(f"Path {path} already exists. To overwrite it, use "
+                          "write().overwrite().save(path): the old model stays readable until "
+                          "the new one is complete.")
+        folder = replace_versioned(path, self._write_version, flat_names=("data",),
+                                   store=store)
+        _point_to_class(store, path, folder)
+
+    def _write_version(self, store, folder):
+        DefaultParamsWriter.saveMetadata(self.instance, folder, self.sparkSession)
+
+    def saveImpl(self, path):  # MLWriter's contract; save() above does the whole job
+        self._write_version(HadoopStore.for_path(path), path)
+
+
+def _metadata_class(store, metadata_dir):
+    """The ``class`` a Spark ML metadata folder names (None if unreadable)."""
+    for name in store.list(metadata_dir):
+        if name.startswith("part-"):
+            try:
+                return json.loads(store.read_bytes(join(metadata_dir, name)))["class"]
+            except (OSError, ValueError, KeyError):
+                return None
+    return None
+
+
+def _point_to_class(store, path, folder):
+    """A copy of the version's ``metadata`` at the top of ``path``: pyspark's generic loaders
+    (a Pipeline's or CrossValidator's stages) read the class to load from ``path/metadata``
+    before handing the path to our reader, which then reads the newest version. Written once
+    per path (renamed into place), replaced only when another class is saved there."""
+    top, source = join(path, "metadata"), join(folder, "metadata")
+    wanted = _metadata_class(store, source)
+    if store.exists(top) and _metadata_class(store, top) == wanted:
+        return
+    staging = join(path, f".metadata.tmp-{uuid.uuid4().hex[:12]}")
+    try:
+        for name in store.list(source):
+            if not name.endswith(".crc"):
+                store.write_bytes(join(staging, name), store.read_bytes(join(source, name)))
+        if store.exists(top):
+            store.delete(top)
+        store.rename(staging, top)
+    finally:
+        if store.exists(staging):
+            store.delete(staging)
 
 
 class _ModelWriter(_ParamsOnlyWriter):
-    def saveImpl(self, path):
-        super().saveImpl(path)
-        self.instance.expansion.save(Path(path) / "data")
+    def _write_version(self, store, folder):
+        super()._write_version(store, folder)
+        self.instance.expansion.write_files(store, join(folder, "data"))
 
 
 class _Reader(MLReader):
@@ -360,9 +417,11 @@ class _Reader(MLReader):
         self.cls = cls
 
     def load(self, path):
-        metadata = DefaultParamsReader.loadMetadata(path, self.sparkSession)
+        store = HadoopStore.for_path(path)
+        folder = resolve_version(store, path, "metadata") or path
+        metadata = DefaultParamsReader.loadMetadata(folder, self.sparkSession)
         instance = self.cls() if self.cls is SODMClassifier else \
-            self.cls(KernelExpansion.load(Path(path) / "data"))
+            self.cls(KernelExpansion.load(join(folder, "data"), store=store))
         instance._resetUid(metadata["uid"])
         DefaultParamsReader.getAndSetParams(instance, metadata)
         return instance

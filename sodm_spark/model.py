@@ -1,6 +1,7 @@
 """KernelExpansion: the model every kernel method here produces, saved as arrays + JSON."""
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -13,9 +14,11 @@ import numpy as np
 import scipy.sparse
 
 from .kernels import Kernel, decision_values
+from .storage import join, replace_versioned, resolve_version, store_for
 
 FORMAT_NAME = "sodm_spark.KernelExpansion"
 FORMAT_VERSION = 1
+MODEL_FILES = ("arrays.npz", "metadata.json")  # in a version folder (or a pre-version directory)
 
 
 def move_into_place(staging: Path, path: Path) -> None:
@@ -74,90 +77,91 @@ class KernelExpansion:
 
         return compress(self, max_sv, method, ridge, seed, fit)
 
-    def save(self, path: str | os.PathLike, atomic: bool = False) -> None:
-        """Write ``arrays.npz`` and ``metadata.json`` into the directory ``path`` (created).
+    def save(self, path: str | os.PathLike, atomic: bool = True) -> None:
+        """Save to the model directory ``path`` (local, or any Hadoop file system by URI) as
+        ``arrays.npz`` and ``metadata.json`` in a new version of it (:mod:`sodm_spark.storage`):
+        readers see the old complete model or the new complete one, never a partial one, and
+        a writer killed at any point leaves one of them. (``atomic`` is kept for callers of
+        earlier versions; every save is atomic now.)"""
+        replace_versioned(path, self.write_files, flat_names=MODEL_FILES)
 
-        ``atomic=True`` writes a sibling temporary directory and renames it into place, so
-        readers see the old complete model or the new complete one, never a partial one.
-        """
-        path = Path(path)
-        if atomic:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
-            try:
-                self.save(staging)
-                move_into_place(staging, path)
-            finally:
-                if staging.exists():
-                    shutil.rmtree(staging)
-            return
-        path.mkdir(parents=True, exist_ok=True)
+    def write_files(self, store, folder: str) -> None:
+        """``arrays.npz`` and ``metadata.json`` into ``folder`` of ``store`` (created)."""
         classes = np.asarray(self.classes)
         if classes.dtype.kind not in "iufbU":
             classes = classes.astype(str)
         arrays = {"support_vectors": self.support_vectors, "coef": self.coef, "classes": classes}
         if self.intercept is not None:
             arrays["intercept"] = np.asarray(self.intercept, dtype=np.float64)
-        np.savez(path / "arrays.npz", **arrays)
+        buffer = io.BytesIO()
+        np.savez(buffer, **arrays)
         metadata = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION,
                     "kernel": self.kernel.to_dict(), "n_support": int(self.support_vectors.shape[0]),
                     "n_features": int(self.support_vectors.shape[1])}
-        (path / "metadata.json").write_text(json.dumps(metadata, indent=2))
+        store.mkdirs(folder)
+        store.write_bytes(join(folder, "arrays.npz"), buffer.getbuffer())
+        store.write_bytes(join(folder, "metadata.json"),
+                          json.dumps(metadata, indent=2).encode("utf-8"))
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "KernelExpansion":
-        """Read a directory written by :meth:`save`; a ValueError says what is wrong with it.
+    def load(cls, path: str | os.PathLike, store=None) -> "KernelExpansion":
+        """Read a model directory written by :meth:`save` (its current version; a directory
+        with the files at its top, as earlier versions wrote, too); a ValueError says what is
+        wrong with it.
 
         Refused, naming the directory and the file: a path that is not a directory, a missing
         or unparsable ``metadata.json`` or ``arrays.npz`` (an incomplete or truncated copy),
         another format or ``format_version`` (both versions named), arrays that disagree with
-        the metadata.
+        the metadata. ``store``: the file system to read (default: by the path).
         """
-        path = Path(path)
+        store = store or store_for(path)
+        path = str(path).rstrip("/") or "/"
         redo = ("Copy the whole model directory again, or retrain and save it "
                 "(KernelExpansion.save, or a job's --model-out DIR).")
-        if not path.is_dir():
-            why = "it is a file, not a directory" if path.exists() else "no such directory"
+        if not store.is_dir(path):
+            why = "it is a file, not a directory" if store.exists(path) else "no such directory"
             raise ValueError(f"{path} is not a saved model: {why}. Pass the directory that "
                              "holds metadata.json and arrays.npz (a job's --model-out DIR).")
-        present = sorted(p.name for p in path.iterdir())
-        if not (path / "metadata.json").is_file():
+        folder = resolve_version(store, path, "metadata.json") or path
+        present = store.list(folder)
+        if "metadata.json" not in present:
             partial = "arrays.npz" in present
             raise ValueError(
-                f"{path} is {'an incomplete (truncated) model' if partial else 'not a saved model'}"
+                f"{folder} is {'an incomplete (truncated) model' if partial else 'not a saved model'}"
                 f": metadata.json is missing (the directory holds {present[:8] or 'nothing'}). "
                 + (redo if partial else "Pass the directory that holds metadata.json and "
                    "arrays.npz (a job's --model-out DIR)."))
+        metadata_path, arrays_path = join(folder, "metadata.json"), join(folder, "arrays.npz")
         try:
-            metadata = json.loads((path / "metadata.json").read_text(encoding="utf-8"))
+            metadata = json.loads(store.read_bytes(metadata_path).decode("utf-8"))
             if not isinstance(metadata, dict):
                 raise ValueError("not a JSON object")
-        except (ValueError, UnicodeDecodeError) as error:
-            raise ValueError(f"{path / 'metadata.json'} is truncated or corrupt ({error}); the "
+        except (OSError, ValueError, UnicodeDecodeError) as error:
+            raise ValueError(f"{metadata_path} is truncated or corrupt ({error}); the "
                              f"model cannot be read. {redo}") from None
         if metadata.get("format") != FORMAT_NAME or metadata.get("format_version") != FORMAT_VERSION:
             raise ValueError(
-                f"{path} holds format {metadata.get('format')!r} version "
+                f"{folder} holds format {metadata.get('format')!r} version "
                 f"{metadata.get('format_version')!r}; this sodm_spark reads {FORMAT_NAME!r} "
                 f"version {FORMAT_VERSION}. Retrain, or load it with the version that wrote it.")
-        if not (path / "arrays.npz").is_file():
-            raise ValueError(f"{path} is an incomplete (truncated) model: arrays.npz is missing. "
-                             f"{redo}")
+        if "arrays.npz" not in present:
+            raise ValueError(f"{folder} is an incomplete (truncated) model: arrays.npz is "
+                             f"missing. {redo}")
         try:
             kernel = Kernel.from_dict(metadata["kernel"])
             expected = (int(metadata["n_support"]), int(metadata["n_features"]))
         except (KeyError, TypeError, ValueError) as error:
-            raise ValueError(f"{path / 'metadata.json'} is corrupt ({type(error).__name__}: "
+            raise ValueError(f"{metadata_path} is corrupt ({type(error).__name__}: "
                              f"{error}); the model cannot be read. {redo}") from None
         try:
-            with np.load(path / "arrays.npz", allow_pickle=False) as arrays:
+            with np.load(io.BytesIO(store.read_bytes(arrays_path)), allow_pickle=False) as arrays:
                 model = cls(arrays["support_vectors"], arrays["coef"], kernel, arrays["classes"],
                             arrays["intercept"] if "intercept" in arrays.files else None)
         except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile) as error:
-            raise ValueError(f"{path / 'arrays.npz'} is truncated or corrupt "
+            raise ValueError(f"{arrays_path} is truncated or corrupt "
                              f"({type(error).__name__}: {error}). {redo}") from None
         if model.support_vectors.shape != expected or model.coef.shape[0] != expected[0]:
-            raise ValueError(f"{path}: arrays.npz holds {model.support_vectors.shape[0]} support "
+            raise ValueError(f"{folder}: arrays.npz holds {model.support_vectors.shape[0]} support "
                              f"vectors of {model.support_vectors.shape[1:]} features but "
                              f"metadata.json says {expected} (a truncated or mixed copy). {redo}")
         return model

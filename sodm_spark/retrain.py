@@ -5,7 +5,7 @@ Layout under a models directory::
     models/
       versions/v0007-snapshot-2026-11-20/   model/ (KernelExpansion), metrics.json, decision.json
       latest -> versions/v0007-...          symlink, moved atomically
-      .retrain.lock                         pid, host and start time of the run holding it
+      .retrain.lock                         flock-ed by the running retrain (its pid, host, start)
 
 Every version is written to a temporary directory and renamed into place; ``latest`` is moved by
 creating a temporary symlink and ``os.replace``-ing it over the old one (``ln -sfn`` is not
@@ -14,6 +14,7 @@ No Spark here: ``jobs/retrain.py`` trains, this module keeps the files.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -39,13 +40,22 @@ class LockedError(RuntimeError):
 
 
 class RetrainLock:
-    """An exclusive lock file; a lock whose process is gone, or older than ``stale_seconds``,
-    is stale and taken over."""
+    """An exclusive lock: a kernel lock (``fcntl.flock``) on ``.retrain.lock``, which also
+    records the holder's pid, host and start time.
+
+    The kernel lets one open file hold it and releases it when the holder's process ends, so
+    two runs can never hold it at once, and a run that died leaves a file anyone can lock
+    (its record is reported as ``taken_over``). Release deletes the file while still holding
+    the lock; a run that locked the file just before it was deleted sees that its file is no
+    longer the one at the path and tries again. ``stale_seconds``: a live holder older than
+    this is named as probably hung in the error (it is never taken over: kill it first).
+    """
 
     def __init__(self, directory, stale_seconds: float = 6 * 3600.0):
         self.path = Path(directory) / ".retrain.lock"
         self.stale_seconds = stale_seconds
         self.taken_over: dict | None = None
+        self._handle: int | None = None
 
     def _holder(self) -> dict | None:
         try:
@@ -53,49 +63,58 @@ class RetrainLock:
         except FileNotFoundError:
             return None
         except (OSError, json.JSONDecodeError):
-            return {}  # half-written by a run that died while taking it: stale
+            return {}  # half-written by a run that died while taking it
 
-    def _is_stale(self, holder: dict) -> bool:
-        if not holder or time.time() - holder.get("started", 0) > self.stale_seconds:
-            return True
-        if holder.get("host") != socket.gethostname():
-            return False  # cannot see processes on another host; trust the age limit
-        try:
-            os.kill(int(holder["pid"]), 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:
-            return False
-        return False
+    def _refuse(self) -> LockedError:
+        holder = self._holder() or {}
+        started = holder.get("started", 0)
+        hung = (f"; it has held it for {(time.time() - started) / 3600:.1f} h, longer than "
+                f"{self.stale_seconds / 3600:g} h: if that run hangs, stop it"
+                if started and time.time() - started > self.stale_seconds else
+                "; wait for it to finish")
+        return LockedError(f"another retrain (pid {holder.get('pid')} on {holder.get('host')}, "
+                           f"started {time.ctime(started)}) holds {self.path}{hung}.")
 
     def acquire(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                             "started": time.time()})
-        for _ in range(2):
+        for _ in range(100):  # only a release racing with us makes us go round
+            handle = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o644)
             try:
-                handle = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:
-                holder = self._holder()
-                if holder is None:
-                    continue  # released in between
-                if not self._is_stale(holder):
-                    raise LockedError(
-                        f"another retrain (pid {holder.get('pid')} on {holder.get('host')}, "
-                        f"started {time.ctime(holder.get('started', 0))}) holds {self.path}; "
-                        "wait for it, or remove the file if that process is gone.")
-                self.taken_over = holder
-                self.path.unlink(missing_ok=True)
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(handle)
+                raise self._refuse() from None
+            try:
+                same_file = os.fstat(handle).st_ino == os.stat(self.path).st_ino
+            except FileNotFoundError:
+                same_file = False
+            if not same_file:  # the holder released (deleted) it in between: lock afresh
+                os.close(handle)
                 continue
-            with os.fdopen(handle, "w") as stream:
-                stream.write(record)
+            previous = os.read(handle, 1 << 16)
+            if previous:
+                try:
+                    record = json.loads(previous)
+                    self.taken_over = record if isinstance(record, dict) else {}
+                except json.JSONDecodeError:
+                    self.taken_over = {}
+            record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                 "started": time.time()}).encode()
+            os.ftruncate(handle, 0)
+            os.pwrite(handle, record, 0)
+            os.fsync(handle)
+            self._handle = handle
             return
-        raise LockedError(f"could not take {self.path}: another run keeps taking it.")
+        raise LockedError(f"could not take {self.path}: other runs keep taking and releasing it.")
 
     def release(self) -> None:
-        holder = self._holder()
-        if holder and holder.get("pid") == os.getpid():
-            self.path.unlink(missing_ok=True)
+        if self._handle is None:
+            return
+        try:
+            self.path.unlink(missing_ok=True)  # while locked: nobody else holds this file
+        finally:
+            os.close(self._handle)  # closing the last descriptor drops the kernel lock
+            self._handle = None
 
     def __enter__(self):
         self.acquire()

@@ -35,3 +35,15 @@ def spark():
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+def model_files(path):
+    """The folder holding a saved model directory's current files (its newest version)."""
+    from pathlib import Path
+
+    from sodm_spark.storage import LocalStore, resolve_version
+
+    folder = resolve_version(LocalStore(), str(path), "metadata.json") or \
+        resolve_version(LocalStore(), str(path), "metadata")
+    assert folder is not None, f"{path} holds no saved model"
+    return Path(folder)

@@ -241,3 +241,24 @@ def test_memory_readings_and_spark_size_strings():
     assert 0 < available_memory_mb() <= physical_memory_mb()
     assert [size_mb(text) for text in ("2g", "512m", "1024k", "100", "1t", "3gb")] == \
         [2048.0, 512.0, 1.0, 100.0, 1024.0 ** 2, 3072.0]
+
+
+def test_the_rule_fires_with_the_defaults_where_merging_cannot_pay(spark):
+    """Algorithm 1, line 5 on data where it must fire by itself: two well separated blobs,
+    where every level already classifies every validation row; no threshold is forced."""
+    rng = np.random.default_rng(12)
+    y = np.where(rng.random(2800) < 0.5, 1.0, -1.0)
+    X = rng.normal(scale=0.5, size=(2800, 4)) + 3.0 * y[:, None]
+    X, y, validation = X[:2400], y[:2400], (X[2400:], y[2400:])
+    sc = spark.sparkContext
+    params = SODMParams(gamma=0.3, lam=50.0, levels=3, p=2, strata=4, seed=3, tol=1e-4)
+    assert params.auto_stop and params.stop_level == 0  # the defaults
+    fit = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, [-1.0, 1.0], validation=validation)
+    assert [entry.level for entry in fit.levels] == [3, 2]
+    assert [entry.validation_accuracy for entry in fit.levels] == [1.0, 1.0]
+    assert fit.stop_reason == SMALL_IMPROVEMENT and fit.stopped_at == 2
+    assert fit.best_level == 2  # ties go to the later level
+    fixed = fit_sodm(sc, numpy_to_blocks(sc, X, y), replace(params, auto_stop=False,
+                                                            stop_level=2), [-1.0, 1.0],
+                     validation=validation)
+    _same_model(fit.model, fixed.model)

@@ -36,7 +36,7 @@ from sodm_spark.model import KernelExpansion
 from sodm_spark.spark.io import check_blocks, read_blocks, read_libsvm_local
 from sodm_spark.spark.single import build_estimator
 
-from conftest import make_problem
+from conftest import make_problem, model_files
 from reference import odm_dual_reference
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -597,16 +597,17 @@ def cut_in_half(path):
 
 
 @pytest.mark.parametrize("damage, what, todo", [
-    (lambda m: cut_in_half(m / "arrays.npz"), r"arrays\.npz is truncated or corrupt",
+    (lambda m: cut_in_half(model_files(m) / "arrays.npz"), r"arrays\.npz is truncated or corrupt",
      r"Copy the whole model directory again, or retrain"),
-    (lambda m: (m / "metadata.json").unlink(), r"incomplete \(truncated\) model: metadata\.json "
+    (lambda m: (model_files(m) / "metadata.json").unlink(), r"incomplete \(truncated\) model: metadata\.json "
      r"is missing", r"Copy the whole model directory again, or retrain"),
-    (lambda m: (m / "arrays.npz").unlink(), r"incomplete \(truncated\) model: arrays\.npz is "
+    (lambda m: (model_files(m) / "arrays.npz").unlink(), r"incomplete \(truncated\) model: arrays\.npz is "
      r"missing", r"Copy the whole model directory again"),
-    (lambda m: cut_in_half(m / "metadata.json"), r"metadata\.json is truncated or corrupt",
+    (lambda m: cut_in_half(model_files(m) / "metadata.json"), r"metadata\.json is truncated or corrupt",
      r"Copy the whole model directory again"),
-    (lambda m: (m / "metadata.json").write_text((m / "metadata.json").read_text().replace(
-        '"format_version": 1', '"format_version": 7')),
+    (lambda m: (model_files(m) / "metadata.json").write_text(
+        (model_files(m) / "metadata.json").read_text().replace('"format_version": 1',
+                                                               '"format_version": 7')),
      r"version 7; this sodm_spark reads 'sodm_spark\.KernelExpansion' version 1",
      r"Retrain, or load it with the version that wrote it"),
 ], ids=["npz-cut-in-half", "metadata-missing", "npz-missing", "metadata-cut", "other-version"])
@@ -621,7 +622,7 @@ def test_damaged_or_foreign_model_directories_are_refused(saved_model, tmp_path,
 
 def test_a_path_that_is_not_a_model_directory_is_refused(saved_model, tmp_path):
     for path, what in [(tmp_path / "nothing", "no such directory"),
-                       (saved_model / "metadata.json", "it is a file, not a directory")]:
+                       (model_files(saved_model) / "metadata.json", "it is a file, not a directory")]:
         message = api_error(lambda: KernelExpansion.load(path))
         assert f"{path} is not a saved model: {what}" in message
         assert "holds metadata.json and arrays.npz" in message
@@ -634,6 +635,6 @@ def test_spark_ml_model_with_a_truncated_data_directory_is_refused(spark, ctx, t
     from sodm_spark import SODMClassificationModel
     attach_spark(ctx, spark)
     ctx.spark_model().write().overwrite().save(str(tmp_path / "ml"))
-    cut_in_half(tmp_path / "ml" / "data" / "arrays.npz")
+    cut_in_half(model_files(tmp_path / "ml") / "data" / "arrays.npz")
     message = api_error(lambda: SODMClassificationModel.load(str(tmp_path / "ml")))
-    assert re.search(r"ml/data/arrays\.npz is truncated or corrupt.*Copy the whole model", message)
+    assert re.search(r"ml/v-000001/data/arrays\.npz is truncated or corrupt.*Copy the whole model", message)

@@ -246,10 +246,29 @@ def test_dsvrg_on_five_executors_equals_local_mode_and_leaves_no_blocks(cluster,
 FAULT_JOB = ("--levels", "2", "--p", "3", "--rows", "9000", "--seed", "4")
 
 
-def executor_pids():
+def application_id(events_dir) -> str | None:
+    """The id of the one application logging into ``events_dir`` (the event log's name)."""
+    names = [p.name.split(".")[0] for p in Path(events_dir).iterdir()
+             if p.name.startswith("app-")]
+    return names[0] if len(names) == 1 else None
+
+
+def executor_pids(app_id, worker_root):
+    """Executor JVMs of application ``app_id`` started by this test's own workers (their
+    command line names the application; their working directory lies under the workers'
+    work dirs), never another application's on the same machine."""
     found = subprocess.run(["pgrep", "-f", "CoarseGrainedExecutorBackend"], capture_output=True,
                            text=True)
-    return sorted(int(pid) for pid in found.stdout.split())
+    mine = []
+    for pid in sorted(int(pid) for pid in found.stdout.split()):
+        try:
+            arguments = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            cwd = Path(os.readlink(f"/proc/{pid}/cwd")).resolve()
+        except OSError:
+            continue  # ended meanwhile
+        if app_id.encode() in arguments and Path(worker_root).resolve() in cwd.parents:
+            mine.append(pid)
+    return mine
 
 
 def test_a_killed_executor_costs_time_not_the_model(cluster, tmp_path):
@@ -265,6 +284,11 @@ def test_a_killed_executor_costs_time_not_the_model(cluster, tmp_path):
 
     command, env = submit_command(cluster, faulty_dir, faulty_dir / "events", *FAULT_JOB,
                                   "--model-out", str(faulty_dir / "model"))
+    # another application's executor on the same machine (older, so the lowest pid): the
+    # test must leave it alone
+    decoy = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(900)",
+                              "org.apache.spark.executor.CoarseGrainedExecutorBackend",
+                              "--app-id", "app-20260101000000-9999"], cwd=tmp_path)
     job = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                            text=True, start_new_session=True)
     killed = None
@@ -273,17 +297,22 @@ def test_a_killed_executor_costs_time_not_the_model(cluster, tmp_path):
         for line in job.stdout:  # level 2 printed: level 1's solves start now
             lines.append(line)
             if line.split()[:2] == ["2", "9"]:
-                victims = executor_pids()
-                assert victims, "no executor JVM found"
+                app_id = application_id(faulty_dir / "events")
+                assert app_id, "the job's event log names no application"
+                victims = executor_pids(app_id, cluster.state_dir)
+                assert victims, f"no executor JVM of {app_id} under {cluster.state_dir}"
                 killed = victims[0]
                 os.kill(killed, signal.SIGKILL)
                 break
         lines += job.stdout.readlines()
         assert job.wait(timeout=600) == 0, "".join(lines)[-3000:]
+        assert decoy.poll() is None, "the test killed another application's executor"
     finally:
         if job.poll() is None:
             os.killpg(job.pid, signal.SIGKILL)
             job.wait()
+        decoy.kill()
+        decoy.wait()
     assert killed is not None, "the job finished before level 2 was printed"
     records = event_log_records(faulty_dir / "events")
     removed = [r for r in records if r["Event"] == "SparkListenerExecutorRemoved"]

@@ -111,17 +111,29 @@ def test_empty_snapshot_directory_fails_clearly(spark, tmp_path, capsys):
     assert "is empty: nothing to train on" in capsys.readouterr().err
 
 
+HOLD_LOCK = """
+import sys, time
+from sodm_spark.retrain import RetrainLock
+with RetrainLock(sys.argv[1]):
+    print("holding", flush=True)
+    time.sleep(60)
+"""
+
+
 def test_a_second_run_is_refused_while_the_first_holds_the_lock(setup, capsys):
-    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    setup["models"].mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(setup["models"])],
+                              stdout=subprocess.PIPE, text=True)
     try:
-        setup["models"].mkdir()
-        (setup["models"] / ".retrain.lock").write_text(json.dumps(
-            {"pid": holder.pid, "host": os.uname().nodename, "started": time.time()}))
+        assert holder.stdout.readline().strip() == "holding"
         assert run_job(setup) == LOCKED
         assert f"pid {holder.pid}" in capsys.readouterr().err
     finally:
         holder.kill()
         holder.wait()
+    # the kernel dropped the dead holder's lock: the next run takes it over
+    with RetrainLock(setup["models"]) as lock:
+        assert lock.taken_over["pid"] == holder.pid
 
 
 def test_stale_locks_are_taken_over(tmp_path):
@@ -135,13 +147,17 @@ def test_stale_locks_are_taken_over(tmp_path):
         assert lock.taken_over["pid"] == dead_pid
         assert json.loads(lock_path.read_text())["pid"] == os.getpid()
         with pytest.raises(LockedError, match="holds"):
-            RetrainLock(tmp_path).acquire()  # our own live process holds it now
+            RetrainLock(tmp_path).acquire()  # our own live lock (another open file) holds it
     assert not lock_path.exists()
-    # too old, even if the pid is alive; and half-written lock files
+    # a record nobody locks is stale whatever pid it names; and half-written lock files
     lock_path.write_text(json.dumps({"pid": os.getpid(), "host": os.uname().nodename,
                                      "started": time.time() - 7200}))
     with RetrainLock(tmp_path, stale_seconds=3600) as lock:
         assert lock.taken_over["pid"] == os.getpid()
+        with pytest.raises(LockedError, match="wait for it"):
+            RetrainLock(tmp_path, stale_seconds=3600).acquire()
+        with pytest.raises(LockedError, match="longer than 0 h: if that run hangs"):
+            RetrainLock(tmp_path, stale_seconds=0).acquire()
     lock_path.write_text("{")
     with RetrainLock(tmp_path) as lock:
         assert lock.taken_over == {}
@@ -185,3 +201,93 @@ def test_decide_and_newest_snapshot(tmp_path):
     assert newest_snapshot(tmp_path).name == "a"
     with pytest.raises(FileNotFoundError, match="does not exist"):
         newest_snapshot(tmp_path / "missing")
+
+
+TAKE_OVER = """
+import json, sys, time
+from sodm_spark.retrain import LockedError, RetrainLock
+directory, start = sys.argv[1], float(sys.argv[2])
+while time.time() < start:
+    pass
+try:
+    with RetrainLock(directory) as lock:
+        began = time.time()
+        time.sleep(0.5)
+        print(json.dumps({"held": [began, time.time()], "taken_over": lock.taken_over}))
+except LockedError:
+    print(json.dumps({"held": None}))
+"""
+
+
+def test_concurrent_takeovers_of_a_stale_lock_never_hold_it_twice(tmp_path):
+    finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                              capture_output=True, text=True)
+    for attempt in range(4):
+        directory = tmp_path / f"round{attempt}"
+        directory.mkdir()
+        (directory / ".retrain.lock").write_text(json.dumps(
+            {"pid": int(finished.stdout), "host": os.uname().nodename, "started": 0}))
+        start = time.time() + 1.5  # every contender is running and spinning by then
+        contenders = [subprocess.Popen([sys.executable, "-c", TAKE_OVER, str(directory),
+                                        repr(start)], stdout=subprocess.PIPE, text=True)
+                      for _ in range(3)]
+        results = [json.loads(c.communicate(timeout=60)[0]) for c in contenders]
+        held = sorted(r["held"] for r in results if r["held"])
+        assert held, results
+        for (_, first_end), (second_start, _) in zip(held, held[1:]):
+            assert second_start >= first_end, f"two runs held the lock at once: {results}"
+        # the dead run's record is reported by exactly the first holder
+        assert sum(r.get("taken_over") is not None for r in results) == 1
+
+
+def _retrain_flags(setup, *extra, train=TRAIN_FLAGS):
+    return ["--snapshots", str(setup["snapshots"]), "--holdout", str(setup["holdout"]),
+            "--models-dir", str(setup["models"]), *extra, *train]
+
+
+def test_bad_training_flags_after_the_separator_exit_2_before_anything_else(tmp_path, capsys):
+    (tmp_path / "snapshots").mkdir()  # empty: the flags are refused before this is noticed
+    with pytest.raises(SystemExit) as refused:
+        retrain.main(["--snapshots", str(tmp_path / "snapshots"), "--holdout", "x",
+                      "--models-dir", str(tmp_path / "models"), "--", "--levels", "many"])
+    assert refused.value.code == 2
+    assert "--levels" in capsys.readouterr().err
+    assert not (tmp_path / "models").exists()
+
+
+def test_a_models_dir_that_is_a_file_exits_4_with_one_line(setup, capsys):
+    setup["models"].write_text("not a directory")
+    assert run_job(setup) == FAILED
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "unchanged" in err[0]
+
+
+def test_an_unexpected_spark_error_exits_4_and_keeps_production(spark, setup, monkeypatch,
+                                                                 capsys):
+    store = ModelStore(setup["models"])
+    assert run_job(setup) == PROMOTED
+    before = store.latest_version()
+    capsys.readouterr()
+
+    def broken(spark, args):
+        raise RuntimeError("An error occurred while calling o123.collect.\n"
+                           ": org.apache.spark.SparkException: Job aborted\n\tat ...")
+
+    monkeypatch.setattr(retrain.train_sodm, "train", broken)
+    assert run_job(setup) == FAILED
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: RuntimeError: An error occurred while calling o123.collect.; the "
+                   "production model is unchanged"]
+    assert store.latest_version() == before
+    assert not (setup["models"] / ".retrain.lock").exists()
+
+
+def test_a_failure_after_promotion_still_exits_0(spark, setup, monkeypatch, capsys):
+    def broken_prune(self, keep):
+        raise PermissionError("[Errno 13] Permission denied: 'versions/v0001'")
+
+    monkeypatch.setattr(ModelStore, "prune", broken_prune)
+    assert run_job(setup) == PROMOTED
+    store = ModelStore(setup["models"])
+    assert store.latest_version().name.startswith("v0001")
+    assert "pruning old versions failed" in capsys.readouterr().err

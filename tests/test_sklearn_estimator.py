@@ -12,7 +12,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 from sodm_spark import ODMClassifier
 from sodm_spark.model import KernelExpansion
 
-from conftest import make_problem
+from conftest import make_problem, model_files
 
 
 # Every check scikit-learn has for classifiers; the only one it skips by itself is
@@ -92,12 +92,13 @@ def test_model_save_and_load_round_trip(tmp_path):
 def test_load_refuses_other_versions_and_truncated_models(tmp_path):
     X, y = make_problem(m=40, seed=2)
     ODMClassifier().fit(X, y).model_.save(tmp_path / "m")
-    metadata = (tmp_path / "m" / "metadata.json").read_text()
-    (tmp_path / "m" / "metadata.json").write_text(metadata.replace('"format_version": 1',
-                                                                   '"format_version": 99'))
+    files = model_files(tmp_path / "m")
+    metadata = (files / "metadata.json").read_text()
+    (files / "metadata.json").write_text(metadata.replace('"format_version": 1',
+                                                          '"format_version": 99'))
     with pytest.raises(ValueError, match="version 99.*Retrain"):
         KernelExpansion.load(tmp_path / "m")
-    (tmp_path / "m" / "metadata.json").unlink()
+    (files / "metadata.json").unlink()
     with pytest.raises(ValueError, match="metadata.json is missing"):
         KernelExpansion.load(tmp_path / "m")
 

@@ -54,6 +54,22 @@ def test_merging_to_one_partition_reaches_the_exact_objective(spark, data, parti
     assert all(0.5 < entry.test_accuracy <= 1.0 for entry in fit.levels)
 
 
+def test_cascade_last_level_is_the_exact_odm_of_the_rows_it_kept(spark, data, tmp_path):
+    """Ca-ODM's level 0 solves only the support vectors passed up, so its reference is the
+    exact ODM of those rows (read from the checkpoint of level 1), not of all rows."""
+    X, y, _, _ = data
+    params = SODMParams(auto_stop=False, gamma=GAMMA, lam=5.0, theta=0.6, levels=2, p=3,
+                        strata=6, tol=1e-9, partitioner="cascade", seed=5)
+    fit = fit_sodm(spark.sparkContext, numpy_to_blocks(spark.sparkContext, X, y), params,
+                   classes=[-1.0, 1.0], checkpoint_dir=tmp_path / "ckpt")
+    assert [entry.level for entry in fit.levels] == [2, 1, 0]
+    with np.load(tmp_path / "ckpt" / "level-1.npz") as level_1:  # every row's id and γ
+        kept = np.sort(level_1["ids"][level_1["gamma"] != 0])
+    assert 0 < kept.size < X.shape[0] and fit.levels[-1].rows == kept.size
+    reference = exact(X[kept], y[kept], params)
+    assert fit.levels[-1].objective == pytest.approx(reference.objective, rel=1e-6)
+
+
 def test_warm_started_top_level_needs_fewer_sweeps_than_a_cold_start(spark):
     X, y = make_problem(m=1500, d=5, seed=3)
     params = SODMParams(auto_stop=False, gamma=GAMMA, lam=1000.0, levels=2, p=3, strata=10, tol=1e-4)
@@ -187,6 +203,14 @@ def test_resume_from_a_checkpoint_equals_the_uninterrupted_run(spark, tmp_path):
     with pytest.raises(ValueError, match="belongs to another fit .*lam"):
         fit_sodm(sc, numpy_to_blocks(sc, X, y), replace(params, lam=60.0), [-1.0, 1.0],
                  checkpoint_dir=tmp_path / "ckpt", resume=True)
+    # other rows of the same shape (one feature of one row changed), or the rows renumbered:
+    # refused, naming the id range
+    X_other = X.copy()
+    X_other[700, 2] += 1e-9
+    for blocks in (numpy_to_blocks(sc, X_other, y), numpy_to_blocks(sc, X, y, first_row_id=1)):
+        with pytest.raises(ValueError, match=r"other data: the rows with ids in \[0, 65,536\)"):
+            fit_sodm(sc, blocks, params, [-1.0, 1.0], checkpoint_dir=tmp_path / "ckpt",
+                     resume=True)
 
 
 def test_memory_budget_switches_to_on_demand_kernels_then_names_the_level_that_cannot_fit(spark):
@@ -209,3 +233,35 @@ def test_memory_budget_switches_to_on_demand_kernels_then_names_the_level_that_c
     with pytest.raises(MemoryBudgetError, match=r"level 0: .*1800 rows .*--stop-level 1"):
         fit_sodm(sc, numpy_to_blocks(sc, X, y), replace(base, memory_mb=too_small),
                  [-1.0, 1.0])
+
+
+def test_data_fingerprint_ignores_slicing_and_sees_every_change():
+    from sodm_spark.spark.checkpoint import block_fingerprint, merge_fingerprints
+
+    rng = np.random.default_rng(8)
+    X, y = rng.normal(size=(300, 7)), np.where(rng.random(300) < 0.5, 1.0, -1.0)
+    ids = np.arange(300, dtype=np.int64) + 65_400  # straddles two id ranges
+
+    def fingerprint(X_, y_, ids_, cuts):
+        parts = [block_fingerprint((X_[a:b], y_[a:b], ids_[a:b]))
+                 for a, b in zip([0, *cuts], [*cuts, len(ids_)])]
+        total = {}
+        for part in reversed(parts):  # any order
+            total = merge_fingerprints(total, part)
+        return total
+
+    whole = fingerprint(X, y, ids, [])
+    assert sorted(whole) == [0, 1]
+    assert fingerprint(X, y, ids, [17, 150, 151]) == whole
+    shuffled = rng.permutation(300)
+    assert fingerprint(X[shuffled], y[shuffled], ids[shuffled], [100]) == whole
+    import scipy.sparse
+    assert block_fingerprint((scipy.sparse.csr_matrix(X), y, ids)) == whole
+    changed_feature, changed_label, changed_id = X.copy(), y.copy(), ids.copy()
+    changed_feature[5, 3] = np.nextafter(changed_feature[5, 3], np.inf)  # one bit
+    changed_label[299] *= -1
+    changed_id[[3, 4]] = changed_id[[4, 3]]  # two rows swap their ids
+    assert fingerprint(changed_feature, y, ids, [])[0] != whole[0]
+    assert fingerprint(changed_feature, y, ids, [])[1] == whole[1]
+    assert fingerprint(X, changed_label, ids, [])[1] != whole[1]
+    assert fingerprint(X, y, changed_id, [])[0] != whole[0]

@@ -76,7 +76,7 @@ def run_expecting_error(argv):
 
 
 def test_bad_input_is_refused_with_what_and_where(spark, libsvm_files):
-    train, test = str(libsvm_files / "train.svm"), str(libsvm_files / "test.svm")
+    train = str(libsvm_files / "train.svm")
     assert "use --levels 5" in run_expecting_error(["--data", train, "--levels", "6"])
     assert "p (partitions merged per level) must be an integer >= 2" in run_expecting_error(
         ["--p", "1"])

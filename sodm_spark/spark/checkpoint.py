@@ -1,13 +1,18 @@
 """Checkpoints of an SODM fit (Algorithm 1): after every solved level, its layout and γ.
 
-A checkpoint directory holds ``state.json`` (the fit's parameters, a fingerprint of the data,
-the finished levels' stats) and one ``level-<l>.npz`` per finished level with, for every
+A checkpoint directory holds ``state.json`` (the fit's parameters, the data's shape and
+fingerprint, the finished levels' stats) and one ``level-<l>.npz`` per finished level with, for every
 partition key, its row ids in partition order and their γ. Features are not copied: on resume
 the rows are looked up by id in the (same) input data and dealt straight to their partitions,
 so the next merge sees exactly the blocks an uninterrupted run would have seen, and the seeded
 solves (seed, level, partition) repeat bit for bit. Every file is written to a temporary name
 and renamed, and ``state.json`` names a level only after its arrays are in place, so a run
 killed at any moment leaves the last complete level readable.
+
+The fingerprint (:func:`block_fingerprint`) hashes every row's id, label and feature bits and
+adds the hashes up modulo 2^64 per range of 2^16 row ids: the same rows give the same
+fingerprint however the input is sliced, and a resume on other rows is refused naming the id
+ranges that differ.
 """
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+import scipy.sparse
 
 STATE_FILE = "state.json"
 FORMAT = "sodm_spark.checkpoint"
@@ -36,14 +42,84 @@ def _write_atomically(path: Path, write) -> None:
             os.remove(staging)
 
 
+_ID_RANGE_BITS = 16
+_MASK = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+def _mix(values: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer, element-wise on uint64 (wrapping arithmetic)."""
+    z = values.astype(np.uint64, copy=True)
+    with np.errstate(over="ignore"):
+        z ^= z >> np.uint64(30)
+        z *= np.uint64(0xBF58476D1CE4E5B9)
+        z ^= z >> np.uint64(27)
+        z *= np.uint64(0x94D049BB133111EB)
+        z ^= z >> np.uint64(31)
+    return z
+
+
+def row_hashes(X, y, ids, chunk_rows: int = 4096) -> np.ndarray:
+    """A 64-bit hash (uint64) per row of its id, label and every feature's float64 bits."""
+    n, d = X.shape
+    weights = _mix(np.arange(1, d + 1, dtype=np.uint64))  # a fixed odd-ish weight per column
+    hashes = np.empty(n, dtype=np.uint64)
+    for start in range(0, n, chunk_rows):
+        rows = X[start:start + chunk_rows]
+        dense = rows.toarray() if scipy.sparse.issparse(rows) else rows
+        bits = np.ascontiguousarray(dense, dtype=np.float64).view(np.uint64)
+        with np.errstate(over="ignore"):
+            hashes[start:start + chunk_rows] = (_mix(bits) * weights).sum(axis=1,
+                                                                          dtype=np.uint64)
+    label_bits = np.ascontiguousarray(y, dtype=np.float64).view(np.uint64)
+    ids = np.asarray(ids, dtype=np.int64).view(np.uint64)
+    with np.errstate(over="ignore"):
+        return _mix(hashes ^ _mix(ids + np.uint64(0x9E3779B97F4A7C15)) ^ _mix(label_bits))
+
+
+def block_fingerprint(block) -> dict:
+    """{id range: sum of the row hashes mod 2^64} of one (X, y, ids) block; merge blocks with
+    :func:`merge_fingerprints` (order and slicing do not matter)."""
+    X, y, ids = block[:3]
+    if len(ids) == 0:
+        return {}
+    hashes = row_hashes(X, y, ids)
+    ranges = np.asarray(ids, dtype=np.int64) >> _ID_RANGE_BITS
+    out = {}
+    for value in np.unique(ranges):
+        with np.errstate(over="ignore"):
+            out[int(value)] = int(hashes[ranges == value].sum(dtype=np.uint64))
+    return out
+
+
+def merge_fingerprints(a: dict, b: dict) -> dict:
+    merged = dict(a)
+    for key, value in b.items():
+        merged[key] = (merged.get(key, 0) + value) & int(_MASK)
+    return merged
+
+
+def describe_difference(saved: dict, current: dict) -> str:
+    """Which id ranges of the data differ between two fingerprints (JSON keys are strings)."""
+    saved = {int(k): int(v) for k, v in saved.items()}
+    current = {int(k): int(v) for k, v in current.items()}
+    differing = sorted(k for k in set(saved) | set(current) if saved.get(k) != current.get(k))
+    width = 1 << _ID_RANGE_BITS
+    shown = ", ".join(f"[{k * width:,}, {(k + 1) * width:,})" for k in differing[:5])
+    more = f" and {len(differing) - 5} more" if len(differing) > 5 else ""
+    return (f"the rows with ids in {shown}{more} differ from the checkpointed data (features, "
+            f"labels or row ids)")
+
+
 class LevelCheckpoint:
     """Checkpoint directory of one SODM fit; see the module docstring for the layout."""
 
-    def __init__(self, directory, params: dict, n_rows: int, n_features: int, classes):
+    def __init__(self, directory, params: dict, n_rows: int, n_features: int, classes,
+                 fingerprint: dict | None = None):
         self.directory = Path(directory)
         self.identity = {"params": {k: v for k, v in params.items() if k not in _NOT_COMPARED},
                          "n_rows": int(n_rows), "n_features": int(n_features),
                          "classes": [str(c) for c in np.asarray(classes).tolist()]}
+        self.fingerprint = {str(k): int(v) for k, v in (fingerprint or {}).items()}
         self.levels: list[dict] = []
 
     @property
@@ -72,6 +148,16 @@ class LevelCheckpoint:
                 f"checkpoint {self.directory} belongs to another fit (differs in "
                 f"{', '.join(changed + other)}); resume with the same data and flags, or use "
                 "another --checkpoint-dir.")
+        saved = state.get("fingerprint")
+        if saved is None:
+            raise ValueError(f"checkpoint {self.directory} records no fingerprint of its data "
+                             "(written by an older version), so a resume cannot check that the "
+                             "rows are the same; start afresh in another --checkpoint-dir.")
+        if saved != self.fingerprint:
+            raise ValueError(f"checkpoint {self.directory} belongs to other data: "
+                             f"{describe_difference(saved, self.fingerprint)}. Resume with the "
+                             "data the checkpoint was written from, or use another "
+                             "--checkpoint-dir.")
         return state
 
     def save_level(self, level: int, pieces, stats: dict) -> None:
@@ -93,7 +179,7 @@ class LevelCheckpoint:
         _write_atomically(self.directory / f"level-{level}.npz", write_arrays)
         self.levels.append(dict(stats, level=level))
         state = {"format": FORMAT, "format_version": FORMAT_VERSION, "identity": self.identity,
-                 "levels": self.levels}
+                 "fingerprint": self.fingerprint, "levels": self.levels}
         _write_atomically(self.state_path,
                           lambda staging: Path(staging).write_text(json.dumps(state, indent=2,
                                                                               default=str)))

@@ -30,6 +30,7 @@ import bz2
 import gzip
 import io
 from collections import namedtuple
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -223,6 +224,41 @@ def _input_statuses(spark, path, fmt):
     return list(statuses)
 
 
+# Input is sliced by its size, never by how many cores the session has: the blocks, the row
+# ids of CSV/Parquet and so the whole fit are then the same on 1, 2 or N cores.
+INPUT_SPLIT_BYTES = 32 << 20
+
+
+def input_slices(spark, statuses) -> int:
+    """How many input slices ``statuses`` (files or folders) are read in: one per
+    :data:`INPUT_SPLIT_BYTES`, at least 2 (Spark's own default on 2+ cores)."""
+    sc = spark.sparkContext
+    total = 0
+    for status in statuses:
+        if status.isDirectory():
+            path = status.getPath()
+            total += path.getFileSystem(sc._jsc.hadoopConfiguration()) \
+                .getContentSummary(path).getLength()
+        else:
+            total += status.getLen()
+    return max(2, -(-int(total) // INPUT_SPLIT_BYTES))
+
+
+@contextmanager
+def _sql_conf(spark, key, value):
+    """``key`` set to ``value`` in the session for the block's duration, then restored."""
+    conf = spark.conf
+    previous = conf.get(key, None)
+    conf.set(key, value)
+    try:
+        yield
+    finally:
+        if previous is None:
+            conf.unset(key)
+        else:
+            conf.set(key, previous)
+
+
 def _check_not_all_empty(statuses, path, fmt):
     files = [s for s in statuses if not s.isDirectory()]
     if files and len(files) == len(statuses) and all(s.getLen() == 0 for s in files):
@@ -248,7 +284,8 @@ def read_blocks(spark, path, fmt, n_features=None, min_partitions=None, *, label
       larger index is an error and missing columns are zeros). One validation job parses every
       line (same parser as :func:`read_libsvm_local`), counts lines per partition and raises a
       :class:`DataFormatError` naming the file, exact line and token; the returned RDD parses
-      again lazily. ``min_partitions`` goes to ``sc.textFile``. ``sparse=True`` gives each
+      again lazily. ``min_partitions`` goes to ``sc.textFile`` (at least
+      :func:`input_slices`). ``sparse=True`` gives each
       Block's X as a scipy CSR matrix, so 10^5+ feature columns are never densified;
       ``sparse="auto"`` does so for each block under half full (:data:`DENSE_FROM_DENSITY`).
     * ``csv``: ``header=None`` detects a header (first row not all numbers); ``label_col`` (a
@@ -266,18 +303,22 @@ def read_blocks(spark, path, fmt, n_features=None, min_partitions=None, *, label
     min_partitions = _check_positive(min_partitions, "min_partitions")
     statuses = _input_statuses(spark, path, fmt)
     _check_not_all_empty(statuses, path, fmt)
+    slices = input_slices(spark, statuses)
     if fmt == "libsvm":
-        return _read_libsvm_spark(spark, str(path), statuses, n_features, min_partitions, sparse)
+        return _read_libsvm_spark(spark, str(path), statuses, n_features,
+                                  max(slices, min_partitions or 0), sparse)
     if sparse:
         raise ValueError(f"sparse={sparse!r} is supported for LIBSVM input only, not {fmt!r}.")
-    if fmt == "csv":
-        df, feature_cols, where = _read_csv_df(spark, str(path), label_col, header, sep)
-        blocks, d = _dataframe_to_blocks(df, feature_cols, "label", where, min_partitions)
-    else:
-        df = _read_parquet_df(spark, str(path))
-        where = f"{path} (format 'parquet')"
-        blocks, d = _dataframe_to_blocks(df, features_col, label_col or "label", where,
-                                         min_partitions)
+    # the file splits are planned when the blocks' RDD is built, inside this block
+    with _sql_conf(spark, "spark.sql.files.minPartitionNum", str(slices)):
+        if fmt == "csv":
+            df, feature_cols, where = _read_csv_df(spark, str(path), label_col, header, sep)
+            blocks, d = _dataframe_to_blocks(df, feature_cols, "label", where, min_partitions)
+        else:
+            df = _read_parquet_df(spark, str(path))
+            where = f"{path} (format 'parquet')"
+            blocks, d = _dataframe_to_blocks(df, features_col, label_col or "label", where,
+                                             min_partitions)
     if n_features is not None and n_features != d:
         raise DataFormatError(f"{where} has {d} feature columns but n_features={n_features}. "
                               "Pass n_features=None or the matching value (CSV and Parquet "

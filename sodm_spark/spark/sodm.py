@@ -30,7 +30,8 @@ from ..solvers import solve_odm_dual
 from ..solvers.odm_dcd import DCDResult, kernel_fits_cache, kernel_mode_for
 from ..solvers.odm_multiclass import one_vs_rest_signs, solve_odm_multiclass
 from ..validation import check_odm_params
-from .checkpoint import LevelCheckpoint, assemble_partition, deal_by_layout
+from .checkpoint import (LevelCheckpoint, assemble_partition, block_fingerprint, deal_by_layout,
+                         merge_fingerprints)
 from .io import check_blocks
 from .memory import MemoryBudgetError, executor_memory, level_cache_mb
 
@@ -424,6 +425,7 @@ class PreparedData:
     parts: object = None  # RDD of the top level's partitions, once partitioned
     sizes: np.ndarray | None = None
     partition_seconds: float = 0.0
+    fingerprint: dict | None = None  # of all rows, for checkpoints (.checkpoint)
 
     @property
     def multi(self) -> bool:
@@ -431,9 +433,11 @@ class PreparedData:
 
 
 def prepare_sodm(sc, blocks, params: SODMParams, classes, test=None, validation=None,
-                 hold_out: bool | None = None, partition: bool = True) -> PreparedData:
+                 hold_out: bool | None = None, partition: bool = True,
+                 fingerprint: bool = False) -> PreparedData:
     """Label the rows, hold out the validation slice, resolve the kernel and (``partition``)
-    deal the rows into the top level's p^L partitions.
+    deal the rows into the top level's p^L partitions; ``fingerprint``: hash the rows in the
+    first pass too (:func:`.checkpoint.block_fingerprint`, for checkpoints).
 
     Rows are held out (``validation_fraction`` of them, at most ``validation_max_rows``, by a
     seeded hash of the row id) when ``validation`` is not given and ``hold_out`` is true
@@ -454,7 +458,12 @@ def prepare_sodm(sc, blocks, params: SODMParams, classes, test=None, validation=
         blocks.map(lambda b: _map_labels(b, positive))
     if not blocks.is_cached:  # several passes follow: parse the input once
         labelled.persist(SPILL)
-    moments = labelled.map(_moments).treeReduce(np.add)
+    if fingerprint:  # the same pass hashes the rows for the checkpoint
+        moments, data_fingerprint = labelled.map(
+            lambda b: (_moments(b), block_fingerprint(b))).treeReduce(
+            lambda a, b: (a[0] + b[0], merge_fingerprints(a[1], b[1])))
+    else:
+        moments, data_fingerprint = labelled.map(_moments).treeReduce(np.add), None
     n_all = int(round(moments[0]))
     n_partitions = params.p ** params.levels
     if n_partitions > n_all:
@@ -495,6 +504,7 @@ def prepare_sodm(sc, blocks, params: SODMParams, classes, test=None, validation=
     prepared = PreparedData(
         labelled=labelled, training=training, classes=classes, kernel=kernel, n_rows=n_rows,
         n_features=n_features, started=started, candidates=candidates,
+        fingerprint=data_fingerprint,
         test_pair=None if test is None else _plus_minus(test, classes, n_features, "test"),
         validation_pair=None if validation_pair is None else _plus_minus(
             validation_pair, classes, n_features, "validation"))
@@ -538,7 +548,8 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
     """
     params.validate()
     if prepared is None:
-        prepared = prepare_sodm(sc, blocks, params, classes, test, validation, partition=False)
+        prepared = prepare_sodm(sc, blocks, params, classes, test, validation, partition=False,
+                                fingerprint=checkpoint_dir is not None)
     classes, multi, kernel = prepared.classes, prepared.multi, prepared.kernel
     n_rows, n_features = prepared.n_rows, prepared.n_features
     training, started = prepared.training, prepared.started
@@ -550,7 +561,12 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
 
     checkpoint = None
     if checkpoint_dir is not None:
-        checkpoint = LevelCheckpoint(checkpoint_dir, asdict(params), n_rows, n_features, classes)
+        if prepared.fingerprint is None:  # prepared elsewhere (a search): one more pass
+            sc.setJobDescription("SODM checkpoint: fingerprint the data")
+            prepared.fingerprint = prepared.labelled.map(block_fingerprint).treeReduce(
+                merge_fingerprints)
+        checkpoint = LevelCheckpoint(checkpoint_dir, asdict(params), n_rows, n_features,
+                                     classes, prepared.fingerprint)
         if checkpoint.exists() and not resume:
             raise ValueError(f"{checkpoint_dir} already holds a checkpoint; pass --resume to "
                              "continue it, or choose an empty --checkpoint-dir.")

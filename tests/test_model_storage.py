@@ -1,0 +1,208 @@
+"""Model directories: replaced atomically (a writer killed between any two steps leaves the
+old or the new complete model at the path), and saved / loaded whole through Hadoop's file
+systems (``file://`` here takes the code path ``hdfs://`` or ``s3a://`` take)."""
+import numpy as np
+import pytest
+
+from sodm_spark.kernels import Kernel
+from sodm_spark.model import MODEL_FILES, KernelExpansion
+from sodm_spark.retrain import ModelStore
+from sodm_spark.storage import LocalStore, replace_versioned, resolve_version
+
+from conftest import model_files
+
+
+class Killed(BaseException):
+    """The process dying: not an Exception, so no handler of ours catches it."""
+
+
+class DyingStore:
+    """A store whose process dies before its ``die_at``-th operation: that one and every later
+    one raise (a dead process runs no clean-up either)."""
+
+    def __init__(self, inner, die_at):
+        self.inner, self.die_at, self.calls = inner, die_at, 0
+
+    def __getattr__(self, name):
+        operation = getattr(self.inner, name)
+
+        def call(*args):
+            if self.calls >= self.die_at:
+                self.calls += 1
+                raise Killed(f"killed before {name}{args}")
+            self.calls += 1
+            return operation(*args)
+        return call
+
+
+def _model(seed, n_sv=5, d=3):
+    rng = np.random.default_rng(seed)
+    return KernelExpansion(rng.normal(size=(n_sv, d)), rng.normal(size=(n_sv, 1)),
+                           Kernel.create("rbf", 0.5), np.array([-1.0, 1.0]))
+
+
+def _same(a, b):
+    return np.array_equal(a.support_vectors, b.support_vectors) and np.array_equal(a.coef, b.coef)
+
+
+def _steps_of_a_save(tmp_path, model):
+    counter = DyingStore(LocalStore(), die_at=10**9)
+    replace_versioned(str(tmp_path / "count"), model.write_files, MODEL_FILES, store=counter)
+    return counter.calls
+
+
+@pytest.mark.parametrize("old_layout", ["versioned", "flat"])
+def test_a_save_killed_between_any_two_steps_leaves_the_old_or_the_new_model(tmp_path,
+                                                                             old_layout):
+    old, new = _model(1), _model(2, n_sv=7)
+    steps = _steps_of_a_save(tmp_path, new)
+    assert steps >= 6
+    outcomes = []
+    for die_at in range(steps + 1):
+        path = tmp_path / f"{old_layout}-{die_at}"
+        if old_layout == "flat":  # a directory an earlier version wrote: files at the top
+            old.write_files(LocalStore(), str(path))
+        else:
+            old.save(path)
+            old.save(path)  # a second version, so the oldest is pruned by the new save
+        try:
+            replace_versioned(str(path), new.write_files, MODEL_FILES,
+                              store=DyingStore(LocalStore(), die_at))
+        except Killed:
+            pass
+        loaded = KernelExpansion.load(path)
+        assert _same(loaded, old) or _same(loaded, new), die_at
+        outcomes.append("new" if _same(loaded, new) else "old")
+        # the next save after a death works and tidies up what the dead writer left
+        _model(3).save(path)
+        assert _same(KernelExpansion.load(path), _model(3))
+        assert not [p for p in path.iterdir() if p.name.startswith(".v-")]
+    # old until the new version is marked complete, new from then on
+    switch = outcomes.index("new")
+    assert outcomes == ["old"] * switch + ["new"] * (steps + 1 - switch)
+    assert 0 < switch <= steps
+
+
+def test_versions_are_kept_two_deep_and_flat_files_are_replaced(tmp_path):
+    path = tmp_path / "m"
+    _model(1).write_files(LocalStore(), str(path))  # the layout before versions
+    assert _same(KernelExpansion.load(path), _model(1))
+    for seed in (2, 3, 4):
+        _model(seed).save(path)
+    assert sorted(p.name for p in path.iterdir()) == ["v-000002", "v-000003"]
+    assert model_files(path).name == "v-000003"
+    assert _same(KernelExpansion.load(path), _model(4))
+    # a version without its completion marker (a writer that died) is not read
+    (path / "v-000004").mkdir()
+    _model(5).write_files(LocalStore(), str(path / "v-000004"))
+    assert _same(KernelExpansion.load(path), _model(4))
+    assert resolve_version(LocalStore(), str(path), "metadata.json").endswith("v-000003")
+
+
+def test_the_retraining_store_moves_latest_atomically_at_every_step(tmp_path):
+    """The retraining store: a version written (staging + renames), then latest moved
+    (temporary symlink + replace). Dying before any of those file operations leaves latest on
+    a complete model: the previous one, or the new one once the pointer moved."""
+    import os
+
+    store = ModelStore(tmp_path / "models")
+    first = store.write_version("one", lambda staging: _model(1).save(staging / "model"))
+    store.point_latest(first)
+
+    def promote(die_before):
+        calls = []
+
+        def dying(real):
+            def call(*args, **kwargs):
+                calls.append(real.__name__)
+                if len(calls) > die_before:
+                    raise Killed(real.__name__)
+                return real(*args, **kwargs)
+            return call
+
+        with pytest.MonkeyPatch.context() as patch:
+            for name in ("rename", "symlink", "replace"):
+                patch.setattr(os, name, dying(getattr(os, name)))
+            try:
+                store.point_latest(store.write_version(
+                    "two", lambda staging: _model(2).save(staging / "model")))
+            except Killed:
+                pass
+        return calls
+
+    steps = len(promote(10**9))
+    assert steps >= 4  # the model's own version rename, the store's rename, symlink, replace
+    seen = []
+    for die_before in range(steps + 1):
+        store.point_latest(first)
+        promote(die_before)
+        current = KernelExpansion.load(store.latest / "model")
+        assert _same(current, _model(1)) or _same(current, _model(2)), die_before
+        seen.append(_same(current, _model(2)))
+    assert seen == [False] * steps + [True]  # only the last operation (replace) promotes
+
+
+def test_file_uris_go_through_the_hadoop_file_system(spark, tmp_path):
+    from sodm_spark.spark.hadoop_store import HadoopStore
+
+    uri = f"file://{tmp_path}/remote-model"
+    model = _model(6)
+    model.save(uri)
+    model.save(uri)
+    assert _same(KernelExpansion.load(uri), model)
+    # every file is where the URI says, written through Hadoop (its .crc files beside them)
+    files = sorted(p.name for p in (tmp_path / "remote-model" / "v-000002").iterdir())
+    assert {"arrays.npz", "metadata.json", "_COMPLETE"} <= set(files)
+    assert any(name.endswith(".crc") for name in files)  # Hadoop's local file system wrote it
+    store = HadoopStore.for_path(uri)
+    assert store.list(uri) == ["v-000001", "v-000002"]
+    with pytest.raises(ValueError, match="no such directory"):
+        KernelExpansion.load(f"file://{tmp_path}/nothing")
+
+
+def test_a_file_uri_model_without_spark_names_what_it_needs(tmp_path, monkeypatch):
+    from pyspark import SparkContext
+
+    monkeypatch.setattr(SparkContext, "_active_spark_context", None)
+    with pytest.raises(ValueError, match="needs a running Spark session"):
+        KernelExpansion.load(f"file://{tmp_path}/m")
+
+
+def test_the_pyspark_ml_writer_replaces_a_model_atomically_on_any_file_system(spark, tmp_path,
+                                                                             monkeypatch):
+    from sodm_spark import SODMClassificationModel
+    from sodm_spark.spark.hadoop_store import HadoopStore
+
+    old, new = SODMClassificationModel(_model(1)), SODMClassificationModel(_model(2, n_sv=7))
+    real = HadoopStore.for_path
+    counter = {}
+
+    def counted(path):
+        counter["store"] = DyingStore(real(path), die_at=10**9)
+        return counter["store"]
+
+    monkeypatch.setattr(HadoopStore, "for_path", staticmethod(counted))
+    new.write().overwrite().save(f"file://{tmp_path}/count")
+    steps = counter["store"].calls
+    outcomes = []
+    for die_at in range(steps + 1):
+        uri = f"file://{tmp_path}/ml-{die_at}"
+        monkeypatch.setattr(HadoopStore, "for_path", staticmethod(real))
+        old.write().save(uri)
+        monkeypatch.setattr(HadoopStore, "for_path",
+                            staticmethod(lambda path, n=die_at: DyingStore(real(path), n)))
+        try:
+            new.write().overwrite().save(uri)
+        except Killed:
+            pass
+        monkeypatch.setattr(HadoopStore, "for_path", staticmethod(real))
+        loaded = SODMClassificationModel.load(uri).expansion
+        assert _same(loaded, old.expansion) or _same(loaded, new.expansion), die_at
+        outcomes.append(_same(loaded, new.expansion))
+    switch = outcomes.index(True)
+    assert outcomes == [False] * switch + [True] * (steps + 1 - switch)
+    # without overwrite() an existing model is refused, and stays
+    with pytest.raises(OSError, match="already exists"):
+        old.write().save(f"file://{tmp_path}/ml-{steps}")
+    assert _same(SODMClassificationModel.load(f"file://{tmp_path}/ml-{steps}").expansion,
+                 new.expansion)
