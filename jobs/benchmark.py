@@ -42,6 +42,18 @@ def _ints(text):
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
 
 
+def _cache_mb(text):
+    if str(text).strip().lower() == "auto":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected megabytes or 'auto', got {text!r}")
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"--cache-mb must be positive, got {text!r}")
+    return value
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     from sodm_spark.benchmarking.datasets import DATASETS
     from sodm_spark.benchmarking.methods import METHODS, PARTITIONERS, describe_methods, \
@@ -99,7 +111,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     hyper.add_argument("--strata", type=int, default=20)
     hyper.add_argument("--stop-level", type=int, default=0)
     hyper.add_argument("--warm-start", choices=("scaled", "concat"), default="scaled")
-    hyper.add_argument("--cache-mb", type=float, default=4096.0, help="kernel cache (MB)")
+    hyper.add_argument("--cache-mb", type=_cache_mb, default=4096.0,
+                       help="kernel cache (MB) of the ODM solvers, or 'auto': what the job "
+                       "uses by default (SODM: the memory a task may use at each level; "
+                       "exact ODM: the memory available)")
     hyper.add_argument("--seed", type=int, default=0)
     scale = parser.add_argument_group("scaling")
     scale.add_argument("--scaling", default="", help="'rows', 'cores' or 'rows,cores'")

@@ -131,7 +131,8 @@ def run(args, store: ModelStore, outcome: dict) -> int:
 
 def one_line(error: BaseException) -> str:
     """``Type: first line of the message`` (Py4J errors carry whole Java stack traces)."""
-    lines = str(error).strip().splitlines()
+    java = getattr(error, "java_exception", None)  # Py4JJavaError: the Java exception's line
+    lines = (str(java) if java is not None else str(error)).strip().splitlines()
     return f"{type(error).__name__}: {lines[0] if lines else ''}".rstrip(": ")
 
 

@@ -142,11 +142,25 @@ def test_readme_region_rewriting_replaces_only_the_marked_region(tmp_path):
     (["--scaling", "threads"], "unknown scaling 'threads'"),
     (["--methods", "none"], "nothing to do"),
     (["--data", "a.libsvm", "--dataset", "letter"], "not both"),
+    (["--cache-mb", "lots"], "expected megabytes or 'auto'"),
+    (["--readme-region", "a b"], "--readme-region takes letters"),
 ])
 def test_bad_flags_are_refused_with_a_message(flags, message, capsys):
     with pytest.raises(SystemExit):
         benchmark.parse_args(flags)
     assert message in capsys.readouterr().err
+
+
+def test_cache_auto_means_the_jobs_memory_plan():
+    assert benchmark.parse_args(["--cache-mb", "auto"]).cache_mb is None
+    assert benchmark.parse_args(["--cache-mb", "512"]).cache_mb == 512.0
+    from sodm_spark.benchmarking.driver_fit import build_estimator
+    from sodm_spark.benchmarking.run import settings_of
+    from sodm_spark.benchmarking.spark_methods import sodm_params
+    settings = settings_of(benchmark.parse_args(["--cache-mb", "auto"]))
+    assert sodm_params(settings, 0.1, "stratified").cache_mb is None
+    assert build_estimator("exact-odm", settings, 0.1).cache_mb is None
+    assert build_estimator("svc", settings, 0.1).cache_size == 2000.0
 
 
 @pytest.mark.parametrize("dataset, package", [("fashion-mnist", "dataset-fashion-mnist"),
@@ -314,7 +328,8 @@ def test_multiclass_data_run_the_multiclass_methods_and_skip_the_binary_ones(spa
 
     text = readme.read_text()
     assert text.startswith(README)  # the default region is untouched
-    assert "<!-- results-multiclass:start -->\n## Results: 3 classes" in text
+    assert "<!-- results-multiclass:start -->\n### More results: three.libsvm, 3 classes" in text
+    assert "#### Methods side by side: three.libsvm" in text
     assert "three.libsvm" in text and "3 classes: labels 2, 5, 7" in text
 
 

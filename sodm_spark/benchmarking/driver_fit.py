@@ -42,7 +42,7 @@ def build_estimator(method: str, settings: dict, gamma: float):
                              **{**odm, "lam": settings["linear_lam"]})
     if method == "svc":
         return SVC(C=settings["svc_C"], kernel="rbf", gamma=gamma,
-                   cache_size=min(2000.0, settings["cache_mb"]))
+                   cache_size=min(2000.0, settings["cache_mb"] or 2000.0))
     if method == "linearsvc":
         return LinearSVC(C=settings["linear_C"], random_state=settings["seed"], max_iter=5000)
     if method == "xgboost":

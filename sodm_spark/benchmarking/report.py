@@ -112,13 +112,20 @@ def cores_table(rows: list[dict]) -> str:
     return _table(header, lines)
 
 
-def markdown_report(document: dict, image_prefix: str = "") -> str:
+def markdown_report(document: dict, image_prefix: str = "",
+                    region: str = DEFAULT_REGION) -> str:
     """The results section: command, machine, tables and plots (``image_prefix`` is the folder
-    of the PNGs relative to the Markdown file)."""
+    of the PNGs relative to the Markdown file). A region other than the default one is a
+    sub-section titled by its data."""
     m, s = document["machine"], document["settings"]
     budget = document["budget_seconds"]
-    n_classes = (document.get("data") or {}).get("n_classes", 2)
-    parts = ["## Results" + (f": {n_classes} classes" if n_classes > 2 else ""), "",
+    data = document.get("data") or {}
+    n_classes = data.get("n_classes", 2)
+    classes = f", {n_classes} classes" if n_classes > 2 else ""
+    title = "## Results" if region == DEFAULT_REGION else \
+        f"### More results: {data.get('name', region)}{classes}"
+    sub = "###" if region == DEFAULT_REGION else "####"
+    parts = [title, "",
              "Produced by this command (it rewrites this section; expect about "
              f"{document['total_seconds'] / 60:.0f} minutes here):", "", "```bash",
              document["command"], "```", "",
@@ -129,7 +136,7 @@ def markdown_report(document: dict, image_prefix: str = "") -> str:
     images = document.get("images", {})
     if document.get("results"):
         d = document["data"]
-        parts += [f"### Methods side by side: {d['name']}", "",
+        parts += [f"{sub} Methods side by side: {d['name']}", "",
                   f"{d['train_rows']:,} training rows × {d['features']} features, "
                   f"{d['test_rows']:,} test rows ({d['source']}; "
                   + (f"{n_classes} classes: {d['positive_class']}" if n_classes > 2
@@ -142,20 +149,22 @@ def markdown_report(document: dict, image_prefix: str = "") -> str:
                   f"{s.get('xgb_trees', 100)} trees of depth {s.get('xgb_depth', 6)}; Nyström "
                   f"{s.get('nystroem_components', 2000):,} landmarks, linear SVM C = "
                   f"{s.get('nystroem_C', 1.0):g}. SODM: p = "
-                  f"{s['p']}, {s['levels']} levels, {s['strata']} strata. Budget per method "
-                  f"{budget:g} s: N/A = not finished within it. Fit s of a SODM level = time "
+                  f"{s['p']}, {s['levels']} levels, {s['strata']} strata. Kernel cache of the "
+                  "ODM solvers: " + (f"{s['cache_mb']:,.0f} MB per task" if s.get("cache_mb")
+                                     else "the job's memory plan") + ". Budget per method "
+                  + f"{budget:g} s: N/A = not finished within it. Fit s of a SODM level = time "
                   "from the start of the fit to that level's model.", "",
                   methods_table(document["results"], budget), ""]
         if "accuracy" in images:
             parts += [f"![accuracy against fit seconds]({image_prefix}{images['accuracy']})", ""]
     if document.get("scaling_rows"):
-        parts += ["### Scaling with the number of rows M", "",
+        parts += [f"{sub} Scaling with the number of rows M", "",
                   document.get("scaling_rows_note", ""), "",
                   rows_table(document["scaling_rows"], document.get("scaling_budget")), ""]
         if "rows" in images:
             parts += [f"![seconds against rows]({image_prefix}{images['rows']})", ""]
     if document.get("scaling_cores"):
-        parts += ["### Scaling with cores", "", document.get("scaling_cores_note", ""), "",
+        parts += [f"{sub} Scaling with cores", "", document.get("scaling_cores_note", ""), "",
                   cores_table(document["scaling_cores"]), ""]
         if "cores" in images:
             parts += [f"![speed-up against cores]({image_prefix}{images['cores']})", ""]

@@ -93,7 +93,7 @@ def _write(document: dict, out_dir: Path, readme, region=report.DEFAULT_REGION) 
     (out_dir / OUTPUTS["markdown"]).write_text(report.markdown_report(document))
     if readme:
         prefix = os.path.relpath(out_dir, Path(readme).resolve().parent) + "/"
-        report.rewrite_readme(readme, report.markdown_report(document, prefix), region)
+        report.rewrite_readme(readme, report.markdown_report(document, prefix, region), region)
 
 
 def run_benchmark(args, argv, log=print) -> dict:
