@@ -133,10 +133,6 @@ def _timed(function):
     return value, time.perf_counter() - start
 
 
-ONE_TASK_MODULES = {"csvrg": "sodm_spark.baselines.csvrg", "coreset-svm":
-                    "sodm_spark.baselines.coreset_svm", "cvm": "sodm_spark.baselines.cvm"}
-
-
 def one_task_params(method: str, settings: dict, gamma: float) -> dict:
     common = {"kernel": "rbf", "gamma": gamma, "random_state": settings["seed"]}
     if method == "csvrg":
@@ -149,17 +145,8 @@ def one_task_params(method: str, settings: dict, gamma: float) -> dict:
 
 def run_one_task(ctx, method: str) -> list[dict]:
     """A comparator of design.md §4 fitted inside one Spark task (all rows in one partition)."""
-    from ..spark.single import ESTIMATORS, fit_in_one_task
+    from ..spark.single import fit_in_one_task
 
-    class_name = ESTIMATORS[method].split(":")[1]
-    try:
-        available = hasattr(import_module(ONE_TASK_MODULES[method]), class_name)
-        problem = f"it has no {class_name}"
-    except ImportError as error:
-        available, problem = False, str(error)
-    if not available:
-        return [make_row(method, SKIPPED, runs_on=WHERE["task"],
-                         note=f"{ONE_TASK_MODULES[method]} is not available yet ({problem})")]
     params = one_task_params(method, ctx.settings, ctx.gamma)
     outcome = run_spark_with_budget(ctx.sc, method, ctx.budget_seconds,
                                     lambda: fit_in_one_task(ctx.blocks, method, params))
