@@ -27,7 +27,7 @@ import train_sodm
 from sodm_spark.model import KernelExpansion
 from sodm_spark.retrain import (FAILED, KEPT, LOCKED, PROMOTED, USAGE, LockedError, ModelStore,
                                 RetrainLock, decide, newest_snapshot)
-from sodm_spark.spark.io import read_blocks, read_libsvm_local
+from sodm_spark.spark.io import error_text, read_blocks, read_libsvm_local
 from sodm_spark.spark.session import collect_blocks, get_session
 from sodm_spark.validation import check_finite_rows
 
@@ -130,10 +130,12 @@ def run(args, store: ModelStore, outcome: dict) -> int:
 
 
 def one_line(error: BaseException) -> str:
-    """``Type: first line of the message`` (Py4J errors carry whole Java stack traces)."""
-    java = getattr(error, "java_exception", None)  # Py4JJavaError: the Java exception's line
-    lines = (str(java) if java is not None else str(error)).strip().splitlines()
-    return f"{type(error).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+    """The reason of a failure in one line: a SystemExit's message, else ``Type: line`` (the
+    root Java cause of a Py4J error, not its stack trace)."""
+    if isinstance(error, SystemExit):
+        lines = str(error.code).strip().splitlines()
+        return lines[0].removeprefix("error: ") if lines else "SystemExit"
+    return f"{type(error).__name__}: {error_text(error)}"
 
 
 def main(argv=None) -> int:
@@ -156,13 +158,12 @@ def main(argv=None) -> int:
     except (Exception, SystemExit) as error:  # noqa: BLE001 - every failure is exit 4
         if isinstance(error, SystemExit) and error.code in (0, None):
             raise
-        reason = str(error.code) if isinstance(error, SystemExit) else one_line(error)
-        reason = reason.strip().splitlines()[0] if reason.strip() else "SystemExit"
+        reason = one_line(error)
         if outcome["promoted"] is not None:  # latest moved: the promotion stands
             print(f"warning: {reason}; {outcome['promoted'].name} is the production model",
                   file=sys.stderr, flush=True)
             return PROMOTED
-        print(f"error: {reason.removeprefix('error: ')}; the production model is unchanged",
+        print(f"error: {reason}; the production model is unchanged",
               file=sys.stderr, flush=True)
         return FAILED
     finally:

@@ -1,6 +1,8 @@
 """Model directories: replaced atomically (a writer killed between any two steps leaves the
 old or the new complete model at the path), and saved / loaded whole through Hadoop's file
 systems (``file://`` here takes the code path ``hdfs://`` or ``s3a://`` take)."""
+from contextlib import suppress
+
 import numpy as np
 import pytest
 
@@ -65,11 +67,9 @@ def test_a_save_killed_between_any_two_steps_leaves_the_old_or_the_new_model(tmp
         else:
             old.save(path)
             old.save(path)  # a second version, so the oldest is pruned by the new save
-        try:
+        with suppress(Killed):
             replace_versioned(str(path), new.write_files, MODEL_FILES,
                               store=DyingStore(LocalStore(), die_at))
-        except Killed:
-            pass
         loaded = KernelExpansion.load(path)
         assert _same(loaded, old) or _same(loaded, new), die_at
         outcomes.append("new" if _same(loaded, new) else "old")
@@ -123,11 +123,9 @@ def test_the_retraining_store_moves_latest_atomically_at_every_step(tmp_path):
         with pytest.MonkeyPatch.context() as patch:
             for name in ("rename", "symlink", "replace"):
                 patch.setattr(os, name, dying(getattr(os, name)))
-            try:
+            with suppress(Killed):
                 store.point_latest(store.write_version(
                     "two", lambda staging: _model(2).save(staging / "model")))
-            except Killed:
-                pass
         return calls
 
     steps = len(promote(10**9))
@@ -191,10 +189,8 @@ def test_the_pyspark_ml_writer_replaces_a_model_atomically_on_any_file_system(sp
         old.write().save(uri)
         monkeypatch.setattr(HadoopStore, "for_path",
                             staticmethod(lambda path, n=die_at: DyingStore(real(path), n)))
-        try:
+        with suppress(Killed):
             new.write().overwrite().save(uri)
-        except Killed:
-            pass
         monkeypatch.setattr(HadoopStore, "for_path", staticmethod(real))
         loaded = SODMClassificationModel.load(uri).expansion
         assert _same(loaded, old.expansion) or _same(loaded, new.expansion), die_at

@@ -3,14 +3,9 @@ Spark session's JVM: the same operations as :class:`sodm_spark.storage.LocalStor
 is saved and loaded whole on the cluster's store, never split with the driver's disk."""
 from __future__ import annotations
 
+from .io import error_text
+
 _CHUNK_BYTES = 8 << 20  # one py4j call per 8 MB written
-
-
-def _first_line(error) -> str:
-    """The Java exception's own line of a Py4JJavaError (its message is a stack trace)."""
-    java = getattr(error, "java_exception", None)
-    text = str(java) if java is not None else str(error)
-    return (text.strip().splitlines() or [type(error).__name__])[0]
 
 
 class HadoopStore:
@@ -33,7 +28,7 @@ class HadoopStore:
             filesystem = jvm.org.apache.hadoop.fs.Path(path).getFileSystem(conf)
         except Exception as error:  # py4j: unknown scheme, missing connector or credentials
             raise ValueError(f"{path}: no Hadoop file system for it "
-                             f"({str(error).strip().splitlines()[0]}). Check the scheme and "
+                             f"({error_text(error)}). Check the scheme and "
                              "that its connector is on the classpath.") from None
         return cls(jvm, conf, filesystem)
 
@@ -66,7 +61,7 @@ class HadoopStore:
         except Exception as error:  # py4j: a checksum mismatch (truncated copy), a lost node
             if isinstance(error, OSError):
                 raise
-            raise OSError(_first_line(error)) from None
+            raise OSError(error_text(error)) from None
 
     def write_bytes(self, path: str, data: bytes) -> None:
         stream = self._fs.create(self._path(path), True)

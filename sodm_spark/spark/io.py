@@ -192,7 +192,7 @@ def _normalize_format(fmt, path):
     return name
 
 
-def _error_text(exc, limit=300):
+def error_text(exc, limit=300):
     """The most telling line of a Spark/py4j error: the root Java cause when there is one."""
     java = getattr(exc, "java_exception", None)
     try:
@@ -215,7 +215,7 @@ def _input_statuses(spark, path, fmt):
         fs = hpath.getFileSystem(sc._jsc.hadoopConfiguration())
         statuses = fs.globStatus(hpath)
     except Exception as exc:  # py4j errors: bad scheme, no credentials, ...
-        raise DataPathError(f"{path} (format {fmt!r}) cannot be listed ({_error_text(exc)}). "
+        raise DataPathError(f"{path} (format {fmt!r}) cannot be listed ({error_text(exc)}). "
                             "Check the path and its scheme (file://, hdfs://, s3a://).") from None
     if statuses is None or len(statuses) == 0:
         raise DataPathError(f"{path} (format {fmt!r}) does not exist. Check the path (on a "
@@ -435,7 +435,7 @@ def _spark_read(where, reader):
         from pyspark.errors import PySparkException
         if not isinstance(exc, (Py4JJavaError, PySparkException)):
             raise
-        raise DataFormatError(f"{where}: Spark could not read it ({_error_text(exc)}). "
+        raise DataFormatError(f"{where}: Spark could not read it ({error_text(exc)}). "
                               "Check that the path holds files of this format.") from None
 
 
