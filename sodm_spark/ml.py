@@ -4,17 +4,15 @@ Modelled on pyspark.ml's LinearSVC: Params with setters and getters, ``featuresC
 vectors or arrays of numbers), ``labelCol``, ``predictionCol`` and ``rawPredictionCol``
 (``[-f(x), f(x)]``, so ``BinaryClassificationEvaluator`` ranks by f). The model predicts with a
 pandas UDF over the broadcast kernel expansion and saves as Spark ML metadata (JSON) plus
-``data/arrays.npz`` — no pickles — in a version folder of the model directory, every file
-through Spark's file system (:mod:`sodm_spark.storage`: replaced atomically, on any store). With ``kernel="linear"`` the fit is DSVRG (SODM Algorithm 2,
+``data/arrays.npz`` — no pickles — in a version folder of the model directory
+(:mod:`sodm_spark.ml_persistence`). With ``kernel="linear"`` the fit is DSVRG (SODM Algorithm 2,
 as ``jobs/train_sodm.py --kernel linear``: 30 epochs at most, stopped when the objective
 changes by less than 1e-6 relative) with an unpenalized intercept unless ``fitIntercept`` is
 false.
 """
 from __future__ import annotations
 
-import json
-import uuid
-
+import re
 
 import numpy as np
 import pandas as pd
@@ -25,18 +23,16 @@ from pyspark.ml.linalg import VectorUDT
 from pyspark.ml.param import Param, Params, TypeConverters
 from pyspark.ml.param.shared import (HasFeaturesCol, HasLabelCol, HasMaxIter, HasPredictionCol,
                                      HasRawPredictionCol, HasSeed, HasTol)
-from pyspark.ml.util import (DefaultParamsReader, DefaultParamsWriter, MLReadable, MLReader,
-                             MLWritable, MLWriter)
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DoubleType
 
 from .model import KernelExpansion
-from .spark.hadoop_store import HadoopStore
 from .spark.io import dataframe_to_blocks
 from .spark.dsvrg import DSVRGParams, fit_dsvrg
 from .spark.sodm import SODMParams, checked_classes, fit_sodm, prepare_sodm
 from .spark.tune import tune_sodm
-from .storage import join, replace_versioned, resolve_version
+from .ml_persistence import ModelWriter, VersionedReadWrite
+from .storage import join
 from .tuning import ParamGrid
 from .validation import shown_classes
 
@@ -47,90 +43,72 @@ def _gamma_converter(value):
     return TypeConverters.toFloat(value)
 
 
+def _param(name, converter, doc):
+    return Param(Params._dummy(), name, doc, typeConverter=converter)
+
+
+_TEXT, _INT, _FLOAT, _BOOL = (TypeConverters.toString, TypeConverters.toInt,
+                              TypeConverters.toFloat, TypeConverters.toBoolean)
+
+
 class _SODMParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasRawPredictionCol, HasTol,
                   HasMaxIter, HasSeed):
-    kernel = Param(Params._dummy(), "kernel", "rbf, linear, poly or laplacian",
-                   typeConverter=TypeConverters.toString)
-    gamma = Param(Params._dummy(), "gamma", "'scale' (1/(d·Var X)), 'auto' (1/d) or a number",
-                  typeConverter=_gamma_converter)
-    degree = Param(Params._dummy(), "degree", "polynomial degree", TypeConverters.toInt)
-    coef0 = Param(Params._dummy(), "coef0", "polynomial offset", TypeConverters.toFloat)
-    fitIntercept = Param(Params._dummy(), "fitIntercept",
-                         "linear kernel: fit an unpenalized intercept (as MLlib's LinearSVC)",
-                         TypeConverters.toBoolean)
-    kernelOffset = Param(Params._dummy(), "kernelOffset",
-                         "other kernels: solve with k + c, a penalized bias (default 0)",
-                         TypeConverters.toFloat)
-    lam = Param(Params._dummy(), "lam", "λ > 0, weight of the margin loss", TypeConverters.toFloat)
-    theta = Param(Params._dummy(), "theta", "θ in [0, 1), margin band half-width",
-                  TypeConverters.toFloat)
-    v = Param(Params._dummy(), "v", "v in (0, 1], weight of margins above 1+θ",
-              TypeConverters.toFloat)
-    p = Param(Params._dummy(), "p", "partitions merged per level (>= 2)", TypeConverters.toInt)
-    levels = Param(Params._dummy(), "levels", "L: start from p^L partitions", TypeConverters.toInt)
-    strata = Param(Params._dummy(), "strata", "S landmark strata (Eqns 7-8)", TypeConverters.toInt)
-    stopLevel = Param(Params._dummy(), "stopLevel", "last level solved (0 = all data)",
-                      TypeConverters.toInt)
-    partitioner = Param(Params._dummy(), "partitioner",
-                        "stratified, random, kmeans, dip or cascade", TypeConverters.toString)
-    warmStart = Param(Params._dummy(), "warmStart", "scaled (γ/p) or concat",
-                      TypeConverters.toString)
-    cacheMb = Param(Params._dummy(), "cacheMb",
-                    "cap on the kernel cache per task in MB (unset: the memory budget decides)",
-                    TypeConverters.toFloat)
-    autoStop = Param(Params._dummy(), "autoStop",
-                     "stop merging when a level no longer improves the validation accuracy by "
-                     "minImprovement (a held-out validationFraction of the rows); the model "
-                     "is the best level's", TypeConverters.toBoolean)
-    validationFraction = Param(Params._dummy(), "validationFraction",
-                               "share of the rows held out for autoStop (at most 1,000 rows)",
-                               TypeConverters.toFloat)
-    minImprovement = Param(Params._dummy(), "minImprovement",
-                           "autoStop: least validation accuracy gain a merge must bring",
-                           TypeConverters.toFloat)
-    timeBudget = Param(Params._dummy(), "timeBudget",
-                       "autoStop: no level whose predicted seconds would end the fit later",
-                       TypeConverters.toFloat)
+    kernel = _param("kernel", _TEXT, "rbf, linear, poly or laplacian")
+    gamma = _param("gamma", _gamma_converter, "'scale' (1/(d·Var X)), 'auto' (1/d) or a number")
+    degree = _param("degree", _INT, "polynomial degree")
+    coef0 = _param("coef0", _FLOAT, "polynomial offset")
+    fitIntercept = _param("fitIntercept", _BOOL, "linear kernel: fit an unpenalized intercept "
+                          "(as MLlib's LinearSVC)")
+    kernelOffset = _param("kernelOffset", _FLOAT, "other kernels: solve with k + c, a penalized "
+                          "bias (default 0)")
+    lam = _param("lam", _FLOAT, "λ > 0, weight of the margin loss")
+    theta = _param("theta", _FLOAT, "θ in [0, 1), margin band half-width")
+    v = _param("v", _FLOAT, "v in (0, 1], weight of margins above 1+θ")
+    p = _param("p", _INT, "partitions merged per level (>= 2)")
+    levels = _param("levels", _INT, "L: start from p^L partitions")
+    strata = _param("strata", _INT, "S landmark strata (Eqns 7-8)")
+    stopLevel = _param("stopLevel", _INT, "last level solved (0 = all data)")
+    partitioner = _param("partitioner", _TEXT, "stratified, random, kmeans, dip or cascade")
+    warmStart = _param("warmStart", _TEXT, "scaled (γ/p) or concat")
+    cacheMb = _param("cacheMb", _FLOAT, "cap on the kernel cache per task in MB (unset: the "
+                     "memory budget decides)")
+    autoStop = _param("autoStop", _BOOL, "stop merging when a level no longer improves the "
+                      "validation accuracy by minImprovement (a held-out validationFraction of "
+                      "the rows); the model is the best level's")
+    validationFraction = _param("validationFraction", _FLOAT, "share of the rows held out for "
+                                "autoStop (at most 1,000 rows)")
+    minImprovement = _param("minImprovement", _FLOAT, "autoStop: least validation accuracy gain "
+                            "a merge must bring")
+    timeBudget = _param("timeBudget", _FLOAT, "autoStop: no level whose predicted seconds would "
+                        "end the fit later")
 
     def __init__(self):
         super().__init__()
         defaults = SODMParams()
-        self._setDefault(kernel=defaults.kernel, gamma=defaults.gamma, degree=defaults.degree,
-                         coef0=defaults.coef0, fitIntercept=True,
-                         kernelOffset=defaults.kernel_offset, lam=defaults.lam,
-                         theta=defaults.theta,
-                         v=defaults.v, tol=defaults.tol, maxIter=defaults.max_iter, p=defaults.p,
-                         levels=defaults.levels, strata=defaults.strata,
-                         stopLevel=defaults.stop_level, partitioner=defaults.partitioner,
-                         warmStart=defaults.warm_start, cacheMb=defaults.cache_mb,
-                         seed=defaults.seed, autoStop=defaults.auto_stop,
-                         validationFraction=defaults.validation_fraction,
-                         minImprovement=defaults.min_improvement,
-                         timeBudget=defaults.time_budget)
+        self._setDefault(fitIntercept=True, **{name: getattr(defaults, _field(name))
+                                               for name in _SODM_PARAM_NAMES})
 
     def _sodm_params(self) -> SODMParams:
-        return SODMParams(kernel=self.getOrDefault("kernel"), gamma=self.getOrDefault("gamma"),
-                          degree=self.getOrDefault("degree"), coef0=self.getOrDefault("coef0"),
-                          kernel_offset=self.getOrDefault("kernelOffset"),
-                          lam=self.getOrDefault("lam"), theta=self.getOrDefault("theta"),
-                          v=self.getOrDefault("v"), tol=self.getOrDefault("tol"),
-                          max_iter=self.getOrDefault("maxIter"), p=self.getOrDefault("p"),
-                          levels=self.getOrDefault("levels"), strata=self.getOrDefault("strata"),
-                          stop_level=self.getOrDefault("stopLevel"),
-                          partitioner=self.getOrDefault("partitioner"),
-                          warm_start=self.getOrDefault("warmStart"),
-                          cache_mb=self.getOrDefault("cacheMb"), seed=self.getOrDefault("seed"),
-                          auto_stop=self.getOrDefault("autoStop"),
-                          validation_fraction=self.getOrDefault("validationFraction"),
-                          min_improvement=self.getOrDefault("minImprovement"),
-                          time_budget=self.getOrDefault("timeBudget"))
+        return SODMParams(**{_field(name): self.getOrDefault(name) for name in _SODM_PARAM_NAMES})
+
+
+# The Params that map one to one onto SODMParams fields (camelCase -> snake_case);
+# fitIntercept belongs to the linear path (DSVRGParams) and is passed on by _fit_dsvrg.
+_SODM_PARAM_NAMES = ("kernel", "gamma", "degree", "coef0", "kernelOffset", "lam", "theta", "v",
+                     "tol", "maxIter", "p", "levels", "strata", "stopLevel", "partitioner",
+                     "warmStart", "cacheMb", "seed", "autoStop", "validationFraction",
+                     "minImprovement", "timeBudget")
+
+
+def _field(param_name: str) -> str:
+    return re.sub("([A-Z])", r"_\1", param_name).lower()
 
 
 def _make_setters_and_getters(cls):
-    """setX/getX for every SODM param, as pyspark.ml classes spell them out by hand."""
-    for name in ("kernel", "gamma", "degree", "coef0", "fitIntercept", "kernelOffset", "lam", "theta", "v", "p", "levels",
-                 "strata", "stopLevel", "partitioner", "warmStart", "cacheMb", "autoStop",
-                 "validationFraction", "minImprovement", "timeBudget"):
+    """setX/getX for every param (the shared column, tol, maxIter and seed params included), as
+    pyspark.ml classes spell them out by hand; the shared mixins' own getters are kept."""
+    for name in _SODM_PARAM_NAMES + ("fitIntercept", "featuresCol", "labelCol", "predictionCol",
+                                     "rawPredictionCol"):
         title = name[0].upper() + name[1:]
 
         def setter(self, value, _name=name):
@@ -149,7 +127,7 @@ def _make_setters_and_getters(cls):
 
 
 @_make_setters_and_getters
-class SODMClassifier(Estimator, _SODMParams, MLReadable, MLWritable):
+class SODMClassifier(Estimator, _SODMParams, VersionedReadWrite):
     """Scalable ODM (SODM paper, Algorithm 1) as a pyspark.ml Estimator: two classes, or more
     (one-vs-rest ODMs fitted together: ``rawPrediction`` holds one score per class and
     ``prediction`` the label of the largest, as MLlib's multi-class classifiers)."""
@@ -167,27 +145,6 @@ class SODMClassifier(Estimator, _SODMParams, MLReadable, MLWritable):
     @keyword_only
     def setParams(self, **kwargs):
         return self._set(**self._input_kwargs)
-
-    def setFeaturesCol(self, value):
-        return self._set(featuresCol=value)
-
-    def setLabelCol(self, value):
-        return self._set(labelCol=value)
-
-    def setPredictionCol(self, value):
-        return self._set(predictionCol=value)
-
-    def setRawPredictionCol(self, value):
-        return self._set(rawPredictionCol=value)
-
-    def setTol(self, value):
-        return self._set(tol=value)
-
-    def setMaxIter(self, value):
-        return self._set(maxIter=value)
-
-    def setSeed(self, value):
-        return self._set(seed=value)
 
     def tune(self, dataset, grid=None):
         """Score a grid of (γ multiple, λ, θ, v) on the top level's partitions of ``dataset``
@@ -255,16 +212,10 @@ class SODMClassifier(Estimator, _SODMParams, MLReadable, MLWritable):
         model.levelStats = [entry.to_dict() for entry in fit.epochs]
         return model
 
-    def write(self):
-        return _ParamsOnlyWriter(self)
-
-    @classmethod
-    def read(cls):
-        return _Reader(cls)
 
 
 @_make_setters_and_getters
-class SODMClassificationModel(Model, _SODMParams, MLReadable, MLWritable):
+class SODMClassificationModel(Model, _SODMParams, VersionedReadWrite):
     """The fitted kernel expansion; ``transform`` adds rawPrediction and prediction columns."""
 
     def __init__(self, expansion: KernelExpansion | None = None):
@@ -336,92 +287,8 @@ class SODMClassificationModel(Model, _SODMParams, MLReadable, MLWritable):
 
         return ODMClassifier.from_expansion(self.expansion)
 
-    def write(self):
-        return _ModelWriter(self)
+    _writer = ModelWriter
 
     @classmethod
-    def read(cls):
-        return _Reader(cls)
-
-
-class _ParamsOnlyWriter(MLWriter):
-    """Spark ML metadata (and the model's arrays) written as a new version of the directory
-    (:mod:`sodm_spark.storage`) on Spark's file system: ``overwrite().save(path)`` replaces the
-    model atomically instead of deleting the old one first, as MLWriter would."""
-
-    def __init__(self, instance):
-        super().__init__()
-        self.instance = instance
-
-    def save(self, path):
-        if not isinstance(path, str):
-            raise TypeError(f"path should be a string, got type {type(path)}")
-        store = HadoopStore.for_path(path)  # a plain path means Spark's default file system
-        if not self.shouldOverwrite and store.exists(path):
-            raise OSError(f"Path {path} already exists. To overwrite it, use "
-                          "write().overwrite().save(path): the old model stays readable until "
-                          "the new one is complete.")
-        folder = replace_versioned(path, self._write_version, flat_names=("data",),
-                                   store=store)
-        _point_to_class(store, path, folder)
-
-    def _write_version(self, store, folder):
-        DefaultParamsWriter.saveMetadata(self.instance, folder, self.sparkSession)
-
-    def saveImpl(self, path):  # MLWriter's contract; save() above does the whole job
-        self._write_version(HadoopStore.for_path(path), path)
-
-
-def _metadata_class(store, metadata_dir):
-    """The ``class`` a Spark ML metadata folder names (None if unreadable)."""
-    for name in store.list(metadata_dir):
-        if name.startswith("part-"):
-            try:
-                return json.loads(store.read_bytes(join(metadata_dir, name)))["class"]
-            except (OSError, ValueError, KeyError):
-                return None
-    return None
-
-
-def _point_to_class(store, path, folder):
-    """A copy of the version's ``metadata`` at the top of ``path``: pyspark's generic loaders
-    (a Pipeline's or CrossValidator's stages) read the class to load from ``path/metadata``
-    before handing the path to our reader, which then reads the newest version. Written once
-    per path (renamed into place), replaced only when another class is saved there."""
-    top, source = join(path, "metadata"), join(folder, "metadata")
-    wanted = _metadata_class(store, source)
-    if store.exists(top) and _metadata_class(store, top) == wanted:
-        return
-    staging = join(path, f".metadata.tmp-{uuid.uuid4().hex[:12]}")
-    try:
-        for name in store.list(source):
-            if not name.endswith(".crc"):
-                store.write_bytes(join(staging, name), store.read_bytes(join(source, name)))
-        if store.exists(top):
-            store.delete(top)
-        store.rename(staging, top)
-    finally:
-        if store.exists(staging):
-            store.delete(staging)
-
-
-class _ModelWriter(_ParamsOnlyWriter):
-    def _write_version(self, store, folder):
-        super()._write_version(store, folder)
-        self.instance.expansion.write_files(store, join(folder, "data"))
-
-
-class _Reader(MLReader):
-    def __init__(self, cls):
-        super().__init__()
-        self.cls = cls
-
-    def load(self, path):
-        store = HadoopStore.for_path(path)
-        folder = resolve_version(store, path, "metadata") or path
-        metadata = DefaultParamsReader.loadMetadata(folder, self.sparkSession)
-        instance = self.cls() if self.cls is SODMClassifier else \
-            self.cls(KernelExpansion.load(join(folder, "data"), store=store))
-        instance._resetUid(metadata["uid"])
-        DefaultParamsReader.getAndSetParams(instance, metadata)
-        return instance
+    def _from_saved(cls, store, folder):
+        return cls(KernelExpansion.load(join(folder, "data"), store=store))
