@@ -33,7 +33,8 @@ from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
 
 from sodm_spark.baselines.coreset_svm import CoresetSVMClassifier
-from sodm_spark.solvers.coreset_svm import solve_weighted_svm, svm_objective, uniform_coreset
+from sodm_spark.baselines.coreset_svm_solver import (solve_weighted_svm, svm_objective,
+                                                     uniform_coreset)
 
 
 def synthetic(n=40000, d=5, minority=0.03, flipped=0.01, seed=0):

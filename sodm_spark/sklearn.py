@@ -6,9 +6,10 @@ import warnings
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
+from .estimator_inputs import (check_fit_data, check_predict_data, encode_classes,
+                               keep_params, predict_labels)
 from .kernels import Kernel
 from .model import KernelExpansion
 from .solvers import solve_odm_dual
@@ -16,7 +17,7 @@ from .solvers.odm_dcd import kernel_fits_cache
 from .solvers.odm_multiclass import one_vs_rest_signs, solve_odm_multiclass
 from .solvers.odm_primal import newton_primal
 from .solvers.svrg import svrg
-from .validation import check_finite_rows, check_numeric_cells, check_odm_params, seed_from
+from .validation import check_odm_params, seed_from
 
 
 SOLVERS = ("auto", "dcd", "newton", "svrg")
@@ -68,21 +69,7 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
     def __init__(self, kernel="rbf", gamma="scale", degree=3, coef0=0.0, lam=1000.0, theta=0.1,
                  v=0.5, tol=1e-3, max_iter=1000, cache_mb=None, dtype="float32",
                  random_state=None, solver="auto", fit_intercept=True, kernel_offset=0.0):
-        self.kernel = kernel
-        self.gamma = gamma
-        self.degree = degree
-        self.coef0 = coef0
-        self.lam = lam
-        self.theta = theta
-        self.v = v
-        self.tol = tol
-        self.max_iter = max_iter
-        self.cache_mb = cache_mb
-        self.dtype = dtype
-        self.random_state = random_state
-        self.solver = solver
-        self.fit_intercept = fit_intercept
-        self.kernel_offset = kernel_offset
+        keep_params(self, locals())
 
     def _solver(self):
         if self.solver not in SOLVERS:
@@ -108,19 +95,11 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
             raise ValueError(f"kernel_offset applies to the kernel dual (solver='dcd'); "
                              f"solver={solver!r} fits an unpenalized intercept instead "
                              "(fit_intercept). Pass kernel_offset=0.")
-        check_numeric_cells(X, "X")
-        X, y = validate_data(self, X, y, dtype=np.float64, ensure_all_finite=False,
-                             accept_sparse=self._accept_sparse())
-        check_finite_rows(X, "X")
-        check_classification_targets(y)
+        X, y = check_fit_data(self, X, y, accept_sparse=self._accept_sparse())
         check_odm_params(self.lam, self.theta, self.v)
         if np.dtype(self.dtype) not in (np.float32, np.float64):
             raise ValueError(f"dtype must be 'float32' or 'float64', got {self.dtype!r}.")
-        self.classes_, y_index = np.unique(y, return_inverse=True)
-        if self.classes_.size < 2:
-            raise ValueError(
-                f"ODMClassifier needs at least two classes, but y has only one class "
-                f"({self.classes_[0]!r}) in {y.size} rows; check the label column.")
+        y_index = encode_classes(self, y)
         kernel = Kernel.create(self.kernel, self.gamma, self.degree, self.coef0, X,
                                self.kernel_offset)
         self.kernel_ = kernel
@@ -242,15 +221,8 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
     def decision_function(self, X):
         """``f(x) = Σ_i γ_i y_i k(x_i, x)`` (+ b with an intercept): (n,) for two classes,
         (n, n_classes) otherwise."""
-        check_is_fitted(self)
-        check_numeric_cells(X, "X")
-        X = validate_data(self, X, dtype=np.float64, ensure_all_finite=False, reset=False,
-                          accept_sparse=self._accept_sparse())
-        check_finite_rows(X, "X")
+        X = check_predict_data(self, X, accept_sparse=self._accept_sparse())
         return self.model_.decision_function(X)
 
     def predict(self, X):
-        scores = self.decision_function(X)
-        if scores.ndim == 1:
-            return self.classes_[(scores > 0).astype(int)]
-        return self.classes_[np.argmax(scores, axis=1)]
+        return predict_labels(self, X)

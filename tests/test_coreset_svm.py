@@ -11,10 +11,11 @@ from scipy.optimize import minimize
 from sklearn.svm import SVC
 
 from sodm_spark.baselines.coreset_svm import CoresetSVMClassifier
+from sodm_spark.baselines.coreset_svm_solver import (build_coreset, merge_and_reduce,
+                                                     sample_coreset, sensitivity_bounds,
+                                                     solve_weighted_svm, svm_objective,
+                                                     uniform_coreset)
 from sodm_spark.kernels import Kernel
-from sodm_spark.solvers.coreset_svm import (build_coreset, merge_and_reduce, sample_coreset,
-                                            sensitivity_bounds, solve_weighted_svm,
-                                            svm_objective, uniform_coreset)
 
 
 def imbalanced_problem(seed=0, n=2000, n_minority=40, n_flipped=10, d=3):

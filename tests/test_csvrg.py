@@ -6,11 +6,11 @@ from sklearn.svm import LinearSVC
 
 from conftest import make_problem
 from sodm_spark.baselines.csvrg import CSVRGClassifier
+from sodm_spark.baselines.csvrg_solver import build_coreset, csvrg
 from sodm_spark.kernels import Kernel
 from sodm_spark.model import KernelExpansion
 from sodm_spark.sklearn import ODMClassifier
 from sodm_spark.solvers import solve_odm_dual
-from sodm_spark.solvers.csvrg import build_coreset, csvrg
 
 
 def rbf(A, B, gamma):

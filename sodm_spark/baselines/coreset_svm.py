@@ -1,7 +1,7 @@
 """CoresetSVMClassifier: an SVM trained on a sensitivity coreset (paper 002, Algorithm 1).
 
-The numerics live in :mod:`sodm_spark.solvers.coreset_svm`; this module is the scikit-learn
-face of them (design.md §4, "Coreset SVM").
+The numerics live in :mod:`sodm_spark.baselines.coreset_svm_solver`; this module is their
+scikit-learn face (design.md §4, "Coreset SVM").
 """
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ import warnings
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_is_fitted, validate_data
 
+from ..estimator_inputs import (check_fit_data, check_predict_data, encode_classes,
+                                keep_params, predict_labels)
 from ..kernels import Kernel
 from ..model import KernelExpansion
-from ..solvers.coreset_svm import (BOUNDS, build_coreset, check_weighted_data, merge_and_reduce,
-                                   sample_coreset, sensitivity_bounds, solve_weighted_svm)
-from ..validation import check_finite_rows, check_numeric_cells, seed_from
+from ..validation import seed_from
+from .coreset_svm_solver import (BOUNDS, build_coreset, check_weighted_data, merge_and_reduce,
+                                 sample_coreset, sensitivity_bounds, solve_weighted_svm)
 
 SUPPORTED_KERNELS = ("linear", "rbf", "poly")
 
@@ -75,20 +75,7 @@ class CoresetSVMClassifier(ClassifierMixin, BaseEstimator):
     def __init__(self, coreset_size=1000, C=1.0, kernel="linear", gamma="scale", degree=3,
                  coef0=0.0, epsilon=0.1, delta=0.1, bound="lemma7", chunk_size=None, tol=1e-5,
                  cache_mb=200.0, max_iter=-1, random_state=None):
-        self.coreset_size = coreset_size
-        self.C = C
-        self.kernel = kernel
-        self.gamma = gamma
-        self.degree = degree
-        self.coef0 = coef0
-        self.epsilon = epsilon
-        self.delta = delta
-        self.bound = bound
-        self.chunk_size = chunk_size
-        self.tol = tol
-        self.cache_mb = cache_mb
-        self.max_iter = max_iter
-        self.random_state = random_state
+        keep_params(self, locals())
 
     def _check_params(self) -> None:
         def positive_int(value, name):
@@ -111,17 +98,11 @@ class CoresetSVMClassifier(ClassifierMixin, BaseEstimator):
                              "chunk_size=None; pass coreset_size as a number instead.")
 
     def fit(self, X, y, sample_weight=None):
-        check_numeric_cells(X, "X")
-        X, y = validate_data(self, X, y, dtype=np.float64, ensure_all_finite=False)
-        check_finite_rows(X, "X")
-        check_classification_targets(y)
+        X, y = check_fit_data(self, X, y)
         self._check_params()
-        self.classes_, y_index = np.unique(y, return_inverse=True)
-        if self.classes_.size != 2:
-            raise ValueError(
-                f"Only binary classification is supported (the paper's SVM has two classes), "
-                f"but y has {self.classes_.size} class(es) {self.classes_[:5].tolist()}; "
-                "pass exactly two.")
+        y_index = encode_classes(self, y, binary_error=lambda classes: (
+            f"Only binary classification is supported (the paper's SVM has two classes), "
+            f"but y has {classes.size} class(es) {classes[:5].tolist()}; pass exactly two."))
         y_pm = np.where(y_index == 1, 1.0, -1.0)
         X, y_pm, weights = check_weighted_data(X, y_pm, sample_weight)
         self.kernel_ = Kernel.create(self.kernel, self.gamma, self.degree, self.coef0, X)
@@ -186,15 +167,11 @@ class CoresetSVMClassifier(ClassifierMixin, BaseEstimator):
 
     def decision_function(self, X):
         """``wᵀx + b`` (linear) or ``Σ_s dual_coef_s k(sv_s, x) + b``; > 0 means classes_[1]."""
-        check_is_fitted(self)
-        check_numeric_cells(X, "X")
-        X = validate_data(self, X, dtype=np.float64, ensure_all_finite=False, reset=False)
-        check_finite_rows(X, "X")
+        X = check_predict_data(self, X)
         return self.solution_.decision_function(X)
 
     def predict(self, X):
-        scores = self.decision_function(X)
-        return self.classes_[(scores > 0).astype(int)]
+        return predict_labels(self, X)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

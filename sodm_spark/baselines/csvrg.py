@@ -1,7 +1,7 @@
 """CSVRGClassifier: kernel ODM (or SVM) trained by coreset SVRG (paper 000, Algorithm 1).
 
-The numerics live in :mod:`sodm_spark.solvers.csvrg`; this module is their scikit-learn face
-(design.md §4, "CSVRG").
+The numerics live in :mod:`sodm_spark.baselines.csvrg_solver`; this module is their
+scikit-learn face (design.md §4, "CSVRG").
 """
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ import warnings
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_is_fitted, validate_data
 
+from ..estimator_inputs import (check_fit_data, check_predict_data, encode_classes,
+                                keep_params, predict_labels)
 from ..kernels import Kernel
 from ..model import KernelExpansion
-from ..solvers.csvrg import csvrg
-from ..validation import check_finite_rows, check_numeric_cells, seed_from
+from ..validation import seed_from
+from .csvrg_solver import csvrg
 
 
 class CSVRGClassifier(ClassifierMixin, BaseEstimator):
@@ -27,7 +27,7 @@ class CSVRGClassifier(ClassifierMixin, BaseEstimator):
     :class:`sodm_spark.ODMClassifier`; the paper's λ is half of ours); 'hinge' and
     'squared_hinge' minimize ``½‖w‖² + (λ/m)·Σ_i ℓ_i`` (the paper's Eqn 3; λ/m is
     scikit-learn's C). No intercept, as in the paper. See
-    :func:`sodm_spark.solvers.csvrg.csvrg` for the algorithm and every conversion.
+    :func:`sodm_spark.baselines.csvrg_solver.csvrg` for the algorithm and every conversion.
 
     Parameters
     ----------
@@ -56,38 +56,14 @@ class CSVRGClassifier(ClassifierMixin, BaseEstimator):
                  v=0.5, loss="odm", delta=None, max_core=1000, metric="kernel", refine=1,
                  per_class=True, epochs=30, inner_steps=None, step=None, option="I", tol=1e-3,
                  cache_mb=1024.0, random_state=None):
-        self.kernel = kernel
-        self.gamma = gamma
-        self.degree = degree
-        self.coef0 = coef0
-        self.lam = lam
-        self.theta = theta
-        self.v = v
-        self.loss = loss
-        self.delta = delta
-        self.max_core = max_core
-        self.metric = metric
-        self.refine = refine
-        self.per_class = per_class
-        self.epochs = epochs
-        self.inner_steps = inner_steps
-        self.step = step
-        self.option = option
-        self.tol = tol
-        self.cache_mb = cache_mb
-        self.random_state = random_state
+        keep_params(self, locals())
 
     def fit(self, X, y):
-        check_numeric_cells(X, "X")
-        X, y = validate_data(self, X, y, dtype=np.float64, ensure_all_finite=False)
-        check_finite_rows(X, "X")
-        check_classification_targets(y)
-        self.classes_, y_index = np.unique(y, return_inverse=True)
-        if self.classes_.size != 2:
-            raise ValueError(
-                f"CSVRGClassifier is a binary classifier, but y has {self.classes_.size} "
-                f"class(es): {list(self.classes_[:10])}. For more classes use "
-                "sklearn.multiclass.OneVsRestClassifier(CSVRGClassifier(...)).")
+        X, y = check_fit_data(self, X, y)
+        y_index = encode_classes(self, y, binary_error=lambda classes: (
+            f"CSVRGClassifier is a binary classifier, but y has {classes.size} "
+            f"class(es): {list(classes[:10])}. For more classes use "
+            "sklearn.multiclass.OneVsRestClassifier(CSVRGClassifier(...))."))
         kernel = Kernel.create(self.kernel, self.gamma, self.degree, self.coef0, X)
         result = csvrg(X, np.where(y_index == 1, 1.0, -1.0), kernel, self.lam, self.theta,
                        self.v, loss=self.loss, delta=self.delta, max_core=self.max_core,
@@ -115,11 +91,8 @@ class CSVRGClassifier(ClassifierMixin, BaseEstimator):
 
     def decision_function(self, X):
         """``f(x) = Σ_r σ_r k(c_r, x)``, positive for ``classes_[1]``."""
-        check_is_fitted(self)
-        check_numeric_cells(X, "X")
-        X = validate_data(self, X, dtype=np.float64, ensure_all_finite=False, reset=False)
-        check_finite_rows(X, "X")
+        X = check_predict_data(self, X)
         return self.model_.decision_function(X)
 
     def predict(self, X):
-        return self.classes_[(self.decision_function(X) > 0).astype(int)]
+        return predict_labels(self, X)

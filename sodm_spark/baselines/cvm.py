@@ -1,8 +1,8 @@
 """CVRRegressor and CVMClassifier: Core Vector Regression / Machine (paper 004), sklearn style.
 
-The numerics live in :mod:`sodm_spark.solvers.cvr` (the center-constrained MEB, Eqns 5-15);
-this module is their scikit-learn face (design.md §4, "CVR / CVM"), plus the paper's two
-regression metrics.
+The numerics live in :mod:`sodm_spark.baselines.cvm_solver` (the center-constrained MEB,
+Eqns 5-15); this module is their scikit-learn face (design.md §4, "CVR / CVM"), plus the
+paper's two regression metrics.
 """
 from __future__ import annotations
 
@@ -12,13 +12,14 @@ import warnings
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
+from ..estimator_inputs import (check_fit_data, check_predict_data, encode_classes,
+                                keep_params, predict_labels)
 from ..kernels import Kernel
 from ..model import KernelExpansion
-from ..solvers.cvr import PROBABILISTIC_SAMPLE, solve_l2_svm, solve_l2_svr
-from ..validation import check_finite_rows, check_numeric_cells, describe_rows, seed_from
+from ..validation import describe_rows, seed_from
+from .cvm_solver import PROBABILISTIC_SAMPLE, solve_l2_svm, solve_l2_svr
 
 _SHARED_PARAMETERS = """
     kernel, gamma, degree, coef0 : as in ``ODMClassifier`` (gamma 'scale' = 1/(d·Var X)); any
@@ -94,10 +95,7 @@ class _CoreVectorBase(BaseEstimator):
         return int(self.core_indices_.size)
 
     def _decision(self, X):
-        check_is_fitted(self)
-        check_numeric_cells(X, "X")
-        X = validate_data(self, X, dtype=np.float64, ensure_all_finite=False, reset=False)
-        check_finite_rows(X, "X")
+        X = check_predict_data(self, X)
         return self.model_.decision_function(X)  # the expansion carries the intercept
 
 
@@ -140,24 +138,10 @@ class CVRRegressor(RegressorMixin, _CoreVectorBase):
     def __init__(self, kernel="rbf", gamma="scale", degree=3, coef0=0.0, C=30.0, mu="auto",
                  tol=3e-6, max_core=5000, points_per_iter=16, sample_size=PROBABILISTIC_SAMPLE,
                  final_check="sample", random_state=None):
-        self.kernel = kernel
-        self.gamma = gamma
-        self.degree = degree
-        self.coef0 = coef0
-        self.C = C
-        self.mu = mu
-        self.tol = tol
-        self.max_core = max_core
-        self.points_per_iter = points_per_iter
-        self.sample_size = sample_size
-        self.final_check = final_check
-        self.random_state = random_state
+        keep_params(self, locals())
 
     def fit(self, X, y):
-        check_numeric_cells(X, "X")
-        X, y = validate_data(self, X, y, dtype=np.float64, ensure_all_finite=False,
-                             y_numeric=True)
-        check_finite_rows(X, "X")  # (validate_data already refuses a NaN or infinite y)
+        X, y = check_fit_data(self, X, y, regression=True)
         if X.shape[0] < 2:
             raise ValueError(f"CVRRegressor needs at least 2 rows, got n_samples={X.shape[0]}.")
         self._check_common()
@@ -203,29 +187,12 @@ class CVMClassifier(ClassifierMixin, _CoreVectorBase):
     def __init__(self, kernel="rbf", gamma="scale", degree=3, coef0=0.0, C=10.0, tol=1e-5,
                  max_core=5000, points_per_iter=16, sample_size=PROBABILISTIC_SAMPLE,
                  final_check="sample", random_state=None):
-        self.kernel = kernel
-        self.gamma = gamma
-        self.degree = degree
-        self.coef0 = coef0
-        self.C = C
-        self.tol = tol
-        self.max_core = max_core
-        self.points_per_iter = points_per_iter
-        self.sample_size = sample_size
-        self.final_check = final_check
-        self.random_state = random_state
+        keep_params(self, locals())
 
     def fit(self, X, y):
-        check_numeric_cells(X, "X")
-        X, y = validate_data(self, X, y, dtype=np.float64, ensure_all_finite=False)
-        check_finite_rows(X, "X")
-        check_classification_targets(y)
+        X, y = check_fit_data(self, X, y)
         self._check_common()
-        self.classes_, y_index = np.unique(y, return_inverse=True)
-        if self.classes_.size < 2:
-            raise ValueError(
-                f"CVMClassifier needs at least two classes, but y has only one class "
-                f"({self.classes_[0]!r}) in {y.size} rows; check the label column.")
+        y_index = encode_classes(self, y)
         self.kernel_ = Kernel.create(self.kernel, self.gamma, self.degree, self.coef0, X)
         # Binary: one MEB with classes_[1] as +1. More classes: one-vs-rest, one MEB each.
         targets = [1] if self.classes_.size == 2 else range(self.classes_.size)
@@ -242,10 +209,7 @@ class CVMClassifier(ClassifierMixin, _CoreVectorBase):
         return self._decision(X)
 
     def predict(self, X):
-        scores = self.decision_function(X)
-        if scores.ndim == 1:
-            return self.classes_[(scores > 0).astype(int)]
-        return self.classes_[np.argmax(scores, axis=1)]
+        return predict_labels(self, X)
 
 
 def _paired_targets(y, pred):

@@ -59,7 +59,7 @@ def fit_in_one_task(blocks, method: str, params: dict):
 def _coreset_task(index, blocks, positive, size, C, kernel_dict, seed):
     """Algorithm 1 of paper 002 on one partition: its weighted coreset (global row ids)."""
     from ..kernels import Kernel
-    from ..solvers.coreset_svm import build_coreset
+    from ..baselines.coreset_svm_solver import build_coreset
 
     blocks = [b for b in blocks if b.X.shape[0]]
     if not blocks:
@@ -81,7 +81,7 @@ def fit_coreset_svm_partitioned(blocks, classes, kernel, coreset_size: int, C: f
     (KernelExpansion with intercept, the final WeightedCoreset).
     """
     from ..model import KernelExpansion
-    from ..solvers.coreset_svm import merge_and_reduce, solve_weighted_svm
+    from ..baselines.coreset_svm_solver import merge_and_reduce, solve_weighted_svm
 
     classes = np.asarray(classes)
     if classes.size != 2:

@@ -36,7 +36,7 @@ from threadpoolctl import threadpool_limits
 
 from ..kernels import Kernel, iter_kernel_blocks, kernel_matrix
 from ..validation import check_odm_params
-from .svrg import epoch_rng, sample_rows
+from ..solvers.svrg import epoch_rng, sample_rows
 
 LOSSES = {"odm": 0, "hinge": 1, "squared_hinge": 2}
 METRICS = ("kernel", "input")
