@@ -25,7 +25,7 @@ means) with b' = b + wᵀμ: the same problem, exactly, but far better condition
 are not centred (rows in [3, 4]^8, λ = 100: SVRG was still 8% above the optimum after 200
 epochs on the raw rows, exact after 14 on centred ones). ``center`` = μ passes the centring to
 the functions below, which then use and return (w, b'); rows are never densified: a CSR step
-keeps μ's part of w lazily too (see ``_inner_csr``).
+keeps μ's part of w lazily too (see ``_svrg_kernels.inner_csr``).
 
 Every SVRG variant shares these pieces: the full gradient is ``w + grad_sum/M`` with
 ``(loss_sum, grad_sum) = loss_gradient_sum(...)`` (a sum over rows, so a Spark treeAggregate
@@ -35,7 +35,8 @@ single-node SVRG). ``svrg`` is plain single-node SVRG (option I: the snapshot is
 iterate), the ODM_svrg comparator. No Spark import here.
 
 X is a dense float64 array or a scipy.sparse CSR matrix; sparse X is never densified: the
-CSR inner loop costs O(nnz(x_i)) per step (lazy scaling, see ``_inner_csr``).
+CSR inner loop costs O(nnz(x_i)) per step (lazy scaling, see ``_svrg_kernels.inner_csr``);
+the numba loops live in :mod:`._svrg_kernels`.
 """
 from __future__ import annotations
 
@@ -43,12 +44,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
-from numba import njit
 
 from ..validation import check_odm_params
+from ._svrg_kernels import inner_csr, inner_dense
 
-__all__ = ["SVRGResult", "column_means", "default_step", "epoch_rng", "loss_gradient_sum", "penalized",
-           "primal_objective", "row_sq_norms", "sample_rows", "smoothness", "step_for", "svrg", "svrg_inner"]
+__all__ = ["SVRGResult", "column_means", "default_step", "epoch_rng", "loss_gradient_sum",
+           "penalized", "primal_objective", "row_sq_norms", "sample_rows", "smoothness", "step_for",
+           "svrg", "svrg_inner"]
 
 
 # ---------------------------------------------------------------- input handling
@@ -217,124 +219,7 @@ def step_for(l_max: float, inner_steps=None) -> float:
     return step
 
 
-# ---------------------------------------------------------------- numba inner loops
-@njit(cache=True, inline="always")
-def _coef(m, a, lower, upper, v):
-    """c_i for margin m = y_i wᵀx_i (Sec. 3.3): the scalar in front of y_i x_i in ∇p_i."""
-    if m < lower:
-        return a * (m - lower)
-    if m > upper:
-        return a * v * (m - upper)
-    return 0.0
-
-
-@njit(cache=True)
-def _inner_dense(w, w_snap, g, X, y, rows, step, a, lower, upper, v, has_bias, mu):
-    """Alg. 2 line 14 over ``rows``: w ← (1-η)w - η·g - η·δ_i x̃_i, in place on ``w``.
-
-    The SVRG direction ∇p_i(w) - ∇p_i(w̃) + μ̃ with μ̃ = w̃ + g equals w + g + δ_i x̃_i,
-    δ_i = (c_i(w) - c_i(w̃))·y_i. With ``has_bias``, x̃_i = x_i - mu (mu = 0: no centring) and
-    w[d] is the unpenalized b': b' ← b' - η·g_b - η·δ_i (no decay).
-    """
-    d = X.shape[1]
-    decay = 1.0 - step
-    for t in range(rows.shape[0]):
-        i = rows[t]
-        dot = 0.0
-        dot_snap = 0.0
-        if has_bias:
-            dot = w[d]
-            dot_snap = w_snap[d]
-            for k in range(d):
-                x = X[i, k] - mu[k]
-                dot += x * w[k]
-                dot_snap += x * w_snap[k]
-        else:
-            for k in range(d):
-                dot += X[i, k] * w[k]
-                dot_snap += X[i, k] * w_snap[k]
-        yi = y[i]
-        delta = (_coef(yi * dot, a, lower, upper, v) - _coef(yi * dot_snap, a, lower, upper, v)) * yi
-        if has_bias:
-            for k in range(d):
-                w[k] = decay * w[k] - step * g[k] - step * delta * (X[i, k] - mu[k])
-            w[d] -= step * (g[d] + delta)
-        else:
-            for k in range(d):
-                w[k] = decay * w[k] - step * g[k] - step * delta * X[i, k]
-
-
-@njit(cache=True)
-def _inner_csr(z, w_snap, g, indptr, indices, data, y, rows, step, a, lower, upper, v, d,
-               has_bias, mu):
-    """The same steps as ``_inner_dense`` in O(nnz(x_i)) each, on CSR rows.
-
-    w is kept lazily as w = s·z + r·g + q·mu: the dense part (1-η)w - η·g + η·δ_i·mu of a step
-    only updates the scalars (s ← (1-η)s, r ← (1-η)r - η, q ← (1-η)q + η·δ_i), and -η·δ_i x_i
-    touches x_i's nonzeros of z (divided by s). The centred margin needs wᵀmu, kept from
-    zᵀmu (updated with z, O(nnz)), gᵀmu and muᵀmu. When s underflows towards 0, z is rescaled
-    once (O(d), rare). The bias b' (z[d] with ``has_bias``) is not decayed, so it is kept apart
-    as a plain scalar. Returns (s, r, q, b'); the caller materializes w = s·z + r·g + q·mu.
-    """
-    s = 1.0
-    r = 0.0
-    q = 0.0
-    b = 0.0
-    g_b = 0.0
-    z_mu = 0.0
-    g_mu = 0.0
-    mu_mu = 0.0
-    snap_mu = 0.0
-    if has_bias:
-        b = z[d]
-        g_b = g[d]
-        for k in range(d):
-            z_mu += z[k] * mu[k]
-            g_mu += g[k] * mu[k]
-            mu_mu += mu[k] * mu[k]
-            snap_mu += w_snap[k] * mu[k]
-        snap_mu -= w_snap[d]  # the snapshot's centred margin subtracts w̃ᵀmu - b̃'
-    decay = 1.0 - step
-    for t in range(rows.shape[0]):
-        i = rows[t]
-        zx = 0.0
-        gx = 0.0
-        wx = 0.0
-        mx = 0.0
-        for p in range(indptr[i], indptr[i + 1]):
-            j = indices[p]
-            x = data[p]
-            zx += z[j] * x
-            gx += g[j] * x
-            wx += w_snap[j] * x
-            mx += mu[j] * x
-        yi = y[i]
-        if has_bias:  # (s·z + r·g + q·mu)ᵀ(x_i - mu) + b'
-            score = s * (zx - z_mu) + r * (gx - g_mu) + q * (mx - mu_mu) + b
-            score_snap = wx - snap_mu
-        else:
-            score = s * zx + r * gx
-            score_snap = wx
-        delta = (_coef(yi * score, a, lower, upper, v)
-                 - _coef(yi * score_snap, a, lower, upper, v)) * yi
-        s *= decay
-        r = decay * r - step
-        if has_bias:
-            q = decay * q + step * delta
-            b -= step * (g_b + delta)
-        if s < 1e-100:
-            for k in range(d):
-                z[k] *= s
-            z_mu *= s
-            s = 1.0
-        f = step * delta / s
-        if f != 0.0:
-            for p in range(indptr[i], indptr[i + 1]):
-                z[indices[p]] -= f * data[p]
-            z_mu -= f * mx
-    return s, r, q, b
-
-
+# ---------------------------------------------------------------- the inner steps
 def svrg_inner(w, snapshot, mean_data_grad, X, y, rows, step, lam, theta, v,
                fit_intercept=False, center=None) -> np.ndarray:
     """Run len(rows) SVRG steps w ← w - η(∇p_i(w) - ∇p_i(w̃) + μ̃) over ``rows`` in order.
@@ -369,15 +254,15 @@ def svrg_inner(w, snapshot, mean_data_grad, X, y, rows, step, lam, theta, v,
         return w
     a, lower, upper, v = _scale(lam, theta), 1.0 - theta, 1.0 + theta, float(v)
     if sp.issparse(X):
-        s, r, q, b = _inner_csr(w, w_snap, g, X.indptr, X.indices, X.data, y, rows, step,
-                                a, lower, upper, v, d, fit_intercept, mu)
+        s, r, q, b = inner_csr(w, w_snap, g, X.indptr, X.indices, X.data, y, rows, step,
+                               a, lower, upper, v, d, fit_intercept, mu)
         w[:d] *= s
         w[:d] += r * g[:d]
         if fit_intercept:
             w[:d] += q * mu
             w[d] = b
     else:
-        _inner_dense(w, w_snap, g, X, y, rows, step, a, lower, upper, v, fit_intercept, mu)
+        inner_dense(w, w_snap, g, X, y, rows, step, a, lower, upper, v, fit_intercept, mu)
     return w
 
 
