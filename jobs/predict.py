@@ -22,9 +22,9 @@ from pathlib import Path
 from sodm_spark.jobconf import parse_with_defaults, write_outputs
 from sodm_spark.model import KernelExpansion, move_into_place
 from sodm_spark.scoring import PRECISIONS
-from sodm_spark.spark.io import _spark_read
+from sodm_spark.spark.io import spark_read
 from sodm_spark.spark.predict import score_dataframe
-from sodm_spark.spark.session import get_session
+from sodm_spark.spark.session import job_session
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -55,12 +55,12 @@ def parse_args(argv=None) -> argparse.Namespace:
 def read_table(spark, args, n_features):
     where = f"{args.data} (format {args.format!r})"
     if args.format == "parquet":
-        return _spark_read(where, lambda: spark.read.parquet(args.data))
+        return spark_read(where, lambda: spark.read.parquet(args.data))
     if args.format == "csv":
-        return _spark_read(where, lambda: spark.read.csv(args.data, header=args.header,
-                                                         inferSchema=True))
-    return _spark_read(where, lambda: spark.read.format("libsvm")
-                       .option("numFeatures", n_features).load(args.data))
+        return spark_read(where, lambda: spark.read.csv(args.data, header=args.header,
+                                                        inferSchema=True))
+    return spark_read(where, lambda: spark.read.format("libsvm")
+                      .option("numFeatures", n_features).load(args.data))
 
 
 def write_atomically(frame, out: Path, overwrite: bool) -> None:
@@ -92,8 +92,7 @@ def main(argv=None) -> int:
         model = KernelExpansion.load(args.model)
     except ValueError as error:
         raise SystemExit(f"error: --model: {error}")
-    spark, created = get_session("sodm-spark: predict", args.master)
-    try:
+    with job_session("sodm-spark: predict", args.master) as spark:
         started = time.perf_counter()
         rows = spark.sparkContext.accumulator(0)
         try:
@@ -127,9 +126,6 @@ def main(argv=None) -> int:
                                  "rows_per_second": rows.value / seconds,
                                  "support_vectors": int(model.support_vectors.shape[0]),
                                  "precision": args.precision}, None, args.metrics_out)
-    finally:
-        if created:
-            spark.stop()
     return 0
 
 

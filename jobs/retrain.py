@@ -28,7 +28,7 @@ from sodm_spark.model import KernelExpansion
 from sodm_spark.retrain import (FAILED, KEPT, LOCKED, PROMOTED, USAGE, LockedError, ModelStore,
                                 RetrainLock, decide, newest_snapshot)
 from sodm_spark.spark.io import error_text, read_blocks, read_libsvm_local
-from sodm_spark.spark.session import collect_blocks, get_session
+from sodm_spark.spark.session import collect_blocks, job_session
 from sodm_spark.validation import check_finite_rows
 
 
@@ -87,15 +87,11 @@ def run(args, store: ModelStore, outcome: dict) -> int:
     print(f"newest snapshot: {snapshot}", flush=True)
     train_args = train_sodm.parse_args(
         ["--data", str(snapshot), "--format", args.format] + args.train_args)
-    spark, created = get_session("sodm-spark: retrain", args.master)
-    try:
+    with job_session("sodm-spark: retrain", args.master) as spark:
         print("config: " + json.dumps(vars(train_args), default=str), flush=True)
         fit, summary = train_sodm.train(spark, train_args)
         n_features = fit.model.support_vectors.shape[1]
         X, y = read_holdout(spark, args.holdout, args.format, n_features)
-    finally:
-        if created:
-            spark.stop()
     new_accuracy = holdout_accuracy(fit.model, X, y)
     current = store.latest_version()
     production_accuracy = None

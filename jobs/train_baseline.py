@@ -24,7 +24,7 @@ from sodm_spark.jobconf import gamma_arg, parse_with_defaults, write_outputs
 from sodm_spark.kernels import Kernel, gamma_value
 from sodm_spark.model import KernelExpansion
 from sodm_spark.spark.io import read_blocks, read_libsvm_local
-from sodm_spark.spark.session import collect_blocks, get_session, numpy_to_blocks
+from sodm_spark.spark.session import collect_blocks, job_session, numpy_to_blocks
 from sodm_spark.spark.single import ESTIMATORS, fit_coreset_svm_partitioned, fit_in_one_task
 from sodm_spark.spark.sodm import checked_classes, row_count_and_variance
 from sodm_spark.validation import check_finite_rows, check_two_classes
@@ -170,8 +170,7 @@ def task_value_error(error) -> str | None:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    spark, created = get_session(f"sodm-spark: train_baseline {args.method}", args.master)
-    try:
+    with job_session(f"sodm-spark: train_baseline {args.method}", args.master) as spark:
         print("config: " + json.dumps(vars(args), default=str), flush=True)
         try:
             blocks, test, regression = load_data(spark, args)
@@ -193,9 +192,6 @@ def main(argv=None) -> int:
               "vectors; " + ", ".join(f"{k} {v:.4f}" for k, v in summary.items()
                                       if k.startswith("test_")), flush=True)
         write_outputs(model, summary, args.model_out, args.metrics_out)
-    finally:
-        if created:
-            spark.stop()
     return 0
 
 

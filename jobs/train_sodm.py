@@ -25,7 +25,7 @@ from pyspark import StorageLevel
 from sodm_spark.datasets import make_linear, make_nonlinear
 from sodm_spark.spark.dsvrg import DSVRGParams, fit_dsvrg
 from sodm_spark.spark.io import read_blocks, read_libsvm_local
-from sodm_spark.spark.session import get_session, numpy_to_blocks, collect_blocks
+from sodm_spark.spark.session import job_session, numpy_to_blocks, collect_blocks
 from sodm_spark.spark.sodm import (PARTITIONERS, SODMParams, checked_classes, fit_sodm,
                                    prepare_sodm)
 from sodm_spark.spark.tune import tune_sodm
@@ -379,8 +379,7 @@ def main(argv=None, prog="train_sodm.py", description=None, tune_only=False) -> 
         sodm_params(args)
     except ValueError as error:
         raise SystemExit(f"error: {error}")
-    spark, created = get_session("sodm-spark: train_sodm", args.master)
-    try:
+    with job_session("sodm-spark: train_sodm", args.master) as spark:
         print("config: " + json.dumps({k: v for k, v in vars(args).items()}, default=str),
               flush=True)
         try:
@@ -389,9 +388,6 @@ def main(argv=None, prog="train_sodm.py", description=None, tune_only=False) -> 
             raise SystemExit(f"error: {error}")
         write_outputs(None if fit is None else fit.model, summary, args.model_out,
                       args.metrics_out)
-    finally:
-        if created:  # leave a session we joined (tests, notebooks) running
-            spark.stop()
     return 0
 
 

@@ -1,2 +1,2 @@
 """Text formats parsed in pure numpy + numba (no Spark): the readers in
-:mod:`sodm_spark.spark.io` hand whole partitions of text here."""
+:mod:`sodm_spark.spark.io.libsvm` hand whole partitions of text here."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..model import KernelExpansion
-from .io import ROW_ID_SHIFT, _is_vector_type, batch_matrix
+from .io import batch_matrix, numbered_batches, vector_or_array_as_doubles
 
 RAW_COLUMN, PREDICTION_COLUMN, ROW_ID_COLUMN = "rawPrediction", "prediction", "row_id"
 
@@ -20,16 +20,14 @@ RAW_COLUMN, PREDICTION_COLUMN, ROW_ID_COLUMN = "rawPrediction", "prediction", "r
 def _features(df, features_col, exclude, n_features):
     """(list of feature Columns to select, kind): an array column, or numeric columns."""
     from pyspark.sql import functions as F
-    from pyspark.sql.types import ArrayType, NumericType
+    from pyspark.sql.types import NumericType
 
     schema = {field.name: field.dataType for field in df.schema.fields}
     if features_col in schema:
         dtype = schema[features_col]
-        if _is_vector_type(dtype):
-            from pyspark.ml.functions import vector_to_array
-            return [vector_to_array(F.col(features_col), "float64").alias("features")], "array"
-        if isinstance(dtype, ArrayType) and isinstance(dtype.elementType, NumericType):
-            return [F.col(features_col).cast("array<double>").alias("features")], "array"
+        features = vector_or_array_as_doubles(features_col, dtype)
+        if features is not None:
+            return [features.alias("features")], "array"
         raise ValueError(f"the features column {features_col!r} has type "
                          f"{dtype.simpleString()}; expected an ML vector or an array of numbers.")
     columns = [c for c in df.columns if c not in exclude]
@@ -57,12 +55,8 @@ def _score_batches(payload, kind, n_features, key_kind, precision, rows_scored):
 
         support_vectors, coef, kernel_dict, intercept, classes = payload.value
         kernel = Kernel.from_dict(kernel_dict)
-        base = TaskContext.get().partitionId() << ROW_ID_SHIFT
-        local = 0
-        for batch in batches:
+        for batch, first_id, local in numbered_batches(batches):
             n = batch.num_rows
-            if n == 0:
-                continue
             first = 1 if key_kind == "column" else 0
             if kind == "array":
                 column = batch.column(first)
@@ -85,7 +79,7 @@ def _score_batches(payload, kind, n_features, key_kind, precision, rows_scored):
             labels = predictions(scores, classes)
             raw = np.concatenate([-scores, scores], axis=1) if scores.shape[1] == 1 else scores
             key = batch.column(0) if key_kind == "column" else \
-                pa.array(np.arange(base + local, base + local + n, dtype=np.int64))
+                pa.array(np.arange(first_id, first_id + n, dtype=np.int64))
             values = pa.array(raw.ravel())
             offsets = pa.array(np.arange(0, raw.size + 1, raw.shape[1], dtype=np.int32))
             yield pa.RecordBatch.from_arrays(
@@ -93,7 +87,6 @@ def _score_batches(payload, kind, n_features, key_kind, precision, rows_scored):
                  pa.ListArray.from_arrays(offsets, values)],
                 names=["key", PREDICTION_COLUMN, RAW_COLUMN])
             rows_scored.add(n)
-            local += n
     return score
 
 

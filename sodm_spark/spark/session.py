@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import sys
+from contextlib import contextmanager
 
 import numpy as np
 from pyspark import SparkConf, SparkContext
@@ -39,6 +40,18 @@ def get_session(app_name: str, master: str | None = None,
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark, True
+
+
+@contextmanager
+def job_session(app_name: str, master: str | None = None, config: dict | None = None):
+    """:func:`get_session` for the duration of a job's ``with`` block: a session it created is
+    stopped at the end, one it joined (tests, notebooks) is left running."""
+    spark, created = get_session(app_name, master, config)
+    try:
+        yield spark
+    finally:
+        if created:
+            spark.stop()
 
 
 def numpy_to_blocks(sc, X: np.ndarray, y: np.ndarray, n_slices: int | None = None,

@@ -1,0 +1,45 @@
+"""Reading training data into an RDD of numpy blocks (design.md §5, §6).
+
+Everything downstream (strata, levels, DSVRG) consumes ``RDD[Block]``: one :class:`Block` per
+Spark partition, holding that partition's rows as a dense float64 matrix (or CSR). This package
+is the only place that knows about file formats:
+
+* ``read_blocks(spark, path, "libsvm")`` — LIBSVM/SVMlight text (``label idx:val ...``, 1-based
+  indices, the exchange format of every data set in the papers), parsed a partition at a time
+  by :mod:`sodm_spark.formats.libsvm` straight into blocks; :func:`read_libsvm_local` is the
+  same parser for small files on the driver.
+* ``read_blocks(spark, path, "csv")`` — a label column and numeric feature columns.
+* ``read_blocks(spark, path, "parquet")`` and :func:`dataframe_to_blocks` — a ``features``
+  column (``array<double>`` or an ML vector) and a ``label`` column, or plain numeric columns.
+  Partitions travel to numpy through Arrow (``mapInArrow``), never as per-row Python objects.
+* :func:`check_blocks` — one job that counts labels and refuses NaN/inf (and magnitudes
+  above 1e100, which overflow the kernels) before training.
+
+Row ids are int64, unique and deterministic for the same input:
+
+* LIBSVM: the 0-based line number over the input (files in Spark's listing order; blank and
+  comment lines use up their number), so for one file ``row_id + 1`` is the line in the file.
+* CSV, Parquet, DataFrames: ``(partition_index << 40) + row number within the partition``.
+
+Modules: ``blocks`` (the Block contract, errors, :func:`check_blocks`), ``read`` (the
+:func:`read_blocks` dispatcher: input listing, slicing, formats), ``libsvm``, ``csv``,
+``arrow`` (DataFrames to blocks; the Arrow batch helpers the scorer shares).
+
+Spark code here only moves arrays: the functions shipped to executors are module-level or
+closures over plain values, and nothing is random.
+"""
+from ...formats.libsvm import parse_libsvm_line
+from .arrow import (CHUNK_ROWS, batch_matrix, dataframe_to_blocks, numbered_batches,
+                    vector_or_array_as_doubles)
+from .blocks import (DENSE_FROM_DENSITY, ROW_ID_SHIFT, Block, BlockStats, DataFormatError,
+                     DataPathError, check_blocks, dense_enough, error_text, spark_read)
+from .libsvm import read_libsvm_local
+from .read import FORMATS, INPUT_SPLIT_BYTES, input_slices, read_blocks
+
+__all__ = [
+    "Block", "BlockStats", "DataFormatError", "DataPathError", "FORMATS",
+    "parse_libsvm_line", "read_libsvm_local", "read_blocks", "dataframe_to_blocks",
+    "check_blocks", "error_text", "spark_read", "dense_enough", "DENSE_FROM_DENSITY",
+    "ROW_ID_SHIFT", "CHUNK_ROWS", "INPUT_SPLIT_BYTES", "input_slices", "batch_matrix",
+    "numbered_batches", "vector_or_array_as_doubles",
+]

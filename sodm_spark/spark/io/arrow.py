@@ -1,0 +1,216 @@
+"""DataFrames into blocks through Arrow (``mapInArrow``), never as per-row Python objects.
+
+Features are an ML vector column, an ``array`` of numbers, or plain numeric columns; each task
+turns its record batches into float64 matrices (:func:`batch_matrix`), numbers its rows
+(:func:`numbered_batches`: ids ``(partition << ROW_ID_SHIFT) + row``) and ships them as
+``np.save`` payloads of at most :data:`CHUNK_ROWS` rows, which become one Block per partition.
+:mod:`sodm_spark.spark.predict` scores DataFrames with the same column and batch helpers.
+"""
+from __future__ import annotations
+
+import io
+
+import numpy as np
+
+from .blocks import ROW_ID_SHIFT, Block, DataFormatError
+
+#: Rows per Arrow payload when moving a DataFrame partition to numpy (also capped by bytes).
+CHUNK_ROWS = 8192
+_CHUNK_BYTES = 64 << 20
+
+
+def _is_vector_type(dtype):
+    """Whether a Spark SQL type is an ML/MLlib vector (without importing pyspark.ml)."""
+    return type(dtype).__name__ == "VectorUDT"
+
+
+def vector_or_array_as_doubles(column_name, dtype):
+    """The column ``column_name`` of type ``dtype`` as an ``array<double>`` Column when it is an
+    ML/MLlib vector or an array of numbers, else None."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import ArrayType, NumericType
+
+    if _is_vector_type(dtype):
+        from pyspark.ml.functions import vector_to_array
+        return vector_to_array(F.col(column_name), "float64")
+    if isinstance(dtype, ArrayType) and isinstance(dtype.elementType, NumericType):
+        return F.col(column_name).cast("array<double>")
+    return None
+
+
+def batch_matrix(batch, kind, first, d):
+    """The (n, d) float64 features of an Arrow record batch: column ``first`` a list<double> of
+    length d (``kind`` "array") or columns first..first+d-1 doubles ("columns")."""
+    n = batch.num_rows
+    if kind == "array":
+        flat = batch.column(first).flatten().to_numpy(zero_copy_only=False)
+        return np.asarray(flat, dtype=np.float64).reshape(n, d)
+    X = np.empty((n, d), dtype=np.float64)
+    for j in range(d):
+        X[:, j] = batch.column(first + j).to_numpy(zero_copy_only=False)
+    return X
+
+
+def numbered_batches(batches):
+    """This ``mapInArrow`` task's non-empty record batches as ``(batch, first_id, first_row)``:
+    the row id of the batch's first row, ``(partition << ROW_ID_SHIFT) + row``, and that row's
+    number within the partition."""
+    from pyspark import TaskContext
+
+    base = TaskContext.get().partitionId() << ROW_ID_SHIFT
+    local = 0
+    for batch in batches:
+        n = batch.num_rows
+        if n == 0:
+            continue
+        yield batch, base + local, local
+        local += n
+
+
+def _serialize_block(X, y, ids):
+    buffer = io.BytesIO()
+    for array in (X, y, ids):
+        np.save(buffer, array, allow_pickle=False)
+    return buffer.getvalue()
+
+
+def _deserialize_block(payload):
+    buffer = io.BytesIO(payload)
+    return Block(*(np.load(buffer, allow_pickle=False) for _ in range(3)))
+
+
+def _arrow_to_payloads(kind, d, chunk_rows):
+    """The ``mapInArrow`` function: record batches ``[label, features...]`` -> np.save payloads.
+
+    ``kind`` is ``"array"`` (column 1 is list<double> of length ``d``) or ``"columns"``
+    (columns 1..d are doubles). Row ids are ``(partitionId << 40) + local row``.
+    """
+    def to_payloads(batches):
+        import pyarrow as pa
+
+        for batch, first_id, _ in numbered_batches(batches):
+            n = batch.num_rows
+            y = np.asarray(batch.column(0).to_numpy(zero_copy_only=False), dtype=np.float64)
+            X = batch_matrix(batch, kind, 1, d)
+            for start in range(0, n, chunk_rows):
+                stop = min(n, start + chunk_rows)
+                ids = np.arange(first_id + start, first_id + stop, dtype=np.int64)
+                payload = _serialize_block(np.ascontiguousarray(X[start:stop]),
+                                           np.ascontiguousarray(y[start:stop]), ids)
+                yield pa.RecordBatch.from_arrays([pa.array([payload], type=pa.binary())],
+                                                 names=["payload"])
+    return to_payloads
+
+
+def _payloads_to_block(rows):
+    """One partition's payload rows -> a single Block (nothing for an empty partition)."""
+    parts = [_deserialize_block(row[0]) for row in rows]
+    if not parts:
+        return
+    if len(parts) == 1:
+        yield parts[0]
+        return
+    yield Block(np.ascontiguousarray(np.concatenate([p.X for p in parts])),
+                np.concatenate([p.y for p in parts]),
+                np.concatenate([p.row_ids for p in parts]))
+
+
+def _array_features(df, label, features_col, dtype, where):
+    """``(DataFrame [label, features array<double>], d)`` after one job that checks every
+    row's array (no nulls, one length)."""
+    from pyspark.sql import functions as F
+
+    feats = vector_or_array_as_doubles(features_col, dtype)
+    if feats is None:
+        raise ValueError(f"{where}: the features column {features_col!r} has type "
+                         f"{dtype.simpleString()}; expected an ML vector or an array of "
+                         "numbers (or pass features_col=[...] naming numeric columns).")
+    prepared = df.select(label, feats.alias("features"))
+    stats = prepared.agg(F.count(F.lit(1)).alias("n"),
+                         F.min(F.size("features")).alias("lo"),
+                         F.max(F.size("features")).alias("hi"),
+                         F.sum(F.col("features").isNull().cast("int")).alias("nulls")).first()
+    if stats["n"] == 0:
+        raise DataFormatError(f"{where} has no rows. Check the input path or filter.")
+    if stats["nulls"]:
+        raise DataFormatError(f"{where}: {stats['nulls']} row(s) have a null "
+                              f"{features_col!r} value. Drop or fill those rows first.")
+    if stats["lo"] != stats["hi"]:
+        raise DataFormatError(f"{where}: the {features_col!r} arrays have different "
+                              f"lengths ({stats['lo']} to {stats['hi']}). Every row needs "
+                              "the same number of features.")
+    return prepared, int(stats["hi"])
+
+
+def _column_features(df, label, features_col, label_col, schema, where):
+    """``(DataFrame [label, f0..f{d-1} doubles], d)``: the named numeric columns, or every
+    column other than the label."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import NumericType
+
+    columns = df.columns
+    if isinstance(features_col, (list, tuple)):
+        feature_cols = list(features_col)
+        missing = [c for c in feature_cols if c not in columns]
+        if missing:
+            raise ValueError(f"{where} has no column(s) {missing}; its columns are "
+                             f"{columns[:20]}.")
+    else:
+        feature_cols = [c for c in columns if c != label_col]
+    non_numeric = [c for c in feature_cols if not isinstance(schema[c], NumericType)]
+    if non_numeric:
+        raise ValueError(
+            f"{where}: column(s) {non_numeric[:10]} are not numeric "
+            f"({', '.join(schema[c].simpleString() for c in non_numeric[:10])}), and there "
+            f"is no features column {features_col!r}. Provide a vector/array features "
+            "column, or keep only the label and numeric feature columns.")
+    if not feature_cols:
+        raise ValueError(f"{where} has no feature columns besides {label_col!r}.")
+    prepared = df.select(label, *[F.col(c).cast("double").alias(f"f{j}")
+                                  for j, c in enumerate(feature_cols)])
+    if prepared.limit(1).count() == 0:
+        raise DataFormatError(f"{where} has no rows. Check the input path or filter.")
+    return prepared, len(feature_cols)
+
+
+def dataframe_to_blocks(df, features_col="features", label_col="label", *,
+                        where="the DataFrame", min_partitions=None):
+    """A DataFrame as ``(RDD[Block], d)``: one Block per non-empty partition, via Arrow.
+
+    Features are ``features_col`` when it is an ML/MLlib vector column (converted with
+    ``pyspark.ml.functions.vector_to_array``) or an ``array`` of numbers; a list of column
+    names; or, when ``features_col`` is not a column, every column other than ``label_col``
+    (all must be numeric). Labels are cast to float64 as they are. One validation job counts
+    rows and checks that every features array has the same length; nulls inside arrays or
+    plain columns become NaN (refused by :func:`check_blocks`). Row ids are
+    ``(partition_index << 40) + row number in the partition``, deterministic as long as the
+    DataFrame's partitioning is (file scans are).
+
+    ``where`` names the data in error messages (the readers pass the path); with
+    ``min_partitions`` a DataFrame with fewer partitions is repartitioned (round robin).
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import NumericType
+
+    columns = df.columns
+    if label_col not in columns:
+        raise ValueError(f"{where} has no label column {label_col!r}; its columns are "
+                         f"{columns[:20]}{' ...' if len(columns) > 20 else ''}. Pass "
+                         "label_col=... naming the label column.")
+    schema = {field.name: field.dataType for field in df.schema.fields}
+    if not isinstance(schema[label_col], NumericType):
+        raise ValueError(f"{where}: the label column {label_col!r} has type "
+                         f"{schema[label_col].simpleString()}, not a number. Map the labels to "
+                         "numbers (e.g. 0/1 or -1/+1) first.")
+    label = F.col(label_col).cast("double").alias("label")
+    if isinstance(features_col, str) and features_col in columns:
+        kind = "array"
+        prepared, d = _array_features(df, label, features_col, schema[features_col], where)
+    else:
+        kind = "columns"
+        prepared, d = _column_features(df, label, features_col, label_col, schema, where)
+    if min_partitions is not None and prepared.rdd.getNumPartitions() < min_partitions:
+        prepared = prepared.repartition(min_partitions)
+    chunk_rows = max(1, min(CHUNK_ROWS, _CHUNK_BYTES // (8 * max(d, 1))))
+    payloads = prepared.mapInArrow(_arrow_to_payloads(kind, d, chunk_rows), "payload binary")
+    return payloads.rdd.mapPartitions(_payloads_to_block), d

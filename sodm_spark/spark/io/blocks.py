@@ -1,0 +1,240 @@
+"""The block contract every reader produces, the errors they raise, and the check before training.
+
+A :class:`Block` is one Spark partition's rows; the readers (:mod:`.libsvm`, :mod:`.csv`,
+:mod:`.arrow`) build them, :func:`check_blocks` verifies them in one job (label counts, NaN/inf,
+magnitudes above ``MAX_ABS_VALUE``, malformed blocks) before a fit. The small argument and
+message helpers the readers share live here too, so that each reader words its errors alike.
+"""
+from __future__ import annotations
+
+from collections import namedtuple
+
+import numpy as np
+import scipy.sparse
+
+from ...formats.libsvm import csr_to_dense
+from ...validation import MAX_ABS_VALUE
+
+Block = namedtuple("Block", "X y row_ids")
+Block.__doc__ = """One partition's rows: ``X`` float64 (n, d) C-contiguous, ``y`` float64 (n,)
+raw labels as read, ``row_ids`` int64 (n,) globally unique and deterministic."""
+
+BlockStats = namedtuple("BlockStats", "label_counts n_rows")
+BlockStats.__doc__ = """Result of :func:`check_blocks`: ``label_counts`` maps each distinct label
+value (float) to its number of rows (``None`` when there are more than ``max_labels`` distinct
+values), ``n_rows`` is the total number of rows."""
+
+#: Row ids of CSV/Parquet/DataFrame rows: ``(partition_index << ROW_ID_SHIFT) + local row``.
+ROW_ID_SHIFT = 40
+
+#: With ``sparse="auto"`` a block at least this full is dense: no larger (8 bytes a cell against
+#: 16 a nonzero) and its SVRG steps are 3.6x faster (10^6 x 50 LIBSVM rows: 0.51 s vs 0.14 s
+#: per 500,000 steps), since the dense loop needs no indices and no lazy scaling.
+DENSE_FROM_DENSITY = 0.5
+
+
+# ----------------------------------------------------------------------------------------------
+# Errors
+# ----------------------------------------------------------------------------------------------
+
+class DataFormatError(ValueError):
+    """The input is readable but its content is wrong; ``path``/``line``/``token`` say where."""
+
+    def __init__(self, message, path=None, line=None, token=None):
+        super().__init__(message)
+        self.path, self.line, self.token = path, line, token
+
+
+class DataPathError(FileNotFoundError, ValueError):
+    """The input path does not exist (or cannot be listed); also a ``ValueError``."""
+
+
+def error_text(exc, limit=300):
+    """The most telling line of a Spark/py4j error: the root Java cause when there is one."""
+    java = getattr(exc, "java_exception", None)
+    try:
+        while java is not None and java.getCause() is not None:
+            java = java.getCause()
+        if java is not None:
+            return str(java.toString()).strip()[:limit]
+    except Exception:  # the JVM object is gone or not what we think: use the Python text
+        pass
+    lines = [t.strip() for t in str(exc).strip().splitlines() if t.strip()]
+    return (lines[0] if lines else type(exc).__name__)[:limit]
+
+
+def spark_read(where, reader):
+    """Run a Spark read, turning Spark's errors into a DataFormatError naming ``where``."""
+    try:
+        return reader()
+    except Exception as exc:
+        from py4j.protocol import Py4JJavaError
+        from pyspark.errors import PySparkException
+        if not isinstance(exc, (Py4JJavaError, PySparkException)):
+            raise
+        raise DataFormatError(f"{where}: Spark could not read it ({error_text(exc)}). "
+                              "Check that the path holds files of this format.") from None
+
+
+def empty_message(path, fmt, what):
+    """The message for input that holds no data: ``what`` says how it is empty."""
+    return (f"{path} (format {fmt!r}) {what}. Check the path, or point it at the file or "
+            "folder that holds the data.")
+
+
+def check_n_features(n_features):
+    """``n_features`` as an int (or None), or a ValueError."""
+    if n_features is None:
+        return None
+    if isinstance(n_features, bool) or not isinstance(n_features, (int, np.integer)) \
+            or n_features < 1:
+        raise ValueError(f"n_features must be a positive integer or None, got {n_features!r}.")
+    return int(n_features)
+
+
+def check_positive(value, name):
+    """``value`` as a positive int (or None), or a ValueError naming ``name``."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive integer or None, got {value!r}.")
+    return int(value)
+
+
+# ----------------------------------------------------------------------------------------------
+# Building blocks
+# ----------------------------------------------------------------------------------------------
+
+def dense_enough(nnz, n_rows, n_cols):
+    """Whether rows with ``nnz`` values in ``n_rows`` × ``n_cols`` cells are better stored dense
+    (:data:`DENSE_FROM_DENSITY`)."""
+    return nnz >= DENSE_FROM_DENSITY * n_rows * n_cols
+
+
+def block_from_parsed(parsed, row_ids, d, sparse=False):
+    """A Block from :class:`ParsedText` arrays: dense float64 C-contiguous, or CSR (``sparse``
+    True, or "auto" and under :data:`DENSE_FROM_DENSITY` full)."""
+    if sparse == "auto":
+        sparse = not dense_enough(parsed.values.size, parsed.labels.size, d)
+    if sparse:
+        X = scipy.sparse.csr_matrix((parsed.values, parsed.indices, parsed.indptr),
+                                    shape=(parsed.labels.size, d))
+    else:
+        X = csr_to_dense(parsed.indptr, parsed.indices, parsed.values, d)
+    return Block(X, parsed.labels, np.asarray(row_ids, dtype=np.int64))
+
+
+# ----------------------------------------------------------------------------------------------
+# Checking blocks before training
+# ----------------------------------------------------------------------------------------------
+
+def _summarize_blocks(n_features, max_labels):
+    def summarize(index, blocks):
+        n_rows, n_bad, bad_ids, counts, problem = 0, 0, [], {}, None
+        n_huge, huge_ids = 0, []
+        for block in blocks:
+            X, y, ids = block
+            is_csr = scipy.sparse.issparse(X) and X.format == "csr"
+            if not ((isinstance(X, np.ndarray) or is_csr) and isinstance(y, np.ndarray)
+                    and isinstance(ids, np.ndarray)):
+                problem = "X (ndarray or CSR), y and row_ids must be numpy arrays"
+            elif is_csr and X.dtype != np.float64:
+                problem = f"X is CSR with dtype {X.dtype}; expected float64"
+            elif not is_csr and (X.dtype != np.float64 or X.ndim != 2
+                                 or not X.flags.c_contiguous):
+                problem = (f"X has dtype {X.dtype}, shape {X.shape}, C-contiguous="
+                           f"{X.flags.c_contiguous}; expected C-contiguous float64 (n, d)")
+            elif X.shape[1] != n_features:
+                problem = f"X has {X.shape[1]} columns but n_features={n_features}"
+            elif y.dtype != np.float64 or y.shape != (X.shape[0],):
+                problem = f"y has dtype {y.dtype} and shape {y.shape}; expected float64 (n,)"
+            elif ids.dtype != np.int64 or ids.shape != (X.shape[0],):
+                problem = (f"row_ids has dtype {ids.dtype} and shape {ids.shape}; expected "
+                           "int64 (n,)")
+            elif np.unique(ids).size != ids.size:
+                problem = "row_ids repeat within the block"
+            if problem is not None:
+                for _ in blocks:  # drain, so that Spark can reuse this Python worker
+                    pass
+                break
+            if is_csr:
+                value_rows = np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))
+                finite = np.isfinite(y)
+                finite[value_rows[~np.isfinite(X.data)]] = False
+                huge = np.zeros(X.shape[0], dtype=bool)
+                huge[value_rows[np.abs(X.data) > MAX_ABS_VALUE]] = True
+            else:
+                finite = np.isfinite(X).all(axis=1) & np.isfinite(y)
+                huge = (np.abs(X) > MAX_ABS_VALUE).any(axis=1)
+            if not finite.all():
+                bad = ids[~finite]
+                n_bad += int(bad.size)
+                bad_ids.extend(int(i) for i in bad[:10 - len(bad_ids)])
+            huge &= finite
+            if huge.any():
+                n_huge += int(huge.sum())
+                huge_ids.extend(int(i) for i in ids[huge][:10 - len(huge_ids)])
+            n_rows += int(X.shape[0])
+            if counts is not None:
+                values, numbers = np.unique(y[finite], return_counts=True)
+                for value, number in zip(values.tolist(), numbers.tolist()):
+                    counts[value] = counts.get(value, 0) + number
+                if len(counts) > max_labels:
+                    counts = None
+        yield index, n_rows, n_bad, bad_ids, counts, problem, n_huge, huge_ids
+    return summarize
+
+
+def _shown_ids(summaries, field, total):
+    ids = [i for s in summaries for i in s[field]][:10]
+    return ", ".join(map(str, ids)) + (f" and {total - len(ids)} more" if total > len(ids) else "")
+
+
+def check_blocks(blocks_rdd, n_features, max_labels=1000):
+    """One Spark job over the blocks: label counts and row total, or a ValueError.
+
+    Returns ``BlockStats(label_counts, n_rows)``: ``label_counts`` maps each distinct label to
+    its row count (``None`` if more than ``max_labels`` distinct values, e.g. regression
+    targets). Raises ``ValueError`` when a row holds NaN or ±inf (in X or y) or a feature
+    beyond ±``MAX_ABS_VALUE`` (1e100: kernels would overflow, see
+    :data:`sodm_spark.validation.MAX_ABS_VALUE`), naming the first 10 row ids; when a block
+    is malformed (dtype, shape, contiguity, ``n_features``); or when there are no rows.
+    """
+    n_features = check_n_features(n_features)
+    summaries = sorted(blocks_rdd.mapPartitionsWithIndex(
+        _summarize_blocks(n_features, max_labels)).collect(), key=lambda s: s[0])
+    for index, _, _, _, _, problem, _, _ in summaries:
+        if problem is not None:
+            raise ValueError(f"malformed block in partition {index}: {problem}. Blocks must "
+                             "come from read_blocks/dataframe_to_blocks (or follow the Block "
+                             "contract of sodm_spark.spark.io).")
+    n_rows = sum(s[1] for s in summaries)
+    if n_rows == 0:
+        raise ValueError("the data has no rows: every partition is empty. Check the input.")
+    row_ids_note = (f"Row ids are 0-based line numbers for LIBSVM input and (partition << "
+                    f"{ROW_ID_SHIFT}) + row for CSV/Parquet/DataFrames.")
+    n_bad = sum(s[2] for s in summaries)
+    if n_bad:
+        raise ValueError(
+            f"{n_bad} row(s) contain NaN or infinity (in the features or the label): row ids "
+            f"{_shown_ids(summaries, 3, n_bad)}. {row_ids_note} Remove or impute those rows (or "
+            "empty cells) before training.")
+    n_huge = sum(s[6] for s in summaries)
+    if n_huge:
+        raise ValueError(
+            f"{n_huge} row(s) hold feature values beyond ±{MAX_ABS_VALUE:g}, whose squares "
+            f"overflow the kernels to NaN: row ids {_shown_ids(summaries, 7, n_huge)}. "
+            f"{row_ids_note} Rescale those features (e.g. divide each column by its largest "
+            "magnitude), or, if they are placeholders for missing values, remove those rows.")
+    counts = {}
+    for summary in summaries:
+        if summary[4] is None or counts is None:
+            counts = None
+            continue
+        for value, number in summary[4].items():
+            counts[value] = counts.get(value, 0) + number
+    if counts is not None and len(counts) > max_labels:
+        counts = None
+    if counts is not None:
+        counts = dict(sorted(counts.items()))
+    return BlockStats(counts, n_rows)

@@ -1,0 +1,173 @@
+"""LIBSVM/SVMlight text (``label idx:val ...``, 1-based indices) into blocks, on the driver or Spark.
+
+Both readers hand whole text buffers to :func:`sodm_spark.formats.libsvm.parse_libsvm_text`
+(numpy + numba), so the driver and the executors parse alike. Errors name the file, the exact
+1-based line and the token. Row ids are 0-based line numbers over the input (files in Spark's
+listing order; blank and comment lines use up their number).
+"""
+from __future__ import annotations
+
+import bz2
+import gzip
+from pathlib import Path
+
+import numpy as np
+
+from ...formats.libsvm import parse_libsvm_text
+from .blocks import (DataFormatError, DataPathError, block_from_parsed, check_n_features,
+                     empty_message)
+
+
+def _where(file, line, partition=None, local_line=None):
+    if line is not None:
+        return f"{file}, line {line}"
+    return (f"{file} (Spark partition {partition}, line {local_line} within that partition; "
+            "the line number within the file is not known)")
+
+
+def _libsvm_error(problem_tuple, file, line, partition=None, local_line=None):
+    token, problem, advice = problem_tuple
+    return DataFormatError(f"{_where(file, line, partition, local_line)}: {problem}. {advice}.",
+                           path=file, line=line, token=token)
+
+
+def _read_bytes(path):
+    """The whole file's bytes (``.gz``/``.bz2`` decompressed)."""
+    path = str(path)
+    opener = gzip.open if path.endswith(".gz") else bz2.open if path.endswith(".bz2") else open
+    with opener(path, "rb") as handle:
+        return handle.read()
+
+
+def _width(parsed):
+    """Columns the parsed rows need: the largest 1-based index (0 if there are none)."""
+    return int(parsed.indices.max()) + 1 if parsed.indices.size else 0
+
+
+def _no_data_lines(path):
+    return DataFormatError(empty_message(path, "libsvm", "has no data lines (it is empty or "
+                                         "holds only blank lines and # comments)"),
+                           path=str(path))
+
+
+def _no_features(path):
+    return DataFormatError(f"{path} (format 'libsvm') has labels but no features (every "
+                           "line is only a label). Pass n_features=... if that is intended.",
+                           path=str(path))
+
+
+def read_libsvm_local(path, n_features=None, sparse=False):
+    """Read a LIBSVM file on the driver into dense ``(X, y)`` (float64), pure numpy.
+
+    ``sparse=True`` returns X as a scipy CSR matrix (wide data is never densified);
+    ``sparse="auto"`` returns CSR unless at least half the cells hold a value.
+
+    For small sets (e.g. test data). ``n_features=None`` uses the largest index in the file;
+    a larger ``n_features`` pads with zero columns. Errors name the file and the exact 1-based
+    line (a line that is not UTF-8 text too: a compressed file without its .gz name, say);
+    ``.gz``/``.bz2`` files are decompressed. NaN, inf and huge values parse as they are
+    (as in scikit-learn's reader); the estimators refuse them naming the row.
+    """
+    n_features = check_n_features(n_features)
+    p = Path(path)
+    if not p.exists():
+        raise DataPathError(f"{path} (format 'libsvm') does not exist. Check the path (a local "
+                            "file on the driver; use read_blocks for HDFS/S3 or folders).")
+    if p.is_dir():
+        raise DataPathError(f"{path} (format 'libsvm') is a folder; read_libsvm_local reads "
+                            "one file. Pass a file, or use read_blocks for folders.")
+    parsed = parse_libsvm_text(_read_bytes(p), n_features)
+    if parsed.error is not None:
+        line, problem = parsed.error
+        raise _libsvm_error(problem, str(path), line + 1)
+    if not parsed.labels.size:
+        raise _no_data_lines(path)
+    d = n_features if n_features is not None else _width(parsed)
+    if d == 0:
+        raise _no_features(path)
+    block = block_from_parsed(parsed, np.arange(parsed.labels.size), d, sparse)
+    return block.X, block.y
+
+
+# ----------------------------------------------------------------------------------------------
+# LIBSVM on Spark
+# ----------------------------------------------------------------------------------------------
+
+def _partition_text(lines):
+    """A partition's lines as one UTF-8 buffer, and how many lines it holds."""
+    lines = list(lines)
+    return "\n".join(lines).encode("utf-8"), len(lines)
+
+
+def _scan_libsvm(n_features):
+    """Validation pass of one partition: (index, n_lines, n_rows, max index, error or None)."""
+    def scan(index, lines):
+        text, n_lines = _partition_text(lines)
+        parsed = parse_libsvm_text(text, n_features)
+        error = None
+        if parsed.error is not None:
+            line, problem = parsed.error
+            error = (line + 1, problem)
+        yield index, n_lines, int(parsed.labels.size), _width(parsed), error
+    return scan
+
+
+def _parse_libsvm(d, locations, sparse=False):
+    """Build one Block per partition; ``locations[i] = (file, first line in file - 1,
+    first global line number)`` for error messages and row ids."""
+    def build(index, lines):
+        file, file_offset, row_offset = locations[index]
+        parsed = parse_libsvm_text(_partition_text(lines)[0], d)
+        if parsed.error is not None:
+            local, problem = parsed.error
+            line_no = None if file_offset is None else file_offset + local + 1
+            raise _libsvm_error(problem, file, line_no, index, local + 1)
+        if parsed.labels.size:
+            yield block_from_parsed(parsed, row_offset + parsed.row_lines, d, sparse)
+    return build
+
+
+def _split_files(text_rdd):
+    """File of each partition of an ``sc.textFile`` RDD (its Hadoop FileSplit), or None."""
+    try:
+        names = []
+        for part in text_rdd._jrdd.rdd().partitions():
+            names.append(str(part.inputSplit().value().getPath().toString()))
+        return names
+    except Exception:  # not a HadoopRDD underneath, or internals changed: fall back
+        return None
+
+
+def read_libsvm_spark(spark, path, statuses, n_features, min_partitions, sparse=False):
+    """``(RDD[Block], d)`` of the LIBSVM input ``path`` (its Hadoop ``statuses`` listed by
+    :func:`read_blocks`): one validation job, then a lazy parse (see :func:`read_blocks`)."""
+    sc = spark.sparkContext
+    lines = sc.textFile(path, min_partitions)
+    stats = sorted(lines.mapPartitionsWithIndex(_scan_libsvm(n_features)).collect())
+    n_parts = lines.getNumPartitions()
+    files = _split_files(lines)
+    if files is None and len(statuses) == 1 and not statuses[0].isDirectory():
+        files = [path] * n_parts  # one file: partitions are its consecutive byte ranges
+    # Line offsets: within each file (partitions of a file are consecutive) and globally.
+    locations, seen_in_file, global_offset = [], {}, 0
+    for i in range(n_parts):
+        n_lines = stats[i][1]
+        if files is None:
+            locations.append((path, None, global_offset))
+        else:
+            offset = seen_in_file.get(files[i], 0)
+            locations.append((files[i], offset, global_offset))
+            seen_in_file[files[i]] = offset + n_lines
+        global_offset += n_lines
+    for index, _, _, _, error in stats:
+        if error is not None:
+            local_line, problem = error
+            file, offset, _ = locations[index]
+            line_no = None if offset is None else offset + local_line
+            raise _libsvm_error(problem, file, line_no, index, local_line)
+    if sum(s[2] for s in stats) == 0:
+        raise _no_data_lines(path)
+    d = n_features if n_features is not None else max(s[3] for s in stats)
+    if d == 0:
+        raise _no_features(path)
+    return lines.mapPartitionsWithIndex(_parse_libsvm(d, tuple(locations), sparse)), d

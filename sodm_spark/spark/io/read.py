@@ -1,0 +1,142 @@
+"""``read_blocks``: any input path and format into ``(RDD[Block], d)``.
+
+Lists the input on its Hadoop file system (globs, folders, HDFS/S3), refuses paths that do not
+exist or hold nothing, decides how many slices the input is read in (by its size only, so 1,
+2 or N cores read the same blocks), and hands over to the format's reader: :mod:`.libsvm` for
+text, :mod:`.csv` or a Parquet scan followed by :func:`.arrow.dataframe_to_blocks`.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+from .arrow import dataframe_to_blocks
+from .blocks import (DataFormatError, DataPathError, check_n_features, check_positive,
+                     empty_message, error_text, spark_read)
+from .csv import read_csv_df
+from .libsvm import read_libsvm_spark
+
+FORMATS = ("libsvm", "csv", "parquet")
+_FORMAT_ALIASES = {"svmlight": "libsvm", "svm": "libsvm"}
+
+# Input is sliced by its size, never by how many cores the session has: the blocks, the row
+# ids of CSV/Parquet and so the whole fit are then the same on 1, 2 or N cores.
+INPUT_SPLIT_BYTES = 32 << 20
+
+
+def _normalize_format(fmt, path):
+    name = fmt.lower() if isinstance(fmt, str) else fmt
+    name = _FORMAT_ALIASES.get(name, name)
+    if name not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r} for {path}: use one of 'libsvm' (text lines "
+                         "'label index:value ...'), 'csv' (a label column and numeric feature "
+                         "columns) or 'parquet' (a features column and a label column, or "
+                         "numeric columns).")
+    return name
+
+
+def _input_statuses(spark, path, fmt):
+    """Hadoop FileStatus list of ``path`` (globs allowed); a DataPathError if nothing matches."""
+    sc = spark.sparkContext
+    try:
+        jvm = sc._jvm
+        hpath = jvm.org.apache.hadoop.fs.Path(str(path))
+        fs = hpath.getFileSystem(sc._jsc.hadoopConfiguration())
+        statuses = fs.globStatus(hpath)
+    except Exception as exc:  # py4j errors: bad scheme, no credentials, ...
+        raise DataPathError(f"{path} (format {fmt!r}) cannot be listed ({error_text(exc)}). "
+                            "Check the path and its scheme (file://, hdfs://, s3a://).") from None
+    if statuses is None or len(statuses) == 0:
+        raise DataPathError(f"{path} (format {fmt!r}) does not exist. Check the path (on a "
+                            "cluster it must be visible to every executor, e.g. on HDFS or a "
+                            "shared volume).")
+    return list(statuses)
+
+
+def _check_not_all_empty(statuses, path, fmt):
+    files = [s for s in statuses if not s.isDirectory()]
+    if files and len(files) == len(statuses) and all(s.getLen() == 0 for s in files):
+        raise DataFormatError(empty_message(path, fmt, "is empty (0 bytes)"), path=str(path))
+
+
+def input_slices(spark, statuses) -> int:
+    """How many input slices ``statuses`` (files or folders) are read in: one per
+    :data:`INPUT_SPLIT_BYTES`, at least 2 (Spark's own default on 2+ cores)."""
+    sc = spark.sparkContext
+    total = 0
+    for status in statuses:
+        if status.isDirectory():
+            path = status.getPath()
+            total += path.getFileSystem(sc._jsc.hadoopConfiguration()) \
+                .getContentSummary(path).getLength()
+        else:
+            total += status.getLen()
+    return max(2, -(-int(total) // INPUT_SPLIT_BYTES))
+
+
+@contextmanager
+def _sql_conf(spark, key, value):
+    """``key`` set to ``value`` in the session for the block's duration, then restored."""
+    conf = spark.conf
+    previous = conf.get(key, None)
+    conf.set(key, value)
+    try:
+        yield
+    finally:
+        if previous is None:
+            conf.unset(key)
+        else:
+            conf.set(key, previous)
+
+
+def read_blocks(spark, path, fmt, n_features=None, min_partitions=None, *, label_col=None,
+                features_col="features", header=None, sep=",", sparse=False):
+    """Read ``path`` (a file, folder or glob; any Hadoop file system) into ``(RDD[Block], d)``.
+
+    ``fmt`` is ``"libsvm"``, ``"csv"`` or ``"parquet"``. One :class:`Block` per non-empty Spark
+    partition; ``d`` is the number of feature columns.
+
+    * ``libsvm``: ``d`` is the largest index in the data unless ``n_features`` is given (then a
+      larger index is an error and missing columns are zeros). One validation job parses every
+      line (same parser as :func:`read_libsvm_local`), counts lines per partition and raises a
+      :class:`DataFormatError` naming the file, exact line and token; the returned RDD parses
+      again lazily. ``min_partitions`` goes to ``sc.textFile`` (at least
+      :func:`input_slices`). ``sparse=True`` gives each
+      Block's X as a scipy CSR matrix, so 10^5+ feature columns are never densified;
+      ``sparse="auto"`` does so for each block under half full (:data:`DENSE_FROM_DENSITY`).
+    * ``csv``: ``header=None`` detects a header (first row not all numbers); ``label_col`` (a
+      name or 0-based position) defaults to the column named ``label`` if there is a header
+      that has one, else the first column. All other columns are features and must be numeric
+      (empty cells become NaN, which :func:`check_blocks` refuses).
+    * ``parquet``: see :func:`dataframe_to_blocks` (``features_col``, ``label_col`` default
+      ``"label"``).
+
+    For CSV/Parquet ``n_features`` must match the data, and ``min_partitions`` repartitions
+    the DataFrame (round robin, deterministic) when it has fewer partitions.
+    """
+    fmt = _normalize_format(fmt, path)
+    n_features = check_n_features(n_features)
+    min_partitions = check_positive(min_partitions, "min_partitions")
+    statuses = _input_statuses(spark, path, fmt)
+    _check_not_all_empty(statuses, path, fmt)
+    slices = input_slices(spark, statuses)
+    if fmt == "libsvm":
+        return read_libsvm_spark(spark, str(path), statuses, n_features,
+                                 max(slices, min_partitions or 0), sparse)
+    if sparse:
+        raise ValueError(f"sparse={sparse!r} is supported for LIBSVM input only, not {fmt!r}.")
+    # the file splits are planned when the blocks' RDD is built, inside this block
+    with _sql_conf(spark, "spark.sql.files.minPartitionNum", str(slices)):
+        if fmt == "csv":
+            df, feature_cols, where = read_csv_df(spark, str(path), label_col, header, sep)
+            blocks, d = dataframe_to_blocks(df, feature_cols, "label", where=where,
+                                            min_partitions=min_partitions)
+        else:
+            where = f"{path} (format 'parquet')"
+            df = spark_read(where, lambda: spark.read.parquet(str(path)))
+            blocks, d = dataframe_to_blocks(df, features_col, label_col or "label",
+                                            where=where, min_partitions=min_partitions)
+    if n_features is not None and n_features != d:
+        raise DataFormatError(f"{where} has {d} feature columns but n_features={n_features}. "
+                              "Pass n_features=None or the matching value (CSV and Parquet "
+                              "columns are not padded).", path=str(path))
+    return blocks, d
