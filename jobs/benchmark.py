@@ -55,9 +55,9 @@ def _cache_mb(text):
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    from sodm_spark.benchmarking.datasets import DATASETS
     from sodm_spark.benchmarking.methods import METHODS, PARTITIONERS, describe_methods, \
         parse_names
+    from sodm_spark.datasets import DATASETS
 
     parser = argparse.ArgumentParser(prog="benchmark.py", description=__doc__.split("\n\n")[0],
                                      epilog="methods: " + describe_methods())

@@ -190,7 +190,7 @@ def test_bad_data_is_refused():
 
 
 def test_letter_loader(tmp_path):
-    from sodm_spark.datasets_registry import load_letter
+    from sodm_spark.datasets import load_letter
 
     with pytest.raises(FileNotFoundError, match="r-cran-mlbench"):
         load_letter(data_dir=tmp_path)

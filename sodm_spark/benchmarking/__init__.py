@@ -2,8 +2,10 @@
 peers on the same split in one Spark session, each under a time budget, with JSON, Markdown
 and PNG outputs and the README's results section.
 
-Modules: :mod:`.datasets` (files, registry-shipped sets, generators), :mod:`.budget` (time
-budgets), :mod:`.methods` (the registry), :mod:`.spark_methods` and :mod:`.driver_fit` (the
-runners), :mod:`.scaling` (rows and cores), :mod:`.report` and :mod:`.plots` (outputs). No
-numerics here: every runner calls the project's solvers and estimators.
+Modules: :mod:`.run` (the job's steps, and the user's files read through Spark), :mod:`.budget`
+(time budgets), :mod:`.methods` (the registry), :mod:`.spark_methods` and :mod:`.driver_fit`
+(the runners), :mod:`.results` (the shared context and result rows), :mod:`.scaling` (rows
+and cores), :mod:`.report` and :mod:`.plots` (outputs). The named data sets live one level
+down, in :mod:`sodm_spark.datasets`. No numerics here: every runner calls the project's
+solvers and estimators.
 """

@@ -1,6 +1,8 @@
-"""The benchmark job's steps, in order: load the split, run the methods side by side, the
-rows scaling, the cores scaling (fresh sessions), then write JSON, Markdown, PNGs and the
-README region. Outputs are rewritten after every part, so a long run leaves usable results."""
+"""The benchmark job's steps, in order: load the split (a named set of
+:mod:`sodm_spark.datasets`, or the user's files read through Spark by :func:`load_files`), run
+the methods side by side, the rows scaling, the cores scaling (fresh sessions), then write
+JSON, Markdown, PNGs and the README region. Outputs are rewritten after every part, so a long
+run leaves usable results."""
 from __future__ import annotations
 
 import datetime
@@ -11,9 +13,9 @@ import sys
 import time
 from pathlib import Path
 
+from ..datasets import BenchData, as_bench_data, load_dataset, seeded_split, subsample
 from ..kernels import resolve_gamma
 from . import plots, report
-from .datasets import load_dataset, load_files
 from .methods import run_methods
 from .results import BenchContext
 from .scaling import run_cores_scaling, run_rows_scaling
@@ -58,6 +60,30 @@ def _session(args, cores=None):
         else:
             config["spark.cores.max"] = str(cores)
     return get_session("sodm-spark: benchmark", master, config)
+
+
+def load_files(spark, data: str, test_data: str | None, fmt: str, test_fraction: float,
+               seed: int = 0, train_rows: int | None = None) -> BenchData:
+    """The user's files via :func:`sodm_spark.spark.io.read_blocks`, collected to the driver.
+
+    Without ``test_data`` a seeded ``test_fraction`` of the rows is held out.
+    """
+    from ..spark.io import read_blocks, read_libsvm_local
+    from ..spark.session import collect_blocks
+
+    blocks, n_features = read_blocks(spark, data, fmt)
+    X, y = collect_blocks(blocks)
+    if test_data:
+        if fmt == "libsvm":  # LIBSVM omits trailing zero columns: pad the test rows
+            X_test, y_test = read_libsvm_local(test_data, n_features=n_features)
+        else:
+            X_test, y_test = collect_blocks(read_blocks(spark, test_data, fmt)[0])
+    else:
+        if not 0 < test_fraction < 1:
+            raise ValueError(f"--test-fraction must lie in (0, 1), got {test_fraction}.")
+        X, y, X_test, y_test = seeded_split(X, y, max(1, round(test_fraction * len(y))), seed)
+    X, y = subsample(X, y, train_rows, seed, 1)
+    return as_bench_data(Path(data).name, X, y, X_test, y_test, f"file {data} ({fmt})")
 
 
 def _load(spark, args):

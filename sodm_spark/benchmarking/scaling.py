@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..datasets import load_dataset
 from ..kernels import resolve_gamma
 from .budget import NOT_FINISHED, OK
-from .datasets import load_dataset
 from .methods import _run_one
 from .results import BenchContext, make_row, tag_budget
 from .spark_methods import run_sodm, sodm_params
