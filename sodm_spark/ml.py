@@ -34,7 +34,9 @@ from .model import KernelExpansion
 from .spark.hadoop_store import HadoopStore
 from .spark.io import dataframe_to_blocks
 from .spark.dsvrg import DSVRGParams, fit_dsvrg
-from .spark.sodm import SODMParams, checked_classes, fit_sodm, prepare_sodm
+from .spark.sodm import fit_sodm
+from .spark.sodm_params import SODMParams
+from .spark.sodm_prepare import checked_classes, prepare_sodm
 from .spark.tune import tune_sodm
 from .storage import join, replace_versioned, resolve_version
 from .tuning import ParamGrid

@@ -53,7 +53,8 @@ from ..solvers.svrg import (epoch_rng, loss_gradient_sum, row_sq_norms, sample_r
                             svrg_inner)
 from ..validation import check_odm_params
 from .io import dense_enough
-from .sodm import SPILL, SODMParams, StatsRecord, partition_blocks
+from .sodm_params import SPILL, SODMParams, StatsRecord
+from .sodm_prepare import partition_blocks
 
 
 @dataclass(frozen=True)
