@@ -27,7 +27,8 @@ from sodm_spark import ODMClassifier
 from sodm_spark.kernels import resolve_gamma
 from sodm_spark.spark.io import read_blocks, read_libsvm_local
 from sodm_spark.spark.session import get_session
-from sodm_spark.spark.sodm import SODMParams, fit_sodm
+from sodm_spark.spark.sodm import fit_sodm
+from sodm_spark.spark.sodm_params import SODMParams
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_exact_odm import default_files  # noqa: E402

@@ -26,7 +26,7 @@ from sodm_spark.model import KernelExpansion
 from sodm_spark.spark.io import read_blocks, read_libsvm_local
 from sodm_spark.spark.session import collect_blocks, job_session, numpy_to_blocks
 from sodm_spark.spark.single import ESTIMATORS, fit_coreset_svm_partitioned, fit_in_one_task
-from sodm_spark.spark.sodm import checked_classes, row_count_and_variance
+from sodm_spark.spark.sodm_prepare import checked_classes, row_count_and_variance
 from sodm_spark.validation import check_finite_rows, check_two_classes
 
 # flag (argparse dest) -> estimator parameter, per method; flags left at None are not passed

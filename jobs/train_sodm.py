@@ -26,8 +26,9 @@ from sodm_spark.datasets import make_linear, make_nonlinear
 from sodm_spark.spark.dsvrg import DSVRGParams, fit_dsvrg
 from sodm_spark.spark.io import read_blocks, read_libsvm_local
 from sodm_spark.spark.session import job_session, numpy_to_blocks, collect_blocks
-from sodm_spark.spark.sodm import (PARTITIONERS, SODMParams, checked_classes, fit_sodm,
-                                   prepare_sodm)
+from sodm_spark.spark.sodm import fit_sodm
+from sodm_spark.spark.sodm_params import PARTITIONERS, SODMParams
+from sodm_spark.spark.sodm_prepare import checked_classes, prepare_sodm
 from sodm_spark.spark.tune import tune_sodm
 from sodm_spark.tuning import ParamGrid
 from sodm_spark.compression import METHODS as COMPRESSION_METHODS, compare

@@ -29,7 +29,9 @@ from pyspark.sql.types import ArrayType, DoubleType
 from .model import KernelExpansion
 from .spark.io import dataframe_to_blocks
 from .spark.dsvrg import DSVRGParams, fit_dsvrg
-from .spark.sodm import SODMParams, checked_classes, fit_sodm, prepare_sodm
+from .spark.sodm import fit_sodm
+from .spark.sodm_params import SODMParams
+from .spark.sodm_prepare import checked_classes, prepare_sodm
 from .spark.tune import tune_sodm
 from .ml_persistence import ModelWriter, VersionedReadWrite
 from .storage import join

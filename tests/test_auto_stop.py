@@ -11,7 +11,8 @@ from sodm_spark.solvers.odm_dcd import solver_memory_mb
 from sodm_spark.spark.memory import (ExecutorMemory, MemoryBudgetError, executor_memory,
                                      level_cache_mb)
 from sodm_spark.spark.session import numpy_to_blocks
-from sodm_spark.spark.sodm import SODMParams, fit_sodm
+from sodm_spark.spark.sodm import fit_sodm
+from sodm_spark.spark.sodm_params import SODMParams
 from sodm_spark.stopping import (REACHED_STOP_LEVEL, SMALL_IMPROVEMENT, TIME_BUDGET, LevelCost,
                                  StopRule, best_level, holdout_mask, predict_seconds,
                                  work_per_core)

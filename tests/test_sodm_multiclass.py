@@ -9,7 +9,8 @@ import pytest
 from sodm_spark.kernels import Kernel
 from sodm_spark.solvers import solve_odm_dual
 from sodm_spark.spark.session import numpy_to_blocks
-from sodm_spark.spark.sodm import SODMParams, fit_sodm
+from sodm_spark.spark.sodm import fit_sodm
+from sodm_spark.spark.sodm_params import SODMParams
 
 GAMMA, LAM = 0.3, 100.0
 LABELS = np.array([3.0, 7.0, 9.0, 11.0])

@@ -8,7 +8,9 @@ from sodm_spark.kernels import Kernel
 from sodm_spark.partition import nearest_landmark
 from sodm_spark.solvers import solve_odm_dual
 from sodm_spark.spark.session import numpy_to_blocks
-from sodm_spark.spark.sodm import SODMParams, fit_sodm, partition_blocks
+from sodm_spark.spark.sodm import fit_sodm
+from sodm_spark.spark.sodm_params import SODMParams
+from sodm_spark.spark.sodm_prepare import partition_blocks
 
 from conftest import make_problem
 
@@ -180,7 +182,8 @@ def test_label_strata_deal_every_class_of_every_stratum_evenly(spark):
 
 
 def test_resume_from_a_checkpoint_equals_the_uninterrupted_run(spark, tmp_path):
-    from sodm_spark.spark.sodm import SODMParams, fit_sodm
+    from sodm_spark.spark.sodm import fit_sodm
+    from sodm_spark.spark.sodm_params import SODMParams
 
     X, y = make_problem(m=900, d=5, seed=31)
     sc = spark.sparkContext
@@ -215,7 +218,7 @@ def test_resume_from_a_checkpoint_equals_the_uninterrupted_run(spark, tmp_path):
 
 def test_memory_budget_switches_to_on_demand_kernels_then_names_the_level_that_cannot_fit(spark):
     from sodm_spark.solvers.odm_dcd import solver_memory_mb
-    from sodm_spark.spark.sodm import MemoryBudgetError
+    from sodm_spark.spark.memory import MemoryBudgetError
 
     X, y = make_problem(m=1800, d=5, seed=33)
     sc = spark.sparkContext

@@ -15,7 +15,8 @@ from sklearn.datasets import dump_svmlight_file
 from sodm_spark import ODMClassifier
 from sodm_spark.kernels import Kernel
 from sodm_spark.spark.session import numpy_to_blocks
-from sodm_spark.spark.sodm import SODMParams, prepare_sodm
+from sodm_spark.spark.sodm_params import SODMParams
+from sodm_spark.spark.sodm_prepare import prepare_sodm
 from sodm_spark.spark.tune import tune_sodm
 from sodm_spark.tuning import ParamGrid, best_point, search_partition
 

@@ -15,7 +15,7 @@ from .results import PARTITIONER_NAMES, WHERE, make_row
 
 
 def sodm_params(settings: dict, gamma: float, partitioner: str, **overrides):
-    from ..spark.sodm import SODMParams
+    from ..spark.sodm_params import SODMParams
 
     keys = ("lam", "theta", "v", "tol", "max_iter", "p", "levels", "strata", "stop_level",
             "warm_start", "seed", "cache_mb")

@@ -30,7 +30,8 @@ from ..solvers.svrg import (epoch_rng, loss_gradient_sum, row_sq_norms, sample_r
 from ..validation import check_odm_params
 from .dsvrg_blocks import (ResidentBlocks, drop_everywhere, first_read, input_chunks,
                            keyed_by_first_row, partition_chunks)
-from .sodm import SPILL, SODMParams, StatsRecord, partition_blocks
+from .sodm_params import SPILL, SODMParams, StatsRecord
+from .sodm_prepare import partition_blocks
 
 
 @dataclass(frozen=True)

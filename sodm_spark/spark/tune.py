@@ -20,7 +20,8 @@ from threadpoolctl import threadpool_limits
 from ..kernels import Kernel
 from ..tuning import (SEARCH_TOL_FACTOR, GridPoint, ParamGrid, accuracy_of_scores, best_point,
                       search_partition)
-from .sodm import PreparedData, SODMParams
+from .sodm_params import SODMParams
+from .sodm_prepare import PreparedData
 
 
 @dataclass

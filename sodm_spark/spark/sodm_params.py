@@ -1,0 +1,146 @@
+"""The knobs and records of one SODM fit (SODM paper, Algorithm 1; design.md §2).
+
+:class:`SODMParams` holds every parameter (p, L, the S strata of Eqns 7-8, the partitioner,
+the warm start, automatic stopping); :class:`LevelPlan` announces a level before it runs,
+:class:`LevelStats` records it after (a row of the metrics JSON, via :class:`StatsRecord`,
+which DSVRG's records share) and :class:`SODMFit` is the result of :func:`.sodm.fit_sodm`.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from pyspark import StorageLevel
+
+from ..kernels import Kernel
+from ..model import KernelExpansion
+from ..stopping import StopRule
+from ..validation import check_odm_params
+
+PARTITIONERS = ("stratified", "random", "kmeans", "dip", "cascade")
+# Solved levels are expensive to recompute: spill to disk rather than drop when memory is short.
+SPILL = StorageLevel.MEMORY_AND_DISK
+WARM_STARTS = ("scaled", "concat")
+
+
+@dataclass(frozen=True)
+class SODMParams:
+    """Every knob of one SODM fit; defaults are what ``jobs/train_sodm.py`` uses."""
+
+    kernel: str = "rbf"
+    gamma: object = "scale"
+    degree: int = 3
+    coef0: float = 0.0
+    kernel_offset: float = 0.0  # c in the kernel k + c: a penalized bias (kernels.py)
+    lam: float = 1000.0
+    theta: float = 0.1
+    v: float = 0.5
+    tol: float = 1e-3
+    max_iter: int = 1000
+    p: int = 3
+    levels: int = 3
+    # S = 20: 200 strata gave the same accuracy per level on Fashion-MNIST (8 seeds, within
+    # one standard error of random partitions; even an oracle stratification ties) and cost
+    # 5-8 s more partitioning at 20k-60k rows
+    strata: int = 20
+    stop_level: int = 0
+    partitioner: str = "stratified"
+    warm_start: str = "scaled"
+    seed: int = 0
+    cache_mb: float | None = None  # kernel cache per task; None: what the memory budget allows
+    landmark_candidates: int = 50  # candidates per stratum for Eqn 8 (design.md §2.1)
+    label_strata: bool = False  # stratified: split each landmark stratum by class too
+    memory_mb: float | None = None  # per task; None: the executor's memory / running tasks
+    # automatic stopping (sodm_spark.stopping): a validation slice scored after every level
+    auto_stop: bool = True
+    # 10% of the rows, at most 1,000: one row is 0.1 points, and scoring costs a prediction
+    # of every validation row per level (n_val x M kernel entries), so more rows cost seconds
+    validation_fraction: float = 0.1
+    validation_max_rows: int = 1000
+    min_improvement: float = 0.002
+    time_budget: float | None = None
+
+    def validate(self) -> None:
+        check_odm_params(self.lam, self.theta, self.v)
+        if int(self.p) != self.p or self.p < 2:
+            raise ValueError(f"p (partitions merged per level) must be an integer >= 2, got {self.p!r}.")
+        if int(self.levels) != self.levels or self.levels < 0:
+            raise ValueError(f"levels must be an integer >= 0, got {self.levels!r}.")
+        if not 0 <= self.stop_level <= self.levels:
+            raise ValueError(f"stop_level must lie in [0, levels={self.levels}], got {self.stop_level!r}.")
+        if int(self.strata) != self.strata or self.strata < 1:
+            raise ValueError(f"strata must be a positive integer, got {self.strata!r}.")
+        if int(self.landmark_candidates) != self.landmark_candidates or self.landmark_candidates < 1:
+            raise ValueError(f"landmark_candidates must be a positive integer, got "
+                             f"{self.landmark_candidates!r}.")
+        if self.partitioner not in PARTITIONERS:
+            raise ValueError(f"Unknown partitioner {self.partitioner!r}; known: {', '.join(PARTITIONERS)}.")
+        if self.warm_start not in WARM_STARTS:
+            raise ValueError(f"warm_start must be one of {', '.join(WARM_STARTS)}, got {self.warm_start!r}.")
+        # names the known kernels, checks the offset
+        Kernel.create(self.kernel, 1.0, self.degree, self.coef0, offset=self.kernel_offset)
+        if not 0.0 < self.validation_fraction < 1.0:
+            raise ValueError(f"validation_fraction must lie in (0, 1), got "
+                             f"{self.validation_fraction!r}.")
+        if int(self.validation_max_rows) != self.validation_max_rows or self.validation_max_rows < 1:
+            raise ValueError(f"validation_max_rows must be a positive integer, got "
+                             f"{self.validation_max_rows!r}.")
+        self.stop_rule().validate()
+
+    def stop_rule(self) -> StopRule:
+        return StopRule(self.min_improvement, self.time_budget)
+
+
+class StatsRecord:
+    """A dataclass row of the metrics JSON (fields left at None are omitted)."""
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+@dataclass
+class LevelStats(StatsRecord):
+    """One solved level: what the job prints and writes to the metrics JSON."""
+
+    level: int
+    partitions: int
+    seconds: float
+    objective: float
+    n_sv: int
+    sweeps_max: int
+    sweeps_total: int
+    rows: int
+    warm_start_violation: float
+    kernel: str = ""  # 'cached', 'blocked' (on-demand kernel blocks) or both
+    elapsed: float = 0.0  # since the fit started, partitioning included, test scoring excluded
+    max_rows: int = 0  # rows of the largest partition
+    memory_mb: float | None = None  # budget of one task at this level
+    predicted_seconds: float | None = None  # announced before the level ran
+    validation_accuracy: float | None = None
+    test_accuracy: float | None = None
+
+
+@dataclass
+class LevelPlan:
+    """The next level, announced before it runs: its shape, kernel mode and predicted cost."""
+
+    level: int
+    partitions: int
+    rows: int  # rows of its largest partition
+    kernel: str  # 'cached' or 'blocked'
+    memory_mb: float  # budget of one task
+    cache_mb: float  # kernel cache of one task
+    predicted_seconds: float | None
+
+
+@dataclass
+class SODMFit:
+    model: KernelExpansion
+    levels: list = field(default_factory=list)
+    train_seconds: float = 0.0
+    partition_seconds: float = 0.0
+    n_rows: int = 0
+    stopped_at: int | None = None  # the last level solved
+    stop_reason: str = ""
+    best_level: int | None = None  # the level whose model was returned
+    validation_rows: int = 0
+    validation: tuple | None = None  # the validation (X, raw labels) the levels were scored on

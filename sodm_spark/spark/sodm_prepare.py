@@ -1,0 +1,338 @@
+"""SODM's rows made ready for the levels (SODM paper, Algorithm 1; design.md §2, steps 1-3).
+
+Labels become ±1 (two classes) or class numbers (3+); one pass counts the rows and the
+variance ``gamma="scale"`` needs; a seeded slice of rows is held out for validation. Then the
+partitioning: landmark strata of Eqns 7-8 dealt evenly, or a comparator's partitions (k-means,
+DiP, random, cascade), shuffle sub-blocks to the top level's K = p^L partitions. All numerics
+are in ``sodm_spark.partition``; the functions shipped to tasks are module-level and take
+plain values, so closures never capture a driver object.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse
+
+from ..kernels import Kernel, gamma_value
+from ..partition import (deal_positions, kmeans, nearest_center, nearest_landmark,
+                         select_landmarks, stratum_offsets)
+from ..stopping import holdout_mask
+from .checkpoint import block_fingerprint, merge_fingerprints
+from .io import check_blocks
+from .sodm_params import SPILL, SODMParams
+from .sodm_tasks import grouped_blocks
+
+
+# --- task functions (module level: shipped to executors without driver state) ----------------
+
+def _map_labels(block, positive):
+    """Raw labels → ±1 with ``positive`` as +1."""
+    return block.X, np.where(block.y == positive, 1.0, -1.0), block.row_ids
+
+
+def _class_numbers(block, classes):
+    """Raw labels → class numbers 0..C-1 (float) in the order of ``classes`` (3+ classes)."""
+    return block.X, np.searchsorted(classes, block.y).astype(np.float64), block.row_ids
+
+
+def _held_out_rows(block, seed, fraction, candidate_fraction):
+    """(X, ±1 y) of the rows of a (X, ±1 y, ids) block held out for validation (dense), and a
+    seeded sample of its other rows as landmark candidates (one pass for both)."""
+    X, y, ids = block
+    rows = holdout_mask(ids, seed, fraction)
+    held = X[rows]
+    kept = X[~rows]
+    key = int(ids[0]) if ids.size else 0  # stable per block, whatever the block layout
+    candidates = kept[np.random.default_rng([seed, 7, key]).random(kept.shape[0])
+                      < candidate_fraction]
+    return (held.toarray() if scipy.sparse.issparse(held) else held), y[rows], candidates
+
+
+def _kept_rows(block, seed, fraction):
+    X, y, ids = block
+    rows = ~holdout_mask(ids, seed, fraction)
+    return X[rows], y[rows], ids[rows]
+
+
+def _moments(block):
+    X = block[0]
+    if scipy.sparse.issparse(X):
+        return np.array([X.shape[0], X.shape[0] * X.shape[1], X.sum(), X.multiply(X).sum()])
+    return np.array([X.shape[0], X.size, X.sum(), np.einsum("ij,ij->", X, X)])
+
+
+def _sample_rows(item, fraction, seed):
+    (X, _, _), index = item
+    return X[np.random.default_rng([seed, 7, index]).random(X.shape[0]) < fraction]
+
+
+def _assign_strata(item, how, centers, kernel_dict, label_groups=2):
+    """(block index, stratum of every row): nearest landmark in the RKHS (Eqn 7), nearest
+    k-means center, or 0.
+
+    "landmarks+labels" splits every landmark stratum by class as well (``label_groups``·S
+    strata: 2 for ±1 labels, C for class numbers), so each partition also gets the exact class
+    proportions of every stratum.
+    """
+    (X, y, ids), index = item
+    if how.startswith("landmarks"):
+        strata = nearest_landmark(X, centers, Kernel.from_dict(kernel_dict))
+        if how == "landmarks+labels":
+            strata = label_groups * strata + (y > 0 if label_groups == 2
+                                               else y.astype(np.int64))
+    elif how == "centers":
+        strata = nearest_center(X, centers)
+    else:
+        strata = np.zeros(X.shape[0], dtype=np.int64)
+    return index, strata
+
+
+def _deal(item, strata, offsets, n_partitions, direct, seed):
+    """Split one input block into (target partition, sub-block) pairs; ``strata`` and
+    ``offsets`` are this block's (stratum per row, first dealing position per stratum)."""
+    (X, y, ids), index = item
+    if direct:  # DC-ODM: the cluster is the partition
+        targets = strata
+    else:
+        targets = deal_positions(strata, offsets, [seed, 11, index]) % n_partitions
+    for target in np.unique(targets):
+        rows = targets == target
+        yield int(target), (index, X[rows], y[rows], ids[rows])
+
+
+def _build_partitions(records):
+    for key, (X, y, ids, _) in grouped_blocks(records):
+        yield key, (X, y, ids, np.zeros(X.shape[0]))
+
+
+# --- driver -----------------------------------------------------------------------------------
+
+def checked_classes(blocks, n_features: int) -> np.ndarray:
+    """The sorted label values of ``blocks`` after one checking job (NaN/inf rows are named)."""
+    stats = check_blocks(blocks, n_features, max_labels=100)
+    if stats.label_counts is None:
+        raise ValueError("the label column holds more than 100 distinct values; SODM is a "
+                         "classifier (is the label column the right one, or is it a "
+                         "regression target?).")
+    return np.array(list(stats.label_counts), dtype=np.float64)
+
+
+def row_count_and_variance(blocks) -> tuple[int, int, float]:
+    """(rows, features, variance over all entries) of a Block RDD in one pass — what
+    ``gamma="scale"`` needs, without collecting the data."""
+    n_rows, count, total, squares = blocks.map(_moments).treeReduce(np.add)
+    n_rows = int(n_rows)
+    return n_rows, int(round(count / n_rows)), float(squares / count - (total / count) ** 2)
+
+
+def largest_levels(n_rows: int, p: int) -> int:
+    """Largest L with p^L <= n_rows (every partition gets at least one row)."""
+    levels = 0
+    while p ** (levels + 1) <= n_rows:
+        levels += 1
+    return levels
+
+
+@dataclass
+class PreparedData:
+    """What every fit of the same rows shares (:func:`prepare_sodm`): the labelled training
+    rows, the validation and test pairs, the resolved kernel and, once partitioned, the top
+    level's partitions. A hyperparameter search and the fit after it use one of these."""
+
+    labelled: object  # RDD of (X, y, ids): ±1 y, or class numbers for 3+ classes
+    training: object  # the same without the held-out validation rows
+    classes: np.ndarray
+    kernel: Kernel
+    n_rows: int  # training rows (validation rows excluded)
+    n_features: int
+    validation_pair: tuple | None  # (X, ±1 y or class numbers) on the driver
+    test_pair: tuple | None
+    started: float  # perf_counter when preparation began (the fit's clock)
+    candidates: np.ndarray | None = None  # sampled rows for landmarks / k-means centers
+    parts: object = None  # RDD of the top level's partitions, once partitioned
+    sizes: np.ndarray | None = None
+    partition_seconds: float = 0.0
+    fingerprint: dict | None = None  # of all rows, for checkpoints (.checkpoint)
+
+    @property
+    def multi(self) -> bool:
+        return self.classes.size > 2
+
+
+def prepare_sodm(sc, blocks, params: SODMParams, classes, test=None, validation=None,
+                 hold_out: bool | None = None, partition: bool = True,
+                 fingerprint: bool = False) -> PreparedData:
+    """Label the rows, hold out the validation slice, resolve the kernel and (``partition``)
+    deal the rows into the top level's p^L partitions; ``fingerprint``: hash the rows in the
+    first pass too (:func:`.checkpoint.block_fingerprint`, for checkpoints).
+
+    Rows are held out (``validation_fraction`` of them, at most ``validation_max_rows``, by a
+    seeded hash of the row id) when ``validation`` is not given and ``hold_out`` is true
+    (default: automatic stopping has more than one level to choose between).
+    """
+    started = time.perf_counter()
+    params.validate()
+    classes = np.asarray(classes)
+    if classes.size < 2:
+        raise ValueError(f"SODM needs at least two classes; the labels hold {classes.size} "
+                         f"class ({', '.join(map(str, classes[:10]))}): check the label "
+                         "column.")
+    multi = classes.size > 2
+    if multi:
+        classes = np.unique(classes)  # class numbers follow the sorted labels
+    positive = classes[1]
+    labelled = blocks.map(lambda b: _class_numbers(b, classes)) if multi else \
+        blocks.map(lambda b: _map_labels(b, positive))
+    if not blocks.is_cached:  # several passes follow: parse the input once
+        labelled.persist(SPILL)
+    if fingerprint:  # the same pass hashes the rows for the checkpoint
+        moments, data_fingerprint = labelled.map(
+            lambda b: (_moments(b), block_fingerprint(b))).treeReduce(
+            lambda a, b: (a[0] + b[0], merge_fingerprints(a[1], b[1])))
+    else:
+        moments, data_fingerprint = labelled.map(_moments).treeReduce(np.add), None
+    n_all = int(round(moments[0]))
+    n_partitions = params.p ** params.levels
+    if n_partitions > n_all:
+        raise ValueError(
+            f"levels={params.levels} with p={params.p} asks for {n_partitions} partitions but the "
+            f"data have only {n_all} rows; use --levels {largest_levels(n_all, params.p)} or less.")
+    if hold_out is None:  # one level to solve leaves nothing to choose between
+        hold_out = params.auto_stop and params.levels > params.stop_level
+    training, validation_pair, candidates = labelled, validation, None
+    if validation is None and hold_out:
+        fraction = min(params.validation_fraction, params.validation_max_rows / moments[0])
+        seed = params.seed
+        wanted = landmark_candidates_wanted(params, int(moments[0]), params.p ** params.levels)
+        candidate_fraction = min(1.0, 1.2 * wanted / moments[0])
+        sc.setJobDescription("SODM: hold out the validation rows, sample landmark candidates")
+        pieces = labelled.map(
+            lambda b: _held_out_rows(b, seed, fraction, candidate_fraction)).collect()
+        X_val = np.concatenate([piece[0] for piece in pieces])
+        if 0 < X_val.shape[0] < moments[0]:
+            y_val = np.concatenate([piece[1] for piece in pieces])
+            validation_pair = (X_val, classes[y_val.astype(np.int64)] if multi
+                               else np.where(y_val > 0, positive, classes[0]))
+            moments = moments - _moments((X_val,))
+            training = labelled.map(lambda b: _kept_rows(b, seed, fraction))
+            candidates = np.concatenate([piece[2] for piece in pieces]) if wanted else None
+    n_rows, count, total, squares = moments
+    n_rows = int(round(n_rows))
+    if n_partitions > n_rows:  # enough rows in all, too few once the validation rows are out
+        raise ValueError(
+            f"levels={params.levels} with p={params.p} asks for {n_partitions} partitions but "
+            f"only {n_rows} rows are left after holding out {n_all - n_rows} for validation; "
+            f"use --levels {largest_levels(n_rows, params.p)} or less, or --no-auto-stop.")
+    n_features = int(round(count / n_rows))
+    gamma = 1.0 if params.kernel == "linear" else gamma_value(
+        params.gamma, n_features, squares / count - (total / count) ** 2)
+    kernel = Kernel.create(params.kernel, gamma, params.degree, params.coef0,
+                           offset=params.kernel_offset)
+    prepared = PreparedData(
+        labelled=labelled, training=training, classes=classes, kernel=kernel, n_rows=n_rows,
+        n_features=n_features, started=started, candidates=candidates,
+        fingerprint=data_fingerprint,
+        test_pair=None if test is None else _plus_minus(test, classes, n_features, "test"),
+        validation_pair=None if validation_pair is None else _plus_minus(
+            validation_pair, classes, n_features, "validation"))
+    if partition:
+        partition_prepared(sc, prepared, params)
+    return prepared
+
+
+def partition_prepared(sc, prepared: PreparedData, params: SODMParams) -> None:
+    """Deal the prepared training rows into the top level's partitions (in place)."""
+    n_partitions = params.p ** params.levels
+    sc.setJobDescription(f"SODM partition: {params.partitioner} into {n_partitions}")
+    prepared.parts, _, prepared.sizes = partition_blocks(
+        sc, prepared.training, params, prepared.kernel, prepared.n_rows, n_partitions,
+        prepared.candidates, prepared.classes.size)
+    prepared.partition_seconds = time.perf_counter() - prepared.started
+    prepared.labelled.unpersist()
+
+
+def _plus_minus(pair, classes, n_features, what):
+    """(float64 X, ±1 y) of a driver-side (X, raw y) pair checked against the training data
+    (class numbers instead of ±1 for 3+ classes)."""
+    X, y = np.asarray(pair[0], dtype=np.float64), np.asarray(pair[1])
+    unknown = np.setdiff1d(y, classes)
+    if unknown.size:
+        raise ValueError(f"the {what} labels hold {unknown[:5].tolist()}, which the training "
+                         f"labels {classes.tolist()} do not; use the same label coding.")
+    if X.shape[1] != n_features:
+        raise ValueError(f"the {what} data have {X.shape[1]} features, the training "
+                         f"data {n_features}.")
+    if classes.size > 2:
+        return X, np.searchsorted(classes, y).astype(np.float64)
+    return X, np.where(y == classes[1], 1.0, -1.0)
+
+
+def landmark_candidates_wanted(params: SODMParams, n_rows: int, n_partitions: int) -> int:
+    """How many sampled rows the landmarks (stratified) or k-means centers are chosen from;
+    0 for the partitioners that need none."""
+    if params.partitioner not in ("stratified", "dip", "kmeans"):
+        return 0
+    n_groups = n_partitions if params.partitioner == "kmeans" else params.strata
+    return min(n_rows, params.landmark_candidates * n_groups)
+
+
+def partition_blocks(sc, labelled, params: SODMParams, kernel: Kernel, n_rows: int,
+                     n_partitions: int, candidates=None, n_classes: int = 2):
+    """Deal the rows of ``labelled`` (RDD of (X, y, ids): ±1 y, or class numbers when
+    ``n_classes`` > 2) into ``n_partitions`` blocks.
+
+    Returns the persisted, computed RDD of (key, (X, y, ids, γ=0)) — key k in Spark partition k, one block each —
+    the landmarks (stratified), k-means centers (dip, kmeans) or None (random, cascade), and
+    the most rows each partition holds (exact for kmeans, ⌈n/K⌉ for the even dealings).
+    stratified: S landmarks by Eqn 8 on a seeded sample of ``landmark_candidates·S`` rows,
+    strata by Eqn 7, every stratum shuffled and dealt evenly; dip: the same dealing over
+    k-means clusters; kmeans: each of K k-means clusters is one partition; random and cascade:
+    one stratum dealt evenly.
+    """
+    seed = params.seed
+    n_input = labelled.getNumPartitions()
+    # a unique, stable number per input block without zipWithIndex's counting job: the Spark
+    # partition index for the first block of a partition (there is one block per partition)
+    indexed = labelled.mapPartitionsWithIndex(
+        lambda part, blocks: ((block, part + position * n_input)
+                              for position, block in enumerate(blocks)))
+    how, centers, direct = "none", None, False
+    wanted = landmark_candidates_wanted(params, n_rows, n_partitions)
+    if wanted:
+        n_groups = n_partitions if params.partitioner == "kmeans" else params.strata
+        if candidates is None:
+            fraction = min(1.0, 1.2 * wanted / n_rows)
+            candidates = np.concatenate(
+                indexed.map(lambda item: _sample_rows(item, fraction, seed)).collect())
+        sample = candidates[np.random.default_rng([seed, 3]).permutation(
+            candidates.shape[0])[:wanted]]
+        if params.partitioner == "stratified":
+            how = "landmarks+labels" if params.label_strata else "landmarks"
+            centers = sample[select_landmarks(sample, kernel, params.strata)]
+        else:
+            how = "centers"
+            centers = kmeans(sample, min(n_groups, sample.shape[0]), seed=seed)
+            direct = params.partitioner == "kmeans"
+    kernel_dict = kernel.to_dict()
+    label_groups = max(2, n_classes)
+    n_strata = 1 if centers is None else \
+        centers.shape[0] * (label_groups if how.endswith("labels") else 1)
+    # only the stratum numbers come to the driver (the rows stay where they are cached)
+    strata = dict(indexed.map(lambda item: _assign_strata(item, how, centers, kernel_dict,
+                                                          label_groups)).collect())
+    order = sorted(strata)
+    counts = np.stack([np.bincount(strata[index], minlength=n_strata) for index in order])
+    offsets = dict(zip(order, stratum_offsets(counts)))
+    strata_b = sc.broadcast(strata)
+    records = indexed.flatMap(lambda item: _deal(item, strata_b.value[item[1]], offsets[item[1]],
+                                                 n_partitions, direct, seed))
+    parts = records.partitionBy(n_partitions, lambda key: key).mapPartitions(
+        _build_partitions, preservesPartitioning=True).persist(SPILL)
+    parts.count()
+    strata_b.unpersist(blocking=False)
+    totals = counts.sum(axis=0)
+    sizes = (np.bincount(np.arange(totals.size), weights=totals, minlength=n_partitions)
+             if direct else np.full(n_partitions, -(-n_rows // n_partitions)))  # ⌈n/K⌉ dealt
+    return parts, centers, sizes.astype(np.int64)
