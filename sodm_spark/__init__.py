@@ -1,5 +1,24 @@
 """sodm-spark: Optimal margin Distribution Machines, exact and scalable (SODM) on Spark.
 
+The layers, top to bottom (an import only ever runs downwards; numerics never import Spark):
+
+- ``jobs/`` (outside the package): thin argparse front-ends for ``spark-submit``.
+- :mod:`.benchmarking`: every method and its peers side by side (``jobs/benchmark.py``).
+- :mod:`.ml` (+ :mod:`.ml_persistence`): ``SODMClassifier``, the pyspark.ml Estimator/Model.
+  :mod:`.retrain`, :mod:`.jobconf`, :mod:`.cluster`: scheduled retraining, the jobs' TOML
+  defaults, the loopback standalone cluster.
+- :mod:`.spark`: the Spark layer, moving numpy blocks between tasks: ``io/`` (files and
+  DataFrames to blocks), the SODM levels, DSVRG, one-task comparators, tuning, batch scoring.
+- :mod:`.sklearn` (``ODMClassifier``) and :mod:`.baselines` (the comparators, numerics beside
+  each estimator), sharing :mod:`.estimator_inputs` (the scikit-learn fit preamble).
+- Numerics, pure numpy/numba: :mod:`.solvers` (the product's ODM and SVRG solvers),
+  :mod:`.partition` (landmarks, strata, k-means), :mod:`.model` (``KernelExpansion``),
+  :mod:`.compression` and :mod:`.scoring` (serving), :mod:`.stopping` (the stop rule),
+  :mod:`.tuning` (+ :mod:`.tuning_report`), :mod:`.datasets` (named data sets and generators),
+  :mod:`.formats` (text parsers).
+- Foundations: :mod:`.kernels` (GEMM kernel blocks), :mod:`.validation` (input checks and
+  their messages), :mod:`.storage` (versioned model folders), :mod:`.resources` (memory).
+
 The public classes are imported lazily, so that Spark's Python workers, which import
 ``sodm_spark.solvers`` and friends, do not pay for scikit-learn or pyspark.ml imports.
 """

@@ -53,36 +53,39 @@ _TEXT, _INT, _FLOAT, _BOOL = (TypeConverters.toString, TypeConverters.toInt,
                               TypeConverters.toFloat, TypeConverters.toBoolean)
 
 
+# name: (converter, doc) of every ODM/SODM param; the shared mixins add the columns, tol,
+# maxIter and seed
+_PARAMS = {
+    "kernel": (_TEXT, "rbf, linear, poly or laplacian"),
+    "gamma": (_gamma_converter, "'scale' (1/(d·Var X)), 'auto' (1/d) or a number"),
+    "degree": (_INT, "polynomial degree"),
+    "coef0": (_FLOAT, "polynomial offset"),
+    "fitIntercept": (_BOOL, "linear kernel: fit an unpenalized intercept (as MLlib's LinearSVC)"),
+    "kernelOffset": (_FLOAT, "other kernels: solve with k + c, a penalized bias (default 0)"),
+    "lam": (_FLOAT, "λ > 0, weight of the margin loss"),
+    "theta": (_FLOAT, "θ in [0, 1), margin band half-width"),
+    "v": (_FLOAT, "v in (0, 1], weight of margins above 1+θ"),
+    "p": (_INT, "partitions merged per level (>= 2)"),
+    "levels": (_INT, "L: start from p^L partitions"),
+    "strata": (_INT, "S landmark strata (Eqns 7-8)"),
+    "stopLevel": (_INT, "last level solved (0 = all data)"),
+    "partitioner": (_TEXT, "stratified, random, kmeans, dip or cascade"),
+    "warmStart": (_TEXT, "scaled (γ/p) or concat"),
+    "cacheMb": (_FLOAT, "cap on the kernel cache per task in MB (unset: the memory budget "
+                "decides)"),
+    "autoStop": (_BOOL, "stop merging when a level no longer improves the validation accuracy "
+                 "by minImprovement (a held-out validationFraction of the rows); the model is "
+                 "the best level's"),
+    "validationFraction": (_FLOAT, "share of the rows held out for autoStop (at most 1,000 "
+                           "rows)"),
+    "minImprovement": (_FLOAT, "autoStop: least validation accuracy gain a merge must bring"),
+    "timeBudget": (_FLOAT, "autoStop: no level whose predicted seconds would end the fit later"),
+}
+
+
 class _SODMParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasRawPredictionCol, HasTol,
                   HasMaxIter, HasSeed):
-    kernel = _param("kernel", _TEXT, "rbf, linear, poly or laplacian")
-    gamma = _param("gamma", _gamma_converter, "'scale' (1/(d·Var X)), 'auto' (1/d) or a number")
-    degree = _param("degree", _INT, "polynomial degree")
-    coef0 = _param("coef0", _FLOAT, "polynomial offset")
-    fitIntercept = _param("fitIntercept", _BOOL, "linear kernel: fit an unpenalized intercept "
-                          "(as MLlib's LinearSVC)")
-    kernelOffset = _param("kernelOffset", _FLOAT, "other kernels: solve with k + c, a penalized "
-                          "bias (default 0)")
-    lam = _param("lam", _FLOAT, "λ > 0, weight of the margin loss")
-    theta = _param("theta", _FLOAT, "θ in [0, 1), margin band half-width")
-    v = _param("v", _FLOAT, "v in (0, 1], weight of margins above 1+θ")
-    p = _param("p", _INT, "partitions merged per level (>= 2)")
-    levels = _param("levels", _INT, "L: start from p^L partitions")
-    strata = _param("strata", _INT, "S landmark strata (Eqns 7-8)")
-    stopLevel = _param("stopLevel", _INT, "last level solved (0 = all data)")
-    partitioner = _param("partitioner", _TEXT, "stratified, random, kmeans, dip or cascade")
-    warmStart = _param("warmStart", _TEXT, "scaled (γ/p) or concat")
-    cacheMb = _param("cacheMb", _FLOAT, "cap on the kernel cache per task in MB (unset: the "
-                     "memory budget decides)")
-    autoStop = _param("autoStop", _BOOL, "stop merging when a level no longer improves the "
-                      "validation accuracy by minImprovement (a held-out validationFraction of "
-                      "the rows); the model is the best level's")
-    validationFraction = _param("validationFraction", _FLOAT, "share of the rows held out for "
-                                "autoStop (at most 1,000 rows)")
-    minImprovement = _param("minImprovement", _FLOAT, "autoStop: least validation accuracy gain "
-                            "a merge must bring")
-    timeBudget = _param("timeBudget", _FLOAT, "autoStop: no level whose predicted seconds would "
-                        "end the fit later")
+    """The params of :data:`_PARAMS` (set on the class below) and their SODMParams defaults."""
 
     def __init__(self):
         super().__init__()
@@ -94,12 +97,15 @@ class _SODMParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasRawPredictio
         return SODMParams(**{_field(name): self.getOrDefault(name) for name in _SODM_PARAM_NAMES})
 
 
+# pyspark.ml finds Params as class attributes (Params._copy_params reads dir(cls))
+for _name, (_converter, _doc) in _PARAMS.items():
+    setattr(_SODMParams, _name, _param(_name, _converter, _doc))
+del _name, _converter, _doc
+
 # The Params that map one to one onto SODMParams fields (camelCase -> snake_case);
 # fitIntercept belongs to the linear path (DSVRGParams) and is passed on by _fit_dsvrg.
-_SODM_PARAM_NAMES = ("kernel", "gamma", "degree", "coef0", "kernelOffset", "lam", "theta", "v",
-                     "tol", "maxIter", "p", "levels", "strata", "stopLevel", "partitioner",
-                     "warmStart", "cacheMb", "seed", "autoStop", "validationFraction",
-                     "minImprovement", "timeBudget")
+_SODM_PARAM_NAMES = tuple(name for name in _PARAMS if name != "fitIntercept") + (
+    "tol", "maxIter", "seed")
 
 
 def _field(param_name: str) -> str:
