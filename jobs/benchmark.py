@@ -111,9 +111,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     hyper.add_argument("--strata", type=int, default=20)
     hyper.add_argument("--stop-level", type=int, default=0)
     hyper.add_argument("--warm-start", choices=("scaled", "concat"), default="scaled")
-    hyper.add_argument("--cache-mb", type=_cache_mb, default=4096.0,
-                       help="kernel cache (MB) of the ODM solvers, or 'auto': what the job "
-                       "uses by default (SODM: the memory a task may use at each level; "
+    hyper.add_argument("--cache-mb", type=_cache_mb, default=None,
+                       help="kernel cache (MB) of the ODM solvers, or 'auto' (the default): "
+                       "what the jobs use (SODM: the memory a task may use at each level; "
                        "exact ODM: the memory available)")
     hyper.add_argument("--seed", type=int, default=0)
     scale = parser.add_argument_group("scaling")
