@@ -20,7 +20,8 @@ import uuid
 from pathlib import Path
 
 from sodm_spark.jobconf import parse_with_defaults, write_outputs
-from sodm_spark.model import KernelExpansion, move_into_place
+from sodm_spark.model import KernelExpansion
+from sodm_spark.storage import move_into_place
 from sodm_spark.scoring import PRECISIONS
 from sodm_spark.spark.io import spark_read
 from sodm_spark.spark.predict import score_dataframe

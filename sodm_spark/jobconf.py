@@ -15,6 +15,8 @@ import os
 import tomllib
 from pathlib import Path
 
+from .storage import replace_file
+
 CONF_NAME = "sodm-jobs.toml"
 REPO_CONF = Path(__file__).resolve().parents[1] / "conf" / CONF_NAME
 
@@ -89,12 +91,9 @@ def write_outputs(model, summary: dict, model_out: str | None, metrics_out: str 
     scheduler polling the file never reads half a JSON document.
     """
     if model_out:
-        model.save(model_out, atomic=True)
+        model.save(model_out)
         print(f"model written to {model_out}")
     if metrics_out:
-        target = Path(metrics_out)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-        partial.write_text(json.dumps(summary, indent=2, default=str))
-        os.replace(partial, target)
+        replace_file(metrics_out,
+                     lambda staging: staging.write_text(json.dumps(summary, indent=2, default=str)))
         print(f"metrics written to {metrics_out}")

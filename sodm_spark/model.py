@@ -4,11 +4,8 @@ from __future__ import annotations
 import io
 import json
 import os
-import shutil
-import tempfile
 import zipfile
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import scipy.sparse
@@ -19,18 +16,6 @@ from .storage import join, replace_versioned, resolve_version, store_for
 FORMAT_NAME = "sodm_spark.KernelExpansion"
 FORMAT_VERSION = 1
 MODEL_FILES = ("arrays.npz", "metadata.json")  # in a version folder (or a pre-version directory)
-
-
-def move_into_place(staging: Path, path: Path) -> None:
-    """Rename the finished directory ``staging`` to ``path``, replacing what is there: readers
-    see the old complete directory or the new one, never a partial one."""
-    if path.exists():
-        retired = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=path.parent))
-        os.rename(path, retired / path.name)
-        os.rename(staging, path)
-        shutil.rmtree(retired)
-    else:
-        os.rename(staging, path)
 
 
 @dataclass
@@ -77,12 +62,11 @@ class KernelExpansion:
 
         return compress(self, max_sv, method, ridge, seed, fit)
 
-    def save(self, path: str | os.PathLike, atomic: bool = True) -> None:
+    def save(self, path: str | os.PathLike) -> None:
         """Save to the model directory ``path`` (local, or any Hadoop file system by URI) as
         ``arrays.npz`` and ``metadata.json`` in a new version of it (:mod:`sodm_spark.storage`):
         readers see the old complete model or the new complete one, never a partial one, and
-        a writer killed at any point leaves one of them. (``atomic`` is kept for callers of
-        earlier versions; every save is atomic now.)"""
+        a writer killed at any point leaves one of them."""
         replace_versioned(path, self.write_files, flat_names=MODEL_FILES)
 
     def write_files(self, store, folder: str) -> None:

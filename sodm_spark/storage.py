@@ -26,6 +26,8 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import stat
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -80,6 +82,34 @@ class LocalStore:
             shutil.rmtree(path, ignore_errors=True)
         elif os.path.lexists(path):
             os.remove(path)
+
+
+def replace_file(path, write) -> None:
+    """A local file written by ``write(staging_path)`` beside ``path`` and renamed over it:
+    readers (a scheduler polling metrics, a resume) see the old file or the new one, never
+    half of one. A replaced file keeps its permission bits."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:12]}")
+    try:
+        write(staging)
+        if path.exists():
+            os.chmod(staging, stat.S_IMODE(os.stat(path).st_mode))
+        os.replace(staging, path)
+    finally:
+        staging.unlink(missing_ok=True)
+
+
+def move_into_place(staging: Path, path: Path) -> None:
+    """Rename the finished local directory ``staging`` to ``path``, replacing what is there:
+    readers see the old complete directory or the new one, never a partial one."""
+    if path.exists():
+        retired = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=path.parent))
+        os.rename(path, retired / path.name)
+        os.rename(staging, path)
+        shutil.rmtree(retired)
+    else:
+        os.rename(staging, path)
 
 
 def store_for(path):

@@ -207,8 +207,7 @@ TAKE_OVER = """
 import json, sys, time
 from sodm_spark.retrain import LockedError, RetrainLock
 directory, start = sys.argv[1], float(sys.argv[2])
-while time.time() < start:
-    pass
+time.sleep(max(0.0, start - time.time()))  # all contenders wake together
 try:
     with RetrainLock(directory) as lock:
         began = time.time()
@@ -227,7 +226,7 @@ def test_concurrent_takeovers_of_a_stale_lock_never_hold_it_twice(tmp_path):
         directory.mkdir()
         (directory / ".retrain.lock").write_text(json.dumps(
             {"pid": int(finished.stdout), "host": os.uname().nodename, "started": 0}))
-        start = time.time() + 1.5  # every contender is running and spinning by then
+        start = time.time() + 1.5  # every contender is running and waiting by then
         contenders = [subprocess.Popen([sys.executable, "-c", TAKE_OVER, str(directory),
                                         repr(start)], stdout=subprocess.PIPE, text=True)
                       for _ in range(3)]

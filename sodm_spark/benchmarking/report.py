@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 import os
 import platform
-import tempfile
 from pathlib import Path
 
+from ..storage import replace_file
 from .budget import OK
 from .scaling import speedups
 
@@ -192,8 +192,4 @@ def rewrite_readme(path, section: str, region: str = DEFAULT_REGION) -> None:
     start, end = text.find(start_marker), text.find(end_marker)
     head = text[:start + len(start_marker)]
     new = head + "\n" + section.rstrip("\n") + "\n" + text[end:]
-    handle, temporary = tempfile.mkstemp(dir=Path(path).parent, prefix=".readme-")
-    with os.fdopen(handle, "w") as out:
-        out.write(new)
-    os.chmod(temporary, os.stat(path).st_mode & 0o7777)  # mkstemp's file is 0600
-    os.replace(temporary, path)
+    replace_file(path, lambda staging: staging.write_text(new))

@@ -17,29 +17,18 @@ ranges that differ.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse
+
+from ..storage import replace_file
 
 STATE_FILE = "state.json"
 FORMAT = "sodm_spark.checkpoint"
 FORMAT_VERSION = 1
 # Parameters that do not change what a finished level holds.
 _NOT_COMPARED = ("stop_level", "min_improvement", "time_budget")
-
-
-def _write_atomically(path: Path, write) -> None:
-    handle, staging = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
-    os.close(handle)
-    try:
-        write(staging)
-        os.replace(staging, path)
-    finally:
-        if os.path.exists(staging):
-            os.remove(staging)
 
 
 _ID_RANGE_BITS = 16
@@ -176,13 +165,12 @@ class LevelCheckpoint:
             with open(staging, "wb") as handle:
                 np.savez(handle, keys=keys, sizes=sizes, ids=ids, gamma=gamma)
 
-        _write_atomically(self.directory / f"level-{level}.npz", write_arrays)
+        replace_file(self.directory / f"level-{level}.npz", write_arrays)
         self.levels.append(dict(stats, level=level))
         state = {"format": FORMAT, "format_version": FORMAT_VERSION, "identity": self.identity,
                  "fingerprint": self.fingerprint, "levels": self.levels}
-        _write_atomically(self.state_path,
-                          lambda staging: Path(staging).write_text(json.dumps(state, indent=2,
-                                                                              default=str)))
+        replace_file(self.state_path,
+                     lambda staging: staging.write_text(json.dumps(state, indent=2, default=str)))
 
     def load_level(self, level: int | None = None):
         """(level, finished level stats, [(key, ids, γ)]) of a complete level (default: the

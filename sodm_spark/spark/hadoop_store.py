@@ -43,10 +43,10 @@ class HadoopStore:
         return bool(self._fs.exists(hpath) and self._fs.getFileStatus(hpath).isDirectory())
 
     def list(self, path: str) -> list[str]:
-        hpath = self._path(path)
-        if not self._fs.exists(hpath) or not self._fs.getFileStatus(hpath).isDirectory():
+        if not self.is_dir(path):
             return []
-        return sorted(status.getPath().getName() for status in self._fs.listStatus(hpath))
+        return sorted(status.getPath().getName()
+                      for status in self._fs.listStatus(self._path(path)))
 
     def mkdirs(self, path: str) -> None:
         self._fs.mkdirs(self._path(path))

@@ -7,7 +7,8 @@ message helpers the readers share live here too, so that each reader words its e
 """
 from __future__ import annotations
 
-from collections import namedtuple
+import contextlib
+from collections import deque, namedtuple
 
 import numpy as np
 import scipy.sparse
@@ -52,13 +53,12 @@ class DataPathError(FileNotFoundError, ValueError):
 def error_text(exc, limit=300):
     """The most telling line of a Spark/py4j error: the root Java cause when there is one."""
     java = getattr(exc, "java_exception", None)
-    try:
+    # the JVM object may be gone or not what we think: then the Python text says it
+    with contextlib.suppress(Exception):
         while java is not None and java.getCause() is not None:
             java = java.getCause()
         if java is not None:
             return str(java.toString()).strip()[:limit]
-    except Exception:  # the JVM object is gone or not what we think: use the Python text
-        pass
     lines = [t.strip() for t in str(exc).strip().splitlines() if t.strip()]
     return (lines[0] if lines else type(exc).__name__)[:limit]
 
@@ -154,8 +154,7 @@ def _summarize_blocks(n_features, max_labels):
             elif np.unique(ids).size != ids.size:
                 problem = "row_ids repeat within the block"
             if problem is not None:
-                for _ in blocks:  # drain, so that Spark can reuse this Python worker
-                    pass
+                deque(blocks, maxlen=0)  # drain, so that Spark can reuse this Python worker
                 break
             if is_csr:
                 value_rows = np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))
