@@ -20,7 +20,6 @@ def markers(region: str = DEFAULT_REGION) -> tuple[str, str]:
     return f"<!-- {region}:start -->", f"<!-- {region}:end -->"
 
 
-
 def machine() -> dict:
     """Cores, RAM, CPU and library versions of this machine."""
     import numpy
