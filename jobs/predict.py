@@ -3,11 +3,15 @@
     spark-submit jobs/predict.py --model models/sodm --data table.parquet --out predictions/
     spark-submit jobs/predict.py --model DIR --data rows.libsvm --format libsvm --out DIR
 
-The model (a directory from --model-out, or a compressed one from --max-sv) is broadcast once;
-every task scores its rows through Arrow batches, kernel blocks against the support set in
-float32 (rows near a decision boundary again in float64, so predictions are float64's). The
-output has the key (--key-col, or a row id), `prediction` (the label) and `rawPrediction` (the
-scores), written to a temporary directory beside --out and renamed into place when complete.
+The model (a directory from --model-out, or a compressed one from --max-sv) is shipped to the
+workers as files that every task maps a block of support vectors at a time, so memory per task
+does not grow with the model; the rows are spread over at least one task per core, more when
+the model is expensive per row (sodm_spark.spark.predict). Every task scores its rows through
+Arrow batches, kernel blocks against the support set in float32 (rows near a decision boundary
+again in float64, so predictions are float64's). The output has the key (--key-col, or a row
+id), `prediction` (the label) and `rawPrediction` (the scores), written to a temporary
+directory beside --out and renamed into place when complete. The last line, and --metrics-out,
+give the rows scored, the seconds of the scoring job and rows/s.
 """
 from __future__ import annotations
 
@@ -30,7 +34,8 @@ from sodm_spark.spark.session import job_session
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="predict.py", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", required=True, help="model directory (arrays.npz + metadata.json)")
+    parser.add_argument("--model", required=True,
+                        help="model directory (arrays.npz + metadata.json)")
     parser.add_argument("--data", required=True, help="rows to score")
     parser.add_argument("--format", choices=("parquet", "csv", "libsvm"), default="parquet")
     parser.add_argument("--out", required=True, help="output directory (Parquet)")
@@ -83,6 +88,28 @@ def report_progress(accumulator, started, every, stop):
               flush=True)
 
 
+def score_and_write(frame, out: Path, args, rows) -> float:
+    """Run the scoring job (writing ``out``) with a progress line every --progress-seconds;
+    its seconds. A task's ValueError (a bad row) becomes a one-line error."""
+    started = time.perf_counter()
+    stop = threading.Event()
+    ticker = threading.Thread(target=report_progress,
+                              args=(rows, started, args.progress_seconds, stop), daemon=True)
+    ticker.start()
+    try:
+        write_atomically(frame, out, args.overwrite)
+    except Exception as error:  # a task's ValueError arrives wrapped by Py4J
+        message = str(error)
+        marker = message.rfind("ValueError: ")
+        if marker < 0:
+            raise
+        raise SystemExit(f"error: --data {args.data}: "
+                         f"{message[marker + 12:].splitlines()[0]}") from None
+    finally:
+        stop.set()
+    return time.perf_counter() - started
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     out = Path(args.out)
@@ -94,37 +121,26 @@ def main(argv=None) -> int:
     except ValueError as error:
         raise SystemExit(f"error: --model: {error}")
     with job_session("sodm-spark: predict", args.master) as spark:
-        started = time.perf_counter()
         rows = spark.sparkContext.accumulator(0)
+        preparing = time.perf_counter()
         try:
-            frame = score_dataframe(read_table(spark, args, model.support_vectors.shape[1]),
-                                    model, args.features_col, args.key_col, args.label_col,
-                                    args.precision, rows)
+            with score_dataframe(read_table(spark, args, model.support_vectors.shape[1]),
+                                 model, args.features_col, args.key_col, args.label_col,
+                                 args.precision, rows) as (frame, partitions):
+                prepare_seconds = time.perf_counter() - preparing
+                print(f"scoring {args.data} with {model.support_vectors.shape[0]:,} support "
+                      f"vectors ({args.precision} kernel blocks) in {partitions} tasks "
+                      f"(prepared in {prepare_seconds:.1f} s)", flush=True)
+                seconds = score_and_write(frame, out, args, rows)
         except (ValueError, FileNotFoundError) as error:
             raise SystemExit(f"error: --data {args.data}: {error}")
-        print(f"scoring {args.data} with {model.support_vectors.shape[0]:,} support vectors "
-              f"({args.precision} kernel blocks)", flush=True)
-        stop = threading.Event()
-        ticker = threading.Thread(target=report_progress,
-                                  args=(rows, started, args.progress_seconds, stop), daemon=True)
-        ticker.start()
-        try:
-            write_atomically(frame, out, args.overwrite)
-        except Exception as error:  # a task's ValueError arrives wrapped by Py4J
-            message = str(error)
-            marker = message.rfind("ValueError: ")
-            if marker < 0:
-                raise
-            raise SystemExit(f"error: --data {args.data}: "
-                             f"{message[marker + 12:].splitlines()[0]}") from None
-        finally:
-            stop.set()
-        seconds = time.perf_counter() - started
-        print(f"scored {rows.value:,} rows in {seconds:.2f} s ({rows.value / seconds:,.0f} rows/s);"
-              f" predictions written to {out}", flush=True)
+        rate = rows.value / max(seconds, 1e-9)
+        print(f"scored {rows.value:,} rows in {seconds:.2f} s ({rate:,.0f} rows/s); "
+              f"predictions written to {out}", flush=True)
         if args.metrics_out:
             write_outputs(None, {"rows": rows.value, "seconds": seconds,
-                                 "rows_per_second": rows.value / seconds,
+                                 "rows_per_second": rate, "prepare_seconds": prepare_seconds,
+                                 "partitions": partitions,
                                  "support_vectors": int(model.support_vectors.shape[0]),
                                  "precision": args.precision}, None, args.metrics_out)
     return 0

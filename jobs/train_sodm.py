@@ -15,12 +15,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-from pyspark import StorageLevel
 
 from sodm_spark.datasets import make_linear, make_nonlinear
 from sodm_spark.spark.dsvrg import DSVRGParams, fit_dsvrg
@@ -30,8 +28,12 @@ from sodm_spark.spark.sodm import fit_sodm
 from sodm_spark.spark.sodm_params import PARTITIONERS, SODMParams
 from sodm_spark.spark.sodm_prepare import checked_classes, prepare_sodm
 from sodm_spark.spark.tune import tune_sodm
-from sodm_spark.tuning import ParamGrid
-from sodm_spark.compression import METHODS as COMPRESSION_METHODS, compare
+from sodm_spark.tuning import (DEFAULT_SEARCH_GRID_TEXT, DEFAULT_SEARCH_POINT, ParamGrid,
+                               search_sample)
+from sodm_spark.compression import AUTO_ABOVE, AUTO_POINTS, METHODS as COMPRESSION_METHODS
+from sodm_spark.spark.memory import check_collectable, check_fit_resources, executor_memory
+from sodm_spark.spark.plan import TOP_PARTITION_ROWS, auto_levels, kernel_mb
+from sodm_spark.spark.sodm_params import PERSIST
 from sodm_spark.tuning_report import point_line, table, write_report
 from sodm_spark.jobconf import gamma_arg, parse_with_defaults, write_outputs
 from sodm_spark.validation import check_finite_rows, check_two_classes, shown_classes
@@ -46,19 +48,31 @@ def parse_args(argv=None, prog="train_sodm.py", description=None,
     parser = argparse.ArgumentParser(prog=prog, description=description or
                                      __doc__.split("\n\n")[0])
     parser.add_argument("--data", help="training data (LIBSVM, CSV or Parquet); default: built-in")
-    parser.add_argument("--test-data", help="test data in the same format, scored after every level")
+    parser.add_argument("--test-data", help="test data in the same format: the final model's "
+                        "accuracy (every level's with --test-every-level)")
+    parser.add_argument("--test-every-level", action="store_true", default=None,
+                        help="score the test rows with every level's model too (costs test rows "
+                        "x training rows kernel entries per level; by default only when that "
+                        "is cheap)")
     parser.add_argument("--format", choices=("libsvm", "csv", "parquet"), default="libsvm")
-    parser.add_argument("--levels", type=int, default=defaults.levels, help="L: K = p^L partitions")
+    parser.add_argument("--levels", type=levels_arg, default=defaults.levels,
+                        help="L: start from K = p^L partitions (default 'auto': partitions of "
+                        f"about {TOP_PARTITION_ROWS:,} rows; automatic stopping decides how "
+                        "far down to go)")
     parser.add_argument("--p", type=int, default=defaults.p, help="partitions merged per level")
     parser.add_argument("--strata", type=int, default=defaults.strata, help="S landmark strata")
     parser.add_argument("--kernel", default=defaults.kernel)
-    parser.add_argument("--gamma", default=defaults.gamma, type=gamma_arg,
-                        help="'scale', 'auto' or a number")
+    parser.add_argument("--gamma", type=gamma_arg, help="'scale', 'auto' or a number (default "
+                        f"{defaults.gamma!r}; without --gamma, --lam, --theta and --v the job "
+                        "searches all four first, on a sample of the top level's partitions)")
+    parser.add_argument("--scale", choices=("minmax", "none"), default=defaults.scale,
+                        help="map every column onto [0, 1] before the kernel (default; the "
+                        "model stores the map) or use the rows as they are")
     parser.add_argument("--kernel-offset", type=float, default=defaults.kernel_offset,
                         help="kernel ODM: solve with k + c, a penalized bias (default 0)")
-    parser.add_argument("--lam", type=float, default=defaults.lam)
-    parser.add_argument("--theta", type=float, default=defaults.theta)
-    parser.add_argument("--v", type=float, default=defaults.v)
+    parser.add_argument("--lam", type=float, help=f"λ (default {defaults.lam:g})")
+    parser.add_argument("--theta", type=float, help=f"θ (default {defaults.theta:g})")
+    parser.add_argument("--v", type=float, help=f"v (default {defaults.v:g})")
     parser.add_argument("--tol", type=float, default=defaults.tol)
     parser.add_argument("--max-iter", type=int, default=defaults.max_iter)
     parser.add_argument("--stop-level", type=int, default=defaults.stop_level)
@@ -102,12 +116,15 @@ def parse_args(argv=None, prog="train_sodm.py", description=None,
                         "v=0.2,0.8' (these are the defaults; gamma values multiply --gamma)")
     tuning.add_argument("--tune-report", metavar="DIR",
                         help="write tuning.json, tuning.txt and the heat map tuning.png here")
-    parser.add_argument("--max-sv", type=int, metavar="N",
+    parser.add_argument("--max-sv", type=max_sv_arg, default="auto", metavar="N|auto|none",
                         help="compress the model to at most N points (reduced-set projection "
-                        "of f; reported on the validation and test rows before and after)")
-    parser.add_argument("--compress-method", choices=COMPRESSION_METHODS, default="kmeans",
-                        help="how --max-sv chooses its points: k-means centres of the support "
-                        "vectors (default), Eqn 8 landmarks, or the largest |coefficients|")
+                        "of f, before it reaches the driver; reported on the validation and "
+                        f"test rows before and after). Default 'auto': above {AUTO_ABOVE:,} "
+                        f"support vectors, {AUTO_POINTS:,} points; 'none' keeps every one")
+    parser.add_argument("--compress-method", choices=COMPRESSION_METHODS, default="random",
+                        help="how --max-sv chooses its points: a random sample of the support "
+                        "vectors (default), k-means centres of them, Eqn 8 landmarks, or the "
+                        "largest |coefficients|")
     parser.add_argument("--model-out", help="directory for the model (written atomically)")
     parser.add_argument("--metrics-out", help="JSON file for per-level metrics")
     parser.add_argument("--seed", type=int, default=defaults.seed)
@@ -130,9 +147,7 @@ def parse_args(argv=None, prog="train_sodm.py", description=None,
         parser.set_defaults(tune=True, tune_report="tuning-report")
     args, args.config = parse_with_defaults(parser, "train_sodm", argv)
     args.tune_only = tune_only
-    if args.max_sv is not None and args.max_sv < 1:
-        parser.error(f"--max-sv must be a positive integer, got {args.max_sv}")
-    if args.max_sv is not None and args.kernel == "linear":
+    if isinstance(args.max_sv, int) and args.kernel == "linear":
         parser.error("--max-sv compresses kernel expansions; a linear model is one weight "
                      "vector already")
     if tune_only and args.model_out:
@@ -149,6 +164,31 @@ def parse_args(argv=None, prog="train_sodm.py", description=None,
     if (args.grid is not None or args.tune_report) and not args.tune:
         parser.error("--grid and --tune-report go with --tune")
     return args
+
+
+def levels_arg(text):
+    """argparse type of ``--levels``: 'auto' (None) or an integer (SODMParams checks it)."""
+    if text in (None, "auto"):
+        return None
+    try:
+        return int(text)
+    except (TypeError, ValueError):
+        raise argparse.ArgumentTypeError(f"--levels must be an integer >= 0 or 'auto', got "
+                                         f"{text!r}") from None
+
+
+def max_sv_arg(text):
+    """argparse type of ``--max-sv``: 'auto', 'none' or a positive integer."""
+    if text in ("auto", "none"):
+        return text
+    try:
+        value = int(text)
+    except (TypeError, ValueError):
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"--max-sv must be 'auto', 'none' or a positive "
+                                         f"integer, got {text!r}")
+    return value
 
 
 def grid_arg(text):
@@ -168,7 +208,10 @@ def read_driver_side(spark, path, args, n_features, sparse, flag):
         if pair[0].shape[1] < n_features:  # LIBSVM omits trailing zero columns
             pair = read_libsvm_local(path, n_features=n_features, sparse=sparse)
     else:
-        pair = collect_blocks(read_blocks(spark, path, args.format)[0])
+        blocks, d = read_blocks(spark, path, args.format)
+        check_collectable(spark.sparkContext, 8.0 * d * blocks.map(lambda b: b.X.shape[0]).sum(),
+                          f"{flag} {path}", "score such a table with jobs/predict.py instead")
+        pair = collect_blocks(blocks)
     if pair[0].shape[1] != n_features:
         raise ValueError(
             f"{flag} {path} has {pair[0].shape[1]} features but --data "
@@ -187,11 +230,18 @@ def load_data(spark, args):
         return (numpy_to_blocks(spark.sparkContext, X[:args.rows], y[:args.rows]),
                 np.array([-1, 1]), (X[args.rows:], y[args.rows:]), X.shape[1])
     sparse = "auto" if linear and args.format == "libsvm" else False
-    blocks, n_features = read_blocks(spark, args.data, args.format, sparse=sparse)
+    # the kernel path computes its kernel blocks in float32: its rows are stored so
+    blocks, n_features = read_blocks(spark, args.data, args.format, sparse=sparse,
+                                     dtype=np.float64 if linear else np.float32)
     # parsed once, by the checking job; the fit's passes (SODM levels, DSVRG epochs) read the
-    # rows from here (DSVRG then keeps no second copy)
-    blocks = blocks.persist(StorageLevel.MEMORY_AND_DISK)
-    classes = checked_classes(blocks, n_features)
+    # rows from here (DSVRG then keeps no second copy), on local disk, not the JVM heap
+    blocks = blocks.persist(PERSIST)
+    classes, n_rows = checked_classes(blocks, n_features, with_rows=True)
+    if not linear:  # the levels' first partitions and the persisted rows must fit
+        params = sodm_params(args)
+        levels = auto_levels(n_rows, params.p) if params.levels is None else params.levels
+        check_fit_resources(spark.sparkContext, n_rows, n_features, 4, params.p ** levels,
+                            levels, executor_memory(spark.sparkContext, args.memory_mb), params)
     if linear:  # DSVRG is binary; the kernel levels take any number of classes
         check_two_classes(classes, f"--data {args.data}", "--kernel linear (DSVRG)",
                           "use a nonlinear --kernel: its levels fit every class at once")
@@ -208,42 +258,50 @@ def _accuracy_text(value):
     return "" if value is None else f"{value:.4f}"
 
 
-def run_tuning(spark, prepared, params, grid, report_dir=None):
-    """The grid search on the prepared top level: one line per grid point as it is scored,
-    the table best first, the report files; returns the TuneResult."""
-    print(f"tuning {len(grid)} grid points on {prepared.parts.getNumPartitions()} partitions "
-          f"of the top level, scored on {len(prepared.validation_pair[1])} validation rows "
-          f"(base gamma {prepared.kernel.gamma:.4g})", flush=True)
+def run_tuning(spark, prepared, params, grid, report_dir=None, keys=None, default=None):
+    """The grid search on the prepared top level (the partitions of ``keys`` only, if given):
+    one line per grid point as it is scored, the table best first, the report files; returns
+    the TuneResult."""
+    n_parts = prepared.parts.getNumPartitions()
+    where = f"{n_parts:,} partitions" if keys is None else \
+        f"{len(keys)} of the {n_parts:,} partitions"
+    print(f"tuning {len(grid)} grid points on {where} of the top level, scored on "
+          f"{len(prepared.validation_pair[1])} validation rows (base gamma "
+          f"{prepared.kernel.gamma:.4g})", flush=True)
 
     def show(entry, index, total):
         print(point_line(entry.to_dict(), index, total, prepared.kernel.gamma), flush=True)
 
-    result = tune_sodm(spark.sparkContext, prepared, params, grid, on_point=show)
+    result = tune_sodm(spark.sparkContext, prepared, params, grid, on_point=show, keys=keys,
+                       default=default)
     report = result.to_dict()
     print(table(report), flush=True)
     best = report["best"]
-    print(f"best: --gamma {best['gamma']:.6g} --lam {best['lam']:g} --theta {best['theta']:g} "
-          f"--v {best['v']:g} (validation accuracy {best['validation_accuracy']:.4f}; "
-          f"tuning took {result.seconds:.2f} s)", flush=True)
+    kept = default is not None and result.best.point == default
+    print(f"{'chosen' if default is not None else 'best'}: --gamma {best['gamma']:.6g} --lam "
+          f"{best['lam']:g} --theta {best['theta']:g} --v {best['v']:g} (validation accuracy "
+          f"{best['validation_accuracy']:.4f}"
+          + ("; the default point, no other beats it significantly" if kept else "")
+          + f"; tuning took {result.seconds:.2f} s)", flush=True)
     if report_dir:
         paths = write_report(report, report_dir)
         print(f"tuning report: {', '.join(paths.values())}", flush=True)
     return result
 
 
-def run_levels(spark, blocks, classes, test, params, checkpoint_dir=None, resume=False,
-               validation=None, prepared=None):
+def run_levels(spark, blocks, classes, test, params, args, validation=None, prepared=None):
     """SODM Algorithm 1: before each level its plan, after it one line of the levels table."""
     print(f"{'level':>5} {'partitions':>10} {'seconds':>9} {'predicted':>9} {'kernel':>8} "
           f"{'objective':>14} {'SVs':>8} {'sweeps':>7} {'val acc':>8} {'test acc':>9}",
           flush=True)
 
     def announce(plan):
-        predicted = ("no estimate before the first level" if plan.predicted_seconds is None
-                     else f"predicted {plan.predicted_seconds:.1f} s")
-        print(f"  -> level {plan.level}: {plan.partitions} partitions of up to {plan.rows:,} "
-              f"rows, kernel {plan.kernel} ({plan.memory_mb:,.0f} MB per task), {predicted}",
-              flush=True)
+        predicted = (f"estimated {plan.predicted_seconds:,.1f} s from this machine's GEMM speed"
+                     if plan.estimated else f"predicted {plan.predicted_seconds:,.1f} s")
+        print(f"  -> level {plan.level}: {plan.partitions:,} partitions of up to {plan.rows:,} "
+              f"rows, kernel {plan.kernel} ({kernel_mb(plan.rows):,.1f} MB of the "
+              f"{plan.memory_mb:,.0f} MB a task may use), {predicted}"
+              + (f"; {plan.advice}" if plan.advice else ""), flush=True)
 
     def show(entry):
         predicted = "" if entry.predicted_seconds is None else f"{entry.predicted_seconds:.2f}"
@@ -252,12 +310,16 @@ def run_levels(spark, blocks, classes, test, params, checkpoint_dir=None, resume
               f"{entry.sweeps_max:>7} {_accuracy_text(entry.validation_accuracy):>8} "
               f"{_accuracy_text(entry.test_accuracy):>9}", flush=True)
 
+    checkpoint_dir = args.checkpoint_dir
+    resume = args.resume  # a search before is seeded: it chooses the same point again
     if resume and (Path(checkpoint_dir) / "state.json").exists():
         print(f"resuming from {checkpoint_dir}: the levels it holds are not solved again",
               flush=True)
     fit = fit_sodm(spark.sparkContext, blocks, params, classes, test=test, on_level=show,
                    on_plan=announce, checkpoint_dir=checkpoint_dir, resume=resume,
-                   validation=validation, prepared=prepared)
+                   validation=validation, prepared=prepared, max_sv=args.max_sv,
+                   compress_method=args.compress_method,
+                   test_every_level=args.test_every_level)
     best = next(entry for entry in fit.levels if entry.level == fit.best_level)
     summary = {"levels": [entry.to_dict() for entry in fit.levels],
                "train_seconds": fit.train_seconds, "partition_seconds": fit.partition_seconds,
@@ -265,20 +327,43 @@ def run_levels(spark, blocks, classes, test, params, checkpoint_dir=None, resume
                "validation_rows": fit.validation_rows, "stopped_at": fit.stopped_at,
                "stop_reason": fit.stop_reason, "best_level": fit.best_level,
                "validation_accuracy": best.validation_accuracy,
-               "test_accuracy": best.test_accuracy, "params": vars(params)}
+               "test_accuracy": fit.test_accuracy, "params": vars(params)}
+    if fit.compression is not None:
+        summary["compression"] = fit.compression
+        summary["test_accuracy_uncompressed"] = best.test_accuracy
+        show_compression(fit.compression)
     print(f"stopped after level {fit.stopped_at}: {fit.stop_reason}; the model is level "
           f"{fit.best_level}'s" + ("" if best.validation_accuracy is None else
                                    f" (validation accuracy {best.validation_accuracy:.4f} on "
                                    f"{fit.validation_rows} rows)"), flush=True)
-    print(f"trained on {fit.n_rows} rows in {fit.train_seconds:.2f} s "
-          f"(partitioning {fit.partition_seconds:.2f} s); {summary['n_sv']} support vectors"
-          + ("" if best.test_accuracy is None else f"; test accuracy {best.test_accuracy:.4f}"))
+    print(f"trained on {fit.n_rows:,} rows in {fit.train_seconds:.2f} s "
+          f"(partitioning {fit.partition_seconds:.2f} s); {summary['n_sv']:,} support vectors"
+          + ("" if fit.test_accuracy is None else f"; test accuracy {fit.test_accuracy:.4f}"))
     return fit, summary
+
+
+def show_compression(report):
+    """One line per row set the compression was checked on (validation, test)."""
+    print(f"compressed {report['support_vectors_before']:,} -> "
+          f"{report['support_vectors_after']:,} points ({report['method']}, fitted on "
+          f"{report['fit_rows']:,} rows, {report['seconds']:.2f} s)", flush=True)
+    for name in ("validation", "test"):
+        r = report.get(name)
+        if r is None:
+            continue
+        if "accuracy_before" not in r:
+            print(f"  {name}: accuracy {r['accuracy_after']:.4f} compressed (the whole model "
+                  "was not scored on these rows: --test-every-level does)", flush=True)
+            continue
+        print(f"  {name}: accuracy {r['accuracy_before']:.4f} -> {r['accuracy_after']:.4f}, "
+              f"decision function relative RMS error {r['relative_rms_error']:.3g}, "
+              f"{100 * r['predictions_changed']:.2f}% of predictions changed", flush=True)
 
 
 def run_dsvrg(spark, blocks, classes, test, n_features, args):
     """SODM Algorithm 2 (linear kernel): one printed line per epoch."""
-    params = DSVRGParams(lam=args.lam, theta=args.theta, v=args.v, epochs=args.epochs,
+    given = sodm_params(args)
+    params = DSVRGParams(lam=given.lam, theta=given.theta, v=given.v, epochs=args.epochs,
                          tol=args.epoch_tol, step=args.step,
                          n_partitions=args.partitions, strata=args.strata, seed=args.seed,
                          fit_intercept=args.fit_intercept)
@@ -304,10 +389,22 @@ def run_dsvrg(spark, blocks, classes, test, n_features, args):
     return fit, summary
 
 
+HYPERPARAMETERS = ("gamma", "lam", "theta", "v")
+
+
+def hyperparameters_given(args) -> bool:
+    """Whether any ODM hyperparameter came from the command line or the job config."""
+    return any(getattr(args, name) is not None for name in HYPERPARAMETERS)
+
+
 def sodm_params(args) -> SODMParams:
-    params = SODMParams(kernel=args.kernel, gamma=args.gamma, kernel_offset=args.kernel_offset,
-                        lam=args.lam, theta=args.theta,
-                        v=args.v, tol=args.tol, max_iter=args.max_iter, p=args.p,
+    defaults = SODMParams()
+    given = {name: getattr(args, name) if getattr(args, name) is not None
+             else getattr(defaults, name) for name in HYPERPARAMETERS}
+    params = SODMParams(kernel=args.kernel, gamma=given["gamma"], scale=args.scale,
+                        kernel_offset=args.kernel_offset, lam=given["lam"],
+                        theta=given["theta"], v=given["v"], tol=args.tol,
+                        max_iter=args.max_iter, p=args.p,
                         levels=args.levels, strata=args.strata, stop_level=args.stop_level,
                         partitioner=args.partitioner, warm_start=args.warm_start, seed=args.seed,
                         cache_mb=args.cache_mb, memory_mb=args.memory_mb,
@@ -316,30 +413,6 @@ def sodm_params(args) -> SODMParams:
                         min_improvement=args.min_improvement, time_budget=args.time_budget)
     params.validate()
     return params
-
-
-def compress_fit(fit, summary, test, args):
-    """Replace the fitted model by one over at most --max-sv points and report the change on
-    the validation and test rows (metrics JSON: ``compression``)."""
-    start = time.perf_counter()
-    compressed = fit.model.compress(args.max_sv, method=args.compress_method, seed=args.seed)
-    report = {"max_sv": args.max_sv, "method": args.compress_method,
-              "seconds": time.perf_counter() - start}
-    for name, pair in (("validation", fit.validation), ("test", test)):
-        if pair is not None:
-            report[name] = compare(fit.model, compressed, np.asarray(pair[0]), pair[1])
-            r = report[name]
-            print(f"compressed {r['support_vectors_before']:,} -> {r['support_vectors_after']:,} "
-                  f"points ({args.compress_method}, {report['seconds']:.2f} s): {name} accuracy "
-                  f"{r['accuracy_before']:.4f} -> {r['accuracy_after']:.4f}, decision function "
-                  f"relative RMS error {r['relative_rms_error']:.3g}, "
-                  f"{100 * r['predictions_changed']:.2f}% of predictions changed", flush=True)
-    fit.model = compressed
-    summary["compression"] = report
-    summary["n_sv"] = int(compressed.support_vectors.shape[0])
-    if "test" in report:
-        summary["test_accuracy_uncompressed"] = summary["test_accuracy"]
-        summary["test_accuracy"] = report["test"]["accuracy_after"]
 
 
 def train(spark, args):
@@ -351,26 +424,30 @@ def train(spark, args):
         return run_dsvrg(spark, blocks, classes, test, n_features, args)
     validation = None if not args.validation_data else read_driver_side(
         spark, args.validation_data, args, n_features, False, "--validation-data")
-    if not args.tune:
-        fit, summary = run_levels(spark, blocks, classes, test, params, args.checkpoint_dir,
-                                  args.resume, validation)
-        if args.max_sv:
-            compress_fit(fit, summary, test, args)
-        return fit, summary
+    search = args.tune or not hyperparameters_given(args)
+    if not search:
+        return run_levels(spark, blocks, classes, test, params, args, validation)
     prepared = prepare_sodm(spark.sparkContext, blocks, params, classes, test, validation,
                             hold_out=True)
-    result = run_tuning(spark, prepared, params, args.grid or ParamGrid(), args.tune_report)
+    keys = None
+    if not args.tune:  # no hyperparameters given: a small search on a sample of partitions
+        n_parts = prepared.parts.getNumPartitions()
+        keys = search_sample(n_parts, -(-prepared.n_rows // n_parts),
+                             spark.sparkContext.defaultParallelism, params.seed)
+        print("no ODM hyperparameters given (--gamma, --lam, --theta, --v): searching "
+              f"{DEFAULT_SEARCH_GRID_TEXT} first", flush=True)
+    grid = args.grid or (ParamGrid() if args.tune else ParamGrid.parse(DEFAULT_SEARCH_GRID_TEXT))
+    result = run_tuning(spark, prepared, params, grid, args.tune_report, keys,
+                        None if args.tune else DEFAULT_SEARCH_POINT)
     if args.tune_only:
         return None, {"tuning": result.to_dict(), "tuning_seconds": result.seconds,
                       "partition_seconds": prepared.partition_seconds}
     tuned = result.best_params(params)
     prepared.kernel = replace(prepared.kernel, gamma=tuned.gamma)
-    fit, summary = run_levels(spark, blocks, classes, test, tuned, args.checkpoint_dir,
-                              validation=validation, prepared=prepared)
+    fit, summary = run_levels(spark, blocks, classes, test, tuned, args, validation=validation,
+                              prepared=prepared)
     summary["tuning"] = result.to_dict()
     summary["tuning_seconds"] = result.seconds
-    if args.max_sv:
-        compress_fit(fit, summary, test, args)
     return fit, summary
 
 

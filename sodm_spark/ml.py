@@ -62,11 +62,14 @@ _PARAMS = {
     "coef0": (_FLOAT, "polynomial offset"),
     "fitIntercept": (_BOOL, "linear kernel: fit an unpenalized intercept (as MLlib's LinearSVC)"),
     "kernelOffset": (_FLOAT, "other kernels: solve with k + c, a penalized bias (default 0)"),
+    "scale": (_TEXT, "minmax (every column onto [0, 1] before the kernel, stored in the "
+              "model) or none"),
     "lam": (_FLOAT, "λ > 0, weight of the margin loss"),
     "theta": (_FLOAT, "θ in [0, 1), margin band half-width"),
     "v": (_FLOAT, "v in (0, 1], weight of margins above 1+θ"),
     "p": (_INT, "partitions merged per level (>= 2)"),
-    "levels": (_INT, "L: start from p^L partitions"),
+    "levels": (_INT, "L: start from p^L partitions (unset: chosen from the rows, partitions "
+                "of about 2,500 rows)"),
     "strata": (_INT, "S landmark strata (Eqns 7-8)"),
     "stopLevel": (_INT, "last level solved (0 = all data)"),
     "partitioner": (_TEXT, "stratified, random, kmeans, dip or cascade"),
@@ -143,7 +146,8 @@ class SODMClassifier(Estimator, _SODMParams, VersionedReadWrite):
     @keyword_only
     def __init__(self, *, featuresCol="features", labelCol="label", predictionCol="prediction",
                  rawPredictionCol="rawPrediction", kernel="rbf", gamma="scale", degree=3,
-                 coef0=0.0, fitIntercept=True, kernelOffset=0.0, lam=1000.0, theta=0.1, v=0.5, tol=1e-3, maxIter=1000, p=3, levels=3,
+                 coef0=0.0, fitIntercept=True, kernelOffset=0.0, scale="minmax", lam=1e5, theta=0.1,
+                 v=0.2, tol=1e-2, maxIter=1000, p=3, levels=None,
                  strata=20, stopLevel=0, partitioner="stratified", warmStart="scaled",
                  cacheMb=None, seed=0, autoStop=True, validationFraction=0.1,
                  minImprovement=0.002, timeBudget=None):
@@ -251,7 +255,7 @@ class SODMClassificationModel(Model, _SODMParams, VersionedReadWrite):
         binary = expansion.coef.shape[1] == 1
         payload = spark.sparkContext.broadcast(
             (expansion.support_vectors, expansion.coef, expansion.kernel.to_dict(),
-             expansion.intercept))
+             expansion.intercept, expansion.feature_offset, expansion.feature_scale))
         n_features, features_col = self.numFeatures, self.getFeaturesCol()
         classes = [float(c) for c in expansion.classes]
 
@@ -259,13 +263,15 @@ class SODMClassificationModel(Model, _SODMParams, VersionedReadWrite):
         def raw_scores_udf(features: pd.Series) -> pd.Series:
             from sodm_spark.kernels import Kernel
             from sodm_spark.scoring import raw_scores
-            support_vectors, coef, kernel_dict, intercept = payload.value
+            support_vectors, coef, kernel_dict, intercept, offset, scale = payload.value
             X = np.stack(features.to_numpy()).astype(np.float64) if len(features) else \
                 np.zeros((0, n_features))
             if X.shape[1] != n_features:
                 raise ValueError(f"column {features_col!r} has {X.shape[1]} features; the "
                                  f"model was trained on {n_features}. Transform data with the "
                                  "training data's feature columns, in the same order.")
+            if scale is not None:  # the model's feature scaling (KernelExpansion.inputs)
+                X = (X - offset) * scale
             # jobs/predict.py's scoring: float32 kernel blocks, boundary rows in float64
             scores, _ = raw_scores(X, support_vectors, coef, Kernel.from_dict(kernel_dict),
                                    intercept)

@@ -14,8 +14,18 @@ from .kernels import Kernel, decision_values
 from .storage import join, replace_versioned, resolve_version, store_for
 
 FORMAT_NAME = "sodm_spark.KernelExpansion"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the feature scaling (written only when a model has one, else 1)
+READ_VERSIONS = (1, 2)
 MODEL_FILES = ("arrays.npz", "metadata.json")  # in a version folder (or a pre-version directory)
+
+
+def labels_from_scores(scores, classes) -> np.ndarray:
+    """Labels from decision values: by the sign of f ((n,) or (n, 1): ``classes[1]`` when
+    f > 0), else the class of the largest score."""
+    scores = np.asarray(scores)
+    if scores.ndim == 2 and scores.shape[1] > 1:
+        return np.asarray(classes)[np.argmax(scores, axis=1)]
+    return np.asarray(classes)[(scores.reshape(-1) > 0).astype(np.int64)]
 
 
 @dataclass
@@ -26,6 +36,9 @@ class KernelExpansion:
     for (binary: the column scores ``classes[1]`` against ``classes[0]``). ``intercept`` (one
     per output) is added to f for the comparators that have a bias (CVM, CVR, coreset SVM);
     ODM has none. A regression model has no classes: ``predict`` returns f itself.
+    ``feature_offset`` and ``feature_scale`` (one per column; SODM's min-max scaling) map a raw
+    row x to the kernel's input ``(x − offset) · scale`` (:meth:`inputs`); the support vectors
+    are stored mapped.
     """
 
     support_vectors: np.ndarray
@@ -33,6 +46,16 @@ class KernelExpansion:
     kernel: Kernel
     classes: np.ndarray
     intercept: np.ndarray | None = None
+    feature_offset: np.ndarray | None = None
+    feature_scale: np.ndarray | None = None
+
+    def inputs(self, X):
+        """Raw rows as the kernel's inputs (the feature scaling applied, in X's float dtype)."""
+        if self.feature_scale is None:
+            return X
+        dtype = X.dtype if X.dtype in (np.float32, np.float64) else np.float64
+        return ((np.asarray(X, dtype=dtype) - self.feature_offset.astype(dtype))
+                * self.feature_scale.astype(dtype))
 
     @property
     def is_regression(self) -> bool:
@@ -40,7 +63,11 @@ class KernelExpansion:
 
     def decision_function(self, X: np.ndarray, block_mb: float = 256.0) -> np.ndarray:
         if not scipy.sparse.issparse(X):  # sparse rows work with the linear kernel
-            X = np.asarray(X, dtype=np.float64)
+            X = self.inputs(np.asarray(X, dtype=np.float64))
+        return self.input_scores(X, block_mb)
+
+    def input_scores(self, X, block_mb: float = 256.0) -> np.ndarray:
+        """f on rows already mapped by :meth:`inputs`: (n,) for one output, else (n, K)."""
         scores = decision_values(self.kernel, X, self.support_vectors, self.coef, block_mb)
         if self.intercept is not None:
             scores = scores + np.asarray(self.intercept, dtype=np.float64)[None, :]
@@ -48,11 +75,7 @@ class KernelExpansion:
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         scores = self.decision_function(X)
-        if self.is_regression:
-            return scores
-        if scores.ndim == 1:
-            return self.classes[(scores > 0).astype(int)]
-        return self.classes[np.argmax(scores, axis=1)]
+        return scores if self.is_regression else labels_from_scores(scores, self.classes)
 
     def compress(self, max_sv: int, method: str = "kmeans", ridge: float = 1e-6,
                  seed: int = 0, fit: str = "data") -> "KernelExpansion":
@@ -77,9 +100,13 @@ class KernelExpansion:
         arrays = {"support_vectors": self.support_vectors, "coef": self.coef, "classes": classes}
         if self.intercept is not None:
             arrays["intercept"] = np.asarray(self.intercept, dtype=np.float64)
+        if self.feature_scale is not None:
+            arrays["feature_offset"] = np.asarray(self.feature_offset, dtype=np.float64)
+            arrays["feature_scale"] = np.asarray(self.feature_scale, dtype=np.float64)
         buffer = io.BytesIO()
         np.savez(buffer, **arrays)
-        metadata = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION,
+        version = FORMAT_VERSION if self.feature_scale is not None else 1
+        metadata = {"format": FORMAT_NAME, "format_version": version,
                     "kernel": self.kernel.to_dict(), "n_support": int(self.support_vectors.shape[0]),
                     "n_features": int(self.support_vectors.shape[1])}
         store.mkdirs(folder)
@@ -123,11 +150,13 @@ class KernelExpansion:
         except (OSError, ValueError, UnicodeDecodeError) as error:
             raise ValueError(f"{metadata_path} is truncated or corrupt ({error}); the "
                              f"model cannot be read. {redo}") from None
-        if metadata.get("format") != FORMAT_NAME or metadata.get("format_version") != FORMAT_VERSION:
+        if metadata.get("format") != FORMAT_NAME or \
+                metadata.get("format_version") not in READ_VERSIONS:
             raise ValueError(
                 f"{folder} holds format {metadata.get('format')!r} version "
                 f"{metadata.get('format_version')!r}; this sodm_spark reads {FORMAT_NAME!r} "
-                f"version {FORMAT_VERSION}. Retrain, or load it with the version that wrote it.")
+                f"versions {', '.join(map(str, READ_VERSIONS))}. Retrain, or load it with the "
+                "version that wrote it.")
         if "arrays.npz" not in present:
             raise ValueError(f"{folder} is an incomplete (truncated) model: arrays.npz is "
                              f"missing. {redo}")
@@ -139,8 +168,10 @@ class KernelExpansion:
                              f"{error}); the model cannot be read. {redo}") from None
         try:
             with np.load(io.BytesIO(store.read_bytes(arrays_path)), allow_pickle=False) as arrays:
+                optional = {name: arrays[name] if name in arrays.files else None
+                            for name in ("intercept", "feature_offset", "feature_scale")}
                 model = cls(arrays["support_vectors"], arrays["coef"], kernel, arrays["classes"],
-                            arrays["intercept"] if "intercept" in arrays.files else None)
+                            **optional)
         except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile) as error:
             raise ValueError(f"{arrays_path} is truncated or corrupt "
                              f"({type(error).__name__}: {error}). {redo}") from None

@@ -1,54 +1,224 @@
 """Scoring rows with a kernel model in float32 where it cannot change a prediction (issue
-[12]); pure numpy, no Spark.
+[12]), one block of support vectors at a time; pure numpy, no Spark.
 
 Kernel blocks against the support set are one GEMM each; float32 halves their time. A
 float32 kernel entry is off by at most a few units of float32 rounding relative to the
-entry's terms, so a row's score is off by at most about ``FLOAT32_SLACK · Σ_i |α_i|`` (the
-kernels here have |k| ≤ 1 for rbf/laplacian; the bound is scaled by the largest |k| of the
-block otherwise). Rows whose decision is closer to a boundary than twice that bound (|f| for
+entry's terms, so a row's score is off by at most about ``FLOAT32_SLACK · Σ_i |α_i| k(x, z_i)``
+for the positive kernels (rbf, laplacian: computed with the scores, one more column of the
+same product; a compressed model's coefficients cancel, Σ_i |α_i| is 10^5 times |f|, and the
+row's own sum is what keeps its bound small), ``FLOAT32_SLACK · Σ_i |α_i|`` times the largest
+|k| otherwise. The products k · α are summed in float64. Rows whose decision is closer to a boundary than twice that bound (|f| for
 two classes, the gap between the two largest scores for more) are scored again in float64,
 so the predictions are those of a float64 scoring.
+
+A :class:`SupportSet` scores a batch against blocks of at most ``SV_BLOCK_BYTES`` of support
+vectors and sums the partial decision values, so the memory it needs is one batch, one
+support-vector block and one (batch × block) kernel block, whatever the model's size. Its
+arrays may be files (:meth:`SupportSet.save`, :class:`NpyRows`): the support vectors stored
+as float32 plus their float32 rounding residual (the float64 pass adds it back: exact to
+2⁻⁴⁸ relative), mapped a block at a time, so the OS page cache shares them between processes.
 """
 from __future__ import annotations
 
-import numpy as np
+import os
+from dataclasses import dataclass
+from typing import Any, Callable
 
-from .kernels import Kernel, decision_values
+import numpy as np
+import scipy.sparse
+
+from .kernels import Kernel
 
 # relative error of a float32 kernel entry, generously: the squared distance
 # ‖x‖² + ‖z‖² − 2xᵀz loses digits to cancellation before exp
 FLOAT32_SLACK = 1e-4
 PRECISIONS = ("float32", "float64")
+# at most this many bytes of support vectors, and of kernel entries, per block
+SV_BLOCK_BYTES = 64 << 20
+_NPY_HEADERS = {(1, 0): np.lib.format.read_array_header_1_0,
+                (2, 0): np.lib.format.read_array_header_2_0}
+
+
+class NpyRows:
+    """The rows of a 2-d C-order ``.npy`` file; ``rows[a:b]`` maps just those rows.
+
+    Mapping a block at a time (not the whole file, as ``np.load(mmap_mode="r")`` does) keeps
+    a process's address space to one block, which matters where it is capped
+    (``spark.executor.pyspark.memory`` sets RLIMIT_AS); the pages are the OS page cache's.
+    """
+
+    def __init__(self, path: str):
+        with open(path, "rb") as file:
+            read_header = _NPY_HEADERS.get(np.lib.format.read_magic(file))
+            if read_header is None:
+                raise ValueError(f"{path}: unsupported .npy format version; write it with "
+                                 "numpy.save.")
+            shape, fortran, dtype = read_header(file)
+            self.offset = file.tell()
+        if len(shape) != 2 or fortran:
+            raise ValueError(f"{path}: expected a 2-d C-order array, found shape {shape}"
+                             f"{' in Fortran order' if fortran else ''}.")
+        self.path, self.shape, self.dtype = path, tuple(shape), np.dtype(dtype)
+
+    def __getitem__(self, rows: slice) -> np.ndarray:
+        start, stop, _ = rows.indices(self.shape[0])
+        if stop <= start:
+            return np.empty((0, self.shape[1]), self.dtype)
+        row_bytes = self.shape[1] * self.dtype.itemsize
+        return np.memmap(self.path, self.dtype, "r", offset=self.offset + start * row_bytes,
+                         shape=(stop - start, self.shape[1]))
+
+
+@dataclass(frozen=True)
+class SupportSet:
+    """A kernel expansion as the scorer reads it: in blocks of support-vector rows.
+
+    ``vectors`` (N, d) and ``coef`` (N, K) are arrays or :class:`NpyRows`; ``residual``, if
+    given, is added to ``vectors`` in the float64 pass (their float32 rounding error).
+    ``coef_l1`` (max over outputs of Σ|coef|) and ``diagonal_max`` (max |k(z, z)| over the
+    support vectors, 1 for rbf/laplacian) size the float32 error bound.
+    """
+
+    vectors: Any
+    coef: Any
+    kernel: Kernel
+    intercept: np.ndarray | None
+    coef_l1: float
+    diagonal_max: float
+    residual: Any = None
+
+    @classmethod
+    def from_arrays(cls, support_vectors, coef, kernel: Kernel, intercept=None) -> "SupportSet":
+        coef = np.asarray(coef, dtype=np.float64).reshape(support_vectors.shape[0], -1)
+        diagonal = 1.0
+        if kernel.name not in ("rbf", "laplacian") and support_vectors.shape[0]:
+            diagonal = float(np.abs(kernel.diagonal(support_vectors)).max())
+        return cls(support_vectors, coef, kernel,
+                   None if intercept is None else np.asarray(intercept, np.float64).ravel(),
+                   float(np.abs(coef).sum(axis=0).max()) if coef.size else 0.0, diagonal)
+
+    def save(self, folder: str, prefix: str = "") -> dict:
+        """Write ``{prefix}vectors.npy`` (float32), ``{prefix}residual.npy`` (float32; only if
+        some vector is not a float32 number) and ``{prefix}coef.npy`` (float64) to ``folder``,
+        a block at a time; return the plain dict :meth:`open` takes (file names, no paths)."""
+        n, d = self.vectors.shape
+        names = {part: f"{prefix}{part}.npy" for part in ("vectors", "residual", "coef")}
+        header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)),
+                  "fortran_order": False, "shape": (n, d)}
+        step = max(1, SV_BLOCK_BYTES // (8 * max(d, 1)))
+        inexact = False
+        with open(os.path.join(folder, names["vectors"]), "wb") as high_file, \
+                open(os.path.join(folder, names["residual"]), "wb") as low_file:
+            for file in (high_file, low_file):
+                np.lib.format.write_array_header_1_0(file, header)
+            for start in range(0, n, step):
+                exact = np.asarray(self.vectors[start:start + step], dtype=np.float64)
+                high = exact.astype(np.float32)
+                if not np.isfinite(high).all():
+                    raise ValueError("a support vector has a value beyond float32's range "
+                                     "(|x| > 3.4e38); scale the features and retrain.")
+                low = (exact - high).astype(np.float32)
+                inexact = inexact or bool(low.any())
+                high_file.write(high.tobytes())
+                low_file.write(low.tobytes())
+        if not inexact:
+            os.remove(os.path.join(folder, names["residual"]))
+            names["residual"] = None
+        np.save(os.path.join(folder, names["coef"]), np.asarray(self.coef, dtype=np.float64))
+        return {"names": names, "kernel": self.kernel.to_dict(),
+                "intercept": None if self.intercept is None else self.intercept.tolist(),
+                "coef_l1": self.coef_l1, "diagonal_max": self.diagonal_max}
+
+    @classmethod
+    def open(cls, spec: dict, locate: Callable[[str], str] = lambda name: name) -> "SupportSet":
+        """The set :meth:`save` wrote, its files found by ``locate(name)`` and mapped a block
+        at a time."""
+        names = spec["names"]
+        vectors, coef = NpyRows(locate(names["vectors"])), NpyRows(locate(names["coef"]))
+        residual = NpyRows(locate(names["residual"])) if names["residual"] else None
+        mismatch = residual is not None and residual.shape != vectors.shape
+        if coef.shape[0] != vectors.shape[0] or mismatch:
+            raise ValueError(f"the support-vector files {sorted(filter(None, names.values()))} "
+                             "disagree in shape; score again (they are rewritten every run).")
+        intercept = spec["intercept"]
+        return cls(vectors, coef, Kernel.from_dict(spec["kernel"]),
+                   None if intercept is None else np.asarray(intercept, np.float64),
+                   float(spec["coef_l1"]), float(spec["diagonal_max"]), residual)
+
+    def raw_scores(self, X, precision: str = "float32",
+                   block_bytes: int | None = None) -> tuple[np.ndarray, int]:
+        """(scores (n, K) float64 with the intercept — K = 1 for two classes —, how many rows
+        were re-scored in float64)."""
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, "
+                             f"got {precision!r}.")
+        block_bytes = block_bytes or SV_BLOCK_BYTES
+        if self.kernel.name == "linear":  # a weight vector: one dot product per row
+            precision = "float64"
+        shift = 0.0 if self.intercept is None else self.intercept.reshape(1, -1)
+        # positive kernels: each row's own bound, slack · max over outputs of Σ_i |α_i| k(x, z_i)
+        weighted = precision == "float32" and self.kernel.name in ("rbf", "laplacian") \
+            and self.kernel.offset >= 0
+        scores, weights = self._sum(X, np.dtype(precision), block_bytes, weighted)
+        scores += shift
+        rescored = 0
+        if precision == "float32" and X.shape[0]:
+            if weighted:
+                bound = FLOAT32_SLACK * weights
+            else:
+                scale = 1.0
+                if self.kernel.name not in ("rbf", "laplacian"):
+                    scale = max(1.0, float(np.abs(self.kernel.diagonal(X)).max()),
+                                self.diagonal_max)
+                bound = FLOAT32_SLACK * scale * (1.0 + abs(self.kernel.offset)) * self.coef_l1
+            if scores.shape[1] == 1:
+                margin = np.abs(scores[:, 0])
+            else:
+                top2 = np.partition(scores, scores.shape[1] - 2, axis=1)[:, -2:]
+                margin = top2[:, 1] - top2[:, 0]
+            near = np.flatnonzero(margin <= 2.0 * bound)
+            if near.size:
+                scores[near] = self._sum(X[near], np.dtype(np.float64), block_bytes)[0] + shift
+                rescored = int(near.size)
+        return scores, rescored
+
+    def _sum(self, X, dtype: np.dtype, block_bytes: int, weighted: bool = False):
+        """(Σ over support-vector blocks of k(X, block) @ coef[block] in float64 (n, K); with
+        ``weighted`` also max over outputs of Σ |coef| k(X, block) (n,), else None)."""
+        (n, d), total, outputs = X.shape, self.vectors.shape[0], self.coef.shape[1]
+        out = np.zeros((n, 2 * outputs if weighted else outputs))
+        if n == 0 or total == 0:
+            return out[:, :outputs], (out[:, 0] if weighted else None)
+        X = X if scipy.sparse.issparse(X) else np.ascontiguousarray(X, dtype)
+        step = max(1, block_bytes // (dtype.itemsize * max(d, n)))
+        buffer = np.empty(n * min(step, total), dtype)
+        add_residual = self.residual is not None and dtype == np.float64
+        for start in range(0, total, step):
+            stop = min(start + step, total)
+            if add_residual:  # float32 + float32 residual in float64: the exact vectors
+                Z = np.array(self.vectors[start:stop], dtype)
+                Z += self.residual[start:stop]
+            else:  # float32 from float32 files: the mapped rows, no copy
+                Z = np.asarray(self.vectors[start:stop], dtype)
+            K = self.kernel.block(X, Z, out=buffer[:n * (stop - start)].reshape(n, -1))
+            coef = np.asarray(self.coef[start:stop], np.float64)
+            if weighted:
+                coef = np.concatenate([coef, np.abs(coef)], axis=1)
+            # the products in float64: a float32 sum of thousands of cancelling terms loses
+            # digits the error bound does not account for
+            out += K.astype(np.float64) @ coef if dtype != np.float64 else K @ coef
+        if weighted:
+            return out[:, :outputs], out[:, outputs:].max(axis=1)
+        return out, None
 
 
 def raw_scores(X: np.ndarray, support_vectors: np.ndarray, coef: np.ndarray, kernel: Kernel,
-               intercept=None, precision: str = "float32") -> tuple[np.ndarray, int]:
+               intercept=None, precision: str = "float32",
+               block_bytes: int | None = None) -> tuple[np.ndarray, int]:
     """(scores (n, K) float64 with the intercept — K = 1 for two classes —, how many rows
-    were re-scored in float64)."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}.")
-    coef = np.asarray(coef, dtype=np.float64).reshape(support_vectors.shape[0], -1)
-    if kernel.name == "linear":  # a weight vector: one dot product per row, nothing to save
-        precision = "float64"
-    dtype = np.float32 if precision == "float32" else np.float64
-    shift = 0.0 if intercept is None else np.asarray(intercept, np.float64).reshape(1, -1)
-    scores = decision_values(kernel, X, support_vectors, coef, dtype=dtype) + shift
-    rescored = 0
-    if precision == "float32" and X.shape[0]:
-        scale = 1.0 if kernel.name in ("rbf", "laplacian") else max(
-            1.0, float(np.abs(kernel.diagonal(X)).max()),
-            float(np.abs(kernel.diagonal(support_vectors)).max()) if support_vectors.size else 1.0)
-        bound = FLOAT32_SLACK * scale * (1.0 + kernel.offset) * np.abs(coef).sum(axis=0).max()
-        if scores.shape[1] == 1:
-            margin = np.abs(scores[:, 0])
-        else:
-            top2 = np.partition(scores, scores.shape[1] - 2, axis=1)[:, -2:]
-            margin = top2[:, 1] - top2[:, 0]
-        near = np.flatnonzero(margin <= 2.0 * bound)
-        if near.size:
-            scores[near] = decision_values(kernel, X[near], support_vectors, coef) + shift
-            rescored = int(near.size)
-    return scores, rescored
+    were re-scored in float64): :meth:`SupportSet.raw_scores` for in-memory arrays."""
+    return SupportSet.from_arrays(support_vectors, coef, kernel, intercept).raw_scores(
+        X, precision, block_bytes)
 
 
 def predictions(scores: np.ndarray, classes: np.ndarray) -> np.ndarray:

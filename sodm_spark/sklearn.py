@@ -13,7 +13,7 @@ from .estimator_inputs import (check_fit_data, check_predict_data, encode_classe
 from .kernels import Kernel
 from .model import KernelExpansion
 from .solvers import solve_odm_dual
-from .solvers.odm_dcd import kernel_fits_cache
+from .solvers.kernel_rows import kernel_fits_cache
 from .solvers.odm_multiclass import one_vs_rest_signs, solve_odm_multiclass
 from .solvers.odm_primal import newton_primal
 from .solvers.svrg import svrg

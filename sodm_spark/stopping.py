@@ -25,6 +25,7 @@ REACHED_STOP_LEVEL = "reached stop level"
 WARM_START_OPTIMAL = "every partition optimal at its warm start"
 SMALL_IMPROVEMENT = "validation improvement below min_improvement"
 TIME_BUDGET = "next level would exceed time_budget"
+NEXT_LEVEL_BLOCKED = "next level's kernels would not be cached with every core solving"
 
 
 @dataclass(frozen=True)

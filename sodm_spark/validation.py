@@ -12,6 +12,14 @@ import scipy.sparse
 #: 1e100 of them stays finite, so every kernel block and variance here is safe; real features
 #: that large are placeholders (e.g. 1e300 or DBL_MAX for "missing"), not measurements.
 MAX_ABS_VALUE = 1e100
+#: The same bound for float32 rows (the kernel path's): squares overflow float32 above ~1.8e19,
+#: so a feature may be at most 1e15 (a square 1e30; sums of 10^6 of them stay finite).
+MAX_ABS_FLOAT32 = 1e15
+
+
+def max_abs_value(dtype) -> float:
+    """The largest feature magnitude accepted for rows of ``dtype``."""
+    return MAX_ABS_FLOAT32 if np.dtype(dtype) == np.float32 else MAX_ABS_VALUE
 
 _RESCALE_ADVICE = ("Rescale those features (e.g. sklearn.preprocessing.StandardScaler or "
                    "MaxAbsScaler), or, if they are placeholders for missing values, remove or "

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from sodm_spark.resources import share_per_task
-from sodm_spark.solvers.odm_dcd import solver_memory_mb
+from sodm_spark.solvers.kernel_rows import solver_memory_mb
 from sodm_spark.spark.memory import (ExecutorMemory, MemoryBudgetError, executor_memory,
                                      level_cache_mb)
 from sodm_spark.spark.session import numpy_to_blocks

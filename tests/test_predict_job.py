@@ -1,5 +1,10 @@
-"""jobs/predict.py and the float32 scoring path against float64 model.predict (issue [12])."""
+"""jobs/predict.py and the float32 scoring path against float64 model.predict (issue [12]);
+the streamed support-vector blocks and the scoring partitions."""
+import dataclasses
+import json
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -7,10 +12,11 @@ import pyarrow.parquet as pq
 import pytest
 from sklearn.datasets import dump_svmlight_file
 
-from sodm_spark import ODMClassifier
+from sodm_spark import ODMClassifier, scoring
 from sodm_spark.kernels import Kernel
 from sodm_spark.model import KernelExpansion
-from sodm_spark.scoring import predictions, raw_scores
+from sodm_spark.scoring import NpyRows, SupportSet, predictions, raw_scores
+from sodm_spark.spark.predict import score_dataframe, scoring_partitions
 
 from conftest import make_problem
 
@@ -56,17 +62,42 @@ def read_output(path):
     return table.sort_values(by=table.columns[0]).reset_index(drop=True)
 
 
+@pytest.fixture
+def private_tmp(tmp_path, monkeypatch):
+    """tempfile's directory for the test (the driver's model files go there)."""
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder
+
+
+def model_files_left(folder):
+    """The model files a scoring left behind: in ``folder`` or among the SparkFiles."""
+    from pyspark import SparkFiles
+
+    return list(os.listdir(folder)) + [name for name in os.listdir(SparkFiles.getRootDirectory())
+                                       if name.startswith("sodm-predict-")]
+
+
+@pytest.mark.parametrize("precision", ["float32", "float64"])
 @pytest.mark.parametrize("name", ["binary", "three"])
-def test_parquet_with_a_key_column_is_scored_as_model_predict(spark, models, tmp_path, name):
+def test_parquet_with_a_key_column_is_scored_as_model_predict(spark, models, tmp_path, name,
+                                                              precision, private_tmp,
+                                                              monkeypatch):
     from pyspark.ml.linalg import Vectors
 
+    # 2 KB blocks: 4 features in float32 or float64 and ~170 rows per batch make blocks of
+    # one to three support vectors, so each score is a sum of over a hundred blocks
+    monkeypatch.setattr(scoring, "SV_BLOCK_BYTES", 2048)
     model = KernelExpansion.load(models / name)
+    assert model.support_vectors.shape[0] > 100
     X, _ = make_problem(m=500, d=4, seed=72)
     rows = [(int(1000 + i), Vectors.dense(x)) for i, x in enumerate(X)]
     spark.createDataFrame(rows, ["id", "features"]).repartition(3).write.parquet(
         str(tmp_path / "in.parquet"))
     assert predict.main(["--model", str(models / name), "--data", str(tmp_path / "in.parquet"),
-                         "--out", str(tmp_path / "out"), "--key-col", "id"]) == 0
+                         "--out", str(tmp_path / "out"), "--key-col", "id",
+                         "--precision", precision]) == 0
     out = read_output(tmp_path / "out")
     assert list(out.columns) == ["id", "prediction", "rawPrediction"]
     assert list(out["id"]) == list(range(1000, 1500))
@@ -74,8 +105,93 @@ def test_parquet_with_a_key_column_is_scored_as_model_predict(spark, models, tmp
     raw = np.stack(out["rawPrediction"].to_numpy())
     f = model.decision_function(X)
     expected = np.stack([-f, f], axis=1) if f.ndim == 1 else f
-    np.testing.assert_allclose(raw, expected, rtol=0, atol=1e-4 * np.abs(model.coef).sum())
+    atol = 1e-4 * np.abs(model.coef).sum() if precision == "float32" else 1e-10
+    np.testing.assert_allclose(raw, expected, rtol=0, atol=atol)
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]
+    assert not model_files_left(private_tmp)
+
+
+def test_one_file_is_scored_by_several_tasks_in_input_order(spark, models, tmp_path,
+                                                            private_tmp, monkeypatch):
+    import pyarrow as pa
+
+    from sodm_spark.spark import predict as spark_predict
+
+    model = KernelExpansion.load(models / "three")
+    X, _ = make_problem(m=600, d=4, seed=77)
+    offsets = pa.array(np.arange(0, X.size + 1, 4, dtype=np.int32))
+    pq.write_table(pa.table({"features": pa.ListArray.from_arrays(offsets, pa.array(X.ravel()))}),
+                   str(tmp_path / "one.parquet"))
+    frame = spark.read.parquet(str(tmp_path / "one.parquet"))
+    assert frame.rdd.getNumPartitions() == 1
+    with score_dataframe(frame, model) as (scored, partitions):
+        assert partitions >= spark.sparkContext.defaultParallelism >= 2
+        assert scored.rdd.getNumPartitions() == partitions
+        assert model_files_left(private_tmp)  # the files live while the frame is used
+    assert not model_files_left(private_tmp)
+    n_support = model.support_vectors.shape[0]  # as if 100 rows were a task's worth
+    monkeypatch.setattr(spark_predict, "COUNT_ABOVE_FLOPS_PER_ROW", 0.0)
+    monkeypatch.setattr(spark_predict, "SCORING_TASK_FLOPS", 2.0 * n_support * 4 * 100)
+    with score_dataframe(frame, model) as (scored, partitions):
+        assert partitions == 6 and scored.rdd.getNumPartitions() == 6
+    monkeypatch.undo()
+    monkeypatch.setattr(tempfile, "tempdir", str(private_tmp))
+    assert predict.main(["--model", str(models / "three"), "--data", str(tmp_path / "one.parquet"),
+                         "--out", str(tmp_path / "out"),
+                         "--metrics-out", str(tmp_path / "metrics.json")]) == 0
+    assert len(list((tmp_path / "out").glob("part-*.parquet"))) >= 2
+    out = read_output(tmp_path / "out")  # sorted by row id: the file's order
+    assert list(out["row_id"]) == list(range(600))  # partition 0 of the input, rows 0..599
+    np.testing.assert_array_equal(out["prediction"].to_numpy(), model.predict(X))
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["rows"] == 600 and metrics["partitions"] >= 2
+    assert metrics["rows_per_second"] == pytest.approx(600 / metrics["seconds"])
+    assert not model_files_left(private_tmp)
+
+
+def test_an_expensive_model_gets_short_tasks_and_a_cheap_one_is_never_counted():
+    def no_count():
+        raise AssertionError("a cheap model must not count the rows")
+
+    # 2.4 million support vectors of 784 features on one 10,000-row file: 266 rows a task
+    assert scoring_partitions(1, 2, 2_400_000, 784, lambda: 10_000) == 38
+    assert scoring_partitions(1, 2, 5_000, 784, no_count) == 2  # 7.8e6 flops a row
+    assert scoring_partitions(200, 2, 5_000, 784, no_count) == 200
+    assert scoring_partitions(200, 2, 2_400_000, 784, lambda: 10_000) == 200
+
+
+class CountingRows(NpyRows):
+    """NpyRows that records the blocks read."""
+
+    def __init__(self, path):
+        super().__init__(path)
+        self.reads = []
+
+    def __getitem__(self, rows):
+        self.reads.append(rows)
+        return super().__getitem__(rows)
+
+
+@pytest.mark.parametrize("kernel", [Kernel.create("rbf", 0.3), Kernel.create("poly", 0.5, 2, 1.0),
+                                    Kernel.create("laplacian", 0.2, offset=0.5)],
+                         ids=lambda k: k.name)
+def test_support_set_files_summed_block_by_block_score_as_decision_function(tmp_path, kernel):
+    rng = np.random.default_rng(8)
+    sv, coef = rng.normal(size=(257, 5)), rng.normal(size=(257, 3))
+    model = KernelExpansion(sv, coef, kernel, np.arange(3.0), intercept=np.array([0.1, 0, -0.1]))
+    X = rng.normal(size=(40, 5))
+    spec = SupportSet.from_arrays(sv, coef, kernel, model.intercept).save(str(tmp_path), "m-")
+    assert spec["names"]["residual"]  # normal draws are not float32 numbers
+    opened = SupportSet.open(spec, lambda name: str(tmp_path / name))
+    counting = CountingRows(opened.vectors.path)
+    opened = dataclasses.replace(opened, vectors=counting)
+    f = model.decision_function(X)
+    exact, rescored = opened.raw_scores(X, "float64", block_bytes=1024)  # 40 rows: 3 SVs a block
+    assert len(counting.reads) == 86 and rescored == 0
+    np.testing.assert_allclose(exact, f, rtol=0, atol=1e-12 * np.abs(coef).sum())
+    fast, _ = opened.raw_scores(X, "float32", block_bytes=1024)
+    np.testing.assert_allclose(fast, f, rtol=0, atol=1e-4 * np.abs(coef).sum())
+    np.testing.assert_array_equal(predictions(fast, model.classes), model.predict(X))
 
 
 def test_csv_columns_and_libsvm_give_the_same_predictions(spark, models, tmp_path):
@@ -133,7 +249,8 @@ def test_the_pyspark_model_transforms_and_compresses_through_the_same_scoring(sp
     np.testing.assert_array_equal(predicted, small.expansion.predict(X))
 
 
-def test_a_missing_feature_value_is_refused_naming_the_row(spark, models, tmp_path):
+def test_a_missing_feature_value_is_refused_naming_the_row(spark, models, tmp_path,
+                                                           private_tmp):
     X, _ = make_problem(m=30, d=4, seed=76)
     lines = ["a,b,c,d"] + [",".join(repr(float(v)) for v in row) for row in X]
     lines[8] = "0.5,,1.0,2.0"  # row 7 has no value in column b
@@ -141,5 +258,45 @@ def test_a_missing_feature_value_is_refused_naming_the_row(spark, models, tmp_pa
     with pytest.raises(SystemExit) as raised:
         predict.main(["--model", str(models / "binary"), "--data", str(tmp_path / "gap.csv"),
                       "--format", "csv", "--out", str(tmp_path / "out")])
-    assert "row 7" in str(raised.value.code) and "missing, NaN or infinite" in str(raised.value.code)
+    assert "row 7 of partition 0" in str(raised.value.code)
+    assert "missing, NaN or infinite" in str(raised.value.code)
     assert not (tmp_path / "out").exists()
+    assert not model_files_left(private_tmp)  # removed also on failure
+
+
+def test_a_model_with_feature_scaling_scores_raw_rows_as_model_predict(spark, models, tmp_path,
+                                                                       private_tmp):
+    from pyspark.ml.linalg import Vectors
+
+    base = KernelExpansion.load(models / "binary")
+    rng = np.random.default_rng(79)
+    offset, scale = rng.normal(size=4), rng.uniform(0.2, 3.0, size=4)
+    scaled = dataclasses.replace(base, feature_offset=offset, feature_scale=scale)
+    scaled.save(tmp_path / "scaled")
+    X, _ = make_problem(m=200, d=4, seed=79)
+    raw_rows = X / scale + offset  # the rows whose scaled values are X
+    spark.createDataFrame([(i, Vectors.dense(x)) for i, x in enumerate(raw_rows)],
+                          ["id", "features"]).write.parquet(str(tmp_path / "raw.parquet"))
+    assert predict.main(["--model", str(tmp_path / "scaled"), "--data",
+                         str(tmp_path / "raw.parquet"), "--out", str(tmp_path / "out"),
+                         "--key-col", "id"]) == 0
+    out = read_output(tmp_path / "out")
+    np.testing.assert_array_equal(out["prediction"].to_numpy(), base.predict(X))
+    raw = np.stack(out["rawPrediction"].to_numpy())
+    np.testing.assert_allclose(raw[:, 1], base.decision_function(X), rtol=0,
+                               atol=1e-4 * np.abs(base.coef).sum())
+
+
+def test_large_coefficients_keep_most_rows_in_float32_and_the_float64_predictions():
+    # a compressed model's shape: Σ|α| far above |f|, most kernel values small
+    rng = np.random.default_rng(81)
+    vectors, X = rng.normal(size=(2000, 6)), rng.normal(size=(600, 6))
+    coef = rng.choice([-100.0, 100.0], size=(2000, 1))
+    kernel = Kernel.create("rbf", 2.0)
+    exact, _ = raw_scores(X, vectors, coef, kernel, precision="float64")
+    global_bound = 2 * scoring.FLOAT32_SLACK * np.abs(coef).sum()
+    assert np.mean(np.abs(exact[:, 0]) <= global_bound) > 0.5  # the Σ|α| bound: most rows again
+    fast, rescored = raw_scores(X, vectors, coef, kernel)
+    assert rescored < 0.1 * X.shape[0]  # each row's own Σ|α|k(x, z): few
+    np.testing.assert_array_equal(np.sign(fast), np.sign(exact))
+    np.testing.assert_allclose(fast, exact, rtol=0, atol=1e-3)

@@ -20,8 +20,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "jobs"))
 import retrain  # noqa: E402
 
+# gamma "scale": the job scales the features onto [0, 1] first, so a number would not mean what
+# it means on the raw rows
 TRAIN_FLAGS = ["--", "--levels", "1", "--p", "2", "--strata", "3", "--lam", "100",
-               "--gamma", "0.5"]
+               "--gamma", "scale"]
 
 
 def write_libsvm(path, X, y):

@@ -1,7 +1,8 @@
 """Multi-class SODM on Spark (local mode, small data) against the exact one-vs-rest solves.
 
 Reference: the C binary exact solves (:func:`solve_odm_dual`, one class against the rest)
-on all training rows; merged to one partition, SODM must reach each class's optimum.
+on all training rows; merged to one partition, SODM must reach each class's optimum
+(scale="none": the levels solve the rows as given, the reference's rows).
 """
 import numpy as np
 import pytest
@@ -39,7 +40,7 @@ def test_merged_to_one_partition_every_class_reaches_its_optimum(spark, partitio
                                                                   label_strata):
     X_all, y_all = four_classes(n_per_class=180)
     X, y, X_test, y_test = X_all[:480], y_all[:480], X_all[480:], y_all[480:]
-    params = SODMParams(auto_stop=False, gamma=GAMMA, lam=LAM, levels=2, p=2, strata=4,
+    params = SODMParams(scale="none", auto_stop=False, gamma=GAMMA, lam=LAM, levels=2, p=2, strata=4,
                         tol=1e-9, max_iter=5000, partitioner=partitioner,
                         label_strata=label_strata, seed=2)
     sc = spark.sparkContext
@@ -66,7 +67,7 @@ def test_merged_to_one_partition_every_class_reaches_its_optimum(spark, partitio
 def test_a_class_missing_from_some_partitions_and_auto_stop(spark):
     """Nine rows of the last class: most of the 9 bottom partitions hold none of them."""
     X, y = four_classes(n_per_class=90, seed=3, rare=9)
-    params = SODMParams(gamma=GAMMA, lam=LAM, levels=2, p=3, strata=3, tol=1e-6, seed=4)
+    params = SODMParams(scale="none", gamma=GAMMA, lam=LAM, levels=2, p=3, strata=3, tol=1e-6, seed=4)
     sc = spark.sparkContext
     fit = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, classes=LABELS[::-1])  # any order
     assert list(fit.model.classes) == list(LABELS)  # columns follow the sorted labels
@@ -82,7 +83,7 @@ def test_resumed_multi_class_run_equals_the_uninterrupted_one(spark, tmp_path):
 
     X, y = four_classes(n_per_class=100, seed=5)
     sc = spark.sparkContext
-    params = SODMParams(auto_stop=False, gamma=GAMMA, lam=LAM, levels=2, p=2, strata=3, seed=6,
+    params = SODMParams(scale="none", auto_stop=False, gamma=GAMMA, lam=LAM, levels=2, p=2, strata=3, seed=6,
                         tol=1e-4)
     whole = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, LABELS)
     first = fit_sodm(sc, numpy_to_blocks(sc, X, y), replace(params, stop_level=2), LABELS,

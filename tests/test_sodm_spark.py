@@ -1,4 +1,5 @@
-"""SODM on Spark (local mode, small data) against the exact local solver and the paper's claims."""
+"""SODM on Spark (local mode, small data) against the exact local solver and the paper's claims
+(scale="none": the levels solve the rows as given, the exact reference's rows)."""
 from dataclasses import replace
 
 import numpy as np
@@ -11,6 +12,7 @@ from sodm_spark.spark.session import numpy_to_blocks
 from sodm_spark.spark.sodm import fit_sodm
 from sodm_spark.spark.sodm_params import SODMParams
 from sodm_spark.spark.sodm_prepare import partition_blocks
+from sodm_spark.spark.sodm_tasks import whole_partitions
 
 from conftest import make_problem
 
@@ -32,7 +34,7 @@ def exact(X, y, params, tol=1e-9):
 
 def test_levels_zero_equals_the_exact_solver(spark, data):
     X, y, _, _ = data
-    params = SODMParams(auto_stop=False, gamma=GAMMA, lam=100.0, levels=0, tol=1e-9)
+    params = SODMParams(scale="none", auto_stop=False, gamma=GAMMA, lam=100.0, levels=0, tol=1e-9)
     fit = fit_sodm(spark.sparkContext, numpy_to_blocks(spark.sparkContext, X, y), params,
                    classes=[-1.0, 1.0])
     reference = exact(X, y, params)
@@ -45,7 +47,7 @@ def test_levels_zero_equals_the_exact_solver(spark, data):
 @pytest.mark.parametrize("partitioner", ["stratified", "random", "dip", "kmeans"])
 def test_merging_to_one_partition_reaches_the_exact_objective(spark, data, partitioner):
     X, y, X_test, y_test = data
-    params = SODMParams(auto_stop=False, gamma=GAMMA, lam=100.0, levels=2, p=3, strata=6, tol=1e-9,
+    params = SODMParams(scale="none", auto_stop=False, gamma=GAMMA, lam=100.0, levels=2, p=3, strata=6, tol=1e-9,
                         partitioner=partitioner, seed=5)
     fit = fit_sodm(spark.sparkContext, numpy_to_blocks(spark.sparkContext, X, y), params,
                    classes=[-1.0, 1.0], test=(X_test, y_test))
@@ -60,7 +62,7 @@ def test_cascade_last_level_is_the_exact_odm_of_the_rows_it_kept(spark, data, tm
     """Ca-ODM's level 0 solves only the support vectors passed up, so its reference is the
     exact ODM of those rows (read from the checkpoint of level 1), not of all rows."""
     X, y, _, _ = data
-    params = SODMParams(auto_stop=False, gamma=GAMMA, lam=5.0, theta=0.6, levels=2, p=3,
+    params = SODMParams(scale="none", auto_stop=False, gamma=GAMMA, lam=5.0, theta=0.6, levels=2, p=3,
                         strata=6, tol=1e-9, partitioner="cascade", seed=5)
     fit = fit_sodm(spark.sparkContext, numpy_to_blocks(spark.sparkContext, X, y), params,
                    classes=[-1.0, 1.0], checkpoint_dir=tmp_path / "ckpt")
@@ -74,7 +76,7 @@ def test_cascade_last_level_is_the_exact_odm_of_the_rows_it_kept(spark, data, tm
 
 def test_warm_started_top_level_needs_fewer_sweeps_than_a_cold_start(spark):
     X, y = make_problem(m=1500, d=5, seed=3)
-    params = SODMParams(auto_stop=False, gamma=GAMMA, lam=1000.0, levels=2, p=3, strata=10, tol=1e-4)
+    params = SODMParams(scale="none", auto_stop=False, gamma=GAMMA, lam=1000.0, levels=2, p=3, strata=10, tol=1e-4)
     fit = fit_sodm(spark.sparkContext, numpy_to_blocks(spark.sparkContext, X, y), params,
                    classes=[-1.0, 1.0])
     cold = exact(X, y, params, tol=1e-4)
@@ -85,11 +87,11 @@ def test_warm_started_top_level_needs_fewer_sweeps_than_a_cold_start(spark):
 def test_stratified_partitions_hold_every_stratum_evenly(spark):
     X, y = make_problem(m=2000, d=4, seed=8)
     sc = spark.sparkContext
-    params = SODMParams(auto_stop=False, gamma=GAMMA, levels=2, p=3, strata=7, seed=1)
+    params = SODMParams(scale="none", auto_stop=False, gamma=GAMMA, levels=2, p=3, strata=7, seed=1)
     kernel = Kernel.create("rbf", GAMMA)
     parts, landmarks, _ = partition_blocks(sc, numpy_to_blocks(sc, X, y, n_slices=5), params,
                                         kernel, n_rows=2000, n_partitions=9)
-    collected = dict(parts.map(lambda kv: (kv[0], kv[1][0])).collect())
+    collected = dict(parts.mapPartitions(whole_partitions).map(lambda kv: (kv[0], kv[1][0])).collect())
     assert sorted(collected) == list(range(9)) and landmarks.shape == (7, 4)
     totals = np.bincount(nearest_landmark(X, landmarks, kernel), minlength=7)
     sizes = []
@@ -106,7 +108,7 @@ def test_stratified_partitions_hold_every_stratum_evenly(spark):
 def test_same_seed_gives_bit_identical_models(spark, data):
     X, y, _, _ = data
     sc = spark.sparkContext
-    params = SODMParams(auto_stop=False, gamma=GAMMA, lam=100.0, levels=2, p=2, strata=4, seed=9)
+    params = SODMParams(scale="none", auto_stop=False, gamma=GAMMA, lam=100.0, levels=2, p=2, strata=4, seed=9)
     first, second = (fit_sodm(sc, numpy_to_blocks(sc, X, y), params, classes=[-1.0, 1.0])
                      for _ in range(2))
     assert np.array_equal(first.model.coef, second.model.coef)
@@ -116,7 +118,7 @@ def test_same_seed_gives_bit_identical_models(spark, data):
 def test_cascade_moves_only_support_vectors_up(spark):
     X, y = make_problem(m=600, d=3, seed=11, noise=0.0)
     sc = spark.sparkContext
-    params = SODMParams(auto_stop=False, gamma=1.0, lam=5.0, theta=0.6, levels=1, p=3, partitioner="cascade")
+    params = SODMParams(scale="none", auto_stop=False, gamma=1.0, lam=5.0, theta=0.6, levels=1, p=3, partitioner="cascade")
     fit = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, classes=[-1.0, 1.0])
     assert fit.levels[0].n_sv < 600  # some rows sit inside the margin band
     assert fit.levels[1].rows == fit.levels[0].n_sv
@@ -125,7 +127,7 @@ def test_cascade_moves_only_support_vectors_up(spark):
 def test_stop_level_keeps_the_partial_model(spark, data):
     X, y, X_test, y_test = data
     sc = spark.sparkContext
-    params = SODMParams(auto_stop=False, gamma=GAMMA, lam=100.0, levels=2, p=3, stop_level=1)
+    params = SODMParams(scale="none", auto_stop=False, gamma=GAMMA, lam=100.0, levels=2, p=3, stop_level=1)
     fit = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, classes=[-1.0, 1.0],
                    test=(X_test, y_test))
     assert [entry.level for entry in fit.levels] == [2, 1]
@@ -136,7 +138,7 @@ def test_stop_level_keeps_the_partial_model(spark, data):
 def test_labels_other_than_plus_minus_one(spark, data):
     X, y, X_test, y_test = data
     sc = spark.sparkContext
-    params = SODMParams(auto_stop=False, gamma=GAMMA, lam=100.0, levels=1, p=2)
+    params = SODMParams(scale="none", auto_stop=False, gamma=GAMMA, lam=100.0, levels=1, p=2)
     reference = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, classes=[-1.0, 1.0])
     fit = fit_sodm(sc, numpy_to_blocks(sc, X, np.where(y > 0, 2.0, 1.0)), params,
                    classes=[1.0, 2.0], test=(X_test, np.where(y_test > 0, 2.0, 1.0)))
@@ -156,7 +158,7 @@ def test_bad_parameters_are_refused(spark, data, params, match):
     X, y, _, _ = data
     sc = spark.sparkContext
     with pytest.raises(ValueError, match=match):
-        fit_sodm(sc, numpy_to_blocks(sc, X, y), SODMParams(auto_stop=False, gamma=GAMMA, **params),
+        fit_sodm(sc, numpy_to_blocks(sc, X, y), SODMParams(scale="none", auto_stop=False, gamma=GAMMA, **params),
                  classes=[-1.0, 1.0])
 
 
@@ -170,13 +172,13 @@ def test_one_class_is_refused(spark, data):
 def test_label_strata_deal_every_class_of_every_stratum_evenly(spark):
     X, y = make_problem(m=1800, d=4, seed=14)
     sc = spark.sparkContext
-    params = SODMParams(auto_stop=False, gamma=GAMMA, levels=2, p=3, strata=5, seed=2, label_strata=True)
+    params = SODMParams(scale="none", auto_stop=False, gamma=GAMMA, levels=2, p=3, strata=5, seed=2, label_strata=True)
     kernel = Kernel.create("rbf", GAMMA)
     parts, landmarks, _ = partition_blocks(sc, numpy_to_blocks(sc, X, y, n_slices=4), params,
                                         kernel, n_rows=1800, n_partitions=9)
     code = lambda X_, y_: 2 * nearest_landmark(X_, landmarks, kernel) + (y_ > 0)
     totals = np.bincount(code(X, y), minlength=10)
-    for X_part, y_part in parts.map(lambda kv: (kv[1][0], kv[1][1])).collect():
+    for X_part, y_part in parts.mapPartitions(whole_partitions).map(lambda kv: kv[1][:2]).collect():
         counts = np.bincount(code(X_part, y_part), minlength=10)
         assert np.all(np.abs(counts - totals / 9) < 1.0), (counts, totals / 9)
 
@@ -187,7 +189,7 @@ def test_resume_from_a_checkpoint_equals_the_uninterrupted_run(spark, tmp_path):
 
     X, y = make_problem(m=900, d=5, seed=31)
     sc = spark.sparkContext
-    params = SODMParams(auto_stop=False, gamma=0.3, lam=50.0, levels=2, p=3, strata=4, seed=5, tol=1e-4)
+    params = SODMParams(scale="none", auto_stop=False, gamma=0.3, lam=50.0, levels=2, p=3, strata=4, seed=5, tol=1e-4)
     whole = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, [-1.0, 1.0])
     # a run that stops after level 2 (as if killed before level 1), then resumed
     first = fit_sodm(sc, numpy_to_blocks(sc, X, y), replace(params, stop_level=2), [-1.0, 1.0],
@@ -217,12 +219,12 @@ def test_resume_from_a_checkpoint_equals_the_uninterrupted_run(spark, tmp_path):
 
 
 def test_memory_budget_switches_to_on_demand_kernels_then_names_the_level_that_cannot_fit(spark):
-    from sodm_spark.solvers.odm_dcd import solver_memory_mb
+    from sodm_spark.solvers.kernel_rows import solver_memory_mb
     from sodm_spark.spark.memory import MemoryBudgetError
 
     X, y = make_problem(m=1800, d=5, seed=33)
     sc = spark.sparkContext
-    base = SODMParams(auto_stop=False, gamma=0.3, lam=50.0, levels=1, p=3, strata=4, seed=1, tol=1e-3)
+    base = SODMParams(scale="none", auto_stop=False, gamma=0.3, lam=50.0, levels=1, p=3, strata=4, seed=1, tol=1e-3)
     roomy = fit_sodm(sc, numpy_to_blocks(sc, X, y), base, [-1.0, 1.0])
     assert [entry.kernel for entry in roomy.levels] == ["cached", "cached"]
     # enough for the 600-row partitions' cached kernels, only blocks for the 1,800-row level

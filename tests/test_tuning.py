@@ -17,6 +17,7 @@ from sodm_spark.kernels import Kernel
 from sodm_spark.spark.session import numpy_to_blocks
 from sodm_spark.spark.sodm_params import SODMParams
 from sodm_spark.spark.sodm_prepare import prepare_sodm
+from sodm_spark.spark.sodm_tasks import whole_partitions
 from sodm_spark.spark.tune import tune_sodm
 from sodm_spark.tuning import ParamGrid, best_point, search_partition
 
@@ -74,7 +75,8 @@ def binary_prepared(spark):
 
 
 def collected_parts(prepared):
-    return [(X, y) for _, (X, y, _, _) in sorted(prepared.parts.collect(), key=lambda r: r[0])]
+    return [(X, y) for _, (X, y, _, _) in
+            sorted(prepared.parts.mapPartitions(whole_partitions).collect(), key=lambda r: r[0])]
 
 
 def test_spark_search_equals_brute_force_on_the_top_level_partitions(spark, binary_prepared):

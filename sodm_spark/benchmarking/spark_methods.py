@@ -20,9 +20,10 @@ def sodm_params(settings: dict, gamma: float, partitioner: str, **overrides):
     keys = ("lam", "theta", "v", "tol", "max_iter", "p", "levels", "strata", "stop_level",
             "warm_start", "seed", "cache_mb")
     values = {**{key: settings[key] for key in keys}, **overrides}
-    # every level is a row of the comparison: no automatic stopping here
+    # every level is a row of the comparison: no automatic stopping here; and every method
+    # sees the same rows with the same gamma, so no feature scaling of SODM's own
     params = SODMParams(kernel="rbf", gamma=gamma, partitioner=partitioner, auto_stop=False,
-                        **values)
+                        scale="none", **values)
     params.validate()
     return params
 

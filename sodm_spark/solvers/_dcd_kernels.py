@@ -58,22 +58,6 @@ def _visit(Q, i, gamma, u, a_zeta, a_beta, lower, upper, shrink_threshold, may_s
 
 
 @njit(cache=True)
-def cached_sweep(Q, gamma, u, order, keep, a_zeta, a_beta, lower, upper, shrink_threshold):
-    """One sweep over ``order`` with the whole ``Q`` in memory.
-
-    Returns the largest violation seen; ``keep[k]`` is set False for points shrunk this sweep
-    (γ_i = 0 and both gradients above ``shrink_threshold``, as LIBLINEAR's PGmax_old rule).
-    """
-    max_violation = 0.0
-    for k in range(order.shape[0]):
-        violation = _visit(Q, order[k], gamma, u, a_zeta, a_beta, lower, upper,
-                           shrink_threshold, True)
-        keep[k] = violation >= 0.0
-        max_violation = max(max_violation, violation)
-    return max_violation
-
-
-@njit(cache=True)
 def block_solve(Q_bb, gamma_b, u_b, active_b, order_rounds, a_zeta, a_beta, lower, upper,
                 shrink_threshold, inner_tol):
     """Block coordinate descent on one block, all other points fixed.
@@ -103,27 +87,42 @@ def block_solve(Q_bb, gamma_b, u_b, active_b, order_rounds, a_zeta, a_beta, lowe
     return first_violation
 
 
+@njit(cache=True, fastmath=True)
+def add_indexed_rows(u, matrix, index, deltas):
+    """``u += matrix[index]ᵀ · deltas`` without copying the selected rows; zero deltas skipped.
+
+    Memory-bound: each selected row is read once, and ``u`` once per eight rows (22,000-column
+    float32 rows: 24 GB/s on one core here, against 10.5 GB/s a row at a time). The products
+    are in the matrix's dtype (float32 by default: relative error 6e-8 each), summed into
+    float64 ``u``.
+    """
+    m = matrix.shape[1]
+    rows = index[deltas != 0.0]
+    d = deltas[deltas != 0.0].astype(matrix.dtype)
+    n = rows.shape[0]
+    b = 0
+    while b + 8 <= n:
+        r0, r1, r2, r3 = rows[b], rows[b + 1], rows[b + 2], rows[b + 3]
+        r4, r5, r6, r7 = rows[b + 4], rows[b + 5], rows[b + 6], rows[b + 7]
+        d0, d1, d2, d3 = d[b], d[b + 1], d[b + 2], d[b + 3]
+        d4, d5, d6, d7 = d[b + 4], d[b + 5], d[b + 6], d[b + 7]
+        for j in range(m):
+            u[j] += ((d0 * matrix[r0, j] + d1 * matrix[r1, j])
+                     + (d2 * matrix[r2, j] + d3 * matrix[r3, j])) \
+                + ((d4 * matrix[r4, j] + d5 * matrix[r5, j])
+                   + (d6 * matrix[r6, j] + d7 * matrix[r7, j]))
+        b += 8
+    while b < n:
+        r0, d0 = rows[b], d[b]
+        for j in range(m):
+            u[j] += d0 * matrix[r0, j]
+        b += 1
+
+
 @njit(cache=True)
 def add_rows(u, rows, deltas):
-    """``u += rowsᵀ · deltas`` in float64 whatever the dtype of ``rows`` (skips zero deltas)."""
-    m = rows.shape[1]
-    for b in range(rows.shape[0]):
-        delta = deltas[b]
-        if delta != 0.0:
-            for j in range(m):
-                u[j] += delta * rows[b, j]
-
-
-@njit(cache=True)
-def add_indexed_rows(u, matrix, index, deltas):
-    """``u += matrix[index]ᵀ · deltas`` without copying the selected rows."""
-    m = matrix.shape[1]
-    for b in range(index.shape[0]):
-        delta = deltas[b]
-        if delta != 0.0:
-            row = index[b]
-            for j in range(m):
-                u[j] += delta * matrix[row, j]
+    """``u += rowsᵀ · deltas`` (all rows of a block; :func:`add_indexed_rows`)."""
+    add_indexed_rows(u, rows, np.arange(rows.shape[0]), deltas)
 
 
 @njit(cache=True)
@@ -144,3 +143,54 @@ def violations(gamma, u, a_zeta, a_beta, lower, upper):
     for i in range(gamma.shape[0]):
         out[i], _, _ = _point_violation(gamma[i], u[i], a_zeta, a_beta, lower, upper)
     return out
+
+
+@njit(cache=True)
+def gather_block(matrix, index):
+    """``matrix[np.ix_(index, index)]`` for a sorted ``index``, reading each row in order
+    (numpy's fancy indexing of a 512 × 512 block of a 7,400-row Q took as long as the sweep's
+    own row reads)."""
+    n = index.shape[0]
+    out = np.empty((n, n), dtype=matrix.dtype)
+    for a in range(n):
+        row = index[a]
+        for b in range(n):
+            out[a, b] = matrix[row, index[b]]
+    return out
+
+
+@njit(cache=True)
+def mirror_rows_below(matrix, start, stop, tile):
+    """``matrix[j, i] = matrix[i, j]`` for rows i in [start, stop) and j >= stop, in ``tile``
+    × ``tile`` tiles (a plain transposed copy walks memory across rows and ran at a tenth of
+    this speed)."""
+    m = matrix.shape[0]
+    for j0 in range(stop, m, tile):
+        for i0 in range(start, stop, tile):
+            for j in range(j0, min(j0 + tile, m)):
+                for i in range(i0, min(i0 + tile, stop)):
+                    matrix[j, i] = matrix[i, j]
+
+
+@njit(cache=True, fastmath=True)
+def rbf_exponent(products, x_sq, z_sq, gamma):
+    """``products ← -γ · max(0, ‖x‖² + ‖z‖² − 2·products)`` in place: the RBF exponent of a block
+    from its GEMM (one pass instead of five numpy passes; ``np.exp`` follows)."""
+    minus_gamma = -gamma
+    for a in range(products.shape[0]):
+        for b in range(products.shape[1]):
+            squared = x_sq[a] + z_sq[b] - 2.0 * products[a, b]
+            products[a, b] = minus_gamma * (squared if squared > 0.0 else 0.0)
+
+
+@njit(cache=True)
+def signed_rows_into(matrix, block, start, y, offset, tile):
+    """Rows ``start:start+len(block)`` of Q from columns ``start`` on: ``y_i y_j (k_ij + offset)``
+    for the kernel ``block``, and the same values mirrored below the block (tiled)."""
+    rows, columns = block.shape
+    for a in range(rows):
+        i = start + a
+        for b in range(columns):
+            j = start + b
+            matrix[i, j] = y[i] * y[j] * (block[a, b] + offset)
+    mirror_rows_below(matrix, start, start + rows, tile)

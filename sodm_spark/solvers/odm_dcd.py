@@ -11,15 +11,17 @@ jointly in closed form (the univariate problems of Eqn 3, solved for both signs 
 sit at γ_i = 0 with strictly satisfied conditions are shrunk (LIBLINEAR's rule), and the loop
 stops when the largest projected gradient of a sweep over *all* points is at most ``tol``.
 
-Two ways to get kernel rows:
+Both ways of getting kernel rows share one loop: every sweep starts from the exact violation
+of every point (``u`` is exact), visits the points whose violation exceeds ``tol``/10 in a
+seeded shuffled order cut into blocks, solves each block with a few inner sweeps on its B×B
+sub-matrix (in cache), and updates ``u`` with the block's rows and its γ change. At large λ
+(a tiny diagonal) a block's inner sweeps do the work of many plain sweeps: 7,400 Fashion-MNIST
+rows at λ = 1e6 converge in 31 sweeps (0.87 s) instead of 191 per-coordinate sweeps (3.1 s).
 
 * ``cached``: the whole ``Q`` (float32 by default) fits ``cache_mb`` and is computed once by
-  blocked GEMM; each point update is one axpy of a row of ``Q``.
-* ``blocked``: ``u`` is exact for every point, so each sweep knows every violation and visits
-  only the points whose violation exceeds ``tol``/10, shuffled and cut into blocks of
-  ``block_size``; each block's B×m kernel rows come from an LRU cache of rows bounded by
-  ``cache_mb`` or from one GEMM, the block is solved with a few inner sweeps, and ``u`` is
-  updated with the block's γ change. Memory is O(B·m) plus the cache, never m×m.
+  blocked GEMM; a block's rows are read where they lie.
+* ``blocked``: each block's B×m kernel rows come from an LRU cache of rows bounded by
+  ``cache_mb`` or from one GEMM. Memory is O(B·m) plus the cache, never m×m.
 """
 from __future__ import annotations
 
@@ -28,10 +30,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..kernels import Kernel, rows_per_block
-from ..resources import RESERVE_MB, available_memory_mb
+from ..kernels import Kernel
 from ..validation import check_odm_params
 from . import _dcd_kernels as loops
+from .kernel_rows import (KernelRows, auto_cache_mb, full_q_matrix, kernel_mode_for,
+                          signed_kernel)
 
 logger = logging.getLogger(__name__)
 
@@ -102,154 +105,6 @@ class DCDResult:
         return int(np.count_nonzero(self.gamma))
 
 
-class _KernelRows:
-    """Rows of Q = diag(y) K diag(y) on demand, with an LRU cache of single rows.
-
-    Rows are cached one by one (not by fixed blocks), so the cache keeps the rows of the
-    points that are still being updated whatever blocks they are visited in. The store
-    (``cache_bytes``) is allocated when the first row is cached.
-    """
-
-    def __init__(self, kernel: Kernel, X: np.ndarray, y: np.ndarray, dtype, cache_bytes: float):
-        self.kernel, self.dtype = kernel, np.dtype(dtype)
-        # Converted once: every block's GEMM reads X in the cache's dtype.
-        self.X = np.ascontiguousarray(X, dtype=self.dtype)
-        self.sq_norms = np.einsum("ij,ij->i", self.X, self.X)
-        self.y = y.astype(self.dtype)
-        m = self.X.shape[0]
-        self.capacity = int(min(m, cache_bytes // max(1, m * self.dtype.itemsize)))
-        self.store = None
-        self.slot_of = np.full(m, -1, dtype=np.int64)  # point -> slot, -1 when not cached
-        self.owner = np.full(self.capacity, -1, dtype=np.int64)  # slot -> point
-        self.last_used = np.zeros(self.capacity, dtype=np.int64)
-        self.clock = 0
-        self.computed_rows = 0
-
-    def cached(self, index: np.ndarray) -> np.ndarray:
-        """Which of the points ``index`` have their row cached."""
-        return self.slot_of[index] >= 0
-
-    def rows(self, index: np.ndarray) -> np.ndarray:
-        """Q[index, :] (a new array): cached rows copied, the others computed by one GEMM.
-
-        Callers list the cached points first (see :meth:`cached_first`): then both parts are
-        written in place into the result, with no second B×m buffer.
-        """
-        self.clock += 1
-        m = self.X.shape[0]
-        out = np.empty((index.size, m), dtype=self.dtype)
-        slots = self.slot_of[index]
-        hit = slots >= 0
-        n_hit = int(hit.sum())
-        if n_hit and not hit[:n_hit].all():  # not a prefix: place the cached rows first
-            order = np.argsort(~hit, kind="stable")
-            rows = self.rows(index[order])
-            out[order] = rows
-            return out
-        if n_hit:
-            np.take(self.store, slots[:n_hit], axis=0, out=out[:n_hit])
-            self.last_used[slots[:n_hit]] = self.clock
-        if n_hit < index.size:
-            missing, fresh = index[n_hit:], out[n_hit:]
-            self.kernel.block(self.X[missing], self.X, z_sq_norms=self.sq_norms, out=fresh)
-            fresh *= self.y[missing, None]
-            fresh *= self.y[None, :]
-            self.computed_rows += missing.size
-            self._keep(missing, fresh)
-        return out
-
-    def cached_first(self, index: np.ndarray) -> np.ndarray:
-        """``index`` with its cached points first, each part sorted (sequential row reads)."""
-        hit = self.cached(index)
-        return np.concatenate([np.sort(index[hit]), np.sort(index[~hit])])
-
-    def _keep(self, points: np.ndarray, rows: np.ndarray) -> None:
-        """Cache ``rows`` of ``points`` in free slots, then in the least recently used ones."""
-        if self.capacity == 0:
-            return
-        if self.store is None:
-            self.store = np.empty((self.capacity, self.X.shape[0]), dtype=self.dtype)
-        n = min(points.size, self.capacity)
-        # the n oldest slots (free ones have owner -1 and clock 0) not used by this call
-        candidates = np.flatnonzero(self.last_used < self.clock)
-        if candidates.size < n:
-            n = candidates.size
-        if n == 0:
-            return
-        oldest = candidates[np.argpartition(self.last_used[candidates], n - 1)[:n]] \
-            if n < candidates.size else candidates
-        evicted = self.owner[oldest]
-        self.slot_of[evicted[evicted >= 0]] = -1
-        self.store[oldest] = rows[:n]
-        self.owner[oldest] = points[:n]
-        self.slot_of[points[:n]] = oldest
-        self.last_used[oldest] = self.clock
-
-
-def full_q_matrix(kernel: Kernel, X: np.ndarray, y: np.ndarray, dtype=np.float32,
-                  block_mb: float = 256.0) -> np.ndarray:
-    """Q = diag(y) K diag(y), filled block by block (the caller checked it fits).
-
-    Q is symmetric: each row block is computed only from its diagonal onwards (one GEMM) and
-    mirrored below, which halves the kernel work.
-    """
-    m = X.shape[0]
-    dtype = np.dtype(dtype)
-    Q = np.empty((m, m), dtype=dtype)
-    Xd = np.ascontiguousarray(X, dtype=dtype)
-    sq_norms = np.einsum("ij,ij->i", Xd, Xd)
-    yd = y.astype(dtype)
-    step = rows_per_block(m, dtype.itemsize, block_mb)
-    for start in range(0, m, step):
-        stop = min(start + step, m)
-        block = kernel.block(Xd[start:stop], Xd[start:], z_sq_norms=sq_norms[start:],
-                             out=np.empty((stop - start, m - start), dtype=dtype))
-        block *= yd[start:stop, None]
-        block *= yd[None, start:]
-        Q[start:stop, start:] = block
-        Q[stop:, start:stop] = block[:, stop - start:].T
-    return Q
-
-
-def signed_kernel(K: np.ndarray, y: np.ndarray, dtype=np.float32) -> np.ndarray:
-    """Q = diag(y) K diag(y) from a kernel matrix already computed (a new array)."""
-    if K.shape != (y.size, y.size):
-        raise ValueError(f"the kernel matrix is {K.shape}, the problem has {y.size} rows.")
-    yd = y.astype(dtype)
-    Q = np.multiply(K, yd[:, None], dtype=dtype)
-    Q *= yd[None, :]
-    return Q
-
-
-def kernel_mode_for(m: int, cache_mb: float, itemsize: int = 4) -> str:
-    """'cached' when the whole m×m kernel matrix fits ``cache_mb``, else 'blocked'."""
-    return "cached" if m * m * itemsize <= cache_mb * 2**20 else "blocked"
-
-
-def kernel_fits_cache(m: int, n_features: int, cache_mb: float | None = None,
-                      itemsize: int = 4) -> bool:
-    """Whether the whole m×m kernel matrix fits ``cache_mb`` (None: what this machine can
-    afford now, :func:`auto_cache_mb`)."""
-    if cache_mb is None:
-        cache_mb = auto_cache_mb(m, n_features)
-    return kernel_mode_for(m, cache_mb, itemsize) == "cached"
-
-
-def auto_cache_mb(m: int, n_features: int) -> float:
-    """The kernel cache a solve on this machine can afford: the memory available now, less
-    the solver's own arrays and :data:`~sodm_spark.resources.RESERVE_MB`."""
-    room = available_memory_mb() - RESERVE_MB - solver_memory_mb(m, n_features)
-    return max(0.0, room)
-
-
-def solver_memory_mb(m: int, n_features: int, block_size: int = 1024,
-                     itemsize: int = 4) -> float:
-    """Memory (MB) a blocked solve of m rows needs besides its kernel cache: the rows (float64),
-    about six m-vectors, one block of kernel rows and its float64 GEMM scratch."""
-    rows = min(block_size, m)
-    return (m * n_features * 8 + 6 * m * 8 + rows * m * (itemsize + 8)) / 2**20
-
-
 def solve_odm_dual(X: np.ndarray, y: np.ndarray, kernel: Kernel, lam: float, theta: float,
                    v: float, *, tol: float = 1e-3, max_iter: int = 1000, gamma0=None,
                    seed=0, cache_mb: float | None = None, block_size: int = 1024,
@@ -271,7 +126,8 @@ def solve_odm_dual(X: np.ndarray, y: np.ndarray, kernel: Kernel, lam: float, the
         raise ValueError(f"tol must be a positive number, got {tol!r}.")
     if int(max_iter) < 1:
         raise ValueError(f"max_iter must be at least 1, got {max_iter!r}.")
-    X = np.ascontiguousarray(X, dtype=np.float64)
+    # float32 rows stay float32 (the kernel blocks are float32 by default): half the memory
+    X = np.ascontiguousarray(X, dtype=np.float32 if X.dtype == np.float32 else np.float64)
     y = np.asarray(y, dtype=np.float64)
     m = X.shape[0]
     if y.shape != (m,) or not np.all(np.abs(y) == 1.0):
@@ -294,82 +150,102 @@ def solve_odm_dual(X: np.ndarray, y: np.ndarray, kernel: Kernel, lam: float, the
     if mode not in ("cached", "blocked"):
         raise ValueError(f"mode must be 'auto', 'cached' or 'blocked', got {mode!r}.")
     rng = np.random.default_rng(seed)
-    run = _solve_cached if mode == "cached" else _solve_blocked
-    kwargs = dict(problem=problem, gamma=gamma, rng=rng, tol=tol, max_iter=int(max_iter),
-                  shrinking=shrinking, callback=callback)
+    # rows in a seeded random order, so that the tiles of TILE_ROWS neighbours the sweeps group
+    # are random groups whatever order the rows came in
+    shuffled = rng.permutation(m)
+    X, y, gamma = X[shuffled], y[shuffled], gamma[shuffled]
     if mode == "cached":
         Q = full_q_matrix(kernel, X, y, dtype, block_mb) if kernel_values is None else \
-            signed_kernel(kernel_values, y, dtype)
-        n_sweeps, violation, converged, history, u = run(Q=Q, **kwargs)
-        computed = m
+            signed_kernel(np.asarray(kernel_values)[np.ix_(shuffled, shuffled)], y, dtype)
+        blocks, block_size = _CachedBlocks(Q), CACHED_BLOCK_ROWS
     else:
-        source = _KernelRows(kernel, X, y, dtype, cache_bytes)
-        n_sweeps, violation, converged, history, u = run(
-            source=source, block_size=int(block_size), inner_sweeps=int(inner_sweeps), **kwargs)
-        computed = source.computed_rows
+        blocks = _OnDemandBlocks(KernelRows(kernel, X, y, dtype, cache_bytes))
+    n_sweeps, violation, converged, history, u = _solve_blocks(
+        blocks, problem, gamma, rng, tol, int(max_iter), shrinking, callback, int(block_size),
+        int(inner_sweeps), TILE_ROWS)
+    computed = blocks.computed_rows
+    original = np.empty(m, dtype=np.int64)
+    original[shuffled] = np.arange(m)
+    gamma, u = gamma[original], u[original]
     return DCDResult(gamma=gamma, u=u, objective=problem.objective(gamma, u), n_sweeps=n_sweeps,
                      violation=violation, converged=converged, kernel_mode=mode, history=history,
                      kernel_rows_computed=computed)
 
 
-def _next_shrink_threshold(violation: float, shrinking: bool) -> float:
-    # LIBLINEAR: shrink against the previous sweep's largest violation; never when it is 0.
+def next_shrink_threshold(violation: float, shrinking: bool) -> float:
+    """LIBLINEAR's rule for plain sweeps (the joint multi-class solver's): shrink against the
+    previous sweep's largest violation; never when it is 0."""
     return violation if shrinking and violation > 0.0 else np.inf
-
-
-def _solve_cached(Q, problem, gamma, rng, tol, max_iter, shrinking, callback):
-    m = gamma.size
-    u = np.zeros(m)
-    nonzero = np.flatnonzero(gamma)
-    loops.add_indexed_rows(u, Q, nonzero, gamma[nonzero])
-    active = np.arange(m)
-    threshold = np.inf
-    history = []
-    violation, converged, sweep = np.inf, False, 0
-    for sweep in range(1, max_iter + 1):
-        order = active[rng.permutation(active.size)]
-        keep = np.ones(order.size, dtype=np.bool_)
-        violation = loops.cached_sweep(Q, gamma, u, order, keep, problem.a_zeta, problem.a_beta,
-                                       problem.lower, problem.upper, threshold)
-        full = active.size == m and keep.all()
-        history.append(violation)
-        if callback is not None:
-            callback(sweep, violation, int(keep.sum()))
-        if violation <= tol:
-            if full:
-                converged = True
-                break
-            active, threshold = np.arange(m), np.inf  # re-check every point before stopping
-            continue
-        active = order[keep]
-        active.sort()
-        threshold = _next_shrink_threshold(violation, shrinking)
-    return sweep, float(violation), converged, history, u
 
 
 #: On-demand sweeps visit the points whose violation exceeds this share of ``tol``: at 1.0 the
 #: points just under tol are never updated and the tail crawls (5,000 Fashion-MNIST rows: 1,000
 #: sweeps, not converged); at 0.1 the solve converges in 16 sweeps.
 ACTIVE_SHARE_OF_TOL = 0.1
+#: Block rows when Q is cached: 512 rows with 8 inner sweeps was the fastest of 256-2,048 and
+#: 8-16 on 2,500 and 7,400 Fashion-MNIST rows at λ = 1e3 to 1e6 (1.5-4x faster than plain
+#: sweeps; a 512×512 float32 block stays in L2).
+CACHED_BLOCK_ROWS = 512
+#: A sweep visits its points tile by tile (tiles of this many neighbouring rows, shuffled), so a
+#: block's rows are a few runs of neighbours: gathering its sub-matrix then reads short runs of
+#: each row instead of every cache line of it. Same sweeps, 1.8x faster on 22,000 Fashion-MNIST
+#: rows (tiles of 64: 3.3 s against 5.8 s for single points at λ = 1e6).
+TILE_ROWS = 64
 
 
-def _solve_blocked(source: _KernelRows, problem, gamma, rng, tol, max_iter, shrinking, callback,
-                   block_size, inner_sweeps):
-    """Block coordinate descent with on-demand kernel rows (design.md §1).
+class _CachedBlocks:
+    """Blocks of a cached Q: the B×B sub-matrix gathered, u updated from Q's rows in place."""
+
+    def __init__(self, Q: np.ndarray):
+        self.Q = Q
+        self.computed_rows = Q.shape[0]
+
+    def add_rows(self, u, index, deltas):
+        loops.add_indexed_rows(u, self.Q, index, deltas)
+
+    def block(self, index):
+        """(the block's points in the order solved, Q_bb, a function adding Δγ's rows to u)."""
+        index = np.sort(index)  # sequential row reads
+        q_bb = loops.gather_block(self.Q, index)
+        return index, q_bb, lambda u, deltas: loops.add_indexed_rows(u, self.Q, index, deltas)
+
+
+class _OnDemandBlocks:
+    """Blocks whose B×m rows come from the LRU row cache or one GEMM (:class:`KernelRows`)."""
+
+    def __init__(self, source: KernelRows):
+        self.source = source
+
+    @property
+    def computed_rows(self):
+        return self.source.computed_rows
+
+    def add_rows(self, u, index, deltas):
+        loops.add_rows(u, self.source.rows(index), deltas)
+
+    def block(self, index):
+        index = self.source.cached_first(index)
+        rows = self.source.rows(index)
+        return (index, np.ascontiguousarray(rows[:, index]),
+                lambda u, deltas: loops.add_rows(u, rows, deltas))
+
+
+def _solve_blocks(blocks, problem, gamma, rng, tol, max_iter, shrinking, callback, block_size,
+                  inner_sweeps, tile_rows=1):
+    """Block coordinate descent (module docstring), Q's rows from ``blocks``.
 
     ``u = Qγ`` is kept for every point, so every sweep starts from the exact violation of all
     points: the fit stops as soon as the largest is at most ``tol``, and a sweep visits only
     the points whose violation exceeds :data:`ACTIVE_SHARE_OF_TOL` · ``tol`` (with
-    ``shrinking``). Their kernel rows — the cost of this path — are computed for shrinking sets
-    of points as the solve converges, in shuffled blocks whose B×m rows come from the row cache
-    or one GEMM.
+    ``shrinking``), in blocks of ``block_size`` cut from the points in shuffled tiles of
+    ``tile_rows`` (:data:`TILE_ROWS`; 1: every point shuffled).
     """
     m = gamma.size
     u = np.zeros(m)
     nonzero = np.flatnonzero(gamma)
     for start in range(0, nonzero.size, block_size):
         index = nonzero[start:start + block_size]
-        loops.add_rows(u, source.rows(index), gamma[index])
+        blocks.add_rows(u, index, gamma[index])
     history = []
     violation, converged, sweep = np.inf, False, 0
     everyone = np.arange(m)
@@ -383,23 +259,25 @@ def _solve_blocked(source: _KernelRows, problem, gamma, rng, tol, max_iter, shri
         if callback is not None:
             callback(sweep, violation, int(active.size))
         logger.debug("sweep %d violation %.3g active %d kernel rows computed %d", sweep,
-                     violation, active.size, source.computed_rows)
+                     violation, active.size, blocks.computed_rows)
         if violation <= tol:
             converged = True
             break
         # a plain shuffle: visiting the cached rows first each sweep saves GEMMs but, always in
         # the same place in the order, slows convergence (12,000 rows, a cache of 25%: 33
         # sweeps and 14.2 s vs 13 sweeps and 8.3 s shuffled)
-        order = active[rng.permutation(active.size)]
+        if tile_rows > 1:
+            rank = rng.permutation(-(-m // tile_rows))
+            order = active[np.argsort(rank[active // tile_rows], kind="stable")]
+        else:
+            order = active[rng.permutation(active.size)]
         for start in range(0, order.size, block_size):
-            index = source.cached_first(order[start:start + block_size])
-            rows = source.rows(index)
-            q_bb = np.ascontiguousarray(rows[:, index])
+            index, q_bb, add_rows = blocks.block(order[start:start + block_size])
             gamma_b, u_b = gamma[index].copy(), u[index].copy()
             orders = np.stack([rng.permutation(index.size) for _ in range(inner_sweeps)])
             loops.block_solve(q_bb, gamma_b, u_b, np.ones(index.size, dtype=np.bool_), orders,
                               problem.a_zeta, problem.a_beta, problem.lower, problem.upper,
                               np.inf, 0.5 * tol)
-            loops.add_rows(u, rows, gamma_b - gamma[index])
+            add_rows(u, gamma_b - gamma[index])
             gamma[index] = gamma_b
     return sweep, float(violation), converged, history, u

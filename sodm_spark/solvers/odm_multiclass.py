@@ -25,7 +25,7 @@ from numba import njit
 from ..kernels import Kernel, rows_per_block
 from ..validation import check_odm_params
 from ._dcd_kernels import _point_optimum, _point_violation
-from .odm_dcd import ODMProblem, _next_shrink_threshold
+from .odm_dcd import ODMProblem, next_shrink_threshold
 
 
 @dataclass
@@ -179,7 +179,7 @@ def solve_odm_multiclass(X: np.ndarray, y_index: np.ndarray, n_classes: int, ker
             thresholds[:] = np.inf
             continue
         for c in range(n_classes):
-            thresholds[c] = _next_shrink_threshold(class_violations[c], shrinking)
+            thresholds[c] = next_shrink_threshold(class_violations[c], shrinking)
     u = signs * V.T
     objectives = np.array([problem.objective(gamma[:, c], u[:, c]) for c in range(n_classes)])
     return MulticlassDCDResult(gamma=gamma, u=u, objectives=objectives, n_sweeps=sweep,

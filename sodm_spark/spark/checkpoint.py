@@ -23,6 +23,7 @@ import numpy as np
 import scipy.sparse
 
 from ..storage import replace_file
+from .sodm_tasks import as_chunks
 
 STATE_FILE = "state.json"
 FORMAT = "sodm_spark.checkpoint"
@@ -149,10 +150,19 @@ class LevelCheckpoint:
                              "--checkpoint-dir.")
         return state
 
-    def save_level(self, level: int, pieces, stats: dict) -> None:
-        """Record a solved level: ``pieces`` = [(key, row ids, γ)] over all its partitions."""
+    def save_level(self, level: int, chunks, stats: dict) -> None:
+        """Record a solved level: ``chunks`` = [(key, order, row ids, γ)] over all its
+        partitions' chunks (:func:`.sodm_tasks.checkpoint_layout`)."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        pieces = sorted(pieces, key=lambda piece: piece[0])
+        chunks = sorted(chunks, key=lambda chunk: (chunk[0], chunk[1]))
+        pieces = []
+        for key, _, ids, gamma in chunks:
+            if pieces and pieces[-1][0] == key:
+                pieces[-1][1].append(ids)
+                pieces[-1][2].append(gamma)
+            else:
+                pieces.append((key, [ids], [gamma]))
+        pieces = [(key, np.concatenate(ids), np.concatenate(gamma)) for key, ids, gamma in pieces]
         keys = np.array([piece[0] for piece in pieces], dtype=np.int64)
         sizes = np.array([piece[1].size for piece in pieces], dtype=np.int64)
         ids = np.concatenate([piece[1] for piece in pieces]).astype(np.int64)
@@ -206,7 +216,7 @@ def deal_by_layout(item, lookup_ids, lookup_keys, lookup_positions):
 
 
 def assemble_partition(records, gammas):
-    """(key, (X, y, ids, γ, stats)) for each key, rows in checkpointed order."""
+    """The (key, Chunk) records of each key's rows in checkpointed order, with its γ."""
     groups = {}
     for key, piece in records:
         groups.setdefault(key, []).append(piece)
@@ -217,4 +227,4 @@ def assemble_partition(records, gammas):
         X = np.concatenate([p[1] for p in pieces])  # kernel SODM rows are dense
         y = np.concatenate([p[2] for p in pieces])[order]
         ids = np.concatenate([p[3] for p in pieces])[order]
-        yield key, (X[order], y, ids, gammas[key], {"key": key})
+        yield from as_chunks(key, X[order], y, ids, gammas[key])

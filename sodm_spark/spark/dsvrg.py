@@ -30,8 +30,9 @@ from ..solvers.svrg import (epoch_rng, loss_gradient_sum, row_sq_norms, sample_r
 from ..validation import check_odm_params
 from .dsvrg_blocks import (ResidentBlocks, drop_everywhere, first_read, input_chunks,
                            keyed_by_first_row, partition_chunks)
-from .sodm_params import SPILL, SODMParams, StatsRecord
+from .sodm_params import PERSIST, SODMParams, StatsRecord
 from .sodm_prepare import partition_blocks
+from .sodm_tasks import whole_partitions
 
 
 @dataclass(frozen=True)
@@ -144,7 +145,8 @@ def stratified_layout(sc, inputs: ResidentBlocks, chunked, per_partition, params
     ``per_partition`` the same chunks as (input partition, chunk) in the input's own
     partitions, which the dealing reads (so it deals alike whatever the cluster's shape).
     Returns (RDD of (key, block): the input chunks, or the dealt partitions with key k in Spark
-    partition k; a description for the log; whether the rows were dealt)."""
+    partition k; a description for the log; the persisted dealt chunks, or None when the rows
+    were not dealt)."""
     sparse = any(entry[4] for entry in survey)  # any block left CSR: no landmarks
     n_rows = sum(entry[1] for entry in survey)
     n_partitions = params.n_partitions or max(1, sc.defaultParallelism)
@@ -160,16 +162,17 @@ def stratified_layout(sc, inputs: ResidentBlocks, chunked, per_partition, params
         counts = inputs.run(lambda _, X, y: _strata_by_class(X, y, landmarks, n_strata))
         if partitions_look_like_whole(np.stack([counts[entry[0]] for entry in survey])):
             return chunked, (f"{len(survey)} input chunks kept: each already holds every "
-                             "stratum in its overall share"), False
+                             "stratum in its overall share"), None
     if n_partitions > n_rows:
         raise ValueError(f"DSVRG asks for {n_partitions} partitions but the data have only "
                          f"{n_rows} rows; pass at most {n_rows} (--partitions / n_partitions).")
     partitioner = "random" if sparse else params.partitioner
-    parts, _, _ = partition_blocks(
+    chunks, _, _ = partition_blocks(
         sc, per_partition.values(), SODMParams(kernel="linear", partitioner=partitioner,
                                          strata=params.strata, seed=params.seed, levels=0),
         Kernel.create("linear"), n_rows, n_partitions)
-    return parts, f"{partitioner} dealing into {n_partitions} partitions", True
+    parts = chunks.mapPartitions(whole_partitions, preservesPartitioning=True)
+    return parts, f"{partitioner} dealing into {n_partitions} partitions", chunks
 
 
 def fit_dsvrg(sc, blocks, params: DSVRGParams, classes, n_features: int, test=None,
@@ -196,13 +199,13 @@ def fit_dsvrg(sc, blocks, params: DSVRGParams, classes, n_features: int, test=No
         lambda i, it: partition_chunks(i, it, positive), preservesPartitioning=True)
     n_tasks = max(1, min(blocks.getNumPartitions(), sc.defaultParallelism))
     if own_copy:  # coalescing cached data is cheap; coalescing a Python pipeline is not
-        per_partition = per_partition.persist(SPILL)
+        per_partition = per_partition.persist(PERSIST)
         chunked = per_partition.coalesce(n_tasks).mapPartitions(keyed_by_first_row)
     else:
         chunked = blocks.coalesce(n_tasks).mapPartitions(lambda it: input_chunks(it, positive))
     fit_id = uuid.uuid4().hex  # names this fit's resident files; never reused
     stores = [f"{fit_id}-input", f"{fit_id}-dealt"] if params.resident else [None, None]
-    parts = inputs = blocks_ = center = None
+    parts = inputs = blocks_ = center = dealt = None
     try:
         # One read of every input partition: stacked, made resident, surveyed.
         sc.setJobDescription("DSVRG: rows, labels, norms and a landmark sample")
@@ -217,7 +220,7 @@ def fit_dsvrg(sc, blocks, params: DSVRGParams, classes, n_features: int, test=No
         inputs = ResidentBlocks(sc, chunked, [entry[0] for entry in found], store,
                                 [entry[:3] for entry in found], input_task.__getitem__)
         n_rows = sum(entry[1] for entry in survey)
-        parts, layout, owned = stratified_layout(sc, inputs, chunked, per_partition, params,
+        parts, layout, dealt = stratified_layout(sc, inputs, chunked, per_partition, params,
                                                  survey)
         partition_seconds = time.perf_counter() - started
         bias = bool(params.fit_intercept)
@@ -236,7 +239,7 @@ def fit_dsvrg(sc, blocks, params: DSVRGParams, classes, n_features: int, test=No
             if bias:
                 w[n_features] += float(w[:n_features] @ mu)
         # input chunks and dealt partitions both take turns in key order; no empty key
-        if owned:
+        if dealt is not None:
             if stores[0] is not None:
                 drop_everywhere(sc, stores[:1], inputs.store_dirs(), sc.defaultParallelism)
             if own_copy:
@@ -312,8 +315,8 @@ def fit_dsvrg(sc, blocks, params: DSVRGParams, classes, n_features: int, test=No
                 pass
         if own_copy:
             per_partition.unpersist()
-        if parts is not None and parts is not chunked:
-            parts.unpersist()
+        if dealt is not None:
+            dealt.unpersist()
         sc.setJobDescription(None)
     w = w[:n_features]
     model = KernelExpansion(w[None, :], np.ones((1, 1)), Kernel.create("linear"), classes,

@@ -13,10 +13,13 @@ the top levels (many partitions) split the executor's memory between its cores w
 """
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from dataclasses import dataclass
 
 from ..resources import RESERVE_MB, physical_memory_mb, share_per_task, size_mb
-from ..solvers.odm_dcd import solver_memory_mb
+from ..solvers.kernel_rows import solver_memory_mb
 
 
 class MemoryBudgetError(ValueError):
@@ -85,3 +88,67 @@ def level_cache_mb(level: int, rows: int, n_features: int, budget_mb: float,
             f"{hint}, or give tasks more memory.")
     room = budget_mb - need
     return max(0.0, room if cache_mb is None else min(cache_mb, room))
+
+
+#: Copies of the rows a fit keeps on local disk at once: the persisted input, the top level's
+#: partitions, the last two solved levels and one merge's shuffle files, and a spare.
+DISK_COPIES = 6
+
+
+def _local_dirs(sc) -> list[str]:
+    dirs = os.environ.get("SPARK_LOCAL_DIRS") or sc.getConf().get("spark.local.dir", None) \
+        or tempfile.gettempdir()
+    return [d for d in dirs.split(",") if d]
+
+
+def check_fit_resources(sc, n_rows: int, n_features: int, itemsize: int, top_partitions: int,
+                        top_level: int, memory: ExecutorMemory, params) -> None:
+    """Refuse, before any level runs, a fit this application cannot hold: the top level's
+    partitions beyond what a task may use, or (local mode) more persisted rows than the local
+    disk has room for. One ValueError naming the setting to change."""
+    rows = -(-n_rows // max(1, top_partitions))
+    budget = memory.task_mb(top_partitions)
+    need = solver_memory_mb(rows, n_features)
+    if need > budget:
+        better = top_level + 1
+        while -(-n_rows // params.p ** better) > 1 and solver_memory_mb(
+                -(-n_rows // params.p ** better), n_features) > memory.task_mb(params.p ** better):
+            better += 1
+        where = ("on this machine, the RAM left beside the driver's JVM heap (--driver-memory) "
+                 "and --memory-mb" if sc.master.startswith("local") else
+                 "spark.executor.pyspark.memory, or an executor host's RAM less "
+                 "spark.executor.memory, and --memory-mb")
+        raise MemoryBudgetError(
+            f"the top level's partitions ({top_partitions:,} of {rows:,} rows × {n_features:,} "
+            f"features) need about {need:,.0f} MB each to solve, over the {budget:,.0f} MB a task "
+            f"may use ({where}); start from more partitions (--levels {better}) or give the "
+            "Python workers more memory.")
+    if not sc.master.startswith("local"):
+        return  # executors' disks are not visible from here
+    need_mb = DISK_COPIES * n_rows * n_features * itemsize / 2**20
+    for directory in _local_dirs(sc):
+        try:
+            free_mb = shutil.disk_usage(directory).free / 2**20
+        except OSError:
+            continue
+        if need_mb > free_mb:
+            raise MemoryBudgetError(
+                f"the fit keeps its rows on local disk (up to {need_mb:,.0f} MB: {DISK_COPIES} "
+                f"copies of {n_rows:,} rows × {n_features:,} features), but {directory} has "
+                f"{free_mb:,.0f} MB free; point spark.local.dir (or SPARK_LOCAL_DIRS) at a "
+                "larger disk.")
+
+
+def result_limit_mb(sc) -> float:
+    """``spark.driver.maxResultSize`` in MB (0: no limit)."""
+    return size_mb(sc.getConf().get("spark.driver.maxResultSize", "1g"))
+
+
+def check_collectable(sc, n_bytes: float, what: str, advice: str) -> None:
+    """Refuse to collect ``what`` (``n_bytes``) when it exceeds half the driver's result limit."""
+    limit = result_limit_mb(sc)
+    if limit > 0 and n_bytes / 2**20 > 0.5 * limit:
+        raise MemoryBudgetError(
+            f"{what} would bring {n_bytes / 2**20:,.0f} MB to the driver, over half of "
+            f"spark.driver.maxResultSize ({limit:,.0f} MB); {advice}, or raise "
+            "spark.driver.maxResultSize (and --driver-memory with it).")

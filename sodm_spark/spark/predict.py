@@ -1,20 +1,55 @@
-"""Batch scoring of a DataFrame with a broadcast kernel model through Arrow (issue [12]).
+"""Batch scoring of a DataFrame with a kernel model through Arrow (issue [12]).
 
-``mapInArrow`` hands every task its rows as Arrow record batches; the features become one
-float64 matrix per batch without a Python object per row, and
-:func:`sodm_spark.scoring.raw_scores` scores it (float32 kernel blocks, boundary rows again in
-float64). The output has the key (the input's key column, or a row id
-``(partition << 40) + row``), the prediction (the label value) and the raw scores
-(``rawPrediction`` as MLlib has it: [-f, f] for two classes, one score per class otherwise).
+The driver writes the model's support vectors and coefficients as ``.npy`` files
+(:meth:`sodm_spark.scoring.SupportSet.save`) to a temporary directory and ships them with
+``SparkContext.addFile``; every ``mapInArrow`` task maps them a block at a time and scores its
+Arrow batches (one float64 matrix each, no Python object per row) against one block of support
+vectors after another: float32 kernel blocks, boundary rows again in float64
+(:mod:`sodm_spark.scoring`). A task so holds one batch, one support-vector block and one kernel
+block whatever the model's size, and the workers of a host share the files' pages.
+
+The rows are spread over at least ``defaultParallelism`` tasks, more for an expensive model
+(:func:`scoring_partitions`), so one input file does not become one task on one core. The
+output has the key (the input's key column, or a row id ``(partition << 40) + row`` numbered
+on the input's own partitions before any repartition, so it follows the input's order), the
+prediction (the label value) and the raw scores (``rawPrediction`` as MLlib has it: [-f, f]
+for two classes, one score per class otherwise).
 """
 from __future__ import annotations
 
+import math
+import os
+import shutil
+import tempfile
+import uuid
+from contextlib import contextmanager
+
 import numpy as np
 
+from .. import scoring
 from ..model import KernelExpansion
-from .io import batch_matrix, numbered_batches, vector_or_array_as_doubles
+from .io import ROW_ID_SHIFT, batch_matrix, vector_or_array_as_doubles
 
 RAW_COLUMN, PREDICTION_COLUMN, ROW_ID_COLUMN = "rawPrediction", "prediction", "row_id"
+# Partitions: every core busy (defaultParallelism), and for a model that costs more than
+# 1e7 flops per row (2 · support vectors · features: about 6,400 SVs of 784 features) at most
+# SCORING_TASK_FLOPS of kernel GEMM per task (about 10-30 s of one core), so that tasks stay
+# short: such a model costs the input's row count first, a pass that is small beside scoring.
+SCORING_TASK_FLOPS = 1e12
+COUNT_ABOVE_FLOPS_PER_ROW = 1e7
+
+
+def scoring_partitions(current: int, parallelism: int, n_support: int, n_features: int,
+                       count_rows) -> int:
+    """How many tasks score the rows: at least ``current`` and ``parallelism``, and for an
+    expensive model at least rows / (SCORING_TASK_FLOPS / flops per row); ``count_rows()`` is
+    called only then."""
+    partitions = max(current, parallelism, 1)
+    flops_per_row = 2.0 * n_support * n_features
+    if flops_per_row > COUNT_ABOVE_FLOPS_PER_ROW:
+        rows_per_task = max(1, int(SCORING_TASK_FLOPS // flops_per_row))
+        partitions = max(partitions, math.ceil(count_rows() / rows_per_task))
+    return partitions
 
 
 def _features(df, features_col, exclude, n_features):
@@ -44,87 +79,159 @@ def _features(df, features_col, exclude, n_features):
     return [F.col(c).cast("double").alias(f"f{j}") for j, c in enumerate(columns)], "columns"
 
 
-def _score_batches(payload, kind, n_features, key_kind, precision, rows_scored):
-    """The ``mapInArrow`` function (closes over plain values only)."""
+def _row_ids():
+    """``(partition << ROW_ID_SHIFT) + row`` as a Column, from Spark's own
+    ``monotonically_increasing_id`` (``(partition << 33) + row``) of the same partition."""
+    from pyspark.sql import functions as F
+
+    partition = F.spark_partition_id().cast("long")
+    return F.monotonically_increasing_id() + partition * ((1 << ROW_ID_SHIFT) - (1 << 33))
+
+
+def _which_row(keys, index, key_col):
+    """A row named for an error: its key, or its input partition and row from its row id."""
+    key = keys[index].as_py()
+    if key_col:
+        return f"the row with {key_col} {key!r}"
+    return f"row {key & ((1 << ROW_ID_SHIFT) - 1)} of partition {key >> ROW_ID_SHIFT}"
+
+
+def _score_batches(spec, kind, n_features, key_col, precision, classes, block_bytes,
+                   rows_scored, threads):
+    """The ``mapInArrow`` function (closes over plain values only): column 0 the key.
+
+    BLAS gets the task's ``threads`` (``spark.task.cpus``): with a thread per core in every
+    task, two tasks on two cores ran 2.6× slower. When the float32 pass sends most of a batch
+    back to float64 (a model whose coefficients cancel, as a compressed one's do: its error
+    bound exceeds most |f|), the task scores in float64 from then on.
+    """
     def score(batches):
+        from threadpoolctl import threadpool_limits
+
+        with threadpool_limits(threads):
+            yield from score_limited(batches)
+
+    def score_limited(batches):
         import pyarrow as pa
-        from pyspark import TaskContext
+        from pyspark import SparkFiles
 
-        from ..kernels import Kernel
-        from ..scoring import predictions, raw_scores
+        from ..scoring import SupportSet, predictions
 
-        support_vectors, coef, kernel_dict, intercept, classes = payload.value
-        kernel = Kernel.from_dict(kernel_dict)
-        for batch, first_id, local in numbered_batches(batches):
+        current = precision
+        support = SupportSet.open(spec, SparkFiles.get)
+        offset, scale = (None if spec.get(name) is None else np.asarray(spec[name])
+                         for name in ("feature_offset", "feature_scale"))
+        for batch in batches:
             n = batch.num_rows
-            first = 1 if key_kind == "column" else 0
+            if n == 0:
+                continue
+            keys = batch.column(0)
             if kind == "array":
-                column = batch.column(first)
+                column = batch.column(1)
                 lengths = np.diff(np.asarray(column.offsets))
                 if column.null_count or np.any(lengths != n_features):
                     bad = int(np.flatnonzero((lengths != n_features) |
                                              np.asarray(column.is_null()))[0])
-                    raise ValueError(f"row {local + bad} of partition "
-                                     f"{TaskContext.get().partitionId()} has "
-                                     f"{lengths[bad]} features (or none); the model was "
-                                     f"trained on {n_features}.")
-            X = batch_matrix(batch, kind, first, n_features)
+                    raise ValueError(f"{_which_row(keys, bad, key_col)} has {lengths[bad]} "
+                                     f"features (or none); the model was trained on "
+                                     f"{n_features}.")
+            X = batch_matrix(batch, kind, 1, n_features)
             finite = np.isfinite(X).all(axis=1)
             if not finite.all():
                 bad = int(np.flatnonzero(~finite)[0])
-                raise ValueError(f"row {local + bad} of partition "
-                                 f"{TaskContext.get().partitionId()} has a missing, NaN or "
+                raise ValueError(f"{_which_row(keys, bad, key_col)} has a missing, NaN or "
                                  "infinite feature; fill or drop such rows before scoring.")
-            scores, _ = raw_scores(X, support_vectors, coef, kernel, intercept, precision)
+            if scale is not None:  # the model's feature scaling (KernelExpansion.inputs)
+                X = (X - offset) * scale
+            scores, rescored = support.raw_scores(X, current, block_bytes)
+            if 2 * rescored > n:
+                current = "float64"
             labels = predictions(scores, classes)
             raw = np.concatenate([-scores, scores], axis=1) if scores.shape[1] == 1 else scores
-            key = batch.column(0) if key_kind == "column" else \
-                pa.array(np.arange(first_id, first_id + n, dtype=np.int64))
             values = pa.array(raw.ravel())
             offsets = pa.array(np.arange(0, raw.size + 1, raw.shape[1], dtype=np.int32))
             yield pa.RecordBatch.from_arrays(
-                [key, pa.array(labels.astype(np.float64)),
+                [keys, pa.array(labels.astype(np.float64)),
                  pa.ListArray.from_arrays(offsets, values)],
                 names=["key", PREDICTION_COLUMN, RAW_COLUMN])
             rows_scored.add(n)
     return score
 
 
+@contextmanager
 def score_dataframe(df, model: KernelExpansion, features_col: str = "features",
                     key_col: str | None = None, label_col: str | None = "label",
-                    precision: str = "float32", rows_scored=None):
-    """A DataFrame of (key, prediction, rawPrediction) for every row of ``df``.
+                    precision: str = "float32", rows_scored=None, block_bytes: int | None = None):
+    """``with score_dataframe(df, model) as (scored, partitions):`` a DataFrame of (key,
+    prediction, rawPrediction) for every row of ``df``, scored by ``partitions`` tasks.
 
     Features: ``features_col`` (vector or array) if ``df`` has it, else every numeric column
-    except ``key_col`` and ``label_col``. ``rows_scored`` is an optional accumulator the
-    tasks add their rows to (progress).
+    except ``key_col`` and ``label_col``. ``rows_scored`` is an optional accumulator the tasks
+    add their rows to (progress); ``block_bytes`` caps a support-vector block (default
+    :data:`sodm_spark.scoring.SV_BLOCK_BYTES`). Use ``scored`` inside the ``with`` block: the
+    model's files are removed when it ends, also on an error.
     """
     from pyspark.sql.types import (ArrayType, DoubleType, LongType, StructField, StructType)
 
-    spark = df.sparkSession
+    if precision not in scoring.PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(scoring.PRECISIONS)}, "
+                         f"got {precision!r}.")
+    sc = df.sparkSession.sparkContext
     if key_col is not None and key_col not in df.columns:
         raise ValueError(f"the data have no key column {key_col!r}; their columns are "
                          f"{df.columns[:20]}.")
-    n_features = int(model.support_vectors.shape[1])
+    n_support, n_features = (int(n) for n in model.support_vectors.shape)
     exclude = {c for c in (key_col, label_col) if c}
     feature_columns, kind = _features(df, features_col, exclude, n_features)
-    selected = df.select(*([df[key_col].alias("key")] if key_col else []), *feature_columns)
+    key = df[key_col] if key_col else _row_ids()  # numbered before any repartition
+    selected = df.select(key.alias("key"), *feature_columns)
     if kind == "array":  # the first row says it before any scoring (the tasks check every row)
         first = selected.limit(1).collect()
         if first and first[0]["features"] is not None and len(first[0]["features"]) != n_features:
             raise ValueError(f"the rows have {len(first[0]['features'])} features in "
                              f"{features_col!r}; the model was trained on {n_features}. Score "
                              "data with the training data's feature columns, in the same order.")
+    current = selected.rdd.getNumPartitions()
+    partitions = scoring_partitions(current, sc.defaultParallelism, n_support, n_features,
+                                    selected.count)
+    if partitions > current:  # round robin; the row ids were fixed above
+        selected = selected.repartition(partitions)
     key_type = df.schema[key_col].dataType if key_col else LongType()
     schema = StructType([StructField("key", key_type), StructField(PREDICTION_COLUMN, DoubleType()),
                          StructField(RAW_COLUMN, ArrayType(DoubleType()))])
     classes = np.asarray(model.classes, dtype=np.float64)
-    payload = spark.sparkContext.broadcast(
-        (model.support_vectors, np.asarray(model.coef, dtype=np.float64), model.kernel.to_dict(),
-         model.intercept, classes))
     if rows_scored is None:
-        rows_scored = spark.sparkContext.accumulator(0)
-    out = selected.mapInArrow(
-        _score_batches(payload, kind, n_features, "column" if key_col else "id", precision,
-                       rows_scored), schema)
-    return out.withColumnRenamed("key", key_col or ROW_ID_COLUMN)
+        rows_scored = sc.accumulator(0)
+    folder = tempfile.mkdtemp(prefix="sodm-predict-")
+    names = []
+    try:
+        support = scoring.SupportSet.from_arrays(model.support_vectors, model.coef, model.kernel,
+                                                 model.intercept)
+        # file names are SparkFiles keys: unique in the session
+        spec = support.save(folder, prefix=f"sodm-predict-{uuid.uuid4().hex[:12]}-")
+        names = [name for name in spec["names"].values() if name]
+        if model.feature_scale is not None:
+            spec["feature_offset"] = np.asarray(model.feature_offset, np.float64).tolist()
+            spec["feature_scale"] = np.asarray(model.feature_scale, np.float64).tolist()
+        for name in names:
+            sc.addFile(os.path.join(folder, name))
+        scored = selected.mapInArrow(
+            _score_batches(spec, kind, n_features, key_col, precision, classes,
+                           block_bytes or scoring.SV_BLOCK_BYTES, rows_scored,
+                           int(sc.getConf().get("spark.task.cpus", "1"))), schema)
+        yield scored.withColumnRenamed("key", key_col or ROW_ID_COLUMN), partitions
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        _remove_driver_copies(names)
+
+
+def _remove_driver_copies(names):
+    """Delete the driver's own copies of files ``addFile`` fetched (in local mode the tasks'
+    too); the executors' copies on a cluster go with the application."""
+    from pyspark import SparkFiles
+
+    for name in names:
+        try:
+            os.remove(SparkFiles.get(name))
+        except OSError:
+            pass

@@ -12,39 +12,52 @@ numerics are in ``sodm_spark.solvers`` and ``sodm_spark.partition``.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import numpy as np
 
-from ..model import KernelExpansion
-from ..solvers.odm_dcd import kernel_mode_for
-from ..stopping import (REACHED_STOP_LEVEL, WARM_START_OPTIMAL, LevelCost, best_level,
-                        predict_seconds)
+from ..compression import compare_scores, resolve_max_sv
+from ..model import labels_from_scores
+from ..stopping import NEXT_LEVEL_BLOCKED, REACHED_STOP_LEVEL, WARM_START_OPTIMAL, best_level
 from .checkpoint import (LevelCheckpoint, assemble_partition, block_fingerprint, deal_by_layout,
                          merge_fingerprints)
-from .memory import MemoryBudgetError, executor_memory, level_cache_mb
-from .sodm_params import SPILL, LevelPlan, LevelStats, SODMFit, SODMParams
+from .memory import MemoryBudgetError, executor_memory
+from .level_model import collect_level, compress_level, level_scores
+from .plan import plan_level
+from .sodm_params import PERSIST, LevelStats, SODMFit, SODMParams
 from .sodm_prepare import PreparedData, partition_prepared, prepare_sodm
-from .sodm_tasks import (checkpoint_layout, merge_children, merge_key, partial_scores,
-                         partition_support_vectors, solve_partition)
+from .sodm_tasks import checkpoint_layout, merge_key, solve_partitions, stats_of
+
+#: With a compressed model, the uncompressed one is scored on the test rows too (the report's
+#: "before") when that costs at most this many kernel multiply-adds (test rows × support
+#: vectors × features: a few seconds here); beyond, only with ``test_every_level``.
+CHEAP_SCORING_WORK = 1e12
 
 
 def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
              checkpoint_dir=None, resume: bool = False, validation=None,
-             on_plan=None, prepared: PreparedData | None = None) -> SODMFit:
+             on_plan=None, prepared: PreparedData | None = None, max_sv=None,
+             compress_method: str = "random", test_every_level: bool | None = None) -> SODMFit:
     """Fit SODM on ``blocks`` (RDD of (X, y, row_ids) with raw labels from ``classes``).
 
     Two classes: one ODM (``classes[1]`` is +1). More: the one-vs-rest ODMs of every class,
     solved together in each partition against one kernel matrix, with the same partitions,
     merges and stopping for all; the model has one coefficient column per class.
 
-    ``test`` is an optional (X_test, y_test) pair on the driver, scored after every level;
-    ``on_plan(LevelPlan)`` is called before each level (its predicted seconds) and
-    ``on_level(LevelStats)`` as each level finishes (the job prints both).
+    ``test`` is an optional (X_test, y_test) pair on the driver: the final model's test
+    accuracy is ``SODMFit.test_accuracy``, and with ``test_every_level`` every level's model is
+    scored too (inside the level's tasks, as the validation rows are: it costs test rows ×
+    training rows kernel entries per level; None: when that is at most
+    :data:`CHEAP_SCORING_WORK`). ``on_plan(LevelPlan)`` is called before each
+    level (its predicted seconds) and ``on_level(LevelStats)`` as each level finishes (the job
+    prints both). ``max_sv`` ("auto", "none"/None or N,
+    :func:`~sodm_spark.compression.resolve_max_sv`) compresses the model before it reaches the
+    driver (:mod:`.level_model`); the report is ``SODMFit.compression``.
     With ``params.auto_stop`` a validation slice — ``validation`` = (X, y) if given, else rows
     held out of ``blocks`` (``validation_fraction``, at most ``validation_max_rows``) — is
-    scored after every level, the fit stops by :class:`~sodm_spark.stopping.StopRule`, and the
-    model is the best level's. With ``checkpoint_dir`` every finished level is recorded there
+    scored after every level, the fit stops by :class:`~sodm_spark.stopping.StopRule` or
+    before a level whose kernels would not be cached (on-demand kernel blocks cost the kernel
+    work again in every sweep), and the model is the best level's. With ``checkpoint_dir`` every finished level is recorded there
     (:mod:`.checkpoint`); ``resume=True`` continues from the last recorded level instead of
     starting over, and gives the model (and the stopping decisions) an uninterrupted run
     would have given. ``prepared`` (from :func:`prepare_sodm`, partitioned; its kernel may
@@ -55,6 +68,12 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
     if prepared is None:
         prepared = prepare_sodm(sc, blocks, params, classes, test, validation, partition=False,
                                 fingerprint=checkpoint_dir is not None)
+    if params.levels is None:  # as the preparation resolved them from the rows
+        params = replace(params, levels=prepared.params.levels,
+                         stop_level=prepared.params.stop_level)
+    elif params.levels != prepared.params.levels:
+        raise ValueError(f"the prepared data hold levels={prepared.params.levels}, the fit "
+                         f"asks for levels={params.levels}; prepare with the same levels.")
     classes, multi, kernel = prepared.classes, prepared.multi, prepared.kernel
     n_rows, n_features = prepared.n_rows, prepared.n_features
     training, started = prepared.training, prepared.started
@@ -87,45 +106,47 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
         parts, sizes = prepared.parts, prepared.sizes
     partition_seconds = prepared.partition_seconds or time.perf_counter() - started
 
-    test_X = None if test_pair is None else sc.broadcast(test_pair[0])
-    validation_X = None if validation_pair is None else sc.broadcast(
-        np.asarray(validation_pair[0], dtype=np.float32))
+    n_validation = 0 if validation_pair is None else len(validation_pair[1])
+    scored = [] if validation_pair is None else [validation_pair[0]]
+    if test_every_level is None:
+        test_every_level = test_pair is not None and \
+            len(test_pair[1]) * n_rows * n_features <= CHEAP_SCORING_WORK
+    if test_every_level and test_pair is not None:
+        scored.append(test_pair[0])
+    eval_X = sc.broadcast(np.asarray(np.concatenate(scored), dtype=np.float32)) \
+        if scored else None
     levels, solved, previous = [], None, parts
     cores = max(1, sc.defaultParallelism)
-    scoring_seconds = 0.0
     level = params.levels
     memory = executor_memory(sc, params.memory_mb)
     kept = {}  # level -> its solved RDD: the last two, for the best-level model
+    kept_scores = {}  # level -> its decision values on the eval rows (validation, test)
     if restored is not None:
         level, levels, solved, sizes = restored
         kept[level] = solved
         entry = levels[-1]
         started -= entry.elapsed  # the time budget counts the interrupted run's levels too
-    plan = None if restored is not None else _plan_level(level, sizes, n_features, params,
+    plan = None if restored is not None else plan_level(level, sizes, n_features, params,
                                                          memory, levels, cores)
     stop_reason = ""
     while True:
         if restored is None:
             if on_plan is not None:
                 on_plan(plan)
-            solved, entry, sizes, validation_scores = _solve_level(
+            solved, entry, sizes, scores = _solve_level(
                 sc, previous, level, params, kernel_dict, dict(config, cache_mb=plan.cache_mb),
-                cores, validation_X)
+                cores, eval_X, plan.tasks)
             entry.memory_mb, entry.predicted_seconds = plan.memory_mb, plan.predicted_seconds
             if validation_pair is not None:
-                entry.validation_accuracy = _accuracy(validation_scores, validation_pair[1])
-            entry.elapsed = time.perf_counter() - started - scoring_seconds
-            if test_pair is not None:
-                scoring_start = time.perf_counter()
-                sc.setJobDescription(f"SODM level {level}: score the test set")
-                scores = solved.map(lambda item: partial_scores(item, test_X.value, kernel_dict)) \
-                    .treeReduce(np.add)
-                entry.test_accuracy = _accuracy(scores, test_pair[1])
-                scoring_seconds += time.perf_counter() - scoring_start
+                entry.validation_accuracy = _accuracy(scores[:n_validation], validation_pair[1])
+            if test_every_level and test_pair is not None:
+                entry.test_accuracy = _accuracy(scores[n_validation:], test_pair[1])
+            entry.elapsed = time.perf_counter() - started
             levels.append(entry)
-            kept[level] = solved
+            kept[level], kept_scores[level] = solved, scores
             for older in [key for key in kept if key > level + 1]:
                 kept.pop(older).unpersist()
+                kept_scores.pop(older, None)
             if checkpoint is not None:
                 sc.setJobDescription(f"SODM level {level}: checkpoint")
                 checkpoint.save_level(level, solved.map(checkpoint_layout).collect(), entry.to_dict())
@@ -141,7 +162,7 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
         else:
             merged = np.bincount(np.arange(sizes.size) // params.p, weights=sizes).astype(np.int64)
             try:
-                plan = _plan_level(level - 1, merged, n_features, params, memory, levels, cores)
+                plan = plan_level(level - 1, merged, n_features, params, memory, levels, cores)
             except MemoryBudgetError as error:
                 if not params.auto_stop:
                     raise
@@ -150,8 +171,12 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
                 accuracies = [e.validation_accuracy for e in levels
                               if e.validation_accuracy is not None]
                 stop_reason = params.stop_rule().reason_to_stop(
-                    accuracies, time.perf_counter() - started - scoring_seconds,
-                    plan.predicted_seconds) or ""
+                    accuracies, time.perf_counter() - started, plan.predicted_seconds) or ""
+                if not stop_reason and (plan.kernel == "blocked" or
+                                        plan.tasks < min(plan.partitions, cores)):
+                    stop_reason = (f"{NEXT_LEVEL_BLOCKED} (level {plan.level}: {plan.advice}; "
+                                   f"predicted {plan.predicted_seconds:,.0f} s; --no-auto-stop "
+                                   "runs it)")
         if stop_reason:
             break
         n_level_partitions = params.p ** level
@@ -159,10 +184,8 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
         sc.setJobDescription(f"SODM level {level}: merge into {n_level_partitions // params.p}")
         scale = 1.0 / params.p if params.warm_start == "scaled" else 1.0
         support_only = params.partitioner == "cascade"
-        previous = (solved.map(lambda item: merge_key(item, params.p))
-                    .partitionBy(n_level_partitions // params.p, lambda key: key)
-                    .mapPartitions(lambda records: merge_children(records, scale, support_only),
-                                   preservesPartitioning=True))
+        previous = (solved.map(lambda item: merge_key(item, params.p, scale, support_only))
+                    .partitionBy(n_level_partitions // params.p, lambda key: key))
         level -= 1
     chosen = level
     validated = [(e.level, e.validation_accuracy) for e in levels
@@ -171,26 +194,56 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
         chosen = best_level(validated)
     if chosen not in kept:  # resumed right after the best level: read it back
         _, _, kept[chosen], _ = _restore(sc, training, checkpoint, chosen)
-    sc.setJobDescription("SODM: collect the model")
-    pieces = kept[chosen].map(partition_support_vectors).collect()
+    if eval_X is not None:
+        eval_X.unpersist()
+    best = next(e for e in levels if e.level == chosen)
+    model, compression = _level_model(sc, kept[chosen], best, prepared, max_sv, compress_method,
+                                      params.seed)
+    if prepared.scaling is not None:  # the model takes raw rows
+        model = replace(model, feature_offset=prepared.scaling[0],
+                        feature_scale=prepared.scaling[1])
+    train_seconds = time.perf_counter() - started
+    full = kept_scores.get(chosen)  # the chosen level's own scores on the eval rows
+    full_test = None if full is None or not test_every_level else full[n_validation:]
+    test_accuracy = None
+    if test_pair is not None:
+        X_test, y_test = test_pair[0], _raw_labels(test_pair[1], classes)
+        cheap = len(y_test) * best.n_sv * n_features <= CHEAP_SCORING_WORK
+        if full_test is None and (compression is None or cheap):
+            full_test = level_scores(sc, kept[chosen], X_test, kernel_dict, "score the test set")
+        if full_test is not None:  # the chosen level's own model
+            best.test_accuracy = float(np.mean(labels_from_scores(full_test, classes) == y_test))
+        scores = full_test if compression is None else model.input_scores(X_test)
+        test_accuracy = float(np.mean(labels_from_scores(scores, classes) == y_test))
+        if compression is not None:
+            compression["test"] = {"accuracy_after": test_accuracy, "rows": len(y_test)} \
+                if full_test is None else compare_scores(full_test, scores, y_test, classes)
+    if compression is not None and full is not None and n_validation:
+        compression["validation"] = compare_scores(
+            full[:n_validation], model.input_scores(validation_pair[0]),
+            _raw_labels(validation_pair[1], classes), classes)
     for rdd in kept.values():
         rdd.unpersist()
-    for broadcast in (test_X, validation_X):
-        if broadcast is not None:
-            broadcast.unpersist()
-    ids = np.concatenate([piece[0] for piece in pieces])
-    order = np.argsort(ids, kind="stable")
-    support_vectors = np.concatenate([piece[1] for piece in pieces])[order]
-    coef = np.concatenate([piece[2] for piece in pieces])[order]
     sc.setJobDescription(None)
-    model = KernelExpansion(support_vectors, coef if multi else coef[:, None], kernel, classes)
-    return SODMFit(model=model, levels=levels,
-                   train_seconds=time.perf_counter() - started - scoring_seconds,
+    return SODMFit(model=model, levels=levels, train_seconds=train_seconds,
                    partition_seconds=partition_seconds, n_rows=n_rows, stopped_at=level,
                    stop_reason=stop_reason, best_level=chosen,
-                   validation_rows=0 if validation_pair is None else len(validation_pair[1]),
-                   validation=None if validation_pair is None else (
-                       validation_pair[0], _raw_labels(validation_pair[1], classes)))
+                   validation_rows=n_validation,
+                   test_accuracy=test_accuracy, compression=compression)
+
+
+def _level_model(sc, solved, entry, prepared, max_sv, method, seed):
+    """(the model of the chosen level, the compression report or None)."""
+    n_points = resolve_max_sv(max_sv, entry.n_sv)
+    if n_points is None:
+        return collect_level(sc, solved, prepared.kernel, prepared.classes, entry.n_sv,
+                             prepared.n_features, 4, prepared.multi), None
+    start = time.perf_counter()
+    model, fit_rows = compress_level(sc, solved, prepared.kernel, prepared.classes, entry.n_sv,
+                                     n_points, method, seed)
+    return model, {"max_sv": max_sv, "method": method, "support_vectors_before": entry.n_sv,
+                   "support_vectors_after": int(model.support_vectors.shape[0]),
+                   "fit_rows": fit_rows, "seconds": time.perf_counter() - start}
 
 
 def _raw_labels(y, classes):
@@ -206,36 +259,23 @@ def _accuracy(scores, y) -> float:
     return float(np.mean(np.where(scores > 0, 1.0, -1.0) == y))
 
 
-def _plan_level(level, sizes, n_features, params, memory, done, cores) -> LevelPlan:
-    """Shape, kernel mode, memory and predicted seconds of the level about to run.
-
-    Raises MemoryBudgetError when its largest partition cannot be solved within the budget.
-    """
-    partitions, rows = int(sizes.size), int(np.max(sizes))
-    budget = memory.task_mb(partitions)
-    cache_mb = level_cache_mb(level, rows, n_features, budget, params.cache_mb, params.levels)
-    mode = kernel_mode_for(rows, cache_mb)
-    costs = [LevelCost(e.partitions, e.max_rows or -(-e.rows // e.partitions), e.seconds)
-             for e in done]
-    predicted = predict_seconds(costs, partitions, rows, cores)
-    if predicted is not None and mode == "blocked" and done:
-        # on-demand blocks recompute the uncached share of the kernel in every sweep
-        uncached = 1.0 - min(1.0, cache_mb * 2**20 / (4.0 * rows * rows))
-        predicted *= 1.0 + max(1, done[-1].sweeps_max) * uncached
-    return LevelPlan(level, partitions, rows, mode, budget, cache_mb, predicted)
-
-
-def _solve_level(sc, previous, level, params, kernel_dict, config, cores, validation_X=None):
-    """Solve every partition of one level (one task each): (solved RDD, LevelStats, partition
-    sizes, the validation rows' decision values or None)."""
+def _solve_level(sc, previous, level, params, kernel_dict, config, cores, eval_X=None,
+                 tasks=None):
+    """Solve every partition of one level (one task each, or ``tasks`` tasks each solving
+    several in turn): (solved RDD, LevelStats, partition sizes, the level's decision values on
+    the ``eval_X`` rows, or None)."""
     level_start = time.perf_counter()
     n_level_partitions = params.p ** level
     sc.setJobDescription(f"SODM level {level}: solve {n_level_partitions} partitions")
-    threads = max(1, cores // min(n_level_partitions, cores))
-    solved = previous.map(lambda item: solve_partition(
-        item, kernel_dict, config, level, threads,
-        None if validation_X is None else validation_X.value)).persist(SPILL)
-    stats = solved.map(lambda item: item[1][4]).collect()
+    running = min(n_level_partitions, cores)
+    if tasks is not None and tasks < running:
+        previous, running = previous.coalesce(tasks), tasks  # partitions stay in key order
+    threads = max(1, cores // running)
+    solved = previous.mapPartitions(lambda records: solve_partitions(
+        records, kernel_dict, config, level, threads,
+        None if eval_X is None else eval_X.value),
+        preservesPartitioning=True).persist(PERSIST)
+    stats = solved.map(stats_of).filter(lambda found: found is not None).collect()
     previous.unpersist()
     entry = LevelStats(level=level, partitions=len(stats), seconds=0.0,
                        objective=float(sum(s["objective"] for s in stats)),
@@ -246,12 +286,11 @@ def _solve_level(sc, previous, level, params, kernel_dict, config, cores, valida
                        warm_start_violation=float(max(s["warm_start_violation"] for s in stats)),
                        kernel="+".join(sorted({s["kernel_mode"] for s in stats})),
                        max_rows=int(max(s["rows"] for s in stats)))
-    validation_scores = None if validation_X is None else np.sum(
-        [s["validation_scores"] for s in stats], axis=0)
+    scores = None if eval_X is None else np.sum([s["eval_scores"] for s in stats], axis=0)
     entry.seconds = time.perf_counter() - level_start
     sizes = np.zeros(n_level_partitions, dtype=np.int64)
     sizes[[st["key"] for st in stats]] = [st["rows"] for st in stats]
-    return solved, entry, sizes, validation_scores
+    return solved, entry, sizes, scores
 
 
 def _restore(sc, labelled, checkpoint: LevelCheckpoint, level: int | None = None):
@@ -269,8 +308,8 @@ def _restore(sc, labelled, checkpoint: LevelCheckpoint, level: int | None = None
               .partitionBy(n_partitions, lambda key: key)
               .mapPartitions(lambda records: assemble_partition(records, gammas.value),
                              preservesPartitioning=True)
-              .persist(SPILL))
-    restored_rows = solved.map(lambda item: item[1][2].size).sum()
+              .persist(PERSIST))
+    restored_rows = solved.map(lambda item: item[1].ids.size).sum()
     if restored_rows != ids.size:
         raise ValueError(f"checkpoint {checkpoint.directory}: {ids.size - restored_rows} of its "
                          "rows are missing from the data; resume with the same data.")

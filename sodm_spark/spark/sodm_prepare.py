@@ -10,7 +10,7 @@ plain values, so closures never capture a driver object.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import scipy.sparse
@@ -21,8 +21,9 @@ from ..partition import (deal_positions, kmeans, nearest_center, nearest_landmar
 from ..stopping import holdout_mask
 from .checkpoint import block_fingerprint, merge_fingerprints
 from .io import check_blocks
-from .sodm_params import SPILL, SODMParams
-from .sodm_tasks import grouped_blocks
+from .plan import auto_levels, largest_levels
+from .sodm_params import PERSIST, SODMParams
+from .sodm_tasks import Chunk
 
 
 # --- task functions (module level: shipped to executors without driver state) ----------------
@@ -57,10 +58,81 @@ def _kept_rows(block, seed, fraction):
 
 
 def _moments(block):
+    """(rows, cells, Σx, Σx²) of a block, summed in float64 whatever the rows' dtype."""
     X = block[0]
     if scipy.sparse.issparse(X):
-        return np.array([X.shape[0], X.shape[0] * X.shape[1], X.sum(), X.multiply(X).sum()])
-    return np.array([X.shape[0], X.size, X.sum(), np.einsum("ij,ij->", X, X)])
+        return np.array([X.shape[0], X.shape[0] * X.shape[1], X.sum(dtype=np.float64),
+                         X.multiply(X).sum(dtype=np.float64)])
+    return np.array([X.shape[0], X.size, X.sum(dtype=np.float64),
+                     np.einsum("ij,ij->", X, X, dtype=np.float64)])
+
+
+class ColumnStats:
+    """Rows, and per column the sum, the sum of squares, the least and the largest value — in
+    one pass, merged across blocks (:meth:`merge`), in float64 whatever the rows' dtype."""
+
+    def __init__(self, X=None, d=0):
+        if X is None:
+            self.n, self.sums, self.squares = 0, np.zeros(d), np.zeros(d)
+            self.low, self.high = np.full(d, np.inf), np.full(d, -np.inf)
+            return
+        self.n = X.shape[0]
+        if scipy.sparse.issparse(X):
+            self.sums = np.asarray(X.sum(axis=0, dtype=np.float64)).ravel()
+            self.squares = np.asarray(X.multiply(X).sum(axis=0, dtype=np.float64)).ravel()
+            low, high = (X.min(axis=0), X.max(axis=0)) if self.n else (None, None)
+            low = None if low is None else low.toarray().ravel()
+            high = None if high is None else high.toarray().ravel()
+        else:
+            self.sums = X.sum(axis=0, dtype=np.float64)
+            self.squares = np.einsum("ij,ij->j", X, X, dtype=np.float64)
+            low, high = (X.min(axis=0), X.max(axis=0)) if self.n else (None, None)
+        d = X.shape[1]
+        self.low = np.full(d, np.inf) if low is None else np.asarray(low, dtype=np.float64)
+        self.high = np.full(d, -np.inf) if high is None else np.asarray(high, dtype=np.float64)
+
+    @staticmethod
+    def merge(a, b):
+        merged = ColumnStats(d=a.sums.size)
+        merged.n = a.n + b.n
+        merged.sums, merged.squares = a.sums + b.sums, a.squares + b.squares
+        merged.low, merged.high = np.minimum(a.low, b.low), np.maximum(a.high, b.high)
+        return merged
+
+    def without(self, X):
+        """These statistics less the sums of the rows ``X`` (the extremes are kept)."""
+        other = ColumnStats(X)
+        out = ColumnStats(d=self.sums.size)
+        out.n, out.low, out.high = self.n - other.n, self.low, self.high
+        out.sums, out.squares = self.sums - other.sums, self.squares - other.squares
+        return out
+
+    def minmax(self):
+        """(offset, scale) mapping every column onto [0, 1]: (x − least) / (largest − least);
+        a constant column only shifted."""
+        span = self.high - self.low
+        return self.low.copy(), np.where(span > 0, 1.0 / np.where(span > 0, span, 1.0), 1.0)
+
+    def variance(self, offset=None, scale=None) -> float:
+        """Variance over all entries (what gamma='scale' needs), of the rows mapped by
+        (x − offset) · scale when given."""
+        sums, squares = self.sums, self.squares
+        if scale is not None:
+            sums = (self.sums - self.n * offset) * scale
+            squares = (self.squares - 2 * offset * self.sums + self.n * offset ** 2) * scale ** 2
+        count = self.n * self.sums.size
+        return float(squares.sum() / count - (sums.sum() / count) ** 2)
+
+
+def _column_stats(block):
+    return ColumnStats(block[0])
+
+
+def _scaled(block, offset, scale):
+    """(X mapped by (x − offset) · scale in its own float dtype, y, ids)."""
+    X, y, ids = block
+    dtype = X.dtype
+    return ((X - offset.astype(dtype)) * scale.astype(dtype)).astype(dtype, copy=False), y, ids
 
 
 def _sample_rows(item, fraction, seed):
@@ -90,7 +162,7 @@ def _assign_strata(item, how, centers, kernel_dict, label_groups=2):
 
 
 def _deal(item, strata, offsets, n_partitions, direct, seed):
-    """Split one input block into (target partition, sub-block) pairs; ``strata`` and
+    """Split one input block into (target partition, chunk) pairs, γ = 0; ``strata`` and
     ``offsets`` are this block's (stratum per row, first dealing position per stratum)."""
     (X, y, ids), index = item
     if direct:  # DC-ODM: the cluster is the partition
@@ -99,24 +171,22 @@ def _deal(item, strata, offsets, n_partitions, direct, seed):
         targets = deal_positions(strata, offsets, [seed, 11, index]) % n_partitions
     for target in np.unique(targets):
         rows = targets == target
-        yield int(target), (index, X[rows], y[rows], ids[rows])
-
-
-def _build_partitions(records):
-    for key, (X, y, ids, _) in grouped_blocks(records):
-        yield key, (X, y, ids, np.zeros(X.shape[0]))
+        yield int(target), Chunk((index,), X[rows], y[rows], ids[rows],
+                                 np.zeros(int(rows.sum())), None)
 
 
 # --- driver -----------------------------------------------------------------------------------
 
-def checked_classes(blocks, n_features: int) -> np.ndarray:
-    """The sorted label values of ``blocks`` after one checking job (NaN/inf rows are named)."""
+def checked_classes(blocks, n_features: int, with_rows: bool = False):
+    """The sorted label values of ``blocks`` after one checking job (NaN/inf rows are named);
+    with ``with_rows``, (the label values, the number of rows)."""
     stats = check_blocks(blocks, n_features, max_labels=100)
     if stats.label_counts is None:
         raise ValueError("the label column holds more than 100 distinct values; SODM is a "
                          "classifier (is the label column the right one, or is it a "
                          "regression target?).")
-    return np.array(list(stats.label_counts), dtype=np.float64)
+    classes = np.array(list(stats.label_counts), dtype=np.float64)
+    return (classes, stats.n_rows) if with_rows else classes
 
 
 def row_count_and_variance(blocks) -> tuple[int, int, float]:
@@ -127,20 +197,13 @@ def row_count_and_variance(blocks) -> tuple[int, int, float]:
     return n_rows, int(round(count / n_rows)), float(squares / count - (total / count) ** 2)
 
 
-def largest_levels(n_rows: int, p: int) -> int:
-    """Largest L with p^L <= n_rows (every partition gets at least one row)."""
-    levels = 0
-    while p ** (levels + 1) <= n_rows:
-        levels += 1
-    return levels
-
-
 @dataclass
 class PreparedData:
     """What every fit of the same rows shares (:func:`prepare_sodm`): the labelled training
     rows, the validation and test pairs, the resolved kernel and, once partitioned, the top
     level's partitions. A hyperparameter search and the fit after it use one of these."""
 
+    params: SODMParams  # as given, with the levels resolved (``levels=None``: from the rows)
     labelled: object  # RDD of (X, y, ids): ±1 y, or class numbers for 3+ classes
     training: object  # the same without the held-out validation rows
     classes: np.ndarray
@@ -155,6 +218,8 @@ class PreparedData:
     sizes: np.ndarray | None = None
     partition_seconds: float = 0.0
     fingerprint: dict | None = None  # of all rows, for checkpoints (.checkpoint)
+    scaling: tuple | None = None  # (offset, scale) per column: the rows given to the kernel
+    # are (x − offset) · scale (min-max onto [0, 1]); test and validation pairs are mapped
 
     @property
     def multi(self) -> bool:
@@ -164,8 +229,9 @@ class PreparedData:
 def prepare_sodm(sc, blocks, params: SODMParams, classes, test=None, validation=None,
                  hold_out: bool | None = None, partition: bool = True,
                  fingerprint: bool = False) -> PreparedData:
-    """Label the rows, hold out the validation slice, resolve the kernel and (``partition``)
-    deal the rows into the top level's p^L partitions; ``fingerprint``: hash the rows in the
+    """Label the rows, hold out the validation slice, resolve the kernel and the levels
+    (``params.levels=None``: :func:`~.plan.auto_levels` of the rows) and (``partition``) deal
+    the rows into the top level's p^L partitions; ``fingerprint``: hash the rows in the
     first pass too (:func:`.checkpoint.block_fingerprint`, for checkpoints).
 
     Rows are held out (``validation_fraction`` of them, at most ``validation_max_rows``, by a
@@ -186,14 +252,17 @@ def prepare_sodm(sc, blocks, params: SODMParams, classes, test=None, validation=
     labelled = blocks.map(lambda b: _class_numbers(b, classes)) if multi else \
         blocks.map(lambda b: _map_labels(b, positive))
     if not blocks.is_cached:  # several passes follow: parse the input once
-        labelled.persist(SPILL)
+        labelled.persist(PERSIST)
     if fingerprint:  # the same pass hashes the rows for the checkpoint
-        moments, data_fingerprint = labelled.map(
-            lambda b: (_moments(b), block_fingerprint(b))).treeReduce(
-            lambda a, b: (a[0] + b[0], merge_fingerprints(a[1], b[1])))
+        stats, data_fingerprint = labelled.map(
+            lambda b: (_column_stats(b), block_fingerprint(b))).treeReduce(
+            lambda a, b: (ColumnStats.merge(a[0], b[0]), merge_fingerprints(a[1], b[1])))
     else:
-        moments, data_fingerprint = labelled.map(_moments).treeReduce(np.add), None
-    n_all = int(round(moments[0]))
+        stats, data_fingerprint = labelled.map(_column_stats).treeReduce(ColumnStats.merge), None
+    n_all = stats.n
+    if params.levels is None:  # from the rows: top partitions of about TOP_PARTITION_ROWS
+        params = replace(params, levels=auto_levels(n_all, params.p),
+                         stop_level=min(params.stop_level, auto_levels(n_all, params.p)))
     n_partitions = params.p ** params.levels
     if n_partitions > n_all:
         raise ValueError(
@@ -203,40 +272,47 @@ def prepare_sodm(sc, blocks, params: SODMParams, classes, test=None, validation=
         hold_out = params.auto_stop and params.levels > params.stop_level
     training, validation_pair, candidates = labelled, validation, None
     if validation is None and hold_out:
-        fraction = min(params.validation_fraction, params.validation_max_rows / moments[0])
+        fraction = min(params.validation_fraction, params.validation_max_rows / n_all)
         seed = params.seed
-        wanted = landmark_candidates_wanted(params, int(moments[0]), params.p ** params.levels)
-        candidate_fraction = min(1.0, 1.2 * wanted / moments[0])
+        wanted = landmark_candidates_wanted(params, n_all, params.p ** params.levels)
+        candidate_fraction = min(1.0, 1.2 * wanted / n_all)
         sc.setJobDescription("SODM: hold out the validation rows, sample landmark candidates")
         pieces = labelled.map(
             lambda b: _held_out_rows(b, seed, fraction, candidate_fraction)).collect()
         X_val = np.concatenate([piece[0] for piece in pieces])
-        if 0 < X_val.shape[0] < moments[0]:
+        if 0 < X_val.shape[0] < n_all:
             y_val = np.concatenate([piece[1] for piece in pieces])
             validation_pair = (X_val, classes[y_val.astype(np.int64)] if multi
                                else np.where(y_val > 0, positive, classes[0]))
-            moments = moments - _moments((X_val,))
+            stats = stats.without(X_val)
             training = labelled.map(lambda b: _kept_rows(b, seed, fraction))
             candidates = np.concatenate([piece[2] for piece in pieces]) if wanted else None
-    n_rows, count, total, squares = moments
-    n_rows = int(round(n_rows))
+    n_rows = stats.n
     if n_partitions > n_rows:  # enough rows in all, too few once the validation rows are out
         raise ValueError(
             f"levels={params.levels} with p={params.p} asks for {n_partitions} partitions but "
             f"only {n_rows} rows are left after holding out {n_all - n_rows} for validation; "
             f"use --levels {largest_levels(n_rows, params.p)} or less, or --no-auto-stop.")
-    n_features = int(round(count / n_rows))
+    n_features = stats.sums.size
+    scaling = None
+    if params.scale == "minmax" and params.kernel != "linear":
+        scaling = stats.minmax()
+        offset, scale = scaling
+        training = training.map(lambda b: _scaled(b, offset, scale))
+        if candidates is not None:
+            candidates = (candidates - offset) * scale
     gamma = 1.0 if params.kernel == "linear" else gamma_value(
-        params.gamma, n_features, squares / count - (total / count) ** 2)
+        params.gamma, n_features, stats.variance(*(scaling or (None, None))))
     kernel = Kernel.create(params.kernel, gamma, params.degree, params.coef0,
                            offset=params.kernel_offset)
     prepared = PreparedData(
-        labelled=labelled, training=training, classes=classes, kernel=kernel, n_rows=n_rows,
-        n_features=n_features, started=started, candidates=candidates,
-        fingerprint=data_fingerprint,
-        test_pair=None if test is None else _plus_minus(test, classes, n_features, "test"),
+        params=params, labelled=labelled, training=training, classes=classes, kernel=kernel,
+        n_rows=n_rows, n_features=n_features, started=started, candidates=candidates,
+        fingerprint=data_fingerprint, scaling=scaling,
+        test_pair=None if test is None else _plus_minus(test, classes, n_features, "test",
+                                                        scaling),
         validation_pair=None if validation_pair is None else _plus_minus(
-            validation_pair, classes, n_features, "validation"))
+            validation_pair, classes, n_features, "validation", scaling))
     if partition:
         partition_prepared(sc, prepared, params)
     return prepared
@@ -253,9 +329,9 @@ def partition_prepared(sc, prepared: PreparedData, params: SODMParams) -> None:
     prepared.labelled.unpersist()
 
 
-def _plus_minus(pair, classes, n_features, what):
+def _plus_minus(pair, classes, n_features, what, scaling=None):
     """(float64 X, ±1 y) of a driver-side (X, raw y) pair checked against the training data
-    (class numbers instead of ±1 for 3+ classes)."""
+    (class numbers instead of ±1 for 3+ classes), X mapped by ``scaling`` (offset, scale)."""
     X, y = np.asarray(pair[0], dtype=np.float64), np.asarray(pair[1])
     unknown = np.setdiff1d(y, classes)
     if unknown.size:
@@ -264,6 +340,8 @@ def _plus_minus(pair, classes, n_features, what):
     if X.shape[1] != n_features:
         raise ValueError(f"the {what} data have {X.shape[1]} features, the training "
                          f"data {n_features}.")
+    if scaling is not None:
+        X = (X - scaling[0]) * scaling[1]
     if classes.size > 2:
         return X, np.searchsorted(classes, y).astype(np.float64)
     return X, np.where(y == classes[1], 1.0, -1.0)
@@ -283,7 +361,8 @@ def partition_blocks(sc, labelled, params: SODMParams, kernel: Kernel, n_rows: i
     """Deal the rows of ``labelled`` (RDD of (X, y, ids): ±1 y, or class numbers when
     ``n_classes`` > 2) into ``n_partitions`` blocks.
 
-    Returns the persisted, computed RDD of (key, (X, y, ids, γ=0)) — key k in Spark partition k, one block each —
+    Returns the persisted, computed RDD of (key, :class:`~.sodm_tasks.Chunk`) with γ = 0 — the
+    chunks of key k in Spark partition k —
     the landmarks (stratified), k-means centers (dip, kmeans) or None (random, cascade), and
     the most rows each partition holds (exact for kmeans, ⌈n/K⌉ for the even dealings).
     stratified: S landmarks by Eqn 8 on a seeded sample of ``landmark_candidates·S`` rows,
@@ -328,8 +407,7 @@ def partition_blocks(sc, labelled, params: SODMParams, kernel: Kernel, n_rows: i
     strata_b = sc.broadcast(strata)
     records = indexed.flatMap(lambda item: _deal(item, strata_b.value[item[1]], offsets[item[1]],
                                                  n_partitions, direct, seed))
-    parts = records.partitionBy(n_partitions, lambda key: key).mapPartitions(
-        _build_partitions, preservesPartitioning=True).persist(SPILL)
+    parts = records.partitionBy(n_partitions, lambda key: key).persist(PERSIST)
     parts.count()
     strata_b.unpersist(blocking=False)
     totals = counts.sum(axis=0)

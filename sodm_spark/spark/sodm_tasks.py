@@ -1,17 +1,25 @@
-"""What one Spark task runs on one SODM partition (SODM paper, Algorithm 1, the levels).
+"""What one Spark task runs on SODM partitions (SODM paper, Algorithm 1, the levels).
 
-A partition is (key, (X, y, row ids, γ[, stats])): y is ±1, or class numbers for 3+ classes.
-:func:`solve_partition` solves its local ODM (Eqn 1 with the partition's own m·c, i.e. the
-block-diagonal problem of Eqn 4) warm-started from its current γ; :func:`merge_key` and
-:func:`merge_children` merge every p consecutive partitions (k → k // p) and scale their
-concatenated γ; the rest give a partition's share of f and its support vectors. All numerics
-are in ``sodm_spark.solvers``; the functions are module-level and take plain values, so
-closures never capture a driver object.
+A level's RDD holds ``(key, Chunk)`` records. Partition ``key`` (in Spark partition ``key``)
+is all the chunks with that key, their rows concatenated in the order of the chunks' ``order``
+tuples (:func:`assemble`); each chunk holds at most :data:`CHUNK_BYTES` of rows, because a Spark
+record crosses the JVM whole (persisted, shuffled, handed to Python) and a partition of 10^5 rows
+is hundreds of MB. y is ±1, or class numbers for 3+ classes; γ is (m,) or (m, C).
+
+:func:`solve_partitions` solves each partition's local ODM (Eqn 1 with the partition's own m·c,
+i.e. the block-diagonal problem of Eqn 4) warm-started from its current γ and writes it back as
+chunks, the first carrying the solve's stats; :func:`merge_key` merges every p consecutive
+partitions (k → k // p) by re-keying their chunks and scaling γ, so a merge moves chunks and
+never concatenates them; the rest give a chunk's share of f and its support vectors. All
+numerics are in ``sodm_spark.solvers``; the functions are module-level and take plain values,
+so closures never capture a driver object.
 """
 from __future__ import annotations
 
+import itertools
 import os
 import time
+from collections import namedtuple
 
 import numpy as np
 import scipy.sparse
@@ -19,11 +27,20 @@ from threadpoolctl import threadpool_limits
 
 from ..kernels import Kernel, decision_values
 from ..solvers import solve_odm_dual
-from ..solvers.odm_dcd import DCDResult, kernel_fits_cache
+from ..solvers.kernel_rows import kernel_fits_cache
+from ..solvers.odm_dcd import DCDResult
 from ..solvers.odm_multiclass import one_vs_rest_signs, solve_odm_multiclass
+from .io import MAX_BLOCK_BYTES, feature_bytes
+
+Chunk = namedtuple("Chunk", "order X y ids gamma stats")
+Chunk.__doc__ = """A run of a partition's rows: ``order`` (a tuple) places it among the
+partition's chunks, ``stats`` is the solve's record on a partition's first chunk, else None."""
+
+#: Most bytes of features in one chunk (the input blocks' bound).
+CHUNK_BYTES = MAX_BLOCK_BYTES
 
 
-def _support_rows(gamma):
+def support_rows(gamma):
     """Rows with dual weight: γ_i ≠ 0 (binary) or any class's γ_ic ≠ 0 (multi-class)."""
     return gamma != 0.0 if gamma.ndim == 1 else np.any(gamma != 0.0, axis=1)
 
@@ -36,35 +53,68 @@ def _coefficients(y, gamma):
     return gamma * one_vs_rest_signs(y.astype(np.int64), gamma.shape[1])
 
 
-def _concat_pieces(pieces):
-    """Concatenate sub-blocks in a fixed order (shuffle output order is not deterministic)."""
-    pieces = sorted(pieces, key=lambda piece: piece[0])
-    rows = [p[1] for p in pieces]
-    X = scipy.sparse.vstack(rows, format="csr") if scipy.sparse.issparse(rows[0]) \
-        else np.concatenate(rows)
-    return (X, np.concatenate([p[2] for p in pieces]),
-            np.concatenate([p[3] for p in pieces]),
-            np.concatenate([p[4] for p in pieces]) if len(pieces[0]) > 4 else None)
+def _stack(rows):
+    if len(rows) == 1:
+        return rows[0]
+    if scipy.sparse.issparse(rows[0]):
+        return scipy.sparse.vstack(rows, format="csr")
+    return np.concatenate(rows)
 
 
-def grouped_blocks(records):
-    """(key, concatenated block) for each key of a shuffled partition, keys in order."""
-    groups = {}
-    for key, piece in records:
-        groups.setdefault(key, []).append(piece)
-    for key in sorted(groups):
-        yield key, _concat_pieces(groups[key])
+def assemble(chunks):
+    """(X, y, ids, γ) of a partition from its chunks, in the order of their ``order``."""
+    chunks = sorted(chunks, key=lambda chunk: chunk.order)
+    return (_stack([c.X for c in chunks]), np.concatenate([c.y for c in chunks]),
+            np.concatenate([c.ids for c in chunks]), _stack([c.gamma for c in chunks]))
 
 
-def solve_partition(item, kernel_dict, config, level, threads, validation_X=None):
-    """One local ODM (Eqn 1 on the partition's m rows), warm-started from its γ.
+def partitions_by_key(records):
+    """(key, its chunks) for every key of a Spark partition's records, one key at a time.
+
+    A key's records are consecutive: a Spark partition holds one key, or several coalesced in
+    order (a level run with fewer tasks than partitions). So only one partition's chunks are in
+    memory at once.
+    """
+    for key, group in itertools.groupby(records, key=lambda record: record[0]):
+        yield key, [chunk for _, chunk in group]
+
+
+def as_chunks(key, X, y, ids, gamma, stats=None):
+    """(key, Chunk) records of at most :data:`CHUNK_BYTES` each for one partition's rows;
+    ``stats`` goes with the first."""
+    n = X.shape[0]
+    step = max(1, int(CHUNK_BYTES * n // max(1, feature_bytes(X)))) if n else 1
+    for number, start in enumerate(range(0, max(n, 1), step)):
+        rows = slice(start, start + step)
+        yield key, Chunk((number,), X[rows], y[rows], ids[rows], gamma[rows],
+                         stats if number == 0 else None)
+
+
+def whole_partitions(records):
+    """``mapPartitions`` function: (key, (X, y, ids, γ)) per partition (DSVRG's blocks)."""
+    for key, chunks in partitions_by_key(records):
+        yield key, assemble(chunks)
+
+
+def solve_partitions(records, kernel_dict, config, level, threads, eval_X=None):
+    """``mapPartitions`` function: every partition of the records solved
+    (:func:`solve_partition`) and written back as chunks, its stats on the first."""
+    for key, chunks in partitions_by_key(records):
+        X, y, ids, gamma = assemble(chunks)
+        gamma, stats = solve_partition(key, X, y, gamma, kernel_dict, config, level, threads,
+                                       eval_X)
+        yield from as_chunks(key, X, y, ids, gamma, stats)
+
+
+def solve_partition(key, X, y, gamma, kernel_dict, config, level, threads, eval_X=None):
+    """One local ODM (Eqn 1 on the partition's m rows), warm-started from ``gamma``: (γ, stats).
 
     ``threads`` BLAS threads: PySpark pins Python workers to spark.task.cpus (1) threads, which
     leaves cores idle at the top levels, where fewer partitions than cores remain. With
-    ``validation_X`` the task also returns this partition's share of the validation rows'
-    decision values (the level's f is the sum over partitions), saving a job per level.
+    ``eval_X`` (the validation rows, and the test rows when every level is scored) the stats
+    also hold this partition's share of their decision values (the level's f is the sum over
+    partitions), while its rows are at hand: no job, no second read of the level.
     """
-    key, (X, y, ids, gamma) = item
     start = time.perf_counter()
     kernel = Kernel.from_dict(kernel_dict)
     with threadpool_limits(max(1, min(threads, os.cpu_count() or 1))):
@@ -76,16 +126,15 @@ def solve_partition(item, kernel_dict, config, level, threads, validation_X=None
                                     max_iter=config["max_iter"], gamma0=gamma,
                                     seed=[config["seed"], level, key],
                                     cache_mb=config["cache_mb"])
-        validation_scores = None if validation_X is None else _scores(
-            kernel, validation_X, X, y, result.gamma)
+        eval_scores = None if eval_X is None else _scores(kernel, eval_X, X, y, result.gamma)
     stats = {"key": key, "rows": X.shape[0], "objective": result.objective,
-             "validation_scores": validation_scores,
+             "eval_scores": eval_scores,
              "kernel_mode": result.kernel_mode,
-             "sweeps": result.n_sweeps, "n_sv": int(_support_rows(result.gamma).sum()),
+             "sweeps": result.n_sweeps, "n_sv": int(support_rows(result.gamma).sum()),
              "converged": result.converged,
              "warm_start_violation": result.history[0] if result.history else 0.0,
              "seconds": time.perf_counter() - start}
-    return key, (X, y, ids, result.gamma, stats)
+    return result.gamma, stats
 
 
 def _solve_classes(X, y, gamma, kernel, config, seed):
@@ -120,38 +169,45 @@ def _solve_classes(X, y, gamma, kernel, config, seed):
                      kernel_rows_computed=sum(r.kernel_rows_computed for r in results))
 
 
-def merge_key(item, p):
-    key, (X, y, ids, gamma, _) = item
-    return key // p, (key % p, X, y, ids, gamma)
+def merge_key(item, p, scale, support_only):
+    """A chunk of partition k as a chunk of k // p (placed after the chunks of lower
+    children), γ multiplied by ``scale``; ``support_only`` (Ca-ODM) keeps its support rows."""
+    key, chunk = item
+    X, y, ids, gamma = chunk.X, chunk.y, chunk.ids, chunk.gamma
+    if support_only:
+        keep = support_rows(gamma)
+        X, y, ids, gamma = X[keep], y[keep], ids[keep], gamma[keep]
+    return key // p, Chunk((key % p, *chunk.order), X, y, ids, gamma * scale, None)
 
 
-def merge_children(records, scale, support_only):
-    for key, (X, y, ids, gamma) in grouped_blocks(records):
-        if support_only:  # Ca-ODM: only support vectors move up a level
-            keep = _support_rows(gamma)
-            X, y, ids, gamma = X[keep], y[keep], ids[keep], gamma[keep]
-        yield key, (X, y, ids, gamma * scale)
+def stats_of(item):
+    """The solve's stats on a partition's first chunk, else None."""
+    return item[1].stats
 
 
 def _scores(kernel, X_eval, X, y, gamma):
     """This partition's share of f on ``X_eval``, in float32: a level's accuracy only needs
     the sign of f, and float32 halves the GEMM time (the saved model predicts in float64)."""
-    support = _support_rows(gamma)
+    support = support_rows(gamma)
     return decision_values(kernel, X_eval, X[support], _coefficients(y, gamma)[support],
                            dtype=np.float32)
 
 
-def partial_scores(item, X_test, kernel_dict):
-    _, (X, y, _, gamma, _) = item
-    return _scores(Kernel.from_dict(kernel_dict), X_test, X, y, gamma)
+def partial_scores(item, X_eval, kernel_dict):
+    """A chunk's share of f on ``X_eval``."""
+    chunk = item[1]
+    return _scores(Kernel.from_dict(kernel_dict), X_eval, chunk.X, chunk.y, chunk.gamma)
 
 
-def partition_support_vectors(item):
-    _, (X, y, ids, gamma, _) = item
-    support = _support_rows(gamma)
-    return ids[support], X[support], _coefficients(y, gamma)[support]
+def chunk_support_vectors(item):
+    """(row ids, rows, coefficients) of a chunk's support vectors."""
+    chunk = item[1]
+    support = support_rows(chunk.gamma)
+    return (chunk.ids[support], chunk.X[support],
+            _coefficients(chunk.y, chunk.gamma)[support])
 
 
 def checkpoint_layout(item):
-    key, (_, _, ids, gamma, _) = item
-    return key, ids, gamma
+    """(key, order, row ids, γ) of a chunk: a checkpoint records each partition's rows in order."""
+    key, chunk = item
+    return key, chunk.order, chunk.ids, chunk.gamma

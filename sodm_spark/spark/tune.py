@@ -18,10 +18,11 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from ..kernels import Kernel
-from ..tuning import (SEARCH_TOL_FACTOR, GridPoint, ParamGrid, accuracy_of_scores, best_point,
-                      search_partition)
+from ..tuning import (MAX_SEARCH_TOL, SEARCH_TOL_FACTOR, GridPoint, ParamGrid, accuracy_of_scores, best_point,
+                      correct_rows, search_partition, significantly_better)
 from .sodm_params import SODMParams
 from .sodm_prepare import PreparedData
+from .sodm_tasks import assemble, partitions_by_key
 
 
 @dataclass
@@ -31,6 +32,7 @@ class PointResult:
     sweeps_max: int  # most sweeps any partition needed (warm-started along λ)
     converged: bool  # every partition reached tol
     seconds: float  # summed over partitions (task time)
+    correct: np.ndarray | None = field(default=None, repr=False)  # per validation row
 
     def to_dict(self) -> dict:
         return {**self.point.to_dict(), "validation_accuracy": self.validation_accuracy,
@@ -47,11 +49,18 @@ class TuneResult:
     validation_rows: int
     points: list = field(default_factory=list)  # PointResult, in grid order
     seconds: float = 0.0
+    default: GridPoint | None = None  # kept unless a point beats it significantly
 
     @property
     def best_index(self) -> int:
-        return best_point([p.validation_accuracy for p in self.points],
+        best = best_point([p.validation_accuracy for p in self.points],
                           [p.sweeps_max for p in self.points])
+        if self.default is None:
+            return best
+        default = next(i for i, p in enumerate(self.points) if p.point == self.default)
+        chosen = self.points[best]
+        return best if significantly_better(chosen.correct, self.points[default].correct) \
+            else default
 
     @property
     def best(self) -> PointResult:
@@ -70,24 +79,30 @@ class TuneResult:
                 "validation_rows": self.validation_rows, "seconds": self.seconds,
                 "best": {**best.point.to_dict(), "gamma": self.base_gamma * best.point.gamma_scale,
                          "validation_accuracy": best.validation_accuracy},
+                "default": None if self.default is None else self.default.to_dict(),
                 "points": [p.to_dict() for p in self.points]}
 
 
-def _search_task(item, X_val, kernel_dict, grid_dict, config, scale):
-    """One top-level partition, every grid point of one γ multiple: (scores, stats)."""
-    key, (X, y, _, _) = item
-    with threadpool_limits(max(1, min(config["threads"], os.cpu_count() or 1))):
-        _, scores, stats = search_partition(
-            X, y, X_val, Kernel.from_dict(kernel_dict), ParamGrid.from_dict(grid_dict),
-            n_classes=config["n_classes"], tol=config["tol"], max_iter=config["max_iter"],
-            seed=[config["seed"], 97, key], scales=[scale])
-    return scores, stats
+def _search_task(records, X_val, kernel_dict, grid_dict, config, scale):
+    """``mapPartitions`` function: for each top-level partition, every grid point of one γ
+    multiple: (scores, stats)."""
+    for key, chunks in partitions_by_key(records):
+        X, y, _, _ = assemble(chunks)
+        with threadpool_limits(max(1, min(config["threads"], os.cpu_count() or 1))):
+            _, scores, stats = search_partition(
+                X, y, X_val, Kernel.from_dict(kernel_dict), ParamGrid.from_dict(grid_dict),
+                n_classes=config["n_classes"], tol=config["tol"], max_iter=config["max_iter"],
+                seed=[config["seed"], 97, key], scales=[scale])
+        yield scores, stats
 
 
 def tune_sodm(sc, prepared: PreparedData, params: SODMParams, grid: ParamGrid,
-              on_point=None) -> TuneResult:
+              on_point=None, keys=None, default: GridPoint | None = None) -> TuneResult:
     """Score every point of ``grid`` on the prepared top level's partitions (see the module
-    docstring); ``on_point(PointResult, index, total)`` is called for each as it is known."""
+    docstring), or on those of ``keys`` only (a sample: the other partitions are not read);
+    ``on_point(PointResult, index, total)`` is called for each as it is known. With
+    ``default`` (a grid point) the result's best is that point unless another beats it
+    significantly on the validation rows (:func:`~sodm_spark.tuning.significantly_better`)."""
     grid.validate(prepared.kernel.name)
     if prepared.parts is None:
         raise ValueError("tune_sodm needs the prepared data partitioned (prepare_sodm with "
@@ -97,31 +112,34 @@ def tune_sodm(sc, prepared: PreparedData, params: SODMParams, grid: ParamGrid,
                          "validation data.")
     started = time.perf_counter()
     X_val, y_val = prepared.validation_pair
-    n_parts = prepared.parts.getNumPartitions()
+    n_parts = prepared.parts.getNumPartitions() if keys is None else len(keys)
     cores = max(1, sc.defaultParallelism)
     config = {"n_classes": prepared.classes.size if prepared.multi else 0,
-              "tol": params.tol * SEARCH_TOL_FACTOR,
+              "tol": min(params.tol * SEARCH_TOL_FACTOR, MAX_SEARCH_TOL),
               "max_iter": params.max_iter, "seed": params.seed,
               "threads": max(1, cores // min(n_parts, cores))}
     kernel_dict, grid_dict = prepared.kernel.to_dict(), grid.to_dict()
     X_val_b = sc.broadcast(np.asarray(X_val, dtype=np.float64))
     result = TuneResult(grid=grid, base_gamma=prepared.kernel.gamma, kernel=prepared.kernel.name,
-                        partitions=n_parts, validation_rows=int(len(y_val)))
+                        partitions=n_parts, validation_rows=int(len(y_val)), default=default)
     total = len(grid)
     try:
         for scale in sorted(grid.gamma_scales):
             points = [p for p in grid.points() if p.gamma_scale == scale]
             sc.setJobDescription(f"SODM tune: gamma x{scale:g}, {len(points)} grid points on "
                                  f"{n_parts} partitions")
-            shares = prepared.parts.map(lambda item: _search_task(
-                item, X_val_b.value, kernel_dict, grid_dict, config, scale)).collect()
+            search = lambda records, scale=scale: _search_task(  # noqa: E731
+                records, X_val_b.value, kernel_dict, grid_dict, config, scale)
+            shares = prepared.parts.mapPartitions(search).collect() if keys is None else \
+                sc.runJob(prepared.parts, search, partitions=sorted(keys))
             scores = np.sum([share[0] for share in shares], axis=0)
             for j, point in enumerate(points):
                 stats = [share[1][j] for share in shares]
                 entry = PointResult(point, accuracy_of_scores(scores[j], y_val),
                                     max(s["sweeps"] for s in stats),
                                     all(s["converged"] for s in stats),
-                                    float(sum(s["seconds"] for s in stats)))
+                                    float(sum(s["seconds"] for s in stats)),
+                                    correct_rows(scores[j], y_val))
                 result.points.append(entry)
                 if on_point is not None:
                     on_point(entry, len(result.points), total)

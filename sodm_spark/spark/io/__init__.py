@@ -1,7 +1,8 @@
 """Reading training data into an RDD of numpy blocks (design.md §5, §6).
 
-Everything downstream (strata, levels, DSVRG) consumes ``RDD[Block]``: one :class:`Block` per
-Spark partition, holding that partition's rows as a dense float64 matrix (or CSR). This package
+Everything downstream (strata, levels, DSVRG) consumes ``RDD[Block]``: each :class:`Block` a
+run of at most ``MAX_BLOCK_BYTES`` (16 MB) of a Spark partition's rows, a dense float64 or
+float32 matrix (or CSR), so that no Spark record is large enough to strain the JVM. This package
 is the only place that knows about file formats:
 
 * ``read_blocks(spark, path, "libsvm")`` — LIBSVM/SVMlight text (``label idx:val ...``, 1-based
@@ -31,8 +32,9 @@ closures over plain values, and nothing is random.
 from ...formats.libsvm import parse_libsvm_line
 from .arrow import (CHUNK_ROWS, batch_matrix, dataframe_to_blocks, numbered_batches,
                     vector_or_array_as_doubles)
-from .blocks import (DENSE_FROM_DENSITY, ROW_ID_SHIFT, Block, BlockStats, DataFormatError,
-                     DataPathError, check_blocks, dense_enough, error_text, spark_read)
+from .blocks import (DENSE_FROM_DENSITY, MAX_BLOCK_BYTES, ROW_ID_SHIFT, Block, BlockStats,
+                     DataFormatError, DataPathError, bounded_blocks, check_blocks, dense_enough,
+                     error_text, feature_bytes, spark_read)
 from .libsvm import read_libsvm_local
 from .read import FORMATS, INPUT_SPLIT_BYTES, input_slices, read_blocks
 
@@ -41,5 +43,6 @@ __all__ = [
     "parse_libsvm_line", "read_libsvm_local", "read_blocks", "dataframe_to_blocks",
     "check_blocks", "error_text", "spark_read", "dense_enough", "DENSE_FROM_DENSITY",
     "ROW_ID_SHIFT", "CHUNK_ROWS", "INPUT_SPLIT_BYTES", "input_slices", "batch_matrix",
-    "numbered_batches", "vector_or_array_as_doubles",
+    "numbered_batches", "vector_or_array_as_doubles", "MAX_BLOCK_BYTES", "bounded_blocks",
+    "feature_bytes",
 ]

@@ -3,7 +3,8 @@
 Features are an ML vector column, an ``array`` of numbers, or plain numeric columns; each task
 turns its record batches into float64 matrices (:func:`batch_matrix`), numbers its rows
 (:func:`numbered_batches`: ids ``(partition << ROW_ID_SHIFT) + row``) and ships them as
-``np.save`` payloads of at most :data:`CHUNK_ROWS` rows, which become one Block per partition.
+``np.save`` payloads of at most :data:`CHUNK_ROWS` rows, which become Blocks of at most
+:data:`~.blocks.MAX_BLOCK_BYTES`.
 :mod:`sodm_spark.spark.predict` scores DataFrames with the same column and batch helpers.
 """
 from __future__ import annotations
@@ -12,11 +13,11 @@ import io
 
 import numpy as np
 
-from .blocks import ROW_ID_SHIFT, Block, DataFormatError
+from .blocks import (MAX_BLOCK_BYTES, ROW_ID_SHIFT, Block, DataFormatError, feature_bytes,
+                     to_feature_dtype)
 
 #: Rows per Arrow payload when moving a DataFrame partition to numpy (also capped by bytes).
 CHUNK_ROWS = 8192
-_CHUNK_BYTES = 64 << 20
 
 
 def _is_vector_type(dtype):
@@ -79,11 +80,12 @@ def _deserialize_block(payload):
     return Block(*(np.load(buffer, allow_pickle=False) for _ in range(3)))
 
 
-def _arrow_to_payloads(kind, d, chunk_rows):
+def _arrow_to_payloads(kind, d, chunk_rows, dtype=np.float64):
     """The ``mapInArrow`` function: record batches ``[label, features...]`` -> np.save payloads.
 
     ``kind`` is ``"array"`` (column 1 is list<double> of length ``d``) or ``"columns"``
-    (columns 1..d are doubles). Row ids are ``(partitionId << 40) + local row``.
+    (columns 1..d are doubles); features are stored in ``dtype``. Row ids are
+    ``(partitionId << 40) + local row``.
     """
     def to_payloads(batches):
         import pyarrow as pa
@@ -95,24 +97,35 @@ def _arrow_to_payloads(kind, d, chunk_rows):
             for start in range(0, n, chunk_rows):
                 stop = min(n, start + chunk_rows)
                 ids = np.arange(first_id + start, first_id + stop, dtype=np.int64)
-                payload = _serialize_block(np.ascontiguousarray(X[start:stop]),
+                payload = _serialize_block(to_feature_dtype(X[start:stop], dtype),
                                            np.ascontiguousarray(y[start:stop]), ids)
                 yield pa.RecordBatch.from_arrays([pa.array([payload], type=pa.binary())],
                                                  names=["payload"])
     return to_payloads
 
 
-def _payloads_to_block(rows):
-    """One partition's payload rows -> a single Block (nothing for an empty partition)."""
-    parts = [_deserialize_block(row[0]) for row in rows]
-    if not parts:
-        return
+def _payloads_to_blocks(rows):
+    """One partition's payload rows -> Blocks of at most MAX_BLOCK_BYTES (consecutive payloads
+    joined while they fit)."""
+    pending, size = [], 0
+    for row in rows:
+        part = _deserialize_block(row[0])
+        nbytes = feature_bytes(part.X)
+        if pending and size + nbytes > MAX_BLOCK_BYTES:
+            yield _joined(pending)
+            pending, size = [], 0
+        pending.append(part)
+        size += nbytes
+    if pending:
+        yield _joined(pending)
+
+
+def _joined(parts):
     if len(parts) == 1:
-        yield parts[0]
-        return
-    yield Block(np.ascontiguousarray(np.concatenate([p.X for p in parts])),
-                np.concatenate([p.y for p in parts]),
-                np.concatenate([p.row_ids for p in parts]))
+        return parts[0]
+    return Block(np.ascontiguousarray(np.concatenate([p.X for p in parts])),
+                 np.concatenate([p.y for p in parts]),
+                 np.concatenate([p.row_ids for p in parts]))
 
 
 def _array_features(df, label, features_col, dtype, where):
@@ -174,8 +187,9 @@ def _column_features(df, label, features_col, label_col, schema, where):
 
 
 def dataframe_to_blocks(df, features_col="features", label_col="label", *,
-                        where="the DataFrame", min_partitions=None):
-    """A DataFrame as ``(RDD[Block], d)``: one Block per non-empty partition, via Arrow.
+                        where="the DataFrame", min_partitions=None, dtype=np.float64):
+    """A DataFrame as ``(RDD[Block], d)`` via Arrow: Blocks of at most MAX_BLOCK_BYTES of
+    features in ``dtype`` (float64 or float32).
 
     Features are ``features_col`` when it is an ML/MLlib vector column (converted with
     ``pyspark.ml.functions.vector_to_array``) or an ``array`` of numbers; a list of column
@@ -211,6 +225,8 @@ def dataframe_to_blocks(df, features_col="features", label_col="label", *,
         prepared, d = _column_features(df, label, features_col, label_col, schema, where)
     if min_partitions is not None and prepared.rdd.getNumPartitions() < min_partitions:
         prepared = prepared.repartition(min_partitions)
-    chunk_rows = max(1, min(CHUNK_ROWS, _CHUNK_BYTES // (8 * max(d, 1))))
-    payloads = prepared.mapInArrow(_arrow_to_payloads(kind, d, chunk_rows), "payload binary")
-    return payloads.rdd.mapPartitions(_payloads_to_block), d
+    itemsize = np.dtype(dtype).itemsize
+    chunk_rows = max(1, min(CHUNK_ROWS, MAX_BLOCK_BYTES // (itemsize * max(d, 1))))
+    payloads = prepared.mapInArrow(_arrow_to_payloads(kind, d, chunk_rows, dtype),
+                                   "payload binary")
+    return payloads.rdd.mapPartitions(_payloads_to_blocks), d

@@ -1,6 +1,7 @@
 """The block contract every reader produces, the errors they raise, and the check before training.
 
-A :class:`Block` is one Spark partition's rows; the readers (:mod:`.libsvm`, :mod:`.csv`,
+A :class:`Block` is a run of at most :data:`MAX_BLOCK_BYTES` of one Spark partition's rows; the
+readers (:mod:`.libsvm`, :mod:`.csv`,
 :mod:`.arrow`) build them, :func:`check_blocks` verifies them in one job (label counts, NaN/inf,
 magnitudes above ``MAX_ABS_VALUE``, malformed blocks) before a fit. The small argument and
 message helpers the readers share live here too, so that each reader words its errors alike.
@@ -14,11 +15,12 @@ import numpy as np
 import scipy.sparse
 
 from ...formats.libsvm import csr_to_dense
-from ...validation import MAX_ABS_VALUE
+from ...validation import max_abs_value
 
 Block = namedtuple("Block", "X y row_ids")
-Block.__doc__ = """One partition's rows: ``X`` float64 (n, d) C-contiguous, ``y`` float64 (n,)
-raw labels as read, ``row_ids`` int64 (n,) globally unique and deterministic."""
+Block.__doc__ = """Rows of one partition: ``X`` (n, d) C-contiguous float64 or float32 (or CSR),
+at most :data:`MAX_BLOCK_BYTES` of it unless one row is larger, ``y`` float64 (n,) raw labels as
+read, ``row_ids`` int64 (n,) globally unique and deterministic. A partition may hold several."""
 
 BlockStats = namedtuple("BlockStats", "label_counts n_rows")
 BlockStats.__doc__ = """Result of :func:`check_blocks`: ``label_counts`` maps each distinct label
@@ -33,6 +35,14 @@ ROW_ID_SHIFT = 40
 #: per 500,000 steps), since the dense loop needs no indices and no lazy scaling.
 DENSE_FROM_DENSITY = 0.5
 
+
+#: Most bytes of features in one Block. A block is one Spark record, and a record crosses the
+#: JVM whole (cached, shuffled, handed to Python): 313 MB blocks (50,000 × 784 float64 rows, one
+#: per Parquet file) killed a 4 GB driver heap while caching 600,000 rows; 16 MB ones cannot.
+MAX_BLOCK_BYTES = 16 << 20
+#: Dense feature dtypes a Block may hold: float64, or float32 for the kernel path, whose
+#: kernel blocks are float32 anyway (half the memory and disk of the rows).
+FEATURE_DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
 
 # ----------------------------------------------------------------------------------------------
 # Errors
@@ -111,16 +121,46 @@ def dense_enough(nnz, n_rows, n_cols):
     return nnz >= DENSE_FROM_DENSITY * n_rows * n_cols
 
 
-def block_from_parsed(parsed, row_ids, d, sparse=False):
-    """A Block from :class:`ParsedText` arrays: dense float64 C-contiguous, or CSR (``sparse``
-    True, or "auto" and under :data:`DENSE_FROM_DENSITY` full)."""
+def feature_bytes(X) -> int:
+    """Bytes of a dense or CSR feature matrix."""
+    if scipy.sparse.issparse(X):
+        return int(X.data.nbytes + X.indices.nbytes + X.indptr.nbytes)
+    return int(X.nbytes)
+
+
+def to_feature_dtype(X, dtype):
+    """Dense ``X`` as C-contiguous ``dtype``. Finite values beyond float32's range stay finite
+    (its largest value), so that such a placeholder is refused as too large, not as infinite."""
+    dtype = np.dtype(dtype)
+    if dtype == np.float32 and X.dtype != np.float32:
+        big = float(np.finfo(np.float32).max)
+        over = np.isfinite(X) & (np.abs(X) > big)
+        if over.any():
+            X = np.where(over, np.copysign(big, X), X)
+    return np.ascontiguousarray(X, dtype=dtype)
+
+
+def bounded_blocks(X, y, row_ids, max_bytes: int = MAX_BLOCK_BYTES):
+    """Blocks of consecutive rows of (X, y, row_ids), each at most ``max_bytes`` of features
+    (at least one row)."""
+    n = X.shape[0]
+    step = max(1, int(max_bytes * n // max(1, feature_bytes(X)))) if n else 1
+    for start in range(0, n, step):
+        rows = slice(start, start + step)
+        yield Block(X[rows], y[rows], row_ids[rows])
+
+
+def block_from_parsed(parsed, row_ids, d, sparse=False, dtype=np.float64):
+    """A Block from :class:`ParsedText` arrays: dense C-contiguous in ``dtype``, or CSR
+    (float64; ``sparse`` True, or "auto" and under :data:`DENSE_FROM_DENSITY` full)."""
     if sparse == "auto":
         sparse = not dense_enough(parsed.values.size, parsed.labels.size, d)
     if sparse:
         X = scipy.sparse.csr_matrix((parsed.values, parsed.indices, parsed.indptr),
                                     shape=(parsed.labels.size, d))
     else:
-        X = csr_to_dense(parsed.indptr, parsed.indices, parsed.values, d)
+        X = to_feature_dtype(csr_to_dense(parsed.indptr, parsed.indices, parsed.values, d),
+                             dtype)
     return Block(X, parsed.labels, np.asarray(row_ids, dtype=np.int64))
 
 
@@ -131,7 +171,7 @@ def block_from_parsed(parsed, row_ids, d, sparse=False):
 def _summarize_blocks(n_features, max_labels):
     def summarize(index, blocks):
         n_rows, n_bad, bad_ids, counts, problem = 0, 0, [], {}, None
-        n_huge, huge_ids = 0, []
+        n_huge, huge_ids, largest = 0, [], 0.0
         for block in blocks:
             X, y, ids = block
             is_csr = scipy.sparse.issparse(X) and X.format == "csr"
@@ -140,10 +180,11 @@ def _summarize_blocks(n_features, max_labels):
                 problem = "X (ndarray or CSR), y and row_ids must be numpy arrays"
             elif is_csr and X.dtype != np.float64:
                 problem = f"X is CSR with dtype {X.dtype}; expected float64"
-            elif not is_csr and (X.dtype != np.float64 or X.ndim != 2
+            elif not is_csr and (X.dtype not in FEATURE_DTYPES or X.ndim != 2
                                  or not X.flags.c_contiguous):
                 problem = (f"X has dtype {X.dtype}, shape {X.shape}, C-contiguous="
-                           f"{X.flags.c_contiguous}; expected C-contiguous float64 (n, d)")
+                           f"{X.flags.c_contiguous}; expected C-contiguous float64 or float32 "
+                           "(n, d)")
             elif X.shape[1] != n_features:
                 problem = f"X has {X.shape[1]} columns but n_features={n_features}"
             elif y.dtype != np.float64 or y.shape != (X.shape[0],):
@@ -156,15 +197,17 @@ def _summarize_blocks(n_features, max_labels):
             if problem is not None:
                 deque(blocks, maxlen=0)  # drain, so that Spark can reuse this Python worker
                 break
+            limit = max_abs_value(X.dtype)
+            largest = max(largest, limit)
             if is_csr:
                 value_rows = np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))
                 finite = np.isfinite(y)
                 finite[value_rows[~np.isfinite(X.data)]] = False
                 huge = np.zeros(X.shape[0], dtype=bool)
-                huge[value_rows[np.abs(X.data) > MAX_ABS_VALUE]] = True
+                huge[value_rows[np.abs(X.data) > limit]] = True
             else:
                 finite = np.isfinite(X).all(axis=1) & np.isfinite(y)
-                huge = (np.abs(X) > MAX_ABS_VALUE).any(axis=1)
+                huge = (np.abs(X) > limit).any(axis=1)
             if not finite.all():
                 bad = ids[~finite]
                 n_bad += int(bad.size)
@@ -180,7 +223,7 @@ def _summarize_blocks(n_features, max_labels):
                     counts[value] = counts.get(value, 0) + number
                 if len(counts) > max_labels:
                     counts = None
-        yield index, n_rows, n_bad, bad_ids, counts, problem, n_huge, huge_ids
+        yield index, n_rows, n_bad, bad_ids, counts, problem, n_huge, huge_ids, largest
     return summarize
 
 
@@ -195,14 +238,14 @@ def check_blocks(blocks_rdd, n_features, max_labels=1000):
     Returns ``BlockStats(label_counts, n_rows)``: ``label_counts`` maps each distinct label to
     its row count (``None`` if more than ``max_labels`` distinct values, e.g. regression
     targets). Raises ``ValueError`` when a row holds NaN or ±inf (in X or y) or a feature
-    beyond ±``MAX_ABS_VALUE`` (1e100: kernels would overflow, see
+    beyond ±``MAX_ABS_VALUE`` (1e100; 1e15 for float32 rows: kernels would overflow, see
     :data:`sodm_spark.validation.MAX_ABS_VALUE`), naming the first 10 row ids; when a block
     is malformed (dtype, shape, contiguity, ``n_features``); or when there are no rows.
     """
     n_features = check_n_features(n_features)
     summaries = sorted(blocks_rdd.mapPartitionsWithIndex(
         _summarize_blocks(n_features, max_labels)).collect(), key=lambda s: s[0])
-    for index, _, _, _, _, problem, _, _ in summaries:
+    for index, _, _, _, _, problem, _, _, _ in summaries:
         if problem is not None:
             raise ValueError(f"malformed block in partition {index}: {problem}. Blocks must "
                              "come from read_blocks/dataframe_to_blocks (or follow the Block "
@@ -221,8 +264,9 @@ def check_blocks(blocks_rdd, n_features, max_labels=1000):
     n_huge = sum(s[6] for s in summaries)
     if n_huge:
         raise ValueError(
-            f"{n_huge} row(s) hold feature values beyond ±{MAX_ABS_VALUE:g}, whose squares "
-            f"overflow the kernels to NaN: row ids {_shown_ids(summaries, 7, n_huge)}. "
+            f"{n_huge} row(s) hold feature values beyond ±{min(s[8] for s in summaries if s[6]):g}"
+            f", whose squares overflow the kernels to NaN: row ids "
+            f"{_shown_ids(summaries, 7, n_huge)}. "
             f"{row_ids_note} Rescale those features (e.g. divide each column by its largest "
             "magnitude), or, if they are placeholders for missing values, remove those rows.")
     counts = {}

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from ...formats.libsvm import parse_libsvm_text
-from .blocks import (DataFormatError, DataPathError, block_from_parsed, check_n_features,
-                     empty_message)
+from .blocks import (DataFormatError, DataPathError, block_from_parsed, bounded_blocks,
+                     check_n_features, empty_message)
 
 
 def _where(file, line, partition=None, local_line=None):
@@ -112,9 +112,9 @@ def _scan_libsvm(n_features):
     return scan
 
 
-def _parse_libsvm(d, locations, sparse=False):
-    """Build one Block per partition; ``locations[i] = (file, first line in file - 1,
-    first global line number)`` for error messages and row ids."""
+def _parse_libsvm(d, locations, sparse=False, dtype=np.float64):
+    """A partition's lines as bounded Blocks (:func:`bounded_blocks`); ``locations[i] = (file,
+    first line in file - 1, first global line number)`` for error messages and row ids."""
     def build(index, lines):
         file, file_offset, row_offset = locations[index]
         parsed = parse_libsvm_text(_partition_text(lines)[0], d)
@@ -123,7 +123,8 @@ def _parse_libsvm(d, locations, sparse=False):
             line_no = None if file_offset is None else file_offset + local + 1
             raise _libsvm_error(problem, file, line_no, index, local + 1)
         if parsed.labels.size:
-            yield block_from_parsed(parsed, row_offset + parsed.row_lines, d, sparse)
+            yield from bounded_blocks(*block_from_parsed(parsed, row_offset + parsed.row_lines,
+                                                         d, sparse, dtype))
     return build
 
 
@@ -138,7 +139,8 @@ def _split_files(text_rdd):
         return None
 
 
-def read_libsvm_spark(spark, path, statuses, n_features, min_partitions, sparse=False):
+def read_libsvm_spark(spark, path, statuses, n_features, min_partitions, sparse=False,
+                      dtype=np.float64):
     """``(RDD[Block], d)`` of the LIBSVM input ``path`` (its Hadoop ``statuses`` listed by
     :func:`read_blocks`): one validation job, then a lazy parse (see :func:`read_blocks`)."""
     sc = spark.sparkContext
@@ -170,4 +172,4 @@ def read_libsvm_spark(spark, path, statuses, n_features, min_partitions, sparse=
     d = n_features if n_features is not None else max(s[3] for s in stats)
     if d == 0:
         raise _no_features(path)
-    return lines.mapPartitionsWithIndex(_parse_libsvm(d, tuple(locations), sparse)), d
+    return lines.mapPartitionsWithIndex(_parse_libsvm(d, tuple(locations), sparse, dtype)), d

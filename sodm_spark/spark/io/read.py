@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
+import numpy as np
+
 from .arrow import dataframe_to_blocks
 from .blocks import (DataFormatError, DataPathError, check_n_features, check_positive,
                      empty_message, error_text, spark_read)
@@ -89,11 +91,13 @@ def _sql_conf(spark, key, value):
 
 
 def read_blocks(spark, path, fmt, n_features=None, min_partitions=None, *, label_col=None,
-                features_col="features", header=None, sep=",", sparse=False):
+                features_col="features", header=None, sep=",", sparse=False,
+                dtype=np.float64):
     """Read ``path`` (a file, folder or glob; any Hadoop file system) into ``(RDD[Block], d)``.
 
-    ``fmt`` is ``"libsvm"``, ``"csv"`` or ``"parquet"``. One :class:`Block` per non-empty Spark
-    partition; ``d`` is the number of feature columns.
+    ``fmt`` is ``"libsvm"``, ``"csv"`` or ``"parquet"``. Blocks of at most
+    :data:`~.blocks.MAX_BLOCK_BYTES` of features, dense in ``dtype`` (float64, or float32 for
+    the kernel path); ``d`` is the number of feature columns.
 
     * ``libsvm``: ``d`` is the largest index in the data unless ``n_features`` is given (then a
       larger index is an error and missing columns are zeros). One validation job parses every
@@ -121,7 +125,7 @@ def read_blocks(spark, path, fmt, n_features=None, min_partitions=None, *, label
     slices = input_slices(spark, statuses)
     if fmt == "libsvm":
         return read_libsvm_spark(spark, str(path), statuses, n_features,
-                                 max(slices, min_partitions or 0), sparse)
+                                 max(slices, min_partitions or 0), sparse, dtype)
     if sparse:
         raise ValueError(f"sparse={sparse!r} is supported for LIBSVM input only, not {fmt!r}.")
     # the file splits are planned when the blocks' RDD is built, inside this block
@@ -129,12 +133,13 @@ def read_blocks(spark, path, fmt, n_features=None, min_partitions=None, *, label
         if fmt == "csv":
             df, feature_cols, where = read_csv_df(spark, str(path), label_col, header, sep)
             blocks, d = dataframe_to_blocks(df, feature_cols, "label", where=where,
-                                            min_partitions=min_partitions)
+                                            min_partitions=min_partitions, dtype=dtype)
         else:
             where = f"{path} (format 'parquet')"
             df = spark_read(where, lambda: spark.read.parquet(str(path)))
             blocks, d = dataframe_to_blocks(df, features_col, label_col or "label",
-                                            where=where, min_partitions=min_partitions)
+                                            where=where, min_partitions=min_partitions,
+                                            dtype=dtype)
     if n_features is not None and n_features != d:
         raise DataFormatError(f"{where} has {d} feature columns but n_features={n_features}. "
                               "Pass n_features=None or the matching value (CSV and Parquet "

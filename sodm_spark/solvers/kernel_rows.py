@@ -1,0 +1,164 @@
+"""Rows of the signed kernel matrix Q = diag(y) K diag(y) for the dual coordinate descent of
+:mod:`.odm_dcd`: the whole matrix by blocked GEMM (its RBF epilogue fused), or rows on demand
+behind an LRU cache of single rows; and the memory either needs."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..kernels import Kernel, rows_per_block
+from ..resources import RESERVE_MB, available_memory_mb
+from . import _dcd_kernels as loops
+
+
+class KernelRows:
+    """Rows of Q = diag(y) K diag(y) on demand, with an LRU cache of single rows.
+
+    Rows are cached one by one (not by fixed blocks), so the cache keeps the rows of the
+    points that are still being updated whatever blocks they are visited in. The store
+    (``cache_bytes``) is allocated when the first row is cached.
+    """
+
+    def __init__(self, kernel: Kernel, X: np.ndarray, y: np.ndarray, dtype, cache_bytes: float):
+        self.kernel, self.dtype = kernel, np.dtype(dtype)
+        # Converted once: every block's GEMM reads X in the cache's dtype.
+        self.X = np.ascontiguousarray(X, dtype=self.dtype)
+        self.sq_norms = np.einsum("ij,ij->i", self.X, self.X)
+        self.y = y.astype(self.dtype)
+        m = self.X.shape[0]
+        self.capacity = int(min(m, cache_bytes // max(1, m * self.dtype.itemsize)))
+        self.store = None
+        self.slot_of = np.full(m, -1, dtype=np.int64)  # point -> slot, -1 when not cached
+        self.owner = np.full(self.capacity, -1, dtype=np.int64)  # slot -> point
+        self.last_used = np.zeros(self.capacity, dtype=np.int64)
+        self.clock = 0
+        self.computed_rows = 0
+
+    def cached(self, index: np.ndarray) -> np.ndarray:
+        """Which of the points ``index`` have their row cached."""
+        return self.slot_of[index] >= 0
+
+    def rows(self, index: np.ndarray) -> np.ndarray:
+        """Q[index, :] (a new array): cached rows copied, the others computed by one GEMM.
+
+        Callers list the cached points first (see :meth:`cached_first`): then both parts are
+        written in place into the result, with no second B×m buffer.
+        """
+        self.clock += 1
+        m = self.X.shape[0]
+        out = np.empty((index.size, m), dtype=self.dtype)
+        slots = self.slot_of[index]
+        hit = slots >= 0
+        n_hit = int(hit.sum())
+        if n_hit and not hit[:n_hit].all():  # not a prefix: place the cached rows first
+            order = np.argsort(~hit, kind="stable")
+            rows = self.rows(index[order])
+            out[order] = rows
+            return out
+        if n_hit:
+            np.take(self.store, slots[:n_hit], axis=0, out=out[:n_hit])
+            self.last_used[slots[:n_hit]] = self.clock
+        if n_hit < index.size:
+            missing, fresh = index[n_hit:], out[n_hit:]
+            self.kernel.block(self.X[missing], self.X, z_sq_norms=self.sq_norms, out=fresh)
+            fresh *= self.y[missing, None]
+            fresh *= self.y[None, :]
+            self.computed_rows += missing.size
+            self._keep(missing, fresh)
+        return out
+
+    def cached_first(self, index: np.ndarray) -> np.ndarray:
+        """``index`` with its cached points first, each part sorted (sequential row reads)."""
+        hit = self.cached(index)
+        return np.concatenate([np.sort(index[hit]), np.sort(index[~hit])])
+
+    def _keep(self, points: np.ndarray, rows: np.ndarray) -> None:
+        """Cache ``rows`` of ``points`` in free slots, then in the least recently used ones."""
+        if self.capacity == 0:
+            return
+        if self.store is None:
+            self.store = np.empty((self.capacity, self.X.shape[0]), dtype=self.dtype)
+        n = min(points.size, self.capacity)
+        # the n oldest slots (free ones have owner -1 and clock 0) not used by this call
+        candidates = np.flatnonzero(self.last_used < self.clock)
+        if candidates.size < n:
+            n = candidates.size
+        if n == 0:
+            return
+        oldest = candidates[np.argpartition(self.last_used[candidates], n - 1)[:n]] \
+            if n < candidates.size else candidates
+        evicted = self.owner[oldest]
+        self.slot_of[evicted[evicted >= 0]] = -1
+        self.store[oldest] = rows[:n]
+        self.owner[oldest] = points[:n]
+        self.slot_of[points[:n]] = oldest
+        self.last_used[oldest] = self.clock
+
+
+def full_q_matrix(kernel: Kernel, X: np.ndarray, y: np.ndarray, dtype=np.float32,
+                  block_mb: float = 256.0) -> np.ndarray:
+    """Q = diag(y) K diag(y), filled block by block (the caller checked it fits).
+
+    Q is symmetric: each row block is computed only from its diagonal onwards (one GEMM), which
+    halves the kernel work, and copied below the block in tiles.
+    """
+    m = X.shape[0]
+    dtype = np.dtype(dtype)
+    Q = np.empty((m, m), dtype=dtype)
+    Xd = np.ascontiguousarray(X, dtype=dtype)
+    sq_norms = np.einsum("ij,ij->i", Xd, Xd)
+    yd = y.astype(dtype)
+    # at least 8 row blocks: the work above the diagonal is then 9/16 of the whole product
+    step = min(rows_per_block(m, dtype.itemsize, block_mb), max(256, -(-m // 8)))
+    buffer = np.empty(step * m, dtype=dtype)
+    for start in range(0, m, step):
+        stop = min(start + step, m)
+        block = buffer[:(stop - start) * (m - start)].reshape(stop - start, m - start)
+        if kernel.name == "rbf":  # the GEMM, then fused passes (the exp stays numpy's SIMD)
+            np.matmul(Xd[start:stop], Xd[start:].T, out=block)
+            loops.rbf_exponent(block, sq_norms[start:stop], sq_norms[start:], kernel.gamma)
+            np.exp(block, out=block)
+            offset = kernel.offset
+        else:
+            kernel.block(Xd[start:stop], Xd[start:], z_sq_norms=sq_norms[start:], out=block)
+            offset = 0.0  # kernel.block added it
+        loops.signed_rows_into(Q, block, start, yd, offset, 64)
+    return Q
+
+
+def signed_kernel(K: np.ndarray, y: np.ndarray, dtype=np.float32) -> np.ndarray:
+    """Q = diag(y) K diag(y) from a kernel matrix already computed (a new array)."""
+    if K.shape != (y.size, y.size):
+        raise ValueError(f"the kernel matrix is {K.shape}, the problem has {y.size} rows.")
+    yd = y.astype(dtype)
+    Q = np.multiply(K, yd[:, None], dtype=dtype)
+    Q *= yd[None, :]
+    return Q
+
+
+def kernel_mode_for(m: int, cache_mb: float, itemsize: int = 4) -> str:
+    """'cached' when the whole m×m kernel matrix fits ``cache_mb``, else 'blocked'."""
+    return "cached" if m * m * itemsize <= cache_mb * 2**20 else "blocked"
+
+
+def kernel_fits_cache(m: int, n_features: int, cache_mb: float | None = None,
+                      itemsize: int = 4) -> bool:
+    """Whether the whole m×m kernel matrix fits ``cache_mb`` (None: what this machine can
+    afford now, :func:`auto_cache_mb`)."""
+    if cache_mb is None:
+        cache_mb = auto_cache_mb(m, n_features)
+    return kernel_mode_for(m, cache_mb, itemsize) == "cached"
+
+
+def auto_cache_mb(m: int, n_features: int) -> float:
+    """The kernel cache a solve on this machine can afford: the memory available now, less
+    the solver's own arrays and :data:`~sodm_spark.resources.RESERVE_MB`."""
+    room = available_memory_mb() - RESERVE_MB - solver_memory_mb(m, n_features)
+    return max(0.0, room)
+
+
+def solver_memory_mb(m: int, n_features: int, block_size: int = 1024,
+                     itemsize: int = 4) -> float:
+    """Memory (MB) a blocked solve of m rows needs besides its kernel cache: the rows (float64),
+    about six m-vectors, one block of kernel rows and its float64 GEMM scratch."""
+    rows = min(block_size, m)
+    return (m * n_features * 8 + 6 * m * 8 + rows * m * (itemsize + 8)) / 2**20

@@ -1,0 +1,256 @@
+"""What makes large data the normal case: bounded blocks and chunks, the level count chosen from
+the rows, the checks before the work, scoring inside the tasks, compression before the model
+reaches the driver, and the deformed Fashion-MNIST generator."""
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import make_problem
+from sodm_spark import compression
+from sodm_spark.big_data import deformed_fashion_mnist
+from sodm_spark.datasets import FASHION_MNIST_DIR, load_fashion_mnist
+from sodm_spark.kernels import Kernel, decision_values
+from sodm_spark.spark import level_model
+from sodm_spark.spark.io import MAX_BLOCK_BYTES, read_blocks
+from sodm_spark.spark.memory import ExecutorMemory, MemoryBudgetError, check_fit_resources
+from sodm_spark.spark.plan import auto_levels, largest_levels
+from sodm_spark.spark.session import numpy_to_blocks
+from sodm_spark.spark.sodm import fit_sodm
+from sodm_spark.spark.sodm_params import SODMParams
+from sodm_spark.spark.sodm_tasks import CHUNK_BYTES, Chunk, as_chunks, assemble
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "jobs"))
+import train_sodm  # noqa: E402
+
+
+def test_parquet_rows_arrive_in_bounded_float32_blocks(spark, tmp_path):
+    # 6,000 rows × 800 float64 features: 38 MB in one Parquet file, more than two blocks' worth
+    rng = np.random.default_rng(3)
+    X = rng.random((6000, 800))
+    y = np.where(rng.random(6000) > 0.5, 1.0, 0.0)
+    table = pa.table({"label": y, "features": pa.FixedSizeListArray.from_arrays(
+        pa.array(X.ravel()), 800).cast(pa.list_(pa.float64()))})
+    pq.write_table(table, tmp_path / "rows.parquet")
+    for dtype in (np.float64, np.float32):
+        blocks, d = read_blocks(spark, str(tmp_path / "rows.parquet"), "parquet", dtype=dtype)
+        pieces = blocks.collect()
+        assert d == 800 and len(pieces) >= (3 if dtype == np.float64 else 2)
+        assert all(piece.X.nbytes <= MAX_BLOCK_BYTES and piece.X.dtype == dtype
+                   for piece in pieces)
+        ids = np.concatenate([piece.row_ids for piece in pieces])
+        got = np.concatenate([piece.X for piece in pieces])[np.argsort(ids)]
+        np.testing.assert_array_equal(got, X.astype(dtype))
+
+
+def test_a_partition_travels_as_bounded_chunks_and_reassembles_in_order():
+    rng = np.random.default_rng(4)
+    m, d = 9000, 600  # 43 MB of float64 rows: three chunks at least
+    X, y = rng.random((m, d)), np.where(rng.random(m) > 0.5, 1.0, -1.0)
+    ids, gamma = np.arange(m) * 7, rng.random(m)
+    records = list(as_chunks(5, X, y, ids, gamma, stats={"rows": m}))
+    assert len(records) >= 3 and {key for key, _ in records} == {5}
+    assert all(chunk.X.nbytes <= CHUNK_BYTES for _, chunk in records)
+    assert [chunk.stats for _, chunk in records][1:] == [None] * (len(records) - 1)
+    shuffled = [records[i][1] for i in np.random.default_rng(0).permutation(len(records))]
+    for got, expected in zip(assemble(shuffled), (X, y, ids, gamma)):
+        np.testing.assert_array_equal(got, expected)
+    # a merge places the children's chunks one after the other
+    children = [Chunk((child, 0), X[:2] + child, y[:2], ids[:2] + child, gamma[:2], None)
+                for child in (2, 0, 1)]
+    np.testing.assert_array_equal(assemble(children)[0], np.concatenate([X[:2] + c
+                                                                         for c in range(3)]))
+
+
+def test_the_level_count_follows_the_rows():
+    # partitions of about 2,500 rows: closest on a log scale, never more partitions than rows
+    assert [auto_levels(n, 3) for n in (1000, 2500, 7500, 60_000, 600_000, 2_400_000)] == \
+        [0, 0, 1, 3, 5, 6]
+    assert auto_levels(600_000, 2) == 8 and auto_levels(60_000, 3, top_rows=20_000) == 1
+    for n in (3, 10, 100, 5000, 10**7):
+        assert 3 ** auto_levels(n, 3) <= n and auto_levels(n, 3) <= largest_levels(n, 3)
+
+
+def test_a_fit_without_levels_starts_from_the_automatic_count(spark):
+    X, y = make_problem(m=9000, d=4, seed=21)
+    sc = spark.sparkContext
+    params = SODMParams(gamma=0.5, lam=100.0, stop_level=1, auto_stop=False)
+    fit = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, [-1.0, 1.0])
+    assert [entry.level for entry in fit.levels] == [1]
+    assert fit.levels[0].partitions == 3 == 3 ** auto_levels(9000, 3)
+
+
+def test_a_fit_that_cannot_hold_its_top_level_is_refused_before_the_work(spark):
+    params = SODMParams()
+    tight = ExecutorMemory(memory_mb=400.0, cores=2)
+    with pytest.raises(MemoryBudgetError, match=r"--levels 4\) or give the Python workers more"):
+        # 600,000 × 784 rows from 27 partitions: 22,223 rows need ~390 MB, over 200 MB a task
+        check_fit_resources(spark.sparkContext, 600_000, 784, 4, 27, 3, tight, params)
+    check_fit_resources(spark.sparkContext, 600_000, 784, 4, 81, 4, tight, params)  # fits
+
+
+def test_the_job_names_the_memory_setting_in_one_line(spark, tmp_path):
+    from sklearn.datasets import dump_svmlight_file
+
+    X, y = make_problem(m=2000, d=50, seed=5)
+    dump_svmlight_file(X, y, str(tmp_path / "train.svm"), zero_based=False)
+    with pytest.raises(SystemExit) as raised:
+        train_sodm.main(["--data", str(tmp_path / "train.svm"), "--levels", "0",
+                         "--memory-mb", "1"])
+    message = str(raised.value.code)
+    assert message.startswith("error: the top level's partitions") and "\n" not in message
+    assert "--memory-mb" in message and "--levels" in message
+
+
+def test_rows_are_scaled_onto_the_unit_interval_and_the_model_takes_raw_rows(spark, tmp_path):
+    from sodm_spark.model import KernelExpansion
+    from sodm_spark.solvers import solve_odm_dual
+
+    X, y = make_problem(m=600, d=4, seed=13)
+    X = X * np.array([1.0, 100.0, 0.01, 5.0]) + np.array([0.0, 50.0, -3.0, 7.0])  # raw units
+    X_test, _ = make_problem(m=200, d=4, seed=14)
+    X_test = X_test * np.array([1.0, 100.0, 0.01, 5.0]) + np.array([0.0, 50.0, -3.0, 7.0])
+    sc = spark.sparkContext
+    params = SODMParams(gamma="scale", lam=100.0, levels=0, auto_stop=False, tol=1e-8)
+    fit = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, [-1.0, 1.0], max_sv="none")
+    # the reference: every column mapped onto [0, 1] by hand, gamma 'scale' of those rows
+    low, high = X.min(axis=0), X.max(axis=0)
+    mapped = (X - low) / (high - low)
+    kernel = Kernel.create("rbf", 1.0 / (4 * mapped.var()))
+    assert fit.model.kernel.gamma == pytest.approx(kernel.gamma, rel=1e-9)
+    exact = solve_odm_dual(mapped, y, kernel, 100.0, 0.1, 0.2, tol=1e-8)
+    assert fit.levels[0].objective == pytest.approx(exact.objective, rel=1e-6)
+    reference = decision_values(kernel, (X_test - low) / (high - low), mapped, exact.gamma * y)
+    np.testing.assert_allclose(fit.model.decision_function(X_test), reference, atol=1e-5)
+    fit.model.save(tmp_path / "model")  # the scaling is part of the saved model
+    loaded = KernelExpansion.load(tmp_path / "model")
+    np.testing.assert_allclose(loaded.decision_function(X_test), reference, atol=1e-5)
+
+
+def test_the_validation_scores_of_a_level_are_its_model_s_own(spark):
+    X, y = make_problem(m=1500, d=4, seed=6)
+    sc = spark.sparkContext
+    X_val, y_val = make_problem(m=400, d=4, seed=7)
+    params = SODMParams(gamma=0.5, lam=100.0, levels=2, stop_level=1, min_improvement=None)
+    fit = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, [-1.0, 1.0], validation=(X_val, y_val),
+                   max_sv="none")
+    best = next(entry for entry in fit.levels if entry.level == fit.best_level)
+    scores = fit.model.decision_function(X_val)
+    # the tasks scored in float32; no row here lies within float32's error of the boundary
+    assert np.min(np.abs(scores)) > 1e-4
+    assert best.validation_accuracy == np.mean(np.where(scores > 0, 1.0, -1.0) == y_val)
+
+
+def test_large_models_are_compressed_before_the_driver_and_none_keeps_them(spark, monkeypatch):
+    X, y = make_problem(m=1200, d=4, seed=8)
+    X_test, y_test = make_problem(m=500, d=4, seed=9)
+    sc = spark.sparkContext
+    params = SODMParams(gamma=0.5, lam=100.0, levels=1, auto_stop=False)
+    full = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, [-1.0, 1.0], test=(X_test, y_test),
+                    max_sv="none")
+    n_sv = full.model.support_vectors.shape[0]
+    assert full.compression is None and n_sv == full.levels[-1].n_sv > 300
+    monkeypatch.setattr(compression, "AUTO_ABOVE", 300)
+    monkeypatch.setattr(compression, "AUTO_POINTS", 120)
+    small = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, [-1.0, 1.0], test=(X_test, y_test),
+                     max_sv="auto")
+    assert small.model.support_vectors.shape == (120, 4)
+    report = small.compression
+    assert report["support_vectors_before"] == n_sv and report["support_vectors_after"] == 120
+    # the report's "before" is the uncompressed model, "after" the model returned
+    assert report["test"]["accuracy_before"] == full.test_accuracy
+    assert report["test"]["accuracy_after"] == small.test_accuracy == \
+        np.mean(small.model.predict(X_test) == y_test)
+    assert small.test_accuracy >= full.test_accuracy - 0.03
+    # the compressed f is a least-squares fit of the whole model's f on its support vectors
+    f, g = full.model.decision_function(X_test), small.model.decision_function(X_test)
+    assert np.linalg.norm(g - f) / np.linalg.norm(f) < 0.2
+
+
+def test_a_model_over_the_result_limit_is_collected_in_pieces(spark, monkeypatch):
+    X, y = make_problem(m=900, d=5, seed=10)
+    sc = spark.sparkContext
+    params = SODMParams(gamma=0.5, lam=100.0, levels=1, auto_stop=False)
+    whole = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, [-1.0, 1.0], max_sv="none")
+    monkeypatch.setattr(level_model, "result_limit_mb", lambda sc: 1e-3)  # 1 KB
+    pieces = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, [-1.0, 1.0], max_sv="none")
+    np.testing.assert_array_equal(pieces.model.support_vectors, whole.model.support_vectors)
+    np.testing.assert_array_equal(pieces.model.coef, whole.model.coef)
+
+
+def test_the_job_scores_only_the_final_model_when_scoring_every_level_is_dear(spark, tmp_path,
+                                                                              monkeypatch):
+    from sklearn.datasets import dump_svmlight_file
+
+    from sodm_spark.spark import sodm
+
+    X, y = make_problem(m=1500, d=5, seed=11)
+    X_test, y_test = make_problem(m=300, d=5, seed=12)
+    dump_svmlight_file(X, y, str(tmp_path / "train.svm"), zero_based=False)
+    dump_svmlight_file(X_test, y_test, str(tmp_path / "test.svm"), zero_based=False)
+    monkeypatch.setattr(sodm, "CHEAP_SCORING_WORK", 1.0)
+    assert train_sodm.main(["--data", str(tmp_path / "train.svm"), "--test-data",
+                            str(tmp_path / "test.svm"), "--levels", "2", "--gamma", "0.3",
+                            "--lam", "100", "--metrics-out", str(tmp_path / "m.json")]) == 0
+    metrics = json.loads((tmp_path / "m.json").read_text())
+    scored = [entry for entry in metrics["levels"] if "test_accuracy" in entry]
+    assert [entry["level"] for entry in scored] == [metrics["best_level"]]
+    assert metrics["test_accuracy"] == scored[0]["test_accuracy"] > 0.7
+    assert len(metrics["levels"]) >= 2
+
+
+def _fashion_installed():
+    if not (Path(FASHION_MNIST_DIR) / "train-images-idx3-ubyte.gz").exists():
+        pytest.skip("Debian's dataset-fashion-mnist is not installed (tests/data_packages.sh)")
+
+
+def test_deformed_fashion_mnist_is_seeded_and_keeps_the_labels():
+    _fashion_installed()
+    X, labels = load_fashion_mnist("train", binary=False)
+    first, first_labels = deformed_fashion_mnist(59_990, 60_020, seed=3, binary=False)
+    # the originals come first, untouched; then deformations of image r % 60,000
+    np.testing.assert_array_equal(first[:10], X[59_990:].astype(np.float32))
+    assert np.array_equal(first_labels, labels[np.arange(59_990, 60_020) % 60_000])
+    again, _ = deformed_fashion_mnist(60_000, 60_020, seed=3, binary=False)
+    np.testing.assert_array_equal(again, first[10:])  # any range, any batching: same rows
+    other, _ = deformed_fashion_mnist(60_000, 60_020, seed=4, binary=False)
+    assert not np.array_equal(other, again)
+    moved = np.abs(again - X[:20].astype(np.float32)).mean(axis=1)
+    assert np.all(moved > 0.01)  # every image is deformed ...
+    # ... but stays close to its source: nearer to it than to most other training images
+    distances = ((again[:, None, :] - X[None, :20, :]) ** 2).sum(axis=2)
+    own = np.diag(distances)
+    others = np.where(np.eye(20, dtype=bool), np.nan, distances)
+    assert np.all(own < np.nanmedian(others, axis=1))
+    assert np.sum(np.argmin(distances, axis=1) == np.arange(20)) >= 15
+    assert again.min() >= 0.0 and again.max() <= 1.0
+    assert np.allclose(again * 255, np.round(again * 255), atol=1e-4)  # bytes, as infiMNIST's
+    _, binary = deformed_fashion_mnist(60_000, 60_020, seed=3)
+    assert np.array_equal(binary, np.where(labels[:20] % 2 == 0, 1, -1))
+
+
+def test_the_tabular_generator_is_seeded_in_raw_units_and_its_labels_follow_the_latent_sphere():
+    from sodm_spark.big_data import TABULAR_CHUNK, TABULAR_UNITS, make_tabular
+
+    X, y = make_tabular(TABULAR_CHUNK - 50, TABULAR_CHUNK + 50, seed=5)
+    assert X.shape == (100, 12) and X.dtype == np.float32 and set(np.unique(y)) == {-1, 1}
+    again, again_y = make_tabular(TABULAR_CHUNK, TABULAR_CHUNK + 20, seed=5)
+    np.testing.assert_array_equal(again, X[50:70])  # any range, any batching: same rows
+    assert np.array_equal(again_y, y[50:70])
+    assert not np.array_equal(make_tabular(0, 20, seed=6)[0], make_tabular(0, 20, seed=5)[0])
+    assert not np.array_equal(make_tabular(0, 20, seed=5, test=True)[0],
+                              make_tabular(0, 20, seed=5)[0])
+    X, y = make_tabular(0, 20_000, seed=5)
+    offsets, units = (np.array(column) for column in zip(*TABULAR_UNITS))
+    z = (X[:, :7].astype(np.float64) - offsets) / units  # the latent normal columns
+    np.testing.assert_allclose(z.mean(axis=0), 0.0, atol=0.05)
+    np.testing.assert_allclose(z.std(axis=0), 1.0, atol=0.05)
+    inside = (z[:, :5] ** 2).sum(axis=1) + z[:, 5] * z[:, 6] > 4.35
+    agreement = np.mean(np.where(inside, 1, -1) == y)
+    assert 0.93 < agreement < 0.97  # 5% of the labels flipped
+    assert np.ptp(X[:, 4]) / np.ptp(X[:, 2]) > 1e5  # units six orders of magnitude apart
