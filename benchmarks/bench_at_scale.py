@@ -13,7 +13,8 @@ Methods (--methods, comma-separated):
   levels, the test accuracy of the model it saved (and of the uncompressed one when scored);
 * ``job-levels3`` — the same command with ``--levels 3``;
 * ``predict`` — ``spark-submit jobs/predict.py --model M --data TEST`` with the job's model:
-  rows per second inside the job, and the whole command;
+  rows per second inside the job, and the whole command; ``predict-train`` the same on the
+  training rows (a larger input: Spark's fixed cost of a job, about 3 s here, spread thinner);
 * ``xgboost`` — ``XGBClassifier(tree_method="hist", n_estimators=100, max_depth=6,
   n_jobs=2)`` on every training row in one process (fit seconds, rows already in memory);
 * ``xgboost-spark`` — ``xgboost.spark.SparkXGBClassifier`` (the same trees, one worker per core)
@@ -46,8 +47,8 @@ from job_runs import submit  # noqa: E402
 from make_big_data import main as write_big_data  # noqa: E402
 
 FILE_ROWS = 50_000
-METHODS = ("job", "job-levels3", "predict", "xgboost", "xgboost-spark", "nystroem-spark", "svc",
-           "exact-odm")
+METHODS = ("job", "job-levels3", "predict", "predict-train", "xgboost", "xgboost-spark",
+           "nystroem-spark", "svc", "exact-odm")
 
 
 def data_dir(work_dir: Path, dataset: str, rows: int) -> Path:
@@ -106,14 +107,15 @@ def run_job(folder: Path, model_dir: Path, extra=()) -> dict:
             "partition_seconds": metrics.get("partition_seconds"),
             "n_sv": metrics["n_sv"], "compression_seconds": compression.get("seconds"),
             "support_vectors_before": compression.get("support_vectors_before"),
-            "output": [line for line in output if line.startswith(("  ->", "no ODM", "chosen",
-                                                                    "compressed", "stopped"))]}
+            "output": [line for line in output if line.startswith((
+                "level", "  ->", "no ODM", "chosen", "compressed", "stopped", "trained"))
+                or line.split()[:1] and line.split()[0].isdigit()]}
 
 
-def run_predict(folder: Path, model_dir: Path) -> dict:
+def run_predict(data: Path, model_dir: Path) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         metrics, wall, _ = submit("predict.py", ["--model", str(model_dir), "--data",
-                                                 str(folder / "test"), "--out",
+                                                 str(data), "--out",
                                                  str(Path(tmp) / "out")], "local[2]")
     return {"wall_seconds": wall, "rows": metrics.get("rows"),
             "seconds": metrics.get("seconds"), "rows_per_second": metrics.get("rows_per_second")}
@@ -234,8 +236,9 @@ def one_size(rows: int, methods, args) -> dict:
         elif method == "job-levels3":
             result[method] = run_job(folder, args.work_dir / f"model-{args.dataset}-{rows}-l3",
                                      ["--levels", "3"])
-        elif method == "predict":
-            result[method] = run_predict(folder, model_dir)
+        elif method in ("predict", "predict-train"):
+            result[method] = run_predict(folder / ("test" if method == "predict" else "train"),
+                                         model_dir)
         elif method in ("xgboost-spark", "nystroem-spark"):
             result[method] = run_spark_peer(method, folder, args)
         else:

@@ -6,8 +6,9 @@ the top levels (many partitions) split the executor's memory between its cores w
 
 * ``spark.executor.pyspark.memory`` when set: Spark caps every Python worker at that amount
   divided by the executor's cores (a hard limit), so no task may plan beyond it;
-* else, in local mode, this machine's RAM less the driver's JVM heap (``spark.driver.memory``,
-  which also holds the persisted levels) and a reserve (:data:`~sodm_spark.resources.RESERVE_MB`);
+* else, in local mode, this machine's RAM less the driver's JVM heap (``spark.driver.memory``:
+  Spark's own bookkeeping, the persisted levels are on disk) and a reserve
+  (:data:`~sodm_spark.resources.RESERVE_MB`);
 * else (a cluster), an executor host's RAM, asked once by a one-task job, less the executor's
   JVM heap (``spark.executor.memory``) and the reserve.
 """

@@ -28,11 +28,16 @@ from .sodm_params import LevelPlan
 
 #: Rows of a top-level partition without --levels. Measured with the job on 600,000 × 784
 #: deformed Fashion-MNIST rows (the top level alone, `--no-auto-stop --stop-level L`, local[2]):
-#: see README, "How many levels".
+#: see README, "At scale: what the job decides from the data".
 TOP_PARTITION_ROWS = 2500
 #: Sweeps a solve from scratch is assumed to need before any level is measured (the block
 #: solver needed 9-50 on Fashion-MNIST, letter and the sphere at λ = 1e3-1e6).
 PRIOR_SWEEPS = 20
+#: Seconds per row on one core besides the kernel GEMM (the sweeps over the cached kernel,
+#: Spark moving the rows in and out of the tasks): the top levels of 600,000 × 784 deformed
+#: Fashion-MNIST rows took 99 µs (243 × 2,466 rows), 127 µs (81 × 7,398) and 188 µs
+#: (729 × 824) a row and core more than their GEMM work.
+PRIOR_SECONDS_PER_ROW = 1e-4
 
 
 def largest_levels(n_rows: int, p: int) -> int:
@@ -79,13 +84,14 @@ def prior_seconds(partitions: int, rows: int, n_features: int, cores: int, mode:
                   cache_mb: float) -> float:
     """A level's seconds before any level is measured: its kernel GEMM work on the cores that
     run at once (m²·d flops per cached partition, half a symmetric product; blocked, 2·m²·d per
-    sweep for the share of rows the cache cannot hold, over :data:`PRIOR_SWEEPS` sweeps)."""
+    sweep for the share of rows the cache cannot hold, over :data:`PRIOR_SWEEPS` sweeps), and
+    :data:`PRIOR_SECONDS_PER_ROW` for every row."""
     flops = float(rows) ** 2 * max(n_features, 1)
     if mode == "blocked":
         uncached = 1.0 - min(1.0, cache_mb / max(kernel_mb(rows), 1e-9))
         flops *= 1.0 + 2.0 * PRIOR_SWEEPS * uncached
     rounds = math.ceil(partitions / max(1, min(partitions, cores)))
-    return rounds * flops / gemm_flops_per_second()
+    return rounds * (flops / gemm_flops_per_second() + rows * PRIOR_SECONDS_PER_ROW)
 
 
 def cached_level_count(n_rows: int, p: int, n_features: int, memory, params) -> int | None:
