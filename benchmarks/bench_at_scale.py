@@ -148,10 +148,10 @@ def run_in_process(method: str, folder: Path, args, job: dict | None) -> dict:
                 "test_accuracy": float(model.score(X_test.astype(np.float64), y_test)),
                 "n_sv": int(model.n_support_.sum())}
     from sodm_spark import ODMClassifier
+    from sodm_spark.spark.sodm_prepare import ColumnStats
 
     best = (job or {}).get("tuning") or {}
-    low, high = X.min(axis=0), X.max(axis=0)  # as the job scales: every column onto [0, 1]
-    scale = np.where(high > low, 1.0 / np.where(high > low, high - low, 1.0), 1.0)
+    low, scale = ColumnStats(X).minmax()  # as the job scales: every column onto [0, 1]
     Xs = (X - low) * scale
     gamma = best.get("gamma_scale", 1.0) / (Xs.shape[1] * Xs.astype(np.float64).var())
     model = ODMClassifier(gamma=gamma, lam=best.get("lam", 1e5), theta=best.get("theta", 0.1),

@@ -22,7 +22,7 @@ import os
 import shutil
 import tempfile
 import uuid
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 import numpy as np
 
@@ -231,7 +231,5 @@ def _remove_driver_copies(names):
     from pyspark import SparkFiles
 
     for name in names:
-        try:
+        with suppress(OSError):  # never fetched here, or already gone
             os.remove(SparkFiles.get(name))
-        except OSError:
-            pass
