@@ -30,11 +30,16 @@ DATASETS = ("fashion-mnist", "fashion-mnist-10", "letter", "satellite", "shuttle
 TUNE_GRID = "gamma=0.5,1,2 lam=1e3,1e4,1e5,1e6 theta=0.1,0.3 v=0.2,0.8"
 
 
-def files_for(name: str, work_dir: Path, seed: int) -> tuple[Path, Path]:
-    """(train, test) LIBSVM files of a named data set (written once)."""
-    train, test = work_dir / f"{name}_train.libsvm", work_dir / f"{name}_test.libsvm"
+def files_for(name: str, work_dir: Path, seed: int, train_rows: int | None = None,
+              ) -> tuple[Path, Path]:
+    """(train, test) LIBSVM files of a named data set (written once), ``train_rows`` of its
+    training rows (None: all; 60,000 of the generated sets)."""
+    stem = name if train_rows is None else f"{name}-{train_rows}"
+    train, test = work_dir / f"{stem}_train.libsvm", work_dir / f"{stem}_test.libsvm"
     if not (train.exists() and test.exists()):
-        data = load_dataset(name, train_rows=60000 if name == "nonlinear" else None, seed=seed)
+        if train_rows is None and name == "nonlinear":
+            train_rows = 60000
+        data = load_dataset(name, train_rows=train_rows, seed=seed)
         dump_svmlight_file(data.X_train, data.y_train, str(train), zero_based=False)
         dump_svmlight_file(data.X_test, data.y_test, str(test), zero_based=False)
     return train, test

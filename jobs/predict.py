@@ -23,7 +23,7 @@ import time
 import uuid
 from pathlib import Path
 
-from sodm_spark.jobconf import parse_with_defaults, write_outputs
+from sodm_spark.jobconf import check_output_paths, parse_with_defaults, write_outputs
 from sodm_spark.model import KernelExpansion
 from sodm_spark.storage import move_into_place
 from sodm_spark.scoring import PRECISIONS
@@ -116,6 +116,10 @@ def main(argv=None) -> int:
     if out.exists() and not args.overwrite:
         raise SystemExit(f"error: --out {out} exists; pass --overwrite to replace it, or choose "
                          "another directory.")
+    try:
+        check_output_paths({"--out": args.out}, {"--metrics-out": args.metrics_out})
+    except ValueError as error:
+        raise SystemExit(f"error: {error}")
     try:
         model = KernelExpansion.load(args.model)
     except ValueError as error:

@@ -20,7 +20,8 @@ import numpy as np
 from sklearn.datasets import make_friedman1
 
 from sodm_spark.datasets import make_nonlinear
-from sodm_spark.jobconf import gamma_arg, parse_with_defaults, write_outputs
+from sodm_spark.jobconf import (check_output_paths, gamma_arg, parse_with_defaults,
+                                write_outputs)
 from sodm_spark.kernels import Kernel, gamma_value
 from sodm_spark.model import KernelExpansion
 from sodm_spark.spark.io import read_blocks, read_libsvm_local
@@ -170,6 +171,10 @@ def task_value_error(error) -> str | None:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    try:
+        check_output_paths({"--model-out": args.model_out}, {"--metrics-out": args.metrics_out})
+    except ValueError as error:
+        raise SystemExit(f"error: {error}")
     with job_session(f"sodm-spark: train_baseline {args.method}", args.master) as spark:
         print("config: " + json.dumps(vars(args), default=str), flush=True)
         try:

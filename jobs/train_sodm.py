@@ -34,8 +34,10 @@ from sodm_spark.compression import AUTO_ABOVE, AUTO_POINTS, METHODS as COMPRESSI
 from sodm_spark.spark.memory import check_collectable, check_fit_resources, executor_memory
 from sodm_spark.spark.plan import TOP_PARTITION_ROWS, auto_levels, kernel_mb
 from sodm_spark.spark.sodm_params import PERSIST
+from sodm_spark.stopping import ENTRY_COST, VALIDATION_WORK
 from sodm_spark.tuning_report import point_line, table, write_report
-from sodm_spark.jobconf import gamma_arg, parse_with_defaults, write_outputs
+from sodm_spark.jobconf import (check_output_paths, gamma_arg, parse_with_defaults,
+                                write_outputs)
 from sodm_spark.validation import check_finite_rows, check_two_classes, shown_classes
 
 DEFAULT_ROWS, DEFAULT_TEST_ROWS = 60000, 10000
@@ -95,13 +97,23 @@ def parse_args(argv=None, prog="train_sodm.py", description=None,
                           help="share of the training rows held out for validation "
                           f"(at most --validation-max-rows; default {defaults.validation_fraction})")
     stopping.add_argument("--validation-max-rows", type=int,
-                          default=defaults.validation_max_rows)
+                          default=defaults.validation_max_rows,
+                          help="most rows held out (default %(default)s; fewer when scoring "
+                          "them would cost more than validation rows x training rows x "
+                          f"(features + {ENTRY_COST}) = {VALIDATION_WORK:.2g} a level)")
     stopping.add_argument("--validation-data",
                           help="validation rows from a file (same format) instead of held-out rows")
     stopping.add_argument("--min-improvement", type=float, default=defaults.min_improvement,
-                          help="stop when the last merge raised validation accuracy by less "
-                          f"(absolute; default {defaults.min_improvement} = "
-                          f"{100 * defaults.min_improvement:g} points)")
+                          help="stop when the next merge is not expected to raise validation "
+                          "accuracy by this much (absolute; default "
+                          f"{defaults.min_improvement} = {100 * defaults.min_improvement:g} "
+                          "points a level): the last merge's paired gain, --stop-confidence "
+                          "standard errors up, times the ratio of the last two levels' errors")
+    stopping.add_argument("--stop-confidence", dest="confidence", type=float,
+                          default=defaults.confidence,
+                          help="standard errors of the paired comparisons between levels "
+                          "(default %(default)s): higher runs more levels, and keeps the last "
+                          "level's model unless the one before is better by this many")
     stopping.add_argument("--time-budget", type=float, default=defaults.time_budget,
                           help="stop before a level whose predicted seconds would end "
                           "training after this many seconds")
@@ -292,8 +304,8 @@ def run_tuning(spark, prepared, params, grid, report_dir=None, keys=None, defaul
 def run_levels(spark, blocks, classes, test, params, args, validation=None, prepared=None):
     """SODM Algorithm 1: before each level its plan, after it one line of the levels table."""
     print(f"{'level':>5} {'partitions':>10} {'seconds':>9} {'predicted':>9} {'kernel':>8} "
-          f"{'objective':>14} {'SVs':>8} {'sweeps':>7} {'val acc':>8} {'test acc':>9}",
-          flush=True)
+          f"{'objective':>14} {'SVs':>8} {'sweeps':>7} {'scoring':>8} {'val acc':>8} "
+          f"{'test acc':>9}", flush=True)
 
     def announce(plan):
         predicted = (f"estimated {plan.predicted_seconds:,.1f} s from this machine's GEMM speed"
@@ -305,9 +317,11 @@ def run_levels(spark, blocks, classes, test, params, args, validation=None, prep
 
     def show(entry):
         predicted = "" if entry.predicted_seconds is None else f"{entry.predicted_seconds:.2f}"
+        scoring = entry.scoring_seconds / max(1, entry.tasks or 1)  # of the level's seconds
         print(f"{entry.level:>5} {entry.partitions:>10} {entry.seconds:>9.2f} {predicted:>9} "
               f"{entry.kernel:>8} {entry.objective:>14.6g} {entry.n_sv:>8} "
-              f"{entry.sweeps_max:>7} {_accuracy_text(entry.validation_accuracy):>8} "
+              f"{entry.sweeps_max:>7} {scoring:>8.2f} "
+              f"{_accuracy_text(entry.validation_accuracy):>8} "
               f"{_accuracy_text(entry.test_accuracy):>9}", flush=True)
 
     checkpoint_dir = args.checkpoint_dir
@@ -342,11 +356,15 @@ def run_levels(spark, blocks, classes, test, params, args, validation=None, prep
     return fit, summary
 
 
+TARGETS_SHOWN = {"partitions": "their own partitions' models", "model": "the whole model"}
+
+
 def show_compression(report):
     """One line per row set the compression was checked on (validation, test)."""
     print(f"compressed {report['support_vectors_before']:,} -> "
           f"{report['support_vectors_after']:,} points ({report['method']}, fitted on "
-          f"{report['fit_rows']:,} rows, {report['seconds']:.2f} s)", flush=True)
+          f"{report['fit_rows']:,} rows scored by {TARGETS_SHOWN[report['fit_targets']]}, "
+          f"{report['seconds']:.2f} s)", flush=True)
     for name in ("validation", "test"):
         r = report.get(name)
         if r is None:
@@ -410,7 +428,8 @@ def sodm_params(args) -> SODMParams:
                         cache_mb=args.cache_mb, memory_mb=args.memory_mb,
                         auto_stop=args.auto_stop, validation_fraction=args.validation_fraction,
                         validation_max_rows=args.validation_max_rows,
-                        min_improvement=args.min_improvement, time_budget=args.time_budget)
+                        min_improvement=args.min_improvement, time_budget=args.time_budget,
+                        confidence=args.confidence)
     params.validate()
     return params
 
@@ -455,6 +474,10 @@ def main(argv=None, prog="train_sodm.py", description=None, tune_only=False) -> 
     args = parse_args(argv, prog, description, tune_only)
     try:
         sodm_params(args)
+        check_output_paths({"--model-out": args.model_out,
+                            "--checkpoint-dir": args.checkpoint_dir,
+                            "--tune-report": args.tune_report},
+                           {"--metrics-out": args.metrics_out})
     except ValueError as error:
         raise SystemExit(f"error: {error}")
     with job_session("sodm-spark: train_sodm", args.master) as spark:

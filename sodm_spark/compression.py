@@ -32,6 +32,12 @@ FITS = ("data", "rkhs")
 # least FIT_ROWS. On 600,000 deformed Fashion-MNIST rows (a model of 338,829 SVs, test accuracy
 # 0.9791), 5,000 random SVs fitted on 10,000 rows kept 0.9745, on 20,000 rows 0.9767
 FIT_ROWS, FIT_ROWS_PER_POINT = 10_000, 4
+# A SODM level's compression fits instead each row's own partition's f (times the partition
+# count; free in the level's tasks, see sodm_spark.spark.level_model): LOCAL_FIT_ROWS_PER_POINT
+# per point. Six exact ODMs on 22,222 deformed Fashion-MNIST rows each (their sum: test
+# accuracy 0.9777), 5,000 random points: whole-model targets on 20,000 rows 0.9759; own-partition
+# targets on 20,000 rows 0.9730, 40,000 0.9757, 60,000 0.9767
+LOCAL_FIT_ROWS_PER_POINT = 12
 # Eqn (8) keeps an n × N factor of the candidates: at most this many support vectors (a
 # seeded sample) are candidates, which bounds it at 20,000 × N float64
 MAX_CANDIDATES = 20_000
@@ -45,6 +51,22 @@ KMEANS_CANDIDATES, KMEANS_ITERATIONS = 10_000, 10
 #: random ones — scoring then costs 2·AUTO_POINTS·d flops a row, not 2·n_sv·d (a 338,829-SV
 #: model scores ~330 rows/s on 2 cores at d = 784; 5,000 points, over 10,000 rows/s).
 AUTO_ABOVE, AUTO_POINTS = 100_000, 5_000
+
+
+def most_points(max_sv) -> int | None:
+    """The most points ``max_sv`` can compress a model to, whatever its size; None: never."""
+    if max_sv is None or max_sv == "none":
+        return None
+    return AUTO_POINTS if max_sv == "auto" else int(max_sv)
+
+
+def local_fit_share(max_sv, n_rows: int) -> float:
+    """The share of a level's rows whose own partition's scores its tasks keep as a compression's
+    fit targets: 0 when ``max_sv`` never compresses a model of ``n_rows`` rows."""
+    points = most_points(max_sv)
+    if points is None or (max_sv == "auto" and n_rows <= AUTO_ABOVE) or n_rows <= points:
+        return 0.0
+    return min(1.0, 1.05 * LOCAL_FIT_ROWS_PER_POINT * points / n_rows)
 
 
 def resolve_max_sv(max_sv, n_support: int) -> int | None:
@@ -99,15 +121,22 @@ def _candidates(model: KernelExpansion, n_points: int, method: str, seed: int) -
 
 
 def fit_coefficients(kernel, points: np.ndarray, rows: np.ndarray, targets: np.ndarray,
-                     ridge: float = 1e-6) -> np.ndarray:
+                     ridge: float = 1e-6, block_mb: float = 256.0) -> np.ndarray:
     """β of the data fit (module docstring): (K_ZS K_SZ + ridge·K_ZZ) β = K_ZS f(S), ``ridge``
-    relative to the traces; targets (n,) or (n, outputs) give β (N, outputs)."""
+    relative to the traces; targets (n,) or (n, outputs) give β (N, outputs). K_SZ is made a
+    block of rows at a time (``block_mb``), so memory is N² + a block whatever n is."""
     targets = np.asarray(targets, dtype=np.float64).reshape(rows.shape[0], -1)
+    n_points = points.shape[0]
     gram = kernel_matrix(kernel, points, dtype=np.float64)
-    cross = kernel_matrix(kernel, rows, points, dtype=np.float64)  # K_SZ
-    lhs = cross.T @ cross
+    lhs = np.zeros((n_points, n_points))
+    rhs = np.zeros((n_points, targets.shape[1]))
+    step = max(1, int(block_mb * 2**20 // (8 * max(n_points, 1))))
+    for start in range(0, rows.shape[0], step):
+        cross = kernel_matrix(kernel, rows[start:start + step], points, dtype=np.float64)
+        lhs += cross.T @ cross  # one triangle (syrk) for a product with its own transpose
+        rhs += cross.T @ targets[start:start + step]
     lhs += ridge * gram * (np.trace(lhs) / np.trace(gram))
-    return _cholesky_solve(lhs, cross.T @ targets, 1e-10)
+    return _cholesky_solve(lhs, rhs, 1e-10)
 
 
 def _cholesky_solve(lhs, rhs, jitter):

@@ -84,6 +84,41 @@ def parse_with_defaults(parser: argparse.ArgumentParser, job: str, argv=None):
     return parser.parse_args(argv), path
 
 
+def _writable_ancestor(path: Path) -> Path | None:
+    """The nearest existing ancestor of ``path`` if it is a directory this process may write
+    into, else None."""
+    for parent in path.absolute().parents:
+        if parent.exists():
+            return parent if parent.is_dir() and os.access(parent, os.W_OK | os.X_OK) else None
+    return None
+
+
+def check_output_paths(directories: dict, files: dict) -> None:
+    """Refuse, before any data is read, outputs a job could not write at the end:
+    ``directories`` and ``files`` map a flag (``"--model-out"``) to its path or None. A
+    directory output must not be an existing file, a file output not an existing directory,
+    and the nearest existing directory above each must be writable (missing directories are
+    created at the end). Paths with a URI scheme (hdfs://, s3a://, ...) are left to their
+    file system.
+    Raises ValueError naming the flag, the path and what to do."""
+    for flag, value in {**directories, **files}.items():
+        if not value or "://" in str(value):
+            continue
+        path = Path(value)
+        is_directory = flag in directories
+        if is_directory and path.exists() and not path.is_dir():
+            raise ValueError(f"{flag} {value} is a file; this output is a directory. Choose "
+                             "another path or remove the file.")
+        if not is_directory and path.is_dir():
+            raise ValueError(f"{flag} {value} is a directory; this output is a file. Give a "
+                             "file name.")
+        # a file is replaced through a sibling; a directory gets new entries inside it
+        where = path / "entry" if is_directory and path.exists() else path
+        if _writable_ancestor(where) is None:
+            raise ValueError(f"{flag} {value} cannot be written by this user (no write "
+                             "permission where it would go); choose a writable location.")
+
+
 def write_outputs(model, summary: dict, model_out: str | None, metrics_out: str | None) -> None:
     """Write the model directory and the metrics JSON of a training job, each atomically.
 

@@ -14,8 +14,9 @@ from sodm_spark.spark.session import numpy_to_blocks
 from sodm_spark.spark.sodm import fit_sodm
 from sodm_spark.spark.sodm_params import SODMParams
 from sodm_spark.stopping import (REACHED_STOP_LEVEL, SMALL_IMPROVEMENT, TIME_BUDGET, LevelCost,
-                                 StopRule, best_level, holdout_mask, predict_seconds,
-                                 work_per_core)
+                                 StopRule, best_level, choose_level, holdout_mask, paired_gain,
+                                 predict_seconds, predicted_gain, replay,
+                                 validation_share, work_per_core)
 
 from conftest import make_problem
 
@@ -58,28 +59,99 @@ def test_the_cache_is_what_the_budget_leaves_and_a_level_that_cannot_fit_is_name
 # --- the stop rule on constructed validation curves ---------------------------------------------
 
 
-@pytest.mark.parametrize("curve, expected", [
-    ([0.90], None),  # one level: no merge measured yet
-    ([0.90, 0.95], None),  # +5 points: go on
-    ([0.90, 0.9015], SMALL_IMPROVEMENT),  # +0.15 points < 0.2
-    ([0.90, 0.93, 0.925], SMALL_IMPROVEMENT),  # worse
-    ([0.90, 0.93, 0.932], None),  # exactly +0.2 points is enough
+def _levels(n, *wrong):
+    """Per-row correctness of levels on n validation rows, each given by the rows it gets
+    wrong."""
+    correct = []
+    for rows in wrong:
+        right = np.ones(n, dtype=bool)
+        right[list(rows)] = False
+        correct.append(right)
+    return correct
+
+
+def test_the_paired_gain_counts_only_the_rows_that_changed():
+    before, after = _levels(1000, range(0, 40), range(10, 40))  # 10 rows fixed, none broken
+    gain, stderr = paired_gain(before, after)
+    assert gain == pytest.approx(0.01) and stderr == pytest.approx(np.sqrt(11) / 1000)
+    # unpaired, the same two accuracies (0.96, 0.97) on 1,000 rows each are 0.8 points apart
+    # at one standard error; paired, the 10 changed rows put the gain 3 standard errors up
+    unpaired = np.sqrt(0.96 * 0.04 / 1000 + 0.97 * 0.03 / 1000)
+    assert gain < unpaired * 1.3 and gain > 3 * stderr
+    # rows that flip both ways cancel in the gain and count in its error
+    gain, stderr = paired_gain(*_levels(1000, range(0, 40), range(20, 60)))
+    assert gain == 0.0 and stderr == pytest.approx(np.sqrt(41) / 1000)
+    with pytest.raises(ValueError, match="same rows"):
+        paired_gain(np.ones(3, bool), np.ones(4, bool))
+
+
+def test_the_next_gain_is_the_last_gains_times_the_ratio_of_the_errors():
+    levels = _levels(1000, range(0, 60), range(0, 40))  # 6% -> 4% error
+    gain, stderr = paired_gain(*levels)
+    assert predicted_gain(levels) == pytest.approx(gain * 40 / 60)
+    assert predicted_gain(levels, confidence=1.0) == pytest.approx(
+        (gain + stderr) * 40 / 60)
+    assert predicted_gain(levels[:1]) is None
+    # three levels: the mean of the last two merges' gains (+2 and +1 points)
+    three = _levels(1000, range(0, 60), range(0, 40), range(0, 30))
+    assert predicted_gain(three) == pytest.approx(0.015 * 30 / 40)
+    assert predicted_gain(three, confidence=1.0) == pytest.approx(
+        (0.015 + np.sqrt(21 + 11) / 1000 / 2) * 30 / 40)
+    # no merge can gain more than the error left on these rows
+    assert predicted_gain(_levels(1000, range(0, 60), [])) == 0.0
+    # a merge that lost accuracy predicts a loss
+    assert predicted_gain(_levels(1000, range(0, 40), range(0, 60))) < 0
+
+
+@pytest.mark.parametrize("wrong, expected", [
+    ([range(0, 80)], None),  # one level: no merge measured yet
+    ([range(0, 80), range(0, 40)], None),  # +4 points: go on
+    ([range(0, 80), range(0, 80)], SMALL_IMPROVEMENT),  # no row changed: at most 0.1 next
+    ([range(0, 80), range(1, 80)], None),  # +0.1 on 1 row: (0.1 + 0.14) × 79/80 ≥ 0.2
+    # +0.1 then nothing: a mean of 0.05 ± 0.09 points
+    ([range(0, 80), range(1, 80), range(1, 80)], SMALL_IMPROVEMENT),
+    # a merge that lost 0.5 points after one that gained 4: their mean is still a gain
+    ([range(0, 80), range(0, 40), range(0, 45)], None),
+    ([range(0, 80), range(0, 40), range(0, 40), range(0, 45)], SMALL_IMPROVEMENT),
+    ([range(0, 80), range(0, 40), range(0, 30)], None),  # +1 point: go on
+    ([range(0, 80), range(0, 2), range(0, 1)], SMALL_IMPROVEMENT),  # 0.1 points left to gain
 ])
-def test_the_stop_rule_on_validation_curves(curve, expected):
+def test_the_stop_rule_on_constructed_levels(wrong, expected):
     rule = StopRule(min_improvement=0.002)
-    assert rule.reason_to_stop([round(a, 6) for a in curve], elapsed=1.0,
-                               next_seconds=1.0) == expected
+    assert rule.reason_to_stop(_levels(1000, *wrong), elapsed=1.0, next_seconds=1.0) == expected
+
+
+def test_a_higher_confidence_runs_more_levels():
+    levels = _levels(1000, range(0, 80), range(0, 80))  # no row changed
+    assert StopRule(confidence=1.0).reason_to_stop(levels, 1.0, 1.0) == SMALL_IMPROVEMENT
+    assert StopRule(confidence=3.0).reason_to_stop(levels, 1.0, 1.0) is None
+    with pytest.raises(ValueError, match="confidence"):
+        StopRule(confidence=-1.0).validate()
 
 
 def test_the_time_budget_counts_the_predicted_next_level():
     rule = StopRule(min_improvement=None, time_budget=100.0)
-    assert rule.reason_to_stop([0.5, 0.4], elapsed=60.0, next_seconds=39.0) is None
-    assert rule.reason_to_stop([0.5, 0.4], elapsed=60.0, next_seconds=41.0) == TIME_BUDGET
-    assert rule.reason_to_stop([0.5], elapsed=60.0, next_seconds=None) is None
+    levels = _levels(100, range(0, 50), range(0, 60))
+    assert rule.reason_to_stop(levels, elapsed=60.0, next_seconds=39.0) is None
+    assert rule.reason_to_stop(levels, elapsed=60.0, next_seconds=41.0) == TIME_BUDGET
+    assert rule.reason_to_stop(levels[:1], elapsed=60.0, next_seconds=None) is None
     with pytest.raises(ValueError, match="min_improvement must be >= 0"):
         StopRule(min_improvement=-0.1).validate()
     with pytest.raises(ValueError, match="time_budget must be a positive"):
         StopRule(time_budget=0.0).validate()
+
+
+def test_the_model_kept_is_the_last_level_unless_the_one_before_is_surely_better():
+    # 0.1 points worse (1 row): within one standard error, the more merged level stays
+    assert choose_level([3, 2], _levels(1000, range(0, 40), range(0, 41))) == 2
+    assert choose_level([3, 2], _levels(1000, range(0, 40), range(0, 30))) == 2
+    # 1 point worse on 10 rows: the level before
+    assert choose_level([3, 2], _levels(1000, range(0, 40), range(0, 50))) == 3
+    assert choose_level([2, 1, 0], _levels(1000, range(0, 40), range(0, 30),
+                                           range(0, 50))) == 1
+    assert choose_level([4], _levels(10, [])) == 4
+    with pytest.raises(ValueError):
+        choose_level([], [])
 
 
 def test_best_level_is_the_highest_validation_accuracy_the_later_on_ties():
@@ -99,6 +171,18 @@ def test_predicted_seconds_recover_a_linear_cost_model():
     assert predict_seconds(done[:1], 9, 6000, cores) == pytest.approx(
         done[0].seconds * work_per_core(9, 6000, cores) / work_per_core(27, 2000, cores))
     assert predict_seconds([], 9, 6000, cores) is None
+
+
+def test_the_validation_slice_is_as_large_as_scoring_it_cheaply_allows():
+    assert validation_share(0.1, 10_000, 60_000, 784) == pytest.approx(0.1)  # 6,000 rows
+    # 600,000 × 784: scoring 10% would cost 60,000 × 600,000 kernel entries of 784 features
+    assert validation_share(0.1, 10_000, 600_000, 784) * 600_000 == pytest.approx(
+        5.8e11 / (600_000 * (784 + 125)))
+    # few features: the exp, not the products, is what an entry costs
+    assert validation_share(0.1, 10_000, 2_000_000, 12) * 2_000_000 == pytest.approx(
+        5.8e11 / (2_000_000 * 137))
+    assert validation_share(0.1, 10_000, 10**8, 784) * 10**8 == pytest.approx(1000)  # the floor
+    assert validation_share(0.1, 500, 60_000, 10) * 60_000 == pytest.approx(500)
 
 
 def test_the_validation_rows_depend_on_the_row_id_and_seed_only():
@@ -143,7 +227,10 @@ def test_the_model_returned_is_the_best_levels(spark, data, flip):
     assert [entry.level for entry in fit.levels] == [2, 1]
     assert fit.stopped_at == 1 and fit.stop_reason == SMALL_IMPROVEMENT
     accuracies = [(entry.level, entry.validation_accuracy) for entry in fit.levels]
-    assert fit.best_level == best_level(accuracies)
+    right = [np.isin(np.arange(len(y_val)), e.validation_wrong, invert=True)
+             for e in fit.levels]
+    assert [np.mean(r) for r in right] == [a for _, a in accuracies]
+    assert fit.best_level == choose_level([2, 1], right)
     # the accuracy recorded for the best level is the model's own on the validation rows
     chosen = dict(accuracies)[fit.best_level]
     predicted = np.where(fit.model.decision_function(X_val) > 0, 1.0, -1.0)
@@ -151,6 +238,24 @@ def test_the_model_returned_is_the_best_levels(spark, data, flip):
     fixed = fit_sodm(sc, numpy_to_blocks(sc, X, y),
                      replace(BASE, auto_stop=False, stop_level=fit.best_level), [-1.0, 1.0])
     _same_model(fit.model, fixed.model)
+
+
+@pytest.mark.parametrize("flip", [False, True])
+def test_replaying_a_fit_of_every_level_decides_as_automatic_stopping(spark, data, flip):
+    """The rule replayed on the records of a fit that ran every level (the stopping
+    benchmark's evaluation) stops and chooses as a fit with automatic stopping does."""
+    X, y, X_val, y_val = data
+    sc = spark.sparkContext
+    validation = (X_val, -y_val if flip else y_val)
+    stopped = fit_sodm(sc, numpy_to_blocks(sc, X, y), BASE, [-1.0, 1.0], validation=validation)
+    every = fit_sodm(sc, numpy_to_blocks(sc, X, y), replace(BASE, auto_stop=False), [-1.0, 1.0],
+                     validation=validation)
+    assert [e.level for e in every.levels] == [2, 1, 0]
+    solved, chosen, _ = replay([e.to_dict() for e in every.levels], len(y_val),
+                               BASE.stop_rule(), sc.defaultParallelism)
+    assert solved == [e.level for e in stopped.levels] and chosen == stopped.best_level
+    for mine, theirs in zip(stopped.levels, every.levels):
+        assert mine.validation_wrong == theirs.validation_wrong
 
 
 def test_held_out_rows_are_left_out_of_training_and_scored(spark, data):

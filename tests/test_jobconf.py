@@ -54,3 +54,38 @@ def test_the_training_job_prints_the_config_it_ran_with(spark, tmp_path, capsys)
     config = json.loads(line.removeprefix("config: "))
     assert (config["levels"], config["p"], config["strata"], config["lam"]) == (1, 2, 3, 50.0)
     assert config["config"] == str(path)
+
+
+def test_outputs_that_could_not_be_written_are_refused_before_the_work(tmp_path):
+    from sodm_spark.jobconf import check_output_paths
+
+    existing = tmp_path / "taken"
+    existing.write_text("keep me")
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    check_output_paths({"--model-out": str(tmp_path / "new" / "model")},
+                       {"--metrics-out": str(tmp_path / "m.json")})  # both can be written
+    check_output_paths({"--model-out": str(folder)}, {"--metrics-out": str(existing)})
+    check_output_paths({"--model-out": "hdfs://nn/models/m"}, {"--metrics-out": None})
+    with pytest.raises(ValueError, match=r"--model-out .*taken is a file; .*directory"):
+        check_output_paths({"--model-out": str(existing)}, {})
+    with pytest.raises(ValueError, match=r"--metrics-out .*folder is a directory"):
+        check_output_paths({}, {"--metrics-out": str(folder)})
+    check_output_paths({}, {"--metrics-out": str(tmp_path / "new" / "m.json")})  # created
+    with pytest.raises(ValueError, match=r"--metrics-out .*taken/m.json cannot be written"):
+        check_output_paths({}, {"--metrics-out": str(existing / "m.json")})
+    with pytest.raises(ValueError, match=r"--checkpoint-dir .*taken/ck cannot be written"):
+        check_output_paths({"--checkpoint-dir": str(existing / "ck")}, {})
+    assert existing.read_text() == "keep me"
+
+
+@pytest.mark.parametrize("flag", ["--model-out", "--checkpoint-dir"])
+def test_the_training_job_refuses_an_existing_file_as_its_directory_before_reading(
+        tmp_path, flag, capsys):
+    taken = tmp_path / "taken"
+    taken.write_text("keep me")
+    # the data do not exist: a job that read them first would name them instead
+    with pytest.raises(SystemExit) as stop:
+        train_sodm.main(["--data", str(tmp_path / "missing.libsvm"), flag, str(taken)])
+    assert str(stop.value).startswith(f"error: {flag} {taken} is a file;")
+    assert taken.read_text() == "keep me"

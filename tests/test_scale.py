@@ -22,7 +22,8 @@ from sodm_spark.spark.plan import auto_levels, largest_levels
 from sodm_spark.spark.session import numpy_to_blocks
 from sodm_spark.spark.sodm import fit_sodm
 from sodm_spark.spark.sodm_params import SODMParams
-from sodm_spark.spark.sodm_tasks import CHUNK_BYTES, Chunk, as_chunks, assemble
+from sodm_spark.spark.sodm_tasks import (CHUNK_BYTES, Chunk, as_chunks, assemble,
+                                         solve_partitions)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "jobs"))
@@ -167,9 +168,44 @@ def test_large_models_are_compressed_before_the_driver_and_none_keeps_them(spark
     assert report["test"]["accuracy_after"] == small.test_accuracy == \
         np.mean(small.model.predict(X_test) == y_test)
     assert small.test_accuracy >= full.test_accuracy - 0.03
-    # the compressed f is a least-squares fit of the whole model's f on its support vectors
+    # the compressed f is a least-squares fit of the partitions' own f (times their count) on a
+    # sample of their rows, which the level's tasks kept: close to the whole model's f
+    assert report["fit_targets"] == "partitions"
     f, g = full.model.decision_function(X_test), small.model.decision_function(X_test)
     assert np.linalg.norm(g - f) / np.linalg.norm(f) < 0.2
+    # without those rows (a level read back from a checkpoint): the whole model's f on a
+    # sample of its support vectors, summed from the tasks
+    monkeypatch.setattr(compression, "LOCAL_FIT_ROWS_PER_POINT", 0)
+    scored = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, [-1.0, 1.0], max_sv="auto")
+    assert scored.compression["fit_targets"] == "model"
+    g = scored.model.decision_function(X_test)
+    assert np.linalg.norm(g - f) / np.linalg.norm(f) < 0.2
+
+
+@pytest.mark.parametrize("n_classes", [0, 3])
+def test_a_partition_leaves_its_own_model_s_scores_on_a_sample_of_rows(n_classes):
+    X, y = make_problem(m=400, d=4, seed=11)
+    if n_classes:  # three classes, numbered
+        y = np.digitize(X[:, 0], [-0.5, 0.5]).astype(np.float64)
+    ids = np.arange(1000, 1400)
+    kernel = Kernel.create("rbf", 0.5)
+    config = {"lam": 100.0, "theta": 0.1, "v": 0.2, "tol": 1e-3, "max_iter": 200, "seed": 0,
+              "n_classes": n_classes, "cache_mb": 64.0, "fit_share": 0.1}
+    gamma = np.zeros((400, n_classes)) if n_classes else np.zeros(400)
+    records = list(as_chunks(2, X, y, ids, gamma))
+    solved = list(solve_partitions(records, kernel.to_dict(), config, level=1, threads=1))
+    stats = solved[0][1].stats
+    _, _, got_ids, solved_gamma = assemble([chunk for _, chunk in solved])
+    assert stats["fit_rows"].size == 40 and np.all(np.isin(stats["fit_rows"], ids))
+    # the reference: this partition's expansion evaluated on those rows
+    signs = y if not n_classes else np.where(
+        y[:, None] == np.arange(n_classes)[None, :], 1.0, -1.0)
+    coef = solved_gamma * signs
+    rows = X[stats["fit_rows"] - 1000]
+    np.testing.assert_allclose(stats["fit_scores"], decision_values(kernel, rows, X, coef),
+                               rtol=1e-5, atol=1e-6)
+    again = list(solve_partitions(records, kernel.to_dict(), config, level=1, threads=1))
+    np.testing.assert_array_equal(again[0][1].stats["fit_rows"], stats["fit_rows"])
 
 
 def test_a_model_over_the_result_limit_is_collected_in_pieces(spark, monkeypatch):

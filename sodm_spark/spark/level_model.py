@@ -5,9 +5,9 @@ ODM duals are dense: a level of 600,000 rows × 784 features has ~340,000 suppor
 of float32 — more than Spark's default ``spark.driver.maxResultSize``. So the model is either
 
 * **compressed in place** (:func:`compress_level`, the reduced-set projection of
-  :mod:`sodm_spark.compression`): the tasks sample candidate points and fit rows among their
-  support vectors, f on the fit rows is summed from the tasks' partial scores, and only the
-  small least-squares solve runs on the driver; or
+  :mod:`sodm_spark.compression`): the tasks sample candidate points among their support
+  vectors, the level's tasks left their own partition's scores on a sample of rows as the fit
+  targets, and only the small least-squares solve runs on the driver; or
 * **collected in pieces** (:func:`collect_level`): the support vectors of every chunk, at most
   16 MB each, fetched one Spark partition at a time when they would not fit the result limit.
 """
@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..compression import candidates_wanted, choose_points, fit_coefficients, fit_rows_wanted
+from ..compression import (LOCAL_FIT_ROWS_PER_POINT, candidates_wanted, choose_points,
+                           fit_coefficients, fit_rows_wanted)
 from ..model import KernelExpansion
 from .memory import result_limit_mb
 from .sodm_tasks import chunk_support_vectors, partial_scores
@@ -32,51 +33,87 @@ def level_scores(sc, solved, X_eval, kernel_dict, what="score rows"):
         rows.unpersist()
 
 
-def _sample_support(item, candidate_share, fit_share, seed, largest):
-    """(candidate rows, their |α|, fit rows) sampled from a chunk's support vectors, seeded by
-    the chunk's first row id (the same whatever task or attempt reads it)."""
+def _sample_support(item, candidate_share, fit_share, seed, largest, fit_ids=None):
+    """(candidate rows, their |α|, fit rows, their ids) sampled from a chunk, seeded by the
+    chunk's first row id (the same whatever task or attempt reads it): candidates among its
+    support vectors; fit rows the rows whose ids are in the sorted ``fit_ids`` when given, else
+    a ``fit_share`` of the support vectors."""
     ids, X, coef = chunk_support_vectors(item)
+    if fit_ids is not None:
+        chunk = item[1]
+        found = np.flatnonzero(np.isin(chunk.ids, fit_ids, assume_unique=True))
+        fit_X, fit_row_ids = chunk.X[found], chunk.ids[found]
     if ids.size == 0:
-        return X[:0], np.zeros(0), X[:0]
+        return X[:0], np.zeros(0), *((X[:0], ids) if fit_ids is None else (fit_X, fit_row_ids))
     rng = np.random.default_rng([seed, 19, int(ids[0])])
     weight = np.abs(coef).reshape(ids.size, -1).sum(axis=1)
     if largest:  # this chunk's largest |α|: the global largest are among them
         candidates = np.argsort(-weight, kind="stable")[:largest]
     else:
         candidates = np.flatnonzero(rng.random(ids.size) < candidate_share)
-    fit = np.flatnonzero(rng.random(ids.size) < fit_share)
-    return X[candidates], weight[candidates], X[fit]
+    if fit_ids is None:
+        fit = np.flatnonzero(rng.random(ids.size) < fit_share)
+        fit_X, fit_row_ids = X[fit], ids[fit]
+    return X[candidates], weight[candidates], fit_X, fit_row_ids
 
 
 def compress_level(sc, solved, kernel, classes, n_support: int, n_points: int,
-                   method: str = "random", seed: int = 0, ridge: float = 1e-6):
+                   method: str = "random", seed: int = 0, ridge: float = 1e-6, local_fit=None):
     """The level's model projected onto ``n_points`` of its support vectors (see the module
-    docstring): (KernelExpansion, rows the data fit used)."""
+    docstring): (KernelExpansion, rows the data fit used, where their targets came from).
+
+    ``local_fit`` = (row ids, targets) from the level's tasks: each row's own partition model
+    times the number of partitions, which the solve left in u (the level's f is the sum of
+    the partitions' models, each of which models the whole data). Fitted on
+    :data:`~sodm_spark.compression.LOCAL_FIT_ROWS_PER_POINT` such rows a point, the projection
+    is as accurate as one fitted on :data:`~sodm_spark.compression.FIT_ROWS_PER_POINT` rows
+    scored by the whole level model (measured beside the constants), and needs no pass of
+    those rows over the level. Without it (a level read back from a checkpoint), f on the fit
+    rows is summed from the tasks' partial scores.
+    """
     kernel_dict = kernel.to_dict()
-    wanted, n_fit = candidates_wanted(method, n_points), fit_rows_wanted(n_points)
+    wanted = candidates_wanted(method, n_points)
+    n_fit = fit_rows_wanted(n_points) if local_fit is None else \
+        LOCAL_FIT_ROWS_PER_POINT * n_points
     # a little more than wanted, so that the seeded draws rarely fall short
     candidate_share = min(1.0, 1.1 * wanted / max(n_support, 1))
     fit_share = min(1.0, 1.1 * n_fit / max(n_support, 1))
     largest = n_points if method == "largest" else 0
+    rng = np.random.default_rng([seed, 12])
+    fit_ids = local_targets = None
+    if local_fit is not None:
+        order = np.argsort(local_fit[0], kind="stable")
+        fit_ids, local_targets = local_fit[0][order], np.asarray(local_fit[1])[order]
+        if fit_ids.size > n_fit:
+            keep = np.sort(rng.choice(fit_ids.size, n_fit, replace=False))
+            fit_ids, local_targets = fit_ids[keep], local_targets[keep]
     sc.setJobDescription(f"SODM: sample the compression's points ({method}) and fit rows")
-    samples = solved.map(lambda item: _sample_support(item, candidate_share, fit_share, seed,
-                                                      largest)).collect()
+    shared_ids = sc.broadcast(fit_ids)
+    try:
+        samples = solved.map(lambda item: _sample_support(
+            item, candidate_share, fit_share, seed, largest, shared_ids.value)).collect()
+    finally:
+        shared_ids.unpersist()
     candidates = np.concatenate([s[0] for s in samples])
     weights = np.concatenate([s[1] for s in samples])
     rows = np.concatenate([s[2] for s in samples])
-    rng = np.random.default_rng([seed, 12])
+    row_ids = np.concatenate([s[3] for s in samples])
     if method == "largest":
         candidates = candidates[np.argsort(-weights, kind="stable")[:n_points]]
     elif candidates.shape[0] > wanted:
         candidates = candidates[np.sort(rng.choice(candidates.shape[0], wanted, replace=False))]
-    if rows.shape[0] > n_fit:
+    if local_fit is None and rows.shape[0] > n_fit:
         rows = rows[np.sort(rng.choice(rows.shape[0], n_fit, replace=False))]
     points = choose_points(np.asarray(candidates, dtype=np.float64), n_points, method, kernel,
                            seed)
-    targets = level_scores(sc, solved, rows, kernel_dict, "the compression's fit targets")
+    if local_fit is None:
+        targets = level_scores(sc, solved, rows, kernel_dict, "the compression's fit targets")
+    else:
+        targets = local_targets[np.searchsorted(fit_ids, row_ids)]
     beta = fit_coefficients(kernel, points, np.asarray(rows, dtype=np.float64), targets, ridge)
     sc.setJobDescription(None)
-    return KernelExpansion(points.astype(np.float32), beta, kernel, classes), rows.shape[0]
+    model = KernelExpansion(points.astype(np.float32), beta, kernel, classes)
+    return model, rows.shape[0], "model" if local_fit is None else "partitions"
 
 
 def _piece_is_small(sc, piece_bytes: float) -> bool:

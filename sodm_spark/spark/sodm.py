@@ -16,9 +16,11 @@ from dataclasses import asdict, replace
 
 import numpy as np
 
-from ..compression import compare_scores, resolve_max_sv
+from ..compression import compare_scores, local_fit_share, resolve_max_sv
 from ..model import labels_from_scores
-from ..stopping import NEXT_LEVEL_BLOCKED, REACHED_STOP_LEVEL, WARM_START_OPTIMAL, best_level
+from ..stopping import (NEXT_LEVEL_BLOCKED, REACHED_STOP_LEVEL, WARM_START_OPTIMAL, choose_level,
+                        rows_right)
+from ..tuning import accuracy_of_scores, correct_rows
 from .checkpoint import (LevelCheckpoint, assemble_partition, block_fingerprint, deal_by_layout,
                          merge_fingerprints)
 from .memory import MemoryBudgetError, executor_memory
@@ -57,7 +59,8 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
     held out of ``blocks`` (``validation_fraction``, at most ``validation_max_rows``) — is
     scored after every level, the fit stops by :class:`~sodm_spark.stopping.StopRule` or
     before a level whose kernels would not be cached (on-demand kernel blocks cost the kernel
-    work again in every sweep), and the model is the best level's. With ``checkpoint_dir`` every finished level is recorded there
+    work again in every sweep), and the model is the level
+    :func:`~sodm_spark.stopping.choose_level` keeps. With ``checkpoint_dir`` every finished level is recorded there
     (:mod:`.checkpoint`); ``resume=True`` continues from the last recorded level instead of
     starting over, and gives the model (and the stopping decisions) an uninterrupted run
     would have given. ``prepared`` (from :func:`prepare_sodm`, partitioned; its kernel may
@@ -80,7 +83,8 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
     test_pair, validation_pair = prepared.test_pair, prepared.validation_pair
     config = {"lam": params.lam, "theta": params.theta, "v": params.v, "tol": params.tol,
               "max_iter": params.max_iter, "seed": params.seed,
-              "n_classes": classes.size if multi else 0}
+              "n_classes": classes.size if multi else 0,
+              "fit_share": local_fit_share(max_sv, n_rows)}
     kernel_dict = kernel.to_dict()
 
     checkpoint = None
@@ -121,6 +125,7 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
     memory = executor_memory(sc, params.memory_mb)
     kept = {}  # level -> its solved RDD: the last two, for the best-level model
     kept_scores = {}  # level -> its decision values on the eval rows (validation, test)
+    kept_fits = {}  # level -> (row ids, targets) for a compression, from its tasks
     if restored is not None:
         level, levels, solved, sizes = restored
         kept[level] = solved
@@ -133,20 +138,24 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
         if restored is None:
             if on_plan is not None:
                 on_plan(plan)
-            solved, entry, sizes, scores = _solve_level(
+            solved, entry, sizes, scores, kept_fits[level] = _solve_level(
                 sc, previous, level, params, kernel_dict, dict(config, cache_mb=plan.cache_mb),
                 cores, eval_X, plan.tasks)
             entry.memory_mb, entry.predicted_seconds = plan.memory_mb, plan.predicted_seconds
+            entry.tasks = min(plan.partitions, cores) if plan.tasks is None else plan.tasks
             if validation_pair is not None:
-                entry.validation_accuracy = _accuracy(scores[:n_validation], validation_pair[1])
+                correct = correct_rows(scores[:n_validation], validation_pair[1])
+                entry.validation_accuracy = float(np.mean(correct))
+                entry.validation_wrong = np.flatnonzero(~correct).tolist()
             if test_every_level and test_pair is not None:
-                entry.test_accuracy = _accuracy(scores[n_validation:], test_pair[1])
+                entry.test_accuracy = accuracy_of_scores(scores[n_validation:], test_pair[1])
             entry.elapsed = time.perf_counter() - started
             levels.append(entry)
             kept[level], kept_scores[level] = solved, scores
             for older in [key for key in kept if key > level + 1]:
                 kept.pop(older).unpersist()
                 kept_scores.pop(older, None)
+                kept_fits.pop(older, None)
             if checkpoint is not None:
                 sc.setJobDescription(f"SODM level {level}: checkpoint")
                 checkpoint.save_level(level, solved.map(checkpoint_layout).collect(), entry.to_dict())
@@ -168,10 +177,9 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
                     raise
                 stop_reason = f"next level does not fit the memory budget: {error}"
             if plan is not None and params.auto_stop:
-                accuracies = [e.validation_accuracy for e in levels
-                              if e.validation_accuracy is not None]
                 stop_reason = params.stop_rule().reason_to_stop(
-                    accuracies, time.perf_counter() - started, plan.predicted_seconds) or ""
+                    _validated(levels, n_validation)[1], time.perf_counter() - started,
+                    plan.predicted_seconds) or ""
                 if not stop_reason and (plan.kernel == "blocked" or
                                         plan.tasks < min(plan.partitions, cores)):
                     stop_reason = (f"{NEXT_LEVEL_BLOCKED} (level {plan.level}: {plan.advice}; "
@@ -188,17 +196,16 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
                     .partitionBy(n_level_partitions // params.p, lambda key: key))
         level -= 1
     chosen = level
-    validated = [(e.level, e.validation_accuracy) for e in levels
-                 if e.validation_accuracy is not None]
-    if params.auto_stop and validated:
-        chosen = best_level(validated)
+    validated_levels, validated_correct = _validated(levels, n_validation)
+    if params.auto_stop and validated_levels:
+        chosen = choose_level(validated_levels, validated_correct, params.confidence)
     if chosen not in kept:  # resumed right after the best level: read it back
         _, _, kept[chosen], _ = _restore(sc, training, checkpoint, chosen)
     if eval_X is not None:
         eval_X.unpersist()
     best = next(e for e in levels if e.level == chosen)
     model, compression = _level_model(sc, kept[chosen], best, prepared, max_sv, compress_method,
-                                      params.seed)
+                                      params.seed, kept_fits.get(chosen))
     if prepared.scaling is not None:  # the model takes raw rows
         model = replace(model, feature_offset=prepared.scaling[0],
                         feature_scale=prepared.scaling[1])
@@ -232,18 +239,20 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
                    test_accuracy=test_accuracy, compression=compression)
 
 
-def _level_model(sc, solved, entry, prepared, max_sv, method, seed):
+def _level_model(sc, solved, entry, prepared, max_sv, method, seed, local_fit=None):
     """(the model of the chosen level, the compression report or None)."""
     n_points = resolve_max_sv(max_sv, entry.n_sv)
     if n_points is None:
         return collect_level(sc, solved, prepared.kernel, prepared.classes, entry.n_sv,
                              prepared.n_features, 4, prepared.multi), None
     start = time.perf_counter()
-    model, fit_rows = compress_level(sc, solved, prepared.kernel, prepared.classes, entry.n_sv,
-                                     n_points, method, seed)
+    model, fit_rows, targets = compress_level(sc, solved, prepared.kernel, prepared.classes,
+                                              entry.n_sv, n_points, method, seed,
+                                              local_fit=local_fit)
     return model, {"max_sv": max_sv, "method": method, "support_vectors_before": entry.n_sv,
                    "support_vectors_after": int(model.support_vectors.shape[0]),
-                   "fit_rows": fit_rows, "seconds": time.perf_counter() - start}
+                   "fit_rows": fit_rows, "fit_targets": targets,
+                   "seconds": time.perf_counter() - start}
 
 
 def _raw_labels(y, classes):
@@ -251,19 +260,18 @@ def _raw_labels(y, classes):
     return classes[(y > 0).astype(np.int64)] if classes.size == 2 else classes[y.astype(np.int64)]
 
 
-def _accuracy(scores, y) -> float:
-    """Share of rows right: sign of f against ±1 y, or the largest score against the class
-    numbers y (multi-class)."""
-    if scores.ndim == 2:
-        return float(np.mean(np.argmax(scores, axis=1) == y))
-    return float(np.mean(np.where(scores > 0, 1.0, -1.0) == y))
+def _validated(levels, n_validation):
+    """(levels, their per-row validation correctness) of the levels that were validated, in
+    the order solved (a resumed fit has them from its checkpoint)."""
+    kept = [e for e in levels if e.validation_wrong is not None and n_validation]
+    return [e.level for e in kept], [rows_right(e.validation_wrong, n_validation) for e in kept]
 
 
 def _solve_level(sc, previous, level, params, kernel_dict, config, cores, eval_X=None,
                  tasks=None):
     """Solve every partition of one level (one task each, or ``tasks`` tasks each solving
     several in turn): (solved RDD, LevelStats, partition sizes, the level's decision values on
-    the ``eval_X`` rows, or None)."""
+    the ``eval_X`` rows or None, (row ids, compression targets) or None)."""
     level_start = time.perf_counter()
     n_level_partitions = params.p ** level
     sc.setJobDescription(f"SODM level {level}: solve {n_level_partitions} partitions")
@@ -285,12 +293,17 @@ def _solve_level(sc, previous, level, params, kernel_dict, config, cores, eval_X
                        rows=int(sum(s["rows"] for s in stats)),
                        warm_start_violation=float(max(s["warm_start_violation"] for s in stats)),
                        kernel="+".join(sorted({s["kernel_mode"] for s in stats})),
-                       max_rows=int(max(s["rows"] for s in stats)))
+                       max_rows=int(max(s["rows"] for s in stats)),
+                       scoring_seconds=float(sum(s["eval_seconds"] for s in stats)))
     scores = None if eval_X is None else np.sum([s["eval_scores"] for s in stats], axis=0)
+    fits = [s for s in stats if s.get("fit_rows") is not None]
+    # the level's f is the sum of its partitions' models, each a model of the whole data
+    local_fit = None if not fits else (np.concatenate([s["fit_rows"] for s in fits]),
+                                       len(stats) * np.concatenate([s["fit_scores"] for s in fits]))
     entry.seconds = time.perf_counter() - level_start
     sizes = np.zeros(n_level_partitions, dtype=np.int64)
     sizes[[st["key"] for st in stats]] = [st["rows"] for st in stats]
-    return solved, entry, sizes, scores
+    return solved, entry, sizes, scores, local_fit
 
 
 def _restore(sc, labelled, checkpoint: LevelCheckpoint, level: int | None = None):

@@ -66,12 +66,13 @@ class SODMParams:
     memory_mb: float | None = None  # per task; None: the executor's memory / running tasks
     # automatic stopping (sodm_spark.stopping): a validation slice scored after every level
     auto_stop: bool = True
-    # 10% of the rows, at most 1,000: one row is 0.1 points, and scoring costs a prediction
-    # of every validation row per level (n_val x M kernel entries), so more rows cost seconds
+    # 10% of the rows, at most 10,000, and fewer when scoring them would cost more than
+    # sodm_spark.stopping.VALIDATION_WORK a level (n_val × M × d)
     validation_fraction: float = 0.1
-    validation_max_rows: int = 1000
+    validation_max_rows: int = 10_000
     min_improvement: float = 0.002
     time_budget: float | None = None
+    confidence: float = 1.0  # standard errors of the stop rule's paired comparisons
 
     def validate(self) -> None:
         check_odm_params(self.lam, self.theta, self.v)
@@ -106,7 +107,7 @@ class SODMParams:
         self.stop_rule().validate()
 
     def stop_rule(self) -> StopRule:
-        return StopRule(self.min_improvement, self.time_budget)
+        return StopRule(self.min_improvement, self.time_budget, self.confidence)
 
 
 class StatsRecord:
@@ -134,7 +135,14 @@ class LevelStats(StatsRecord):
     max_rows: int = 0  # rows of the largest partition
     memory_mb: float | None = None  # budget of one task at this level
     predicted_seconds: float | None = None  # announced before the level ran
+    tasks: int | None = None  # partitions solved at once
+    # task seconds scoring the validation (and test) rows inside the level, part of `seconds`
+    # once divided by the tasks that ran at once
+    scoring_seconds: float | None = None
     validation_accuracy: float | None = None
+    # positions of the validation rows this level's model gets wrong: the stop rule compares
+    # levels row by row (sodm_spark.stopping.paired_gain), also after a resume
+    validation_wrong: list | None = None
     test_accuracy: float | None = None
 
 

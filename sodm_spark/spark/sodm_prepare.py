@@ -18,7 +18,7 @@ import scipy.sparse
 from ..kernels import Kernel, gamma_value
 from ..partition import (deal_positions, kmeans, nearest_center, nearest_landmark,
                          select_landmarks, stratum_offsets)
-from ..stopping import holdout_mask
+from ..stopping import holdout_mask, validation_share
 from .checkpoint import block_fingerprint, merge_fingerprints
 from .io import check_blocks
 from .plan import auto_levels, largest_levels
@@ -272,7 +272,8 @@ def prepare_sodm(sc, blocks, params: SODMParams, classes, test=None, validation=
         hold_out = params.auto_stop and params.levels > params.stop_level
     training, validation_pair, candidates = labelled, validation, None
     if validation is None and hold_out:
-        fraction = min(params.validation_fraction, params.validation_max_rows / n_all)
+        fraction = validation_share(params.validation_fraction, params.validation_max_rows,
+                                    n_all, stats.sums.size)
         seed = params.seed
         wanted = landmark_candidates_wanted(params, n_all, params.p ** params.levels)
         candidate_fraction = min(1.0, 1.2 * wanted / n_all)

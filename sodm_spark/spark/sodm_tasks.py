@@ -103,11 +103,18 @@ def solve_partitions(records, kernel_dict, config, level, threads, eval_X=None):
         X, y, ids, gamma = assemble(chunks)
         gamma, stats = solve_partition(key, X, y, gamma, kernel_dict, config, level, threads,
                                        eval_X)
+        if stats.get("fit_rows") is not None:  # positions -> the rows' ids
+            stats["fit_rows"] = ids[stats["fit_rows"]]
         yield from as_chunks(key, X, y, ids, gamma, stats)
 
 
 def solve_partition(key, X, y, gamma, kernel_dict, config, level, threads, eval_X=None):
     """One local ODM (Eqn 1 on the partition's m rows), warm-started from ``gamma``: (γ, stats).
+
+    With ``config["fit_share"]`` the stats also carry a seeded share of the rows (positions,
+    ``fit_rows``) and the local model f_k on them (``fit_scores``), which the solve leaves in
+    u = Qγ: the targets of a compression that needs no second pass over the level
+    (:func:`~sodm_spark.spark.level_model.compress_level`).
 
     ``threads`` BLAS threads: PySpark pins Python workers to spark.task.cpus (1) threads, which
     leaves cores idle at the top levels, where fewer partitions than cores remain. With
@@ -126,15 +133,29 @@ def solve_partition(key, X, y, gamma, kernel_dict, config, level, threads, eval_
                                     max_iter=config["max_iter"], gamma0=gamma,
                                     seed=[config["seed"], level, key],
                                     cache_mb=config["cache_mb"])
+        scoring = time.perf_counter()
         eval_scores = None if eval_X is None else _scores(kernel, eval_X, X, y, result.gamma)
+        scoring = time.perf_counter() - scoring
+    fit_rows = _sample_rows(X.shape[0], config.get("fit_share", 0.0),
+                            [config["seed"], level, key, 23])
     stats = {"key": key, "rows": X.shape[0], "objective": result.objective,
-             "eval_scores": eval_scores,
+             "eval_scores": eval_scores, "eval_seconds": scoring, "fit_rows": fit_rows,
+             # f_k on its own rows is free: u = Qγ, so f_k(x_i) = y_i u_i (per class: s_ic u_ic)
+             "fit_scores": None if fit_rows is None else _coefficients(y, result.u)[fit_rows],
              "kernel_mode": result.kernel_mode,
              "sweeps": result.n_sweeps, "n_sv": int(support_rows(result.gamma).sum()),
              "converged": result.converged,
              "warm_start_violation": result.history[0] if result.history else 0.0,
              "seconds": time.perf_counter() - start}
     return result.gamma, stats
+
+
+def _sample_rows(m, share, seed):
+    """Sorted positions of a seeded ``share`` of m rows (at least one when share > 0), or None."""
+    if share <= 0.0 or m == 0:
+        return None
+    count = min(m, max(1, int(round(share * m))))
+    return np.sort(np.random.default_rng(seed).choice(m, count, replace=False))
 
 
 def _solve_classes(X, y, gamma, kernel, config, seed):

@@ -1,0 +1,142 @@
+"""Automatic stopping judged as a decision: every level of SODM on the real data sets here and
+several seeds, and what the stop rule would have done on each. A benchmark, not a test.
+
+    python benchmarks/bench_stopping.py [--datasets fashion-mnist,letter,...] [--seeds 0,1,2] \\
+        [--json runs.json]
+    python benchmarks/bench_stopping.py --replay runs.json [--min-improvement X] \\
+        [--stop-confidence Z]
+
+Each (data set, seed) is one in-process run of the job (jobs/train_sodm.py, local[2], the
+README's conf/ settings) with no hyperparameters (the default search), automatic levels,
+``--no-auto-stop --test-every-level`` and ``--seed``: it solves every level down to level 0 and
+records each level's seconds, the validation rows it gets wrong (the held-out slice automatic
+stopping scores) and its test accuracy. The rule (:func:`sodm_spark.stopping.replay`: the
+same StopRule and choose_level a fit with automatic stopping calls) is then replayed on those
+records. Per data set: the level the rule stopped after and the model it returned, the best
+level in hindsight by test accuracy, the accuracy lost against it, and the training seconds
+(search, partitioning and the levels solved) against those of every level. ``--replay``
+re-judges saved runs under other rule settings without solving anything again.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "jobs"))
+from bench_defaults import files_for  # noqa: E402
+import train_sodm  # noqa: E402
+
+from sodm_spark.datasets import DatasetUnavailable  # noqa: E402
+from sodm_spark.spark.session import get_session  # noqa: E402
+from sodm_spark.spark.sodm_params import SODMParams  # noqa: E402
+from sodm_spark.stopping import StopRule, replay  # noqa: E402
+
+DATASETS = ("fashion-mnist", "fashion-mnist-10", "letter", "satellite", "shuttle", "nonlinear")
+# the ten-class split on 20,000 training rows: its level 0 solves ten duals of all rows at once
+TRAIN_ROWS = {"fashion-mnist-10": 20_000}
+
+
+def run_every_level(spark, name: str, seed: int, work_dir: Path) -> dict:
+    """One run of the job that solves every level: its metrics summary."""
+    train, test = files_for(name, work_dir, 0, TRAIN_ROWS.get(name))  # the seed is the fit's
+    args = train_sodm.parse_args(["--data", str(train), "--test-data", str(test),
+                                  "--no-auto-stop", "--test-every-level", "--max-sv", "none",
+                                  "--seed", str(seed)])
+    _, summary = train_sodm.train(spark, args)
+    return {"dataset": name, "seed": seed, "levels": summary["levels"],
+            "validation_rows": summary["validation_rows"],
+            "tuning_seconds": summary.get("tuning_seconds", 0.0),
+            "partition_seconds": summary["partition_seconds"],
+            "train_seconds": summary["train_seconds"]}
+
+
+def judge(run: dict, rule: StopRule, cores: int) -> dict:
+    """The rule replayed on one run: the levels it solves, its model, and what that costs."""
+    levels = run["levels"]
+    solved, chosen, reason = replay(levels, run["validation_rows"], rule, cores)
+    test = {entry["level"]: entry["test_accuracy"] for entry in levels}
+    hindsight = max(test, key=lambda level: (test[level], -level))  # ties: the cheaper level
+    fixed = run["tuning_seconds"] + run["partition_seconds"]
+    every = fixed + sum(entry["seconds"] for entry in levels)
+    spent = fixed + sum(entry["seconds"] for entry in levels[:len(solved)])
+    return {"dataset": run["dataset"], "seed": run["seed"], "stopped_after": solved[-1],
+            "chosen": chosen, "reason": reason, "best": hindsight,
+            "accuracy": test[chosen], "best_accuracy": test[hindsight],
+            "lost_points": 100 * (test[hindsight] - test[chosen]),
+            "seconds": spent, "every_level_seconds": every}
+
+
+def report(judged: list[dict]) -> dict:
+    """The table per data set (seeds pooled) and the totals; returns the totals."""
+    print(f"{'data set':<18} {'seeds':>5} {'stop after':>10} {'model':>6} {'best':>5} "
+          f"{'lost max':>8} {'lost mean':>9} {'s rule':>7} {'s every':>8} {'share':>6}")
+    by_set = {}
+    for row in judged:
+        by_set.setdefault(row["dataset"], []).append(row)
+    for name, rows in by_set.items():
+        spent = sum(r["seconds"] for r in rows)
+        every = sum(r["every_level_seconds"] for r in rows)
+        print(f"{name:<18} {len(rows):>5} "
+              f"{','.join(str(r['stopped_after']) for r in rows):>10} "
+              f"{','.join(str(r['chosen']) for r in rows):>6} "
+              f"{','.join(str(r['best']) for r in rows):>5} "
+              f"{max(r['lost_points'] for r in rows):>8.2f} "
+              f"{statistics.mean(r['lost_points'] for r in rows):>9.3f} "
+              f"{spent:>7.1f} {every:>8.1f} {spent / every:>6.2f}")
+    totals = {"lost_points_max": max(r["lost_points"] for r in judged),
+              "lost_points_mean": statistics.mean(r["lost_points"] for r in judged),
+              "seconds": sum(r["seconds"] for r in judged),
+              "every_level_seconds": sum(r["every_level_seconds"] for r in judged)}
+    totals["share"] = totals["seconds"] / totals["every_level_seconds"]
+    print(f"{'all':<18} {len(judged):>5} {'':>10} {'':>6} {'':>5} "
+          f"{totals['lost_points_max']:>8.2f} {totals['lost_points_mean']:>9.3f} "
+          f"{totals['seconds']:>7.1f} {totals['every_level_seconds']:>8.1f} "
+          f"{totals['share']:>6.2f}")
+    return totals
+
+
+def main(argv=None) -> int:
+    defaults = SODMParams()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--datasets", default=",".join(DATASETS))
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--work-dir", type=Path, default=Path.home() / ".cache" / "sodm_spark")
+    parser.add_argument("--json", help="write the runs and the judgements here")
+    parser.add_argument("--replay", help="judge the runs saved in this JSON instead of running")
+    parser.add_argument("--min-improvement", type=float, default=defaults.min_improvement)
+    parser.add_argument("--stop-confidence", type=float, default=defaults.confidence)
+    parser.add_argument("--cores", type=int, default=2, help="cores the replayed runs had")
+    args = parser.parse_args(argv)
+    rule = StopRule(args.min_improvement, None, args.stop_confidence)
+    rule.validate()
+    if args.replay:
+        runs = json.loads(Path(args.replay).read_text())["runs"]
+    else:
+        runs = []
+        spark, _ = get_session("sodm-spark: bench_stopping", args.master)
+        spark.sparkContext.setLogLevel("ERROR")
+        for name in args.datasets.split(","):
+            for seed in (int(s) for s in args.seeds.split(",")):
+                try:
+                    runs.append(run_every_level(spark, name, seed, args.work_dir))
+                except DatasetUnavailable as error:
+                    print(f"{name}: skipped ({error})", flush=True)
+                    break
+                print(json.dumps(judge(runs[-1], rule, args.cores)), flush=True)
+                if args.json:  # after every run: nothing lost if a later one fails
+                    Path(args.json).write_text(json.dumps({"runs": runs}, indent=1))
+    judged = [judge(run, rule, args.cores) for run in runs]
+    totals = report(judged)
+    if args.json and not args.replay:
+        Path(args.json).write_text(json.dumps({"runs": runs, "judged": judged,
+                                               "totals": totals}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
