@@ -190,6 +190,12 @@ class StopRule:
         return None
 
 
+def next_level_blocked(kernel: str, tasks: int, partitions: int, cores: int) -> bool:
+    """Whether a level's kernels are not cached with every core solving: computed on demand
+    in every sweep (``kernel`` names "blocked"), or fewer tasks than cores at once."""
+    return "blocked" in kernel or tasks < min(partitions, cores)
+
+
 def rows_right(wrong, n_rows: int) -> np.ndarray:
     """Per-row correctness (bool, ``n_rows``) from the positions of the rows a level got
     wrong, as a level records them."""
@@ -216,8 +222,8 @@ def replay(levels: list[dict], n_validation: int, rule: StopRule, cores: int):
             break
         following = levels[index + 1]
         reason = rule.reason_to_stop(correct, entry["elapsed"], following["predicted_seconds"])
-        if reason is None and ("blocked" in following["kernel"] or following["tasks"] <
-                               min(following["partitions"], cores)):
+        if reason is None and next_level_blocked(following["kernel"], following["tasks"],
+                                                  following["partitions"], cores):
             reason = NEXT_LEVEL_BLOCKED
         if reason is not None:
             break

@@ -39,14 +39,8 @@ def _sample_support(item, candidate_share, fit_share, seed, largest, fit_ids=Non
     support vectors; fit rows the rows whose ids are in the sorted ``fit_ids`` when given, else
     a ``fit_share`` of the support vectors."""
     ids, X, coef = chunk_support_vectors(item)
-    if fit_ids is not None:
-        chunk = item[1]
-        found = np.flatnonzero(np.isin(chunk.ids, fit_ids, assume_unique=True))
-        fit_X, fit_row_ids = chunk.X[found], chunk.ids[found]
-    if ids.size == 0:
-        return X[:0], np.zeros(0), *((X[:0], ids) if fit_ids is None else (fit_X, fit_row_ids))
-    rng = np.random.default_rng([seed, 19, int(ids[0])])
-    weight = np.abs(coef).reshape(ids.size, -1).sum(axis=1)
+    rng = np.random.default_rng([seed, 19, int(ids[0]) if ids.size else 0])
+    weight = np.abs(coef).reshape(ids.size, -1).sum(axis=1) if ids.size else np.zeros(0)
     if largest:  # this chunk's largest |α|: the global largest are among them
         candidates = np.argsort(-weight, kind="stable")[:largest]
     else:
@@ -54,6 +48,10 @@ def _sample_support(item, candidate_share, fit_share, seed, largest, fit_ids=Non
     if fit_ids is None:
         fit = np.flatnonzero(rng.random(ids.size) < fit_share)
         fit_X, fit_row_ids = X[fit], ids[fit]
+    else:  # any row of the chunk, support vector or not
+        chunk = item[1]
+        found = np.flatnonzero(np.isin(chunk.ids, fit_ids, assume_unique=True))
+        fit_X, fit_row_ids = chunk.X[found], chunk.ids[found]
     return X[candidates], weight[candidates], fit_X, fit_row_ids
 
 

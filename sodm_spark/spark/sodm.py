@@ -19,7 +19,7 @@ import numpy as np
 from ..compression import compare_scores, local_fit_share, resolve_max_sv
 from ..model import labels_from_scores
 from ..stopping import (NEXT_LEVEL_BLOCKED, REACHED_STOP_LEVEL, WARM_START_OPTIMAL, choose_level,
-                        rows_right)
+                        next_level_blocked, rows_right)
 from ..tuning import accuracy_of_scores, correct_rows
 from .checkpoint import (LevelCheckpoint, assemble_partition, block_fingerprint, deal_by_layout,
                          merge_fingerprints)
@@ -60,7 +60,8 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
     scored after every level, the fit stops by :class:`~sodm_spark.stopping.StopRule` or
     before a level whose kernels would not be cached (on-demand kernel blocks cost the kernel
     work again in every sweep), and the model is the level
-    :func:`~sodm_spark.stopping.choose_level` keeps. With ``checkpoint_dir`` every finished level is recorded there
+    :func:`~sodm_spark.stopping.choose_level` keeps. With ``checkpoint_dir`` every finished
+    level is recorded there
     (:mod:`.checkpoint`); ``resume=True`` continues from the last recorded level instead of
     starting over, and gives the model (and the stopping decisions) an uninterrupted run
     would have given. ``prepared`` (from :func:`prepare_sodm`, partitioned; its kernel may
@@ -142,7 +143,7 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
                 sc, previous, level, params, kernel_dict, dict(config, cache_mb=plan.cache_mb),
                 cores, eval_X, plan.tasks)
             entry.memory_mb, entry.predicted_seconds = plan.memory_mb, plan.predicted_seconds
-            entry.tasks = min(plan.partitions, cores) if plan.tasks is None else plan.tasks
+            entry.tasks = plan.tasks
             if validation_pair is not None:
                 correct = correct_rows(scores[:n_validation], validation_pair[1])
                 entry.validation_accuracy = float(np.mean(correct))
@@ -180,8 +181,8 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
                 stop_reason = params.stop_rule().reason_to_stop(
                     _validated(levels, n_validation)[1], time.perf_counter() - started,
                     plan.predicted_seconds) or ""
-                if not stop_reason and (plan.kernel == "blocked" or
-                                        plan.tasks < min(plan.partitions, cores)):
+                if not stop_reason and next_level_blocked(plan.kernel, plan.tasks,
+                                                          plan.partitions, cores):
                     stop_reason = (f"{NEXT_LEVEL_BLOCKED} (level {plan.level}: {plan.advice}; "
                                    f"predicted {plan.predicted_seconds:,.0f} s; --no-auto-stop "
                                    "runs it)")

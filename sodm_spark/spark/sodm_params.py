@@ -67,7 +67,7 @@ class SODMParams:
     # automatic stopping (sodm_spark.stopping): a validation slice scored after every level
     auto_stop: bool = True
     # 10% of the rows, at most 10,000, and fewer when scoring them would cost more than
-    # sodm_spark.stopping.VALIDATION_WORK a level (n_val × M × d)
+    # sodm_spark.stopping.VALIDATION_WORK a level (n_val × M × (d + ENTRY_COST))
     validation_fraction: float = 0.1
     validation_max_rows: int = 10_000
     min_improvement: float = 0.002
