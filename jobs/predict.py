@@ -128,7 +128,7 @@ def main(argv=None) -> int:
         rows = spark.sparkContext.accumulator(0)
         preparing = time.perf_counter()
         try:
-            with score_dataframe(read_table(spark, args, model.support_vectors.shape[1]),
+            with score_dataframe(read_table(spark, args, model.n_features_in),
                                  model, args.features_col, args.key_col, args.label_col,
                                  args.precision, rows) as (frame, partitions):
                 prepare_seconds = time.perf_counter() - preparing

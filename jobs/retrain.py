@@ -74,9 +74,9 @@ def read_holdout(spark, path, data_format, n_features):
 
 
 def holdout_accuracy(model: KernelExpansion, X, y) -> float:
-    if model.support_vectors.shape[1] != X.shape[1]:
+    if model.n_features_in != X.shape[1]:
         raise ValueError(f"the holdout has {X.shape[1]} features but the model expects "
-                         f"{model.support_vectors.shape[1]}.")
+                         f"{model.n_features_in}.")
     return float(np.mean(model.predict(X) == y))
 
 
@@ -90,7 +90,7 @@ def run(args, store: ModelStore, outcome: dict) -> int:
     with job_session("sodm-spark: retrain", args.master) as spark:
         print("config: " + json.dumps(vars(train_args), default=str), flush=True)
         fit, summary = train_sodm.train(spark, train_args)
-        n_features = fit.model.support_vectors.shape[1]
+        n_features = fit.model.n_features_in
         X, y = read_holdout(spark, args.holdout, args.format, n_features)
     new_accuracy = holdout_accuracy(fit.model, X, y)
     current = store.latest_version()

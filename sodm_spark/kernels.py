@@ -21,7 +21,6 @@ from typing import Iterator
 
 import numpy as np
 import scipy.sparse
-from scipy.spatial.distance import cdist
 
 KNOWN_KERNELS = ("linear", "rbf", "poly", "laplacian")
 _ALIASES = {"polynomial": "poly", "gaussian": "rbf"}
@@ -135,6 +134,9 @@ class Kernel:
             out[...] = X @ np.asarray(Z, dtype=dtype).T  # sparse × dense: O(nnz · len(Z))
             return out
         if self.name == "laplacian":
+            # imported here: scipy.spatial costs the scoring tasks half a second to import
+            from scipy.spatial.distance import cdist
+
             out[...] = cdist(X, Z, metric="cityblock")
             out *= -self.gamma
             np.exp(out, out=out)

@@ -14,9 +14,12 @@ from .kernels import Kernel, decision_values
 from .storage import join, replace_versioned, resolve_version, store_for
 
 FORMAT_NAME = "sodm_spark.KernelExpansion"
-FORMAT_VERSION = 2  # 2: the feature scaling (written only when a model has one, else 1)
-READ_VERSIONS = (1, 2)
+# 2: the feature scaling, 3: a projection of the inputs (each written only when a model has it)
+FORMAT_VERSION = 3
+READ_VERSIONS = (1, 2, 3)
 MODEL_FILES = ("arrays.npz", "metadata.json")  # in a version folder (or a pre-version directory)
+_OPTIONAL_ARRAYS = ("intercept", "feature_offset", "feature_scale", "projection_center",
+                    "projection_components")
 
 
 def labels_from_scores(scores, classes) -> np.ndarray:
@@ -28,6 +31,41 @@ def labels_from_scores(scores, classes) -> np.ndarray:
     return np.asarray(classes)[(scores.reshape(-1) > 0).astype(np.int64)]
 
 
+@dataclass(frozen=True)
+class InputMap:
+    """A raw row as a kernel's input: the feature scaling ``(x − offset) · scale`` (SODM's
+    min-max scaling), then a projection ``(x − center) @ components`` (a compressed model's
+    principal components, :func:`sodm_spark.compression.principal_projection`); each optional.
+    Plain arrays, so the scoring tasks get the same map as the driver."""
+
+    offset: np.ndarray | None = None
+    scale: np.ndarray | None = None
+    center: np.ndarray | None = None
+    components: np.ndarray | None = None  # (features, kernel inputs)
+
+    def scaled(self, X):
+        """The feature scaling alone, in X's float dtype."""
+        if self.scale is None:
+            return X
+        dtype = _float_dtype(X)
+        return (np.asarray(X, dtype=dtype) - self.offset.astype(dtype)) * self.scale.astype(dtype)
+
+    def projected(self, X):
+        """The projection alone, of rows already scaled (float32 stays float32)."""
+        if self.components is None:
+            return X
+        dtype = _float_dtype(X)
+        return (np.asarray(X, dtype=dtype) - self.center.astype(dtype)) @ \
+            self.components.astype(dtype)
+
+    def __call__(self, X):
+        return self.projected(self.scaled(X))
+
+
+def _float_dtype(X):
+    return X.dtype if X.dtype in (np.float32, np.float64) else np.float64
+
+
 @dataclass
 class KernelExpansion:
     """``f(x) = Σ_i coef[i] · k(sv_i, x)`` (one column of ``coef`` per output).
@@ -37,8 +75,9 @@ class KernelExpansion:
     per output) is added to f for the comparators that have a bias (CVM, CVR, coreset SVM);
     ODM has none. A regression model has no classes: ``predict`` returns f itself.
     ``feature_offset`` and ``feature_scale`` (one per column; SODM's min-max scaling) map a raw
-    row x to the kernel's input ``(x − offset) · scale`` (:meth:`inputs`); the support vectors
-    are stored mapped.
+    row x to ``(x − offset) · scale`` (:meth:`inputs`); a compressed model may also project
+    the scaled rows, ``(x − projection_center) @ projection_components``, before the kernel
+    (:class:`InputMap`). The support vectors are stored mapped (scaled, and projected).
     """
 
     support_vectors: np.ndarray
@@ -48,14 +87,25 @@ class KernelExpansion:
     intercept: np.ndarray | None = None
     feature_offset: np.ndarray | None = None
     feature_scale: np.ndarray | None = None
+    projection_center: np.ndarray | None = None
+    projection_components: np.ndarray | None = None
+
+    @property
+    def input_map(self) -> InputMap:
+        return InputMap(self.feature_offset, self.feature_scale, self.projection_center,
+                        self.projection_components)
+
+    @property
+    def n_features_in(self) -> int:
+        """Features of a raw row (the support vectors' width unless the model projects)."""
+        if self.projection_components is not None:
+            return int(self.projection_components.shape[0])
+        return int(self.support_vectors.shape[1])
 
     def inputs(self, X):
-        """Raw rows as the kernel's inputs (the feature scaling applied, in X's float dtype)."""
-        if self.feature_scale is None:
-            return X
-        dtype = X.dtype if X.dtype in (np.float32, np.float64) else np.float64
-        return ((np.asarray(X, dtype=dtype) - self.feature_offset.astype(dtype))
-                * self.feature_scale.astype(dtype))
+        """Raw rows with the feature scaling applied (in X's float dtype); a projection, if
+        the model has one, is :meth:`input_scores`' first step."""
+        return self.input_map.scaled(X)
 
     @property
     def is_regression(self) -> bool:
@@ -68,6 +118,8 @@ class KernelExpansion:
 
     def input_scores(self, X, block_mb: float = 256.0) -> np.ndarray:
         """f on rows already mapped by :meth:`inputs`: (n,) for one output, else (n, K)."""
+        if not scipy.sparse.issparse(X):
+            X = self.input_map.projected(X)
         scores = decision_values(self.kernel, X, self.support_vectors, self.coef, block_mb)
         if self.intercept is not None:
             scores = scores + np.asarray(self.intercept, dtype=np.float64)[None, :]
@@ -100,15 +152,18 @@ class KernelExpansion:
         arrays = {"support_vectors": self.support_vectors, "coef": self.coef, "classes": classes}
         if self.intercept is not None:
             arrays["intercept"] = np.asarray(self.intercept, dtype=np.float64)
-        if self.feature_scale is not None:
-            arrays["feature_offset"] = np.asarray(self.feature_offset, dtype=np.float64)
-            arrays["feature_scale"] = np.asarray(self.feature_scale, dtype=np.float64)
+        for name in _OPTIONAL_ARRAYS[1:]:
+            if getattr(self, name) is not None:
+                arrays[name] = np.asarray(getattr(self, name), dtype=np.float64)
         buffer = io.BytesIO()
         np.savez(buffer, **arrays)
-        version = FORMAT_VERSION if self.feature_scale is not None else 1
+        version = FORMAT_VERSION if self.projection_components is not None else \
+            2 if self.feature_scale is not None else 1
         metadata = {"format": FORMAT_NAME, "format_version": version,
                     "kernel": self.kernel.to_dict(), "n_support": int(self.support_vectors.shape[0]),
                     "n_features": int(self.support_vectors.shape[1])}
+        if self.projection_components is not None:
+            metadata["n_features_in"] = self.n_features_in
         store.mkdirs(folder)
         store.write_bytes(join(folder, "arrays.npz"), buffer.getbuffer())
         store.write_bytes(join(folder, "metadata.json"),
@@ -169,7 +224,7 @@ class KernelExpansion:
         try:
             with np.load(io.BytesIO(store.read_bytes(arrays_path)), allow_pickle=False) as arrays:
                 optional = {name: arrays[name] if name in arrays.files else None
-                            for name in ("intercept", "feature_offset", "feature_scale")}
+                            for name in _OPTIONAL_ARRAYS}
                 model = cls(arrays["support_vectors"], arrays["coef"], kernel, arrays["classes"],
                             **optional)
         except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile) as error:
@@ -179,4 +234,10 @@ class KernelExpansion:
             raise ValueError(f"{folder}: arrays.npz holds {model.support_vectors.shape[0]} support "
                              f"vectors of {model.support_vectors.shape[1:]} features but "
                              f"metadata.json says {expected} (a truncated or mixed copy). {redo}")
+        components = model.projection_components
+        if components is not None and (components.shape[1] != expected[1] or
+                                       model.projection_center.shape != components.shape[:1]):
+            raise ValueError(f"{folder}: arrays.npz holds a projection of shape "
+                             f"{components.shape} for support vectors of {expected[1]} "
+                             f"features (a truncated or mixed copy). {redo}")
         return model

@@ -209,7 +209,7 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
         model.dual_coef_ = expansion.coef.T
         model.intercept_ = (np.zeros(expansion.coef.shape[1]) if expansion.intercept is None
                             else np.asarray(expansion.intercept, dtype=np.float64))
-        model.n_features_in_ = expansion.support_vectors.shape[1]
+        model.n_features_in_ = expansion.n_features_in
         model.model_ = expansion
         return model
 

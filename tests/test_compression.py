@@ -1,9 +1,12 @@
 """Reduced-set compression of kernel models against closed forms."""
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
-from sodm_spark import ODMClassifier
-from sodm_spark.compression import METHODS, compare, compress
+from sodm_spark import ODMClassifier, compression
+from sodm_spark.compression import (METHODS, compare, compress, fit_coefficients,
+                                    principal_projection)
 from sodm_spark.kernels import Kernel
 from sodm_spark.model import KernelExpansion
 
@@ -101,3 +104,82 @@ def test_the_job_compresses_and_reports_before_and_after(spark, tmp_path, capsys
     assert "compressed" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         train_sodm.parse_args(["--max-sv", "0"])
+
+
+def test_conjugate_gradients_reach_the_normal_equations_solution():
+    rng = np.random.default_rng(21)
+    kernel = Kernel.create("rbf", 0.3)
+    rows, points = rng.normal(size=(3000, 5)), rng.normal(size=(150, 5))
+    targets = np.stack([np.sin(rows[:, 0]) + rows[:, 1] ** 2, np.cos(rows[:, 2])], axis=1)
+    direct = fit_coefficients(kernel, points, rows, targets, ridge=1e-4, solver="direct")
+    iterated = fit_coefficients(kernel, points, rows, targets, ridge=1e-4, solver="cg",
+                                max_iter=500, tol=1e-9)
+    fitted = kernel.block(rows, points)
+    # the same fit: equal predictions on the rows (β itself is ill-conditioned)
+    np.testing.assert_allclose(fitted @ iterated, fitted @ direct, rtol=0,
+                               atol=1e-4 * np.abs(fitted @ direct).max())
+    # and the residual of the normal equations is small for the iterated one
+    gram = kernel.block(points, points)
+    lhs = fitted.T @ fitted
+    lhs += 1e-4 * gram * (np.trace(lhs) / np.trace(gram))
+    residual = lhs @ iterated - fitted.T @ targets
+    assert np.linalg.norm(residual) < 1e-5 * np.linalg.norm(fitted.T @ targets)
+
+
+def _wide_rows(n, seed):
+    """Rows of 60 features near a 4-dimensional subspace, a label that depends on it."""
+    rng = np.random.default_rng(seed)
+    latent = rng.normal(size=(n, 4))
+    mixing = np.random.default_rng(99).normal(size=(4, 60))
+    X = latent @ mixing / 4.0 + 0.02 * rng.normal(size=(n, 60))
+    y = np.where(latent[:, 0] * latent[:, 1] + 0.3 * latent[:, 2] > 0, 1.0, -1.0)
+    return X, y
+
+
+def test_principal_projection_keeps_the_subspace_and_refuses_what_it_cannot_shrink():
+    X, _ = _wide_rows(400, 1)
+    rbf = Kernel.create("rbf", 0.1)
+    projection = principal_projection(X, rbf, components=6, min_variance=0.9)
+    assert projection.components.shape == (60, 6)
+    np.testing.assert_allclose(projection.components.T @ projection.components, np.eye(6),
+                               atol=1e-10)
+    # rows of the subspace come back from their projection (up to the noise)
+    back = projection.projected(X) @ projection.components.T + projection.center
+    assert np.linalg.norm(back - X) < 0.05 * np.linalg.norm(X - X.mean(axis=0))
+    assert principal_projection(X, Kernel.create("linear"), components=6) is None
+    assert principal_projection(X[:, :12], rbf, components=6) is None  # not wider than 2r
+    assert principal_projection(X[:10], rbf, components=6) is None  # too few rows
+    isotropic = np.random.default_rng(2).normal(size=(400, 60))
+    assert principal_projection(isotropic, rbf, components=6, min_variance=0.9) is None
+
+
+def test_a_projected_compression_scores_raw_rows_and_survives_save_and_load(tmp_path,
+                                                                          monkeypatch):
+    X, y = _wide_rows(900, 3)
+    X_test, y_test = _wide_rows(400, 4)
+    expansion = ODMClassifier(gamma=0.5, lam=100.0).fit(X, y).model_
+    expansion = replace(expansion, feature_offset=np.full(60, 0.5),
+                        feature_scale=np.full(60, 2.0))  # raw rows x map to (x − 0.5) · 2
+    raw_test = X_test / 2.0 + 0.5
+    monkeypatch.setattr(compression, "PROJECTION_COMPONENTS", 6)
+    small = compress(expansion, 200, method="random")
+    assert small.support_vectors.shape == (200, 6) and small.n_features_in == 60
+    # the decision function, written out: scale, project, kernel against the stored points
+    inputs = ((raw_test - 0.5) * 2.0 - small.projection_center) @ small.projection_components
+    expected = small.kernel.block(inputs, small.support_vectors.astype(np.float64)) @ small.coef
+    np.testing.assert_allclose(small.decision_function(raw_test), expected[:, 0], rtol=1e-9,
+                               atol=1e-9 * np.abs(expected).max())
+    # the rows lie near a 4-dimensional subspace: projecting them loses nothing against the
+    # same points unprojected
+    whole = compress(expansion, 200, method="random", project=False)
+    assert whole.projection_components is None and whole.support_vectors.shape == (200, 60)
+    f, g = whole.decision_function(raw_test), small.decision_function(raw_test)
+    assert np.linalg.norm(g - f) < 0.02 * np.linalg.norm(f)
+    report = compare(expansion, small, raw_test, y_test)
+    assert report["accuracy_after"] >= report["accuracy_before"] - 0.03
+    assert report["relative_rms_error"] < 0.2
+    small.save(tmp_path / "model")
+    loaded = KernelExpansion.load(tmp_path / "model")
+    assert loaded.n_features_in == 60
+    np.testing.assert_array_equal(loaded.decision_function(raw_test),
+                                  small.decision_function(raw_test))

@@ -32,14 +32,17 @@ def test_float32_scores_give_float64_predictions_also_at_the_boundary():
     model = KernelExpansion(sv, coef, kernel, np.array([0.0, 1.0]), intercept=np.array([0.3]))
     X = rng.normal(size=(2000, 6))
     f = model.decision_function(X)
-    # the intercept moved so that row 0 lies on the boundary: its float32 sign is a coin toss
+    # the intercept moved so that row 0 lies just above the boundary: far below float32's
+    # error (its float32 sign is a coin toss), far above float64's (1e-16 relative)
     X_edge = X[:50]
-    shifted = KernelExpansion(sv, coef, kernel, model.classes, intercept=np.array([0.3]) - f[:1])
+    shifted = KernelExpansion(sv, coef, kernel, model.classes,
+                              intercept=np.array([0.3]) - f[:1] + 1e-10 * np.abs(coef).sum())
     scores, rescored = raw_scores(X, sv, coef, kernel, model.intercept)
     np.testing.assert_allclose(scores[:, 0], f, rtol=0, atol=1e-4 * np.abs(coef).sum())
     assert np.array_equal(predictions(scores, model.classes), model.predict(X))
     edge_scores, edge_rescored = raw_scores(X_edge, sv, coef, kernel, shifted.intercept)
-    assert edge_rescored >= 1  # row 0 sits exactly on the boundary
+    assert edge_rescored >= 1  # row 0 sits on the boundary, to float32
+    assert shifted.predict(X_edge)[0] == 1.0
     assert np.array_equal(predictions(edge_scores, model.classes), shifted.predict(X_edge))
     assert rescored < 2000  # most rows are far from the boundary: float32 only
 
@@ -300,3 +303,38 @@ def test_large_coefficients_keep_most_rows_in_float32_and_the_float64_prediction
     assert rescored < 0.1 * X.shape[0]  # each row's own Σ|α|k(x, z): few
     np.testing.assert_array_equal(np.sign(fast), np.sign(exact))
     np.testing.assert_allclose(fast, exact, rtol=0, atol=1e-3)
+
+
+def test_a_projected_model_scores_raw_rows_in_the_job_and_in_transform(spark, models, tmp_path,
+                                                                       private_tmp):
+    from pyspark.ml.linalg import Vectors
+
+    from sodm_spark.ml import SODMClassificationModel
+
+    # a compressed model's shape: raw rows of 7 features scaled, then projected onto 4
+    # orthonormal directions, where the binary model's support vectors live
+    base = KernelExpansion.load(models / "binary")
+    rng = np.random.default_rng(81)
+    components = np.linalg.qr(rng.normal(size=(7, 4)))[0]
+    center, offset, scale = rng.normal(size=7), rng.normal(size=7), rng.uniform(0.5, 2.0, 7)
+    projected = dataclasses.replace(base, feature_offset=offset, feature_scale=scale,
+                                    projection_center=center, projection_components=components)
+    projected.save(tmp_path / "projected")
+    assert KernelExpansion.load(tmp_path / "projected").n_features_in == 7
+    X, _ = make_problem(m=200, d=4, seed=81)
+    raw_rows = (X @ components.T + center) / scale + offset  # they project onto X
+    frame = spark.createDataFrame([(i, Vectors.dense(x)) for i, x in enumerate(raw_rows)],
+                                  ["id", "features"])
+    frame.write.parquet(str(tmp_path / "raw.parquet"))
+    assert predict.main(["--model", str(tmp_path / "projected"), "--data",
+                         str(tmp_path / "raw.parquet"), "--out", str(tmp_path / "out"),
+                         "--key-col", "id"]) == 0
+    out = read_output(tmp_path / "out")
+    np.testing.assert_array_equal(out["prediction"].to_numpy(), base.predict(X))
+    raw = np.stack(out["rawPrediction"].to_numpy())
+    np.testing.assert_allclose(raw[:, 1], base.decision_function(X), rtol=0,
+                               atol=1e-4 * np.abs(base.coef).sum())
+    np.testing.assert_allclose(projected.decision_function(raw_rows), base.decision_function(X),
+                               rtol=0, atol=1e-8 * np.abs(base.coef).sum())
+    transformed = SODMClassificationModel(projected).transform(frame).orderBy("id").collect()
+    np.testing.assert_array_equal([r["prediction"] for r in transformed], base.predict(X))

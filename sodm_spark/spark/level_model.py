@@ -13,10 +13,12 @@ of float32 — more than Spark's default ``spark.driver.maxResultSize``. So the 
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from ..compression import (LOCAL_FIT_ROWS_PER_POINT, candidates_wanted, choose_points,
-                           fit_coefficients, fit_rows_wanted)
+                           fit_rows_wanted, fitted_model, principal_projection)
 from ..model import KernelExpansion
 from .memory import result_limit_mb
 from .sodm_tasks import chunk_support_vectors, partial_scores
@@ -33,11 +35,10 @@ def level_scores(sc, solved, X_eval, kernel_dict, what="score rows"):
         rows.unpersist()
 
 
-def _sample_support(item, candidate_share, fit_share, seed, largest, fit_ids=None):
-    """(candidate rows, their |α|, fit rows, their ids) sampled from a chunk, seeded by the
-    chunk's first row id (the same whatever task or attempt reads it): candidates among its
-    support vectors; fit rows the rows whose ids are in the sorted ``fit_ids`` when given, else
-    a ``fit_share`` of the support vectors."""
+def _sample_support(item, candidate_share, fit_share, seed, largest):
+    """(candidate rows, their |α|, fit rows, their ids) sampled from a chunk's support vectors,
+    seeded by the chunk's first row id (the same whatever task or attempt reads it); no fit
+    rows for a ``fit_share`` of 0."""
     ids, X, coef = chunk_support_vectors(item)
     rng = np.random.default_rng([seed, 19, int(ids[0]) if ids.size else 0])
     weight = np.abs(coef).reshape(ids.size, -1).sum(axis=1) if ids.size else np.zeros(0)
@@ -45,14 +46,17 @@ def _sample_support(item, candidate_share, fit_share, seed, largest, fit_ids=Non
         candidates = np.argsort(-weight, kind="stable")[:largest]
     else:
         candidates = np.flatnonzero(rng.random(ids.size) < candidate_share)
-    if fit_ids is None:
-        fit = np.flatnonzero(rng.random(ids.size) < fit_share)
-        fit_X, fit_row_ids = X[fit], ids[fit]
-    else:  # any row of the chunk, support vector or not
-        chunk = item[1]
-        found = np.flatnonzero(np.isin(chunk.ids, fit_ids, assume_unique=True))
-        fit_X, fit_row_ids = chunk.X[found], chunk.ids[found]
-    return X[candidates], weight[candidates], fit_X, fit_row_ids
+    fit = np.flatnonzero(rng.random(ids.size) < fit_share)
+    return X[candidates], weight[candidates], X[fit], ids[fit]
+
+
+def _rows_by_id(item, fit_ids, projection):
+    """(rows, their ids) of a chunk whose ids are in the sorted ``fit_ids`` — any row, support
+    vector or not —, through ``projection`` when given (float32)."""
+    chunk = item[1]
+    found = np.flatnonzero(np.isin(chunk.ids, fit_ids, assume_unique=True))
+    rows = np.asarray(chunk.X[found], dtype=np.float32)
+    return (rows if projection is None else projection.projected(rows)), chunk.ids[found]
 
 
 def compress_level(sc, solved, kernel, classes, n_support: int, n_points: int,
@@ -67,7 +71,9 @@ def compress_level(sc, solved, kernel, classes, n_support: int, n_points: int,
     is as accurate as one fitted on :data:`~sodm_spark.compression.FIT_ROWS_PER_POINT` rows
     scored by the whole level model (measured beside the constants), and needs no pass of
     those rows over the level. Without it (a level read back from a checkpoint), f on the fit
-    rows is summed from the tasks' partial scores.
+    rows is summed from the tasks' partial scores. Wide rows are projected onto the principal
+    directions of the chosen points (:func:`~sodm_spark.compression.principal_projection`),
+    in the tasks, so the driver receives the fit rows projected.
     """
     kernel_dict = kernel.to_dict()
     wanted = candidates_wanted(method, n_points)
@@ -75,42 +81,47 @@ def compress_level(sc, solved, kernel, classes, n_support: int, n_points: int,
         LOCAL_FIT_ROWS_PER_POINT * n_points
     # a little more than wanted, so that the seeded draws rarely fall short
     candidate_share = min(1.0, 1.1 * wanted / max(n_support, 1))
-    fit_share = min(1.0, 1.1 * n_fit / max(n_support, 1))
+    fit_share = 0.0 if local_fit is not None else min(1.0, 1.1 * n_fit / max(n_support, 1))
     largest = n_points if method == "largest" else 0
     rng = np.random.default_rng([seed, 12])
-    fit_ids = local_targets = None
-    if local_fit is not None:
+    sc.setJobDescription(f"SODM: sample the compression's points ({method})")
+    samples = solved.map(lambda item: _sample_support(
+        item, candidate_share, fit_share, seed, largest)).collect()
+    candidates = np.concatenate([s[0] for s in samples])
+    weights = np.concatenate([s[1] for s in samples])
+    if method == "largest":
+        candidates = candidates[np.argsort(-weights, kind="stable")[:n_points]]
+    elif candidates.shape[0] > wanted:
+        candidates = candidates[np.sort(rng.choice(candidates.shape[0], wanted, replace=False))]
+    points = choose_points(np.asarray(candidates, dtype=np.float64), n_points, method, kernel,
+                           seed)
+    projection = principal_projection(points, kernel)
+    if local_fit is None:
+        rows = np.concatenate([s[2] for s in samples])
+        if rows.shape[0] > n_fit:
+            rows = rows[np.sort(rng.choice(rows.shape[0], n_fit, replace=False))]
+        targets = level_scores(sc, solved, rows, kernel_dict, "the compression's fit targets")
+        if projection is not None:
+            rows = projection.projected(rows)
+    else:
         order = np.argsort(local_fit[0], kind="stable")
         fit_ids, local_targets = local_fit[0][order], np.asarray(local_fit[1])[order]
         if fit_ids.size > n_fit:
             keep = np.sort(rng.choice(fit_ids.size, n_fit, replace=False))
             fit_ids, local_targets = fit_ids[keep], local_targets[keep]
-    sc.setJobDescription(f"SODM: sample the compression's points ({method}) and fit rows")
-    shared_ids = sc.broadcast(fit_ids)
-    try:
-        samples = solved.map(lambda item: _sample_support(
-            item, candidate_share, fit_share, seed, largest, shared_ids.value)).collect()
-    finally:
-        shared_ids.unpersist()
-    candidates = np.concatenate([s[0] for s in samples])
-    weights = np.concatenate([s[1] for s in samples])
-    rows = np.concatenate([s[2] for s in samples])
-    row_ids = np.concatenate([s[3] for s in samples])
-    if method == "largest":
-        candidates = candidates[np.argsort(-weights, kind="stable")[:n_points]]
-    elif candidates.shape[0] > wanted:
-        candidates = candidates[np.sort(rng.choice(candidates.shape[0], wanted, replace=False))]
-    if local_fit is None and rows.shape[0] > n_fit:
-        rows = rows[np.sort(rng.choice(rows.shape[0], n_fit, replace=False))]
-    points = choose_points(np.asarray(candidates, dtype=np.float64), n_points, method, kernel,
-                           seed)
-    if local_fit is None:
-        targets = level_scores(sc, solved, rows, kernel_dict, "the compression's fit targets")
-    else:
-        targets = local_targets[np.searchsorted(fit_ids, row_ids)]
-    beta = fit_coefficients(kernel, points, np.asarray(rows, dtype=np.float64), targets, ridge)
+        sc.setJobDescription("SODM: the compression's fit rows")
+        shared = sc.broadcast((fit_ids, projection))
+        try:
+            found = solved.map(lambda item: _rows_by_id(item, *shared.value)).collect()
+        finally:
+            shared.unpersist()
+        rows = np.concatenate([pair[0] for pair in found])
+        targets = local_targets[np.searchsorted(fit_ids, np.concatenate([p[1] for p in found]))]
+    model = fitted_model(KernelExpansion(points[:0], np.zeros((0, 1)), kernel, classes), points,
+                         rows, targets, ridge, projection)
     sc.setJobDescription(None)
-    model = KernelExpansion(points.astype(np.float32), beta, kernel, classes)
+    if projection is None:  # stored as the level's rows are
+        model = replace(model, support_vectors=model.support_vectors.astype(np.float32))
     return model, rows.shape[0], "model" if local_fit is None else "partitions"
 
 

@@ -119,8 +119,7 @@ def _score_batches(spec, kind, n_features, key_col, precision, classes, block_by
 
         current = precision
         support = SupportSet.open(spec, SparkFiles.get)
-        offset, scale = (None if spec.get(name) is None else np.asarray(spec[name])
-                         for name in ("feature_offset", "feature_scale"))
+        input_map = spec["input_map"]
         for batch in batches:
             n = batch.num_rows
             if n == 0:
@@ -141,8 +140,7 @@ def _score_batches(spec, kind, n_features, key_col, precision, classes, block_by
                 bad = int(np.flatnonzero(~finite)[0])
                 raise ValueError(f"{_which_row(keys, bad, key_col)} has a missing, NaN or "
                                  "infinite feature; fill or drop such rows before scoring.")
-            if scale is not None:  # the model's feature scaling (KernelExpansion.inputs)
-                X = (X - offset) * scale
+            X = input_map(X)  # the model's scaling and projection, as KernelExpansion's
             scores, rescored = support.raw_scores(X, current, block_bytes)
             if 2 * rescored > n:
                 current = "float64"
@@ -180,7 +178,7 @@ def score_dataframe(df, model: KernelExpansion, features_col: str = "features",
     if key_col is not None and key_col not in df.columns:
         raise ValueError(f"the data have no key column {key_col!r}; their columns are "
                          f"{df.columns[:20]}.")
-    n_support, n_features = (int(n) for n in model.support_vectors.shape)
+    n_support, n_features = model.support_vectors.shape[0], model.n_features_in
     exclude = {c for c in (key_col, label_col) if c}
     feature_columns, kind = _features(df, features_col, exclude, n_features)
     key = df[key_col] if key_col else _row_ids()  # numbered before any repartition
@@ -192,7 +190,9 @@ def score_dataframe(df, model: KernelExpansion, features_col: str = "features",
                              f"{features_col!r}; the model was trained on {n_features}. Score "
                              "data with the training data's feature columns, in the same order.")
     current = selected.rdd.getNumPartitions()
-    partitions = scoring_partitions(current, sc.defaultParallelism, n_support, n_features,
+    # the kernel's cost a row is the support set's: its width, not the raw rows' (a projection)
+    partitions = scoring_partitions(current, sc.defaultParallelism, n_support,
+                                    int(model.support_vectors.shape[1]),
                                     selected.count)
     if partitions > current:  # round robin; the row ids were fixed above
         selected = selected.repartition(partitions)
@@ -210,9 +210,7 @@ def score_dataframe(df, model: KernelExpansion, features_col: str = "features",
         # file names are SparkFiles keys: unique in the session
         spec = support.save(folder, prefix=f"sodm-predict-{uuid.uuid4().hex[:12]}-")
         names = [name for name in spec["names"].values() if name]
-        if model.feature_scale is not None:
-            spec["feature_offset"] = np.asarray(model.feature_offset, np.float64).tolist()
-            spec["feature_scale"] = np.asarray(model.feature_scale, np.float64).tolist()
+        spec["input_map"] = model.input_map
         for name in names:
             sc.addFile(os.path.join(folder, name))
         scored = selected.mapInArrow(
