@@ -11,7 +11,9 @@ Arrow batches, kernel blocks against the support set in float32 (rows near a dec
 again in float64, so predictions are float64's). The output has the key (--key-col, or a row
 id), `prediction` (the label) and `rawPrediction` (the scores), written to a temporary
 directory beside --out and renamed into place when complete. The last line, and --metrics-out,
-give the rows scored, the seconds of the scoring job and rows/s.
+give the rows scored, the seconds of the scoring job and rows/s. A bad row (found by a task, or
+by the check of text input's lines) or setting ends the job with one `error: ...` line and its
+kind's exit code, --out as it was (sodm_spark.errors; README, "When a job fails").
 """
 from __future__ import annotations
 

@@ -8,7 +8,8 @@ Without --data it trains on a built-in, seeded, generated nonlinear data set
 (sodm_spark.datasets.make_nonlinear: 60,000 training and 10,000 test rows; with
 --kernel linear, sodm_spark.datasets.make_linear). With --kernel linear the job runs DSVRG
 (SODM Algorithm 2) on the primal instead of the kernel levels, and LIBSVM input stays sparse
-(CSR) unless at least half its cells hold a value.
+(CSR) unless at least half its cells hold a value. A bad input or setting ends the job with one
+`error: ...` line and its kind's exit code (sodm_spark.errors; README, "When a job fails").
 """
 from __future__ import annotations
 
@@ -494,8 +495,9 @@ def main(argv=None, prog="train_sodm.py", description=None, tune_only=False) -> 
               flush=True)
         with reported():
             fit, summary = train(spark, args)
-        write_outputs(None if fit is None else fit.model, summary, args.model_out,
-                      args.metrics_out)
+        with reported(value_errors=SETTINGS):  # the outputs were checked before the work
+            write_outputs(None if fit is None else fit.model, summary, args.model_out,
+                          args.metrics_out)
     return 0
 
 

@@ -49,6 +49,8 @@ _MARKED = re.compile(r'<sodm-error kind="(\w+)">(.*?)</sodm-error>', re.S)
 # memory or disk is a resource problem whatever the task was doing.
 _RESOURCE_TEXT = re.compile(r"java\.lang\.OutOfMemoryError[^\n]*|No space left on device"
                             r"|^MemoryError\b[^\n]*", re.M)
+# ... and a file Spark's own readers cannot read (a damaged Parquet file, say) is bad input
+_UNREADABLE_FILE = re.compile(r"\[FAILED_READ_FILE[\w.]*\] ([^\n]*)")
 
 
 class JobError(Exception):
@@ -171,6 +173,10 @@ def failure_of(error: BaseException, value_errors: str | None = INPUT):
         marked = _MARKED.search(text)
         if marked:
             return marked.group(1), marked.group(2)
+        unreadable = _UNREADABLE_FILE.search(text)
+        if unreadable:
+            return INPUT, (f"Spark could not read the input: {unreadable.group(1).strip()} "
+                           "Remove or replace that file.")
         resource = _RESOURCE_TEXT.search(text)
         if resource or isinstance(link, MemoryError):
             cause = resource.group(0) if resource else f"MemoryError: {text}"

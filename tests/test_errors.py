@@ -131,6 +131,16 @@ def test_what_counts_as_which_kind(error, value_errors, found):
         assert result == found
 
 
+def test_a_damaged_parquet_file_is_bad_input_naming_the_file(spark, tmp_path):
+    folder = tmp_path / "table"
+    folder.mkdir()
+    (folder / "part-0.parquet").write_bytes(b"PAR1" + bytes(range(256)) * 8 + b"PAR1")
+    with pytest.raises(Exception) as raised:
+        spark.read.parquet(str(folder)).collect()
+    kind, message = failure_of(raised.value)
+    assert kind == INPUT and "part-0.parquet" in message and "Remove or replace" in message
+
+
 def test_a_failure_raised_while_handling_another_keeps_its_own_kind():
     try:
         try:

@@ -51,7 +51,7 @@ def command_line(argv) -> str:
 
 
 def _session(args, cores=None):
-    from ..spark.session import get_session
+    from ..spark.session import get_session, use_jobs_logging
 
     master, config = args.master, {"spark.driver.memory": args.driver_memory,
                                    "spark.ui.showConsoleProgress": "false"}
@@ -60,7 +60,10 @@ def _session(args, cores=None):
             master = f"local[{cores}]"
         else:
             config["spark.cores.max"] = str(cores)
-    return get_session("sodm-spark: benchmark", master, config)
+    spark, created = get_session("sodm-spark: benchmark", master, config)
+    if created:
+        use_jobs_logging(spark)
+    return spark, created
 
 
 def load_files(spark, data: str, test_data: str | None, fmt: str, test_fraction: float,
