@@ -27,7 +27,8 @@ from pathlib import Path
 import numpy as np
 
 import train_sodm
-from sodm_spark.errors import EXIT_CODES, INPUT, InputError, describe_failure, reported
+from sodm_spark.errors import (EXIT_CODES, INPUT, InputError, JobExit, describe_failure,
+                               full_trace, reported)
 from sodm_spark.jobconf import add_verbose, check_output_paths, refuse_in_one_line
 from sodm_spark.model import KernelExpansion
 from sodm_spark.retrain import (KEPT, LOCKED, PROMOTED, USAGE, LockedError, ModelStore,
@@ -158,6 +159,9 @@ def main(argv=None) -> int:
     except (Exception, SystemExit) as error:  # noqa: BLE001 - every failure: one line, a code
         if isinstance(error, SystemExit) and error.code in (0, None):
             raise
+        if args.verbose:
+            cause = error.__cause__ if isinstance(error, JobExit) else error
+            print(full_trace(cause or error), file=sys.stderr)
         kind, reason = describe_failure(error, ["retrain.py", *sys.argv[1:]], INPUT)
         if outcome["promoted"] is not None:  # latest moved: the promotion stands
             print(f"warning: {reason}; {outcome['promoted'].name} is the production model",

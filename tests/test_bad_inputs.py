@@ -591,6 +591,18 @@ def test_read_libsvm_local_parses_special_values_like_sklearn_and_fit_names_the_
     assert "row 2 (0-based; first at row 2, column " in message
 
 
+@pytest.mark.parametrize("attr, what", [
+    ("nan", r"feature 1 \(nan\) is NaN or infinite\. Remove or impute"),
+    ("inf", r"feature 2 \(-inf\) is NaN or infinite\. Remove or impute"),
+    ("big", r"feature 1 \(1e\+300\) lies beyond ±1e\+100, whose square overflows the kernels"
+     r".*Rescale")])
+def test_the_jobs_driver_side_reads_name_the_line_of_a_bad_value(inputs, attr, what):
+    """Test, validation and holdout files are read on the driver: the jobs ask the reader to
+    refuse such values itself, naming the line, as the Spark reader does for --data."""
+    message = api_error(lambda: read_libsvm_local(getattr(inputs, attr), check_values=True))
+    assert re.search(rf"{attr}\.svm, line 3: {what}", message), message
+
+
 # ------------------------------------------------------------------------------ saved models
 
 def copy_model(saved_model, tmp_path):

@@ -90,20 +90,20 @@ def value_summary(parsed, limit: float):
     (feature 0: the label)."""
     bad, huge = bad_value_rows(parsed.indptr, parsed.values, parsed.labels, limit)
 
-    def first(rows, test):
+    def first(rows, test, label_too):
         if not rows.size:
             return None
         row = int(rows[0])
-        if not test(np.array([parsed.labels[row]]))[0]:
+        if label_too and not test(np.array([parsed.labels[row]]))[0]:
             return 0, float(parsed.labels[row])
         start, end = parsed.indptr[row], parsed.indptr[row + 1]
         k = start + int(np.flatnonzero(~test(parsed.values[start:end]))[0])
         return int(parsed.indices[k]) + 1, float(parsed.values[k])
 
     return ([int(line) for line in parsed.row_lines[bad[:SHOWN_LINES]]], int(bad.size),
-            first(bad, np.isfinite),
+            first(bad, np.isfinite, True),
             [int(line) for line in parsed.row_lines[huge[:SHOWN_LINES]]], int(huge.size),
-            first(huge, lambda v: np.abs(v) <= limit))
+            first(huge, lambda v: np.abs(v) <= limit, False))
 
 
 def refuse_bad_values(path, locations, summaries, limit: float) -> None:
@@ -162,6 +162,9 @@ def _scan_csv(sep, header_line, columns, limit):
         lines = list(lines)
         data = [(k, line) for k, line in enumerate(lines)
                 if line.strip() and line != header_line]
+        if not columns:
+            yield index, len(lines), len(data), 0, None
+            return
         try:  # numpy's C reader, the whole partition at once; one by one only on a failure
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # "input contained no data"
@@ -211,7 +214,7 @@ def check_csv_cells(spark, path, statuses, names, columns, sep=",", header=True,
     is skipped (lines equal to it). Raises a DataFormatError naming the file, the 1-based line,
     the column and the cell, what is wrong and what to do."""
     lines = spark.sparkContext.textFile(str(path), min_partitions)
-    header_line = lines.first() if header else None
+    header_line = next(iter(lines.take(1)), None) if header else None
     stats = sorted(lines.mapPartitionsWithIndex(
         _scan_csv(sep, header_line, dict(columns), limit)).collect())
     locations = [(*location, index) for index, location in enumerate(
