@@ -265,23 +265,6 @@ def test_a_missing_feature_value_is_refused_naming_the_line(spark, models, tmp_p
     assert not model_files_left(private_tmp)  # removed also on failure
 
 
-def test_a_missing_parquet_feature_is_refused_by_the_scoring_task_naming_partition_and_row(
-        spark, models, tmp_path):
-    from pyspark.ml.linalg import Vectors
-
-    X, _ = make_problem(m=30, d=4, seed=77)
-    X[7, 2] = np.nan
-    spark.createDataFrame([(Vectors.dense(x),) for x in X], ["features"]).coalesce(1) \
-        .write.parquet(str(tmp_path / "gap.parquet"))
-    with pytest.raises(SystemExit) as raised:
-        predict.main(["--model", str(models / "binary"), "--data", str(tmp_path / "gap.parquet"),
-                      "--out", str(tmp_path / "out")])
-    assert raised.value.code == f"error: --data {tmp_path / 'gap.parquet'}: row 7 of " \
-        "partition 0 has a missing, NaN or infinite feature; fill or drop such rows before scoring."
-    assert raised.value.status == 5
-    assert not (tmp_path / "out").exists()
-
-
 def test_a_model_with_feature_scaling_scores_raw_rows_as_model_predict(spark, models, tmp_path,
                                                                        private_tmp):
     from pyspark.ml.linalg import Vectors
