@@ -26,5 +26,6 @@ with DAG(
         application_args=["--snapshots", "/data/snapshots", "--holdout", "/data/holdout.libsvm",
                           "--models-dir", "/models", "--max-drop", "0.002", "--keep", "5"],
         # Exit code 1 (production kept) is a normal outcome; SparkSubmitOperator fails the task
-        # on any non-zero code, so alert on it rather than retrying (retries only help 3 and 4).
+        # on any non-zero code, so alert on it rather than retrying (retries help 3, locked, and
+        # 4, an unexpected failure such as a lost executor; not 2 settings, 5 input, 6 memory).
     )

@@ -28,7 +28,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from sodm_spark.jobconf import parse_with_defaults
+from sodm_spark.errors import SETTINGS, reported, run_job
+from sodm_spark.jobconf import check_output_paths, parse_with_defaults
 
 
 def _names(text):
@@ -181,19 +182,20 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def main(argv=None) -> int:
+    """The job; a failure raises sodm_spark.errors.JobExit (its one line and exit code)."""
     from sodm_spark.benchmarking.run import rewrite_reports, run_benchmark
 
     args = parse_args(argv)
     argv = sys.argv[1:] if argv is None else list(argv)
-    try:
+    with reported(value_errors=SETTINGS):
+        check_output_paths({"--out-dir": args.out_dir}, {})
+    with reported():
         if args.report_only:
             rewrite_reports(args.out_dir, args.readme, args.readme_region)
         else:
             run_benchmark(args, argv)
-    except (ValueError, FileNotFoundError) as error:
-        raise SystemExit(f"error: {error}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_job(main))

@@ -11,7 +11,9 @@ Arrow batches, kernel blocks against the support set in float32 (rows near a dec
 again in float64, so predictions are float64's). The output has the key (--key-col, or a row
 id), `prediction` (the label) and `rawPrediction` (the scores), written to a temporary
 directory beside --out and renamed into place when complete. The last line, and --metrics-out,
-give the rows scored, the seconds of the scoring job and rows/s.
+give the rows scored, the seconds of the scoring job and rows/s. A bad row (found by a task, or
+by the check of text input's lines) or setting ends the job with one `error: ...` line and its
+kind's exit code, --out as it was (sodm_spark.errors; README, "When a job fails").
 """
 from __future__ import annotations
 
@@ -23,11 +25,12 @@ import time
 import uuid
 from pathlib import Path
 
+from sodm_spark.errors import SETTINGS, SettingsError, reported, run_job
 from sodm_spark.jobconf import check_output_paths, parse_with_defaults, write_outputs
 from sodm_spark.model import KernelExpansion
 from sodm_spark.storage import move_into_place
 from sodm_spark.scoring import PRECISIONS
-from sodm_spark.spark.io import spark_read
+from sodm_spark.spark.io import check_csv_cells, input_statuses, read_blocks, spark_read
 from sodm_spark.spark.predict import score_dataframe
 from sodm_spark.spark.session import job_session
 
@@ -59,12 +62,22 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def read_table(spark, args, n_features):
+    """The rows to score as a DataFrame. Text input is checked line by line first, as the
+    training job reads it: a line that does not parse, a NaN or infinite value, an empty or
+    non-numeric CSV cell, a LIBSVM index beyond the model's features are refused naming the
+    file and line (Parquet rows are checked by the scoring tasks, by partition and row)."""
     where = f"{args.data} (format {args.format!r})"
     if args.format == "parquet":
         return spark_read(where, lambda: spark.read.parquet(args.data))
     if args.format == "csv":
-        return spark_read(where, lambda: spark.read.csv(args.data, header=args.header,
-                                                        inferSchema=True))
+        frame = spark_read(where, lambda: spark.read.csv(args.data, header=args.header,
+                                                         inferSchema=True))
+        not_features = {args.key_col, args.label_col}
+        check_csv_cells(spark, args.data, input_statuses(spark, args.data, "csv"),
+                        frame.columns, {j: "feature" for j, name in enumerate(frame.columns)
+                                        if name not in not_features}, header=args.header)
+        return frame
+    read_blocks(spark, args.data, "libsvm", n_features=n_features)  # its validation job
     return spark_read(where, lambda: spark.read.format("libsvm")
                       .option("numFeatures", n_features).load(args.data))
 
@@ -90,7 +103,8 @@ def report_progress(accumulator, started, every, stop):
 
 def score_and_write(frame, out: Path, args, rows) -> float:
     """Run the scoring job (writing ``out``) with a progress line every --progress-seconds;
-    its seconds. A task's ValueError (a bad row) becomes a one-line error."""
+    its seconds. A row the tasks refuse fails the job with the tasks' own message
+    (sodm_spark.errors)."""
     started = time.perf_counter()
     stop = threading.Event()
     ticker = threading.Thread(target=report_progress,
@@ -98,46 +112,34 @@ def score_and_write(frame, out: Path, args, rows) -> float:
     ticker.start()
     try:
         write_atomically(frame, out, args.overwrite)
-    except Exception as error:  # a task's ValueError arrives wrapped by Py4J
-        message = str(error)
-        marker = message.rfind("ValueError: ")
-        if marker < 0:
-            raise
-        raise SystemExit(f"error: --data {args.data}: "
-                         f"{message[marker + 12:].splitlines()[0]}") from None
     finally:
         stop.set()
     return time.perf_counter() - started
 
 
 def main(argv=None) -> int:
+    """The job; a failure raises sodm_spark.errors.JobExit (its one line and exit code)."""
     args = parse_args(argv)
     out = Path(args.out)
-    if out.exists() and not args.overwrite:
-        raise SystemExit(f"error: --out {out} exists; pass --overwrite to replace it, or choose "
-                         "another directory.")
-    try:
+    with reported(value_errors=SETTINGS):
+        if out.exists() and not args.overwrite:
+            raise SettingsError(f"--out {out} exists; pass --overwrite to replace it, or "
+                                "choose another directory.")
         check_output_paths({"--out": args.out}, {"--metrics-out": args.metrics_out})
-    except ValueError as error:
-        raise SystemExit(f"error: {error}")
-    try:
+    with reported(prefix="--model: "):
         model = KernelExpansion.load(args.model)
-    except ValueError as error:
-        raise SystemExit(f"error: --model: {error}")
     with job_session("sodm-spark: predict", args.master) as spark:
         rows = spark.sparkContext.accumulator(0)
         preparing = time.perf_counter()
-        try:
-            with score_dataframe(read_table(spark, args, model.n_features_in),
-                                 model, args.features_col, args.key_col, args.label_col,
-                                 args.precision, rows) as (frame, partitions):
-                prepare_seconds = time.perf_counter() - preparing
-                print(f"scoring {args.data} with {model.support_vectors.shape[0]:,} support "
-                      f"vectors ({args.precision} kernel blocks) in {partitions} tasks "
-                      f"(prepared in {prepare_seconds:.1f} s)", flush=True)
-                seconds = score_and_write(frame, out, args, rows)
-        except (ValueError, FileNotFoundError) as error:
-            raise SystemExit(f"error: --data {args.data}: {error}")
+        with reported(prefix=f"--data {args.data}: "), \
+                score_dataframe(read_table(spark, args, model.n_features_in),
+                                model, args.features_col, args.key_col, args.label_col,
+                                args.precision, rows) as (frame, partitions):
+            prepare_seconds = time.perf_counter() - preparing
+            print(f"scoring {args.data} with {model.support_vectors.shape[0]:,} support "
+                  f"vectors ({args.precision} kernel blocks) in {partitions} tasks "
+                  f"(prepared in {prepare_seconds:.1f} s)", flush=True)
+            seconds = score_and_write(frame, out, args, rows)
         rate = rows.value / max(seconds, 1e-9)
         print(f"scored {rows.value:,} rows in {seconds:.2f} s ({rate:,.0f} rows/s); "
               f"predictions written to {out}", flush=True)
@@ -151,4 +153,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_job(main))

@@ -8,9 +8,12 @@ Flags after ``--`` are jobs/train_sodm.py's training flags (defaults from conf/s
 Every version is written to models/versions/ (temporary directory + rename) and `latest` is
 moved atomically, so a crash at any point leaves the previous `latest` intact. Exit codes:
 0 promoted (the only code after which `latest` changed); 1 kept the production model (the new
-one was worse by more than --max-drop); 2 bad flags (also the training flags after --);
-3 another retrain holds the lock; 4 any failure (no snapshot, bad data, a failed fit, a Spark
-error), with a one-line reason on stderr. A failure after `latest` moved (pruning old
+one was worse by more than --max-drop); 3 another retrain holds the lock; a failure leaves
+`latest` as it was, prints a one-line reason on stderr and exits with its kind's code
+(sodm_spark.errors): 2 bad settings (flags, also the training flags after --; a --models-dir
+that is a file; levels the rows cannot fill), 4 unexpected (a bug or Spark failing; the trace
+goes to the log file), 5 bad input (no snapshot, malformed or non-finite data, a holdout with
+other features), 6 resources (memory, disk). A failure after `latest` moved (pruning old
 versions, say) is a warning: the run still exits 0.
 """
 from __future__ import annotations
@@ -24,12 +27,14 @@ from pathlib import Path
 import numpy as np
 
 import train_sodm
+from sodm_spark.errors import (EXIT_CODES, INPUT, InputError, JobExit, describe_failure,
+                               full_trace, reported)
+from sodm_spark.jobconf import add_verbose, check_output_paths, refuse_in_one_line
 from sodm_spark.model import KernelExpansion
-from sodm_spark.retrain import (FAILED, KEPT, LOCKED, PROMOTED, USAGE, LockedError, ModelStore,
+from sodm_spark.retrain import (KEPT, LOCKED, PROMOTED, USAGE, LockedError, ModelStore,
                                 RetrainLock, decide, newest_snapshot)
-from sodm_spark.spark.io import error_text, read_blocks, read_libsvm_local
-from sodm_spark.spark.session import collect_blocks, job_session
-from sodm_spark.validation import check_finite_rows
+from sodm_spark.spark.io import error_text, read_libsvm_local
+from sodm_spark.spark.session import collect_checked, job_session
 
 
 def parse_args(argv=None):
@@ -37,7 +42,8 @@ def parse_args(argv=None):
     split = argv.index("--") if "--" in argv else len(argv)
     parser = argparse.ArgumentParser(prog="retrain.py", description=__doc__.split("\n\n")[0],
                                      epilog="exit codes: 0 promoted, 1 kept production, "
-                                     "2 bad flags, 3 locked, 4 failed")
+                                     "2 bad settings, 3 locked, 4 unexpected failure, 5 bad "
+                                     "input, 6 out of memory or disk")
     parser.add_argument("--snapshots", required=True,
                         help="directory of data snapshots; the newest entry is trained on")
     parser.add_argument("--holdout", required=True, help="holdout data, same format")
@@ -50,6 +56,8 @@ def parse_args(argv=None):
                         help="a run holding the lock longer than this is named as probably "
                         "hung (the lock is the kernel's: it ends with the process holding it)")
     parser.add_argument("--master", help="Spark master when spark-submit gives none")
+    add_verbose(parser)
+    refuse_in_one_line(parser)
     args = parser.parse_args(argv[:split])
     if args.keep < 1:
         parser.error("--keep must be at least 1 (the production model is always kept)")
@@ -66,16 +74,15 @@ def parse_args(argv=None):
 
 def read_holdout(spark, path, data_format, n_features):
     if data_format == "libsvm":
-        X, y = read_libsvm_local(path, n_features=n_features)
+        X, y = read_libsvm_local(path, n_features=n_features, check_values=True)
     else:
-        X, y = collect_blocks(read_blocks(spark, path, data_format)[0])
-    check_finite_rows(X, f"--holdout {path}")
+        X, y = collect_checked(spark, path, data_format, f"--holdout {path}")
     return X, y
 
 
 def holdout_accuracy(model: KernelExpansion, X, y) -> float:
     if model.n_features_in != X.shape[1]:
-        raise ValueError(f"the holdout has {X.shape[1]} features but the model expects "
+        raise InputError(f"the holdout has {X.shape[1]} features but the model expects "
                          f"{model.n_features_in}.")
     return float(np.mean(model.predict(X) == y))
 
@@ -87,7 +94,8 @@ def run(args, store: ModelStore, outcome: dict) -> int:
     print(f"newest snapshot: {snapshot}", flush=True)
     train_args = train_sodm.parse_args(
         ["--data", str(snapshot), "--format", args.format] + args.train_args)
-    with job_session("sodm-spark: retrain", args.master) as spark:
+    # a failure is described while Spark still runs (its errors ask the JVM for their text)
+    with job_session("sodm-spark: retrain", args.master) as spark, reported():
         print("config: " + json.dumps(vars(train_args), default=str), flush=True)
         fit, summary = train_sodm.train(spark, train_args)
         n_features = fit.model.n_features_in
@@ -126,11 +134,7 @@ def run(args, store: ModelStore, outcome: dict) -> int:
 
 
 def one_line(error: BaseException) -> str:
-    """The reason of a failure in one line: a SystemExit's message, else ``Type: line`` (the
-    root Java cause of a Py4J error, not its stack trace)."""
-    if isinstance(error, SystemExit):
-        lines = str(error.code).strip().splitlines()
-        return lines[0].removeprefix("error: ") if lines else "SystemExit"
+    """``Type: line`` of an error (the root Java cause of a Py4J error, not its stack)."""
     return f"{type(error).__name__}: {error_text(error)}"
 
 
@@ -139,6 +143,7 @@ def main(argv=None) -> int:
     outcome = {"promoted": None}
     lock = None
     try:
+        check_output_paths({"--models-dir": args.models_dir}, {})
         store = ModelStore(args.models_dir)
         lock = RetrainLock(args.models_dir, stale_seconds=args.stale_hours * 3600.0)
         try:
@@ -151,17 +156,20 @@ def main(argv=None) -> int:
             print(f"took over the lock of pid {lock.taken_over.get('pid')}, which ended "
                   "without releasing it", flush=True)
         return run(args, store, outcome)
-    except (Exception, SystemExit) as error:  # noqa: BLE001 - every failure is exit 4
+    except (Exception, SystemExit) as error:  # noqa: BLE001 - every failure: one line, a code
         if isinstance(error, SystemExit) and error.code in (0, None):
             raise
-        reason = one_line(error)
+        if args.verbose:
+            cause = error.__cause__ if isinstance(error, JobExit) else error
+            print(full_trace(cause or error), file=sys.stderr)
+        kind, reason = describe_failure(error, ["retrain.py", *sys.argv[1:]], INPUT)
         if outcome["promoted"] is not None:  # latest moved: the promotion stands
             print(f"warning: {reason}; {outcome['promoted'].name} is the production model",
                   file=sys.stderr, flush=True)
             return PROMOTED
         print(f"error: {reason}; the production model is unchanged",
               file=sys.stderr, flush=True)
-        return FAILED
+        return EXIT_CODES[kind]
     finally:
         if lock is not None:
             lock.release()

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import time
 
@@ -20,15 +19,16 @@ import numpy as np
 from sklearn.datasets import make_friedman1
 
 from sodm_spark.datasets import make_nonlinear
+from sodm_spark.errors import SETTINGS, reported, run_job
 from sodm_spark.jobconf import (check_output_paths, gamma_arg, parse_with_defaults,
                                 write_outputs)
 from sodm_spark.kernels import Kernel, gamma_value
 from sodm_spark.model import KernelExpansion
 from sodm_spark.spark.io import read_blocks, read_libsvm_local
-from sodm_spark.spark.session import collect_blocks, job_session, numpy_to_blocks
+from sodm_spark.spark.session import collect_checked, job_session, numpy_to_blocks
 from sodm_spark.spark.single import ESTIMATORS, fit_coreset_svm_partitioned, fit_in_one_task
 from sodm_spark.spark.sodm_prepare import checked_classes, row_count_and_variance
-from sodm_spark.validation import check_finite_rows, check_two_classes
+from sodm_spark.validation import check_two_classes
 
 # flag (argparse dest) -> estimator parameter, per method; flags left at None are not passed
 METHOD_PARAMS = {
@@ -99,22 +99,22 @@ def load_data(spark, args):
                 (X[args.rows:], y[args.rows:]), regression)
     blocks, n_features = read_blocks(spark, args.data, args.format)
     if not regression:  # the classifiers here (csvrg, cvm, coreset-svm) are binary
-        check_two_classes(checked_classes(blocks, n_features), f"--data {args.data}",
-                          args.method)
+        check_two_classes(checked_classes(blocks, n_features, where=f"--data {args.data}"),
+                          f"--data {args.data}", args.method)
     test = None
     if args.test_data:
         if args.format == "libsvm":
-            test = read_libsvm_local(args.test_data)
+            test = read_libsvm_local(args.test_data, check_values=True)
             if test[0].shape[1] < n_features:  # LIBSVM omits trailing zero columns
                 test = read_libsvm_local(args.test_data, n_features=n_features)
         else:
-            test = collect_blocks(read_blocks(spark, args.test_data, args.format)[0])
+            test = collect_checked(spark, args.test_data, args.format,
+                                   f"--test-data {args.test_data}")
         if test[0].shape[1] != n_features:
             raise ValueError(f"--test-data {args.test_data} has {test[0].shape[1]} features but "
                              f"--data {args.data} has {n_features}; both must describe the same "
                              "columns. Give test data with the training data's feature columns, "
                              "in the same order.")
-        check_finite_rows(test[0], f"--test-data {args.test_data}")
     return blocks, test, regression
 
 
@@ -162,34 +162,20 @@ def test_metrics(model: KernelExpansion, test, regression: bool) -> dict:
     return {"test_accuracy": float(np.mean(predictions == y))}
 
 
-def task_value_error(error) -> str | None:
-    """The message of a ValueError raised inside the Spark task (e.g. by the estimator's fit),
-    or None: Spark hands it to the driver as a Java error whose text holds the traceback."""
-    found = re.search(r"^(?:\w+\.)*(?:ValueError|DataFormatError): (.+)$", str(error), re.M)
-    return found.group(1) if found else None
-
-
 def main(argv=None) -> int:
+    """The job; a failure raises sodm_spark.errors.JobExit (its one line and exit code)."""
     args = parse_args(argv)
-    try:
+    with reported(value_errors=SETTINGS):
         check_output_paths({"--model-out": args.model_out}, {"--metrics-out": args.metrics_out})
-    except ValueError as error:
-        raise SystemExit(f"error: {error}")
     with job_session(f"sodm-spark: train_baseline {args.method}", args.master) as spark:
         print("config: " + json.dumps(vars(args), default=str), flush=True)
-        try:
+        with reported():
             blocks, test, regression = load_data(spark, args)
+        # the estimator's own refusals arrive from its task (sodm_spark.spark.single)
+        with reported(prefix=f"{args.method} refused --data {args.data or '(built-in)'}: "):
             start = time.perf_counter()
             model, extras = fit(spark, args, blocks)
             train_seconds = time.perf_counter() - start
-        except (ValueError, FileNotFoundError) as error:
-            raise SystemExit(f"error: {error}")
-        except Exception as error:
-            cause = task_value_error(error)
-            if cause is None:
-                raise
-            raise SystemExit(f"error: {args.method} refused --data "
-                             f"{args.data or '(built-in)'}: {cause}") from None
         summary = {"method": args.method, "train_seconds": train_seconds,
                    "n_sv": int(model.support_vectors.shape[0]), **extras,
                    **test_metrics(model, test, regression), "params": estimator_params(args)}
@@ -201,4 +187,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_job(main))

@@ -8,7 +8,8 @@ Without --data it trains on a built-in, seeded, generated nonlinear data set
 (sodm_spark.datasets.make_nonlinear: 60,000 training and 10,000 test rows; with
 --kernel linear, sodm_spark.datasets.make_linear). With --kernel linear the job runs DSVRG
 (SODM Algorithm 2) on the primal instead of the kernel levels, and LIBSVM input stays sparse
-(CSR) unless at least half its cells hold a value.
+(CSR) unless at least half its cells hold a value. A bad input or setting ends the job with one
+`error: ...` line and its kind's exit code (sodm_spark.errors; README, "When a job fails").
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import numpy as np
 
 from sodm_spark.datasets import make_linear, make_nonlinear
 from sodm_spark.spark.dsvrg import DSVRGParams, fit_dsvrg
-from sodm_spark.spark.io import read_blocks, read_libsvm_local
+from sodm_spark.spark.io import check_blocks, read_blocks, read_libsvm_local
 from sodm_spark.spark.session import job_session, numpy_to_blocks, collect_blocks
 from sodm_spark.spark.sodm import fit_sodm
 from sodm_spark.spark.sodm_params import PARTITIONERS, SODMParams
@@ -32,13 +33,15 @@ from sodm_spark.tuning import (DEFAULT_SEARCH_GRID_TEXT, DEFAULT_SEARCH_POINT, P
                                search_sample)
 from sodm_spark.compression import AUTO_ABOVE, AUTO_POINTS, METHODS as COMPRESSION_METHODS
 from sodm_spark.spark.memory import check_collectable, check_fit_resources, executor_memory
-from sodm_spark.spark.plan import TOP_PARTITION_ROWS, auto_levels, kernel_mb
+from sodm_spark.spark.plan import (TOP_PARTITION_ROWS, auto_levels, check_levels_fit_rows,
+                                   kernel_mb)
 from sodm_spark.spark.sodm_params import PERSIST
 from sodm_spark.stopping import ENTRY_COST, VALIDATION_WORK
 from sodm_spark.tuning_report import point_line, table, write_report
+from sodm_spark.errors import SETTINGS, reported, run_job
 from sodm_spark.jobconf import (check_output_paths, gamma_arg, parse_with_defaults,
                                 write_outputs)
-from sodm_spark.validation import check_finite_rows, check_two_classes, shown_classes
+from sodm_spark.validation import check_two_classes, shown_classes
 
 DEFAULT_ROWS, DEFAULT_TEST_ROWS = 60000, 10000
 
@@ -215,21 +218,21 @@ def grid_arg(text):
 
 def read_driver_side(spark, path, args, n_features, sparse, flag):
     """(X, y) of a test or validation file on the driver, checked against the training data."""
-    if args.format == "libsvm":
-        pair = read_libsvm_local(path, sparse=sparse)
+    if args.format == "libsvm":  # a NaN or too large value is refused naming its line
+        pair = read_libsvm_local(path, sparse=sparse, check_values=True)
         if pair[0].shape[1] < n_features:  # LIBSVM omits trailing zero columns
             pair = read_libsvm_local(path, n_features=n_features, sparse=sparse)
-    else:
+    else:  # and CSV lines by the reader, Parquet rows by partition and row
         blocks, d = read_blocks(spark, path, args.format)
-        check_collectable(spark.sparkContext, 8.0 * d * blocks.map(lambda b: b.X.shape[0]).sum(),
-                          f"{flag} {path}", "score such a table with jobs/predict.py instead")
+        stats = check_blocks(blocks, d, where=f"{flag} {path}")
+        check_collectable(spark.sparkContext, 8.0 * d * stats.n_rows, f"{flag} {path}",
+                          "score such a table with jobs/predict.py instead")
         pair = collect_blocks(blocks)
     if pair[0].shape[1] != n_features:
         raise ValueError(
             f"{flag} {path} has {pair[0].shape[1]} features but --data "
             f"{args.data} has {n_features}; both must describe the same columns. Give {flag[2:]} "
             "with the training data's feature columns, in the same order.")
-    check_finite_rows(pair[0], f"{flag} {path}")
     return pair
 
 
@@ -248,12 +251,8 @@ def load_data(spark, args):
     # parsed once, by the checking job; the fit's passes (SODM levels, DSVRG epochs) read the
     # rows from here (DSVRG then keeps no second copy), on local disk, not the JVM heap
     blocks = blocks.persist(PERSIST)
-    classes, n_rows = checked_classes(blocks, n_features, with_rows=True)
-    if not linear:  # the levels' first partitions and the persisted rows must fit
-        params = sodm_params(args)
-        levels = auto_levels(n_rows, params.p) if params.levels is None else params.levels
-        check_fit_resources(spark.sparkContext, n_rows, n_features, 4, params.p ** levels,
-                            levels, executor_memory(spark.sparkContext, args.memory_mb), params)
+    classes, n_rows = checked_classes(blocks, n_features, with_rows=True,
+                                      where=f"--data {args.data}")
     if linear:  # DSVRG is binary; the kernel levels take any number of classes
         check_two_classes(classes, f"--data {args.data}", "--kernel linear (DSVRG)",
                           "use a nonlinear --kernel: its levels fit every class at once")
@@ -261,6 +260,12 @@ def load_data(spark, args):
         raise ValueError(f"--data {args.data}: the labels hold 1 class "
                          f"({shown_classes(classes)}); SODM needs at least two. Check that the "
                          "label column is the right one.")
+    else:  # the levels must fit the rows, their first partitions and the rows the resources
+        params = sodm_params(args)
+        check_levels_fit_rows(n_rows, params.p, params.levels)
+        levels = auto_levels(n_rows, params.p) if params.levels is None else params.levels
+        check_fit_resources(spark.sparkContext, n_rows, n_features, 4, params.p ** levels,
+                            levels, executor_memory(spark.sparkContext, args.memory_mb), params)
     test = None if not args.test_data else read_driver_side(
         spark, args.test_data, args, n_features, sparse, "--test-data")
     return blocks, classes, test, n_features
@@ -470,27 +475,31 @@ def train(spark, args):
     return fit, summary
 
 
+def check_settings(args) -> None:
+    """Everything that can be refused before Spark starts: the parameters, the output paths,
+    and the levels the built-in data's rows allow (a SettingsError)."""
+    params = sodm_params(args)
+    check_output_paths({"--model-out": args.model_out, "--checkpoint-dir": args.checkpoint_dir,
+                        "--tune-report": args.tune_report}, {"--metrics-out": args.metrics_out})
+    if args.data is None and args.kernel != "linear":
+        check_levels_fit_rows(args.rows, params.p, params.levels)
+
+
 def main(argv=None, prog="train_sodm.py", description=None, tune_only=False) -> int:
+    """The job; a failure raises sodm_spark.errors.JobExit (its one line and exit code)."""
     args = parse_args(argv, prog, description, tune_only)
-    try:
-        sodm_params(args)
-        check_output_paths({"--model-out": args.model_out,
-                            "--checkpoint-dir": args.checkpoint_dir,
-                            "--tune-report": args.tune_report},
-                           {"--metrics-out": args.metrics_out})
-    except ValueError as error:
-        raise SystemExit(f"error: {error}")
+    with reported(value_errors=SETTINGS):
+        check_settings(args)
     with job_session("sodm-spark: train_sodm", args.master) as spark:
         print("config: " + json.dumps({k: v for k, v in vars(args).items()}, default=str),
               flush=True)
-        try:
+        with reported():
             fit, summary = train(spark, args)
-        except (ValueError, FileNotFoundError) as error:
-            raise SystemExit(f"error: {error}")
-        write_outputs(None if fit is None else fit.model, summary, args.model_out,
-                      args.metrics_out)
+        with reported(value_errors=SETTINGS):  # the outputs were checked before the work
+            write_outputs(None if fit is None else fit.model, summary, args.model_out,
+                          args.metrics_out)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_job(main))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import sys
 
 import train_sodm
+from sodm_spark.errors import run_job
 
 
 def main(argv=None) -> int:
@@ -23,4 +24,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_job(main))

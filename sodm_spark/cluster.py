@@ -177,6 +177,9 @@ def start_cluster(workers: int = 5, cores_per_worker: int = 1, memory: str = "1g
         env["SPARK_DAEMON_JAVA_OPTS"] = daemon_java_opts
     if conf_dir is not None:
         env["SPARK_CONF_DIR"] = str(Path(conf_dir).resolve())
+    # the daemons' and their executors' file log (conf/log4j2.properties) beside their console
+    # logs, not in whatever directory started the cluster
+    env.setdefault("SODM_LOG_FILE", str(state_dir / "logs" / "sodm-spark.log"))
     master_url = f"spark://{host}:{port}"
     state = {"master_url": master_url, "webui_url": f"http://{host}:{webui_port}",
              "spark_home": str(spark_home), "state_dir": str(state_dir), "workers": workers,

@@ -15,6 +15,7 @@ import os
 import tomllib
 from pathlib import Path
 
+from .errors import EXIT_CODES, SETTINGS, JobExit, SettingsError
 from .storage import replace_file
 
 CONF_NAME = "sodm-jobs.toml"
@@ -37,7 +38,7 @@ def find_config(explicit: str | None = None) -> Path | None:
     if explicit:
         path = Path(explicit)
         if not path.is_file():
-            raise SystemExit(f"error: --config {explicit}: no such file")
+            raise JobExit(SETTINGS, f"--config {explicit}: no such file")
         return path
     candidates = [os.environ.get("SODM_JOBS_CONF")]
     if os.environ.get("SPARK_CONF_DIR"):
@@ -56,7 +57,7 @@ def job_defaults(job: str, path: Path | None) -> tuple[dict, dict]:
     try:
         document = tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError) as error:
-        raise SystemExit(f"error: job config {path} is unreadable: {error}")
+        raise JobExit(SETTINGS, f"job config {path} is unreadable: {error}")
 
     def table(name):
         return {key.replace("-", "_"): value for key, value in document.get(name, {}).items()}
@@ -67,21 +68,40 @@ def job_defaults(job: str, path: Path | None) -> tuple[dict, dict]:
 def parse_with_defaults(parser: argparse.ArgumentParser, job: str, argv=None):
     """Parse ``argv`` after loading the job's TOML defaults; returns (args, config path).
 
-    Adds ``--config``. Flags given on the command line win over the file.
+    Adds ``--config`` and ``--verbose``. Flags given on the command line win over the file.
     """
     parser.add_argument("--config", help=f"TOML job defaults (default: {CONF_NAME} in "
                         "$SPARK_CONF_DIR or the repository's conf/)")
+    add_verbose(parser)
+    refuse_in_one_line(parser)
     early, _ = parser.parse_known_args(argv)
     path = find_config(early.config)
     common, own = job_defaults(job, path)
     known = {action.dest for action in parser._actions}
     unknown = sorted(set(own) - known)
     if unknown:
-        raise SystemExit(f"error: {path} sets {', '.join(unknown)} for [{job}], which "
-                         f"{job} does not take; see `{job} --help` for its flags.")
+        raise JobExit(SETTINGS, f"{path} sets {', '.join(unknown)} for [{job}], which {job} "
+                      f"does not take; see `{job} --help` for its flags.")
     # [common] keys a job does not take are skipped: they are meant for the other jobs
     parser.set_defaults(**{**{k: v for k, v in common.items() if k in known}, **own})
     return parser.parse_args(argv), path
+
+
+def refuse_in_one_line(parser: argparse.ArgumentParser) -> None:
+    """A flag argparse refuses ends the job like any bad setting: one ``error: ...`` line and
+    exit code 2, without the usage text (``--help`` shows it)."""
+    def error(message):
+        parser.exit(EXIT_CODES[SETTINGS], f"error: {message}; see {parser.prog} --help\n")
+
+    parser.error = error
+
+
+def add_verbose(parser: argparse.ArgumentParser) -> None:
+    """``--verbose``: a failure prints its full trace (Python and Java) before its one line;
+    sodm_spark.errors.run_job reads it from the command line."""
+    parser.add_argument("--verbose", action="store_true",
+                        help="on a failure, print the full trace too (it always goes to the "
+                        "log file, $SODM_LOG_FILE or logs/sodm-spark.log, for an unexpected one)")
 
 
 def _writable_ancestor(path: Path) -> Path | None:
@@ -100,22 +120,22 @@ def check_output_paths(directories: dict, files: dict) -> None:
     and the nearest existing directory above each must be writable (missing directories are
     created at the end). Paths with a URI scheme (hdfs://, s3a://, ...) are left to their
     file system.
-    Raises ValueError naming the flag, the path and what to do."""
+    Raises SettingsError (a ValueError) naming the flag, the path and what to do."""
     for flag, value in {**directories, **files}.items():
         if not value or "://" in str(value):
             continue
         path = Path(value)
         is_directory = flag in directories
         if is_directory and path.exists() and not path.is_dir():
-            raise ValueError(f"{flag} {value} is a file; this output is a directory. Choose "
+            raise SettingsError(f"{flag} {value} is a file; this output is a directory. Choose "
                              "another path or remove the file.")
         if not is_directory and path.is_dir():
-            raise ValueError(f"{flag} {value} is a directory; this output is a file. Give a "
+            raise SettingsError(f"{flag} {value} is a directory; this output is a file. Give a "
                              "file name.")
         # a file is replaced through a sibling; a directory gets new entries inside it
         where = path / "entry" if is_directory and path.exists() else path
         if _writable_ancestor(where) is None:
-            raise ValueError(f"{flag} {value} cannot be written by this user (no write "
+            raise SettingsError(f"{flag} {value} cannot be written by this user (no write "
                              "permission where it would go); choose a writable location.")
 
 

@@ -70,6 +70,17 @@ def check_finite_rows(X, what: str = "X") -> None:
             _refuse(what, bad_rows, bad_rows[0], first_col, X[bad_rows[0], first_col])
 
 
+def bad_value_rows(indptr, values, labels, limit: float) -> tuple[np.ndarray, np.ndarray]:
+    """Of CSR rows (``indptr``, stored ``values``, ``labels``): the rows whose label or a value
+    is NaN or ±inf, and the other rows holding a value beyond ±``limit`` (ascending row
+    numbers each)."""
+    value_rows = np.repeat(np.arange(labels.size), np.diff(indptr))
+    finite = np.isfinite(values)
+    bad = np.union1d(value_rows[~finite], np.flatnonzero(~np.isfinite(labels)))
+    huge = np.setdiff1d(value_rows[finite & (np.abs(values) > limit)], bad)
+    return bad, huge
+
+
 def _within_limit(values: np.ndarray) -> np.ndarray:
     """Finite and at most MAX_ABS_VALUE in magnitude (only float64 can exceed it finitely)."""
     if values.dtype.kind == "f" and float(np.finfo(values.dtype).max) > MAX_ABS_VALUE:

@@ -10,6 +10,16 @@ def make_problem(m=60, d=5, seed=0, noise=0.5):
     return X, y
 
 
+@pytest.fixture(scope="session", autouse=True)
+def jobs_log_file(tmp_path_factory):
+    """Jobs a test starts log (sodm_spark.errors.log_file, conf/log4j2.properties) into a
+    temporary directory, not into logs/ of the working directory."""
+    import os
+
+    os.environ.setdefault("SODM_LOG_FILE",
+                          str(tmp_path_factory.mktemp("jobs-log") / "sodm-spark.log"))
+
+
 @pytest.fixture
 def problem():
     return make_problem()

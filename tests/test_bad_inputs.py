@@ -16,6 +16,10 @@ Decisions taken here (see sodm_spark.validation.MAX_ABS_VALUE for the numbers):
   set with fewer columns, or any test set with more, is refused.
 * String labels are mapped by the scikit-learn estimators; the jobs and the Spark reader need
   numeric labels and say so.
+
+The last section runs jobs/train_sodm.py and jobs/predict.py as a user does, one bad input or
+setting each: its exit code (sodm_spark.errors), exactly one ``error:`` line, no Python or
+Java trace on the console, and the outputs of earlier runs untouched.
 """
 import gzip
 import json
@@ -32,6 +36,7 @@ from sklearn.datasets import dump_svmlight_file, load_svmlight_file
 from sklearn.svm import SVC
 
 from sodm_spark import CoresetSVMClassifier, CSVRGClassifier, ODMClassifier
+from sodm_spark.errors import INPUT, RESOURCES, SETTINGS
 from sodm_spark.model import KernelExpansion
 from sodm_spark.spark.io import check_blocks, read_blocks, read_libsvm_local
 from sodm_spark.spark.single import build_estimator
@@ -41,6 +46,7 @@ from reference import odm_dual_reference
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "jobs"))
+import predict  # noqa: E402
 import train_baseline  # noqa: E402
 import train_sodm  # noqa: E402
 
@@ -191,13 +197,14 @@ def refusals():
         Refusal("unreadable-bytes/read_libsvm_local", 0, lambda c: api_error(
             lambda: read_libsvm_local(c.binary)), r"not UTF-8 text", r"binary\.svm, line 1\b",
             r"Decompress it"),
-        # NaN, ±inf and 1e300 in the training data (row id 2 = line 3)
-        *[Refusal(f"{case}/{target}", 1, call, what, r"row ids 2\b", todo)
+        # NaN, ±inf and 1e300 in the training data: the LIBSVM reader names the line
+        *[Refusal(f"{case}/{target}", 1, call, what, rf"{attr}\.svm, line 3\b", todo)
           for case, attr, what, todo in [
-              ("nan", "nan", r"1 row\(s\) contain NaN or infinity", r"Remove or impute"),
-              ("inf", "inf", r"1 row\(s\) contain NaN or infinity", r"Remove or impute"),
+              ("nan", "nan", r"feature 1 \(nan\) is NaN or infinite", r"Remove or impute"),
+              ("inf", "inf", r"feature 2 \(-inf\) is NaN or infinite", r"Remove or impute"),
               # the job reads float32 (its bound 1e15), the API float64 (1e100)
-              ("1e300", "big", r"beyond ±1e\+(100|15)\b.*overflow", r"Rescale those features")]
+              ("1e300", "big", r"feature 1 \(1e\+300\) lies beyond ±1e\+(100|15)\b.*overflow",
+               r"Rescale those features")]
           for target, call in [
               ("train_sodm", lambda c, a=attr: sodm_job_error(["--data", getattr(c, a)])),
               ("train_baseline", lambda c, a=attr: baseline_job_error(
@@ -209,10 +216,10 @@ def refusals():
               or (target != "train_baseline" and case == "nan"))],
         Refusal("nan/SODMClassifier", 1, lambda c: api_error(
             lambda: sodm_classifier().fit(c.frame(c.with_value(np.nan), c.labels))),
-            r"contain NaN or infinity", r"row ids 2\b", r"Remove or impute"),
+            r"contain NaN or infinity", r"row 2 of partition 0\b", r"Remove or impute"),
         Refusal("1e300/SODMClassifier", 1, lambda c: api_error(
             lambda: sodm_classifier().fit(c.frame(c.with_value(1e300), c.labels))),
-            r"beyond ±1e\+100", r"row ids 2\b", r"Rescale"),
+            r"beyond ±1e\+100", r"row 2 of partition 0\b", r"Rescale"),
         # a non-numeric CSV cell, and string labels where numbers are needed
         Refusal("non-numeric-csv-cell/train_sodm", 1, lambda c: sodm_job_error(
             ["--data", c.bad_csv, "--format", "csv"]), r"non-numeric value 'blue'",
@@ -584,6 +591,18 @@ def test_read_libsvm_local_parses_special_values_like_sklearn_and_fit_names_the_
     assert "row 2 (0-based; first at row 2, column " in message
 
 
+@pytest.mark.parametrize("attr, what", [
+    ("nan", r"feature 1 \(nan\) is NaN or infinite\. Remove or impute"),
+    ("inf", r"feature 2 \(-inf\) is NaN or infinite\. Remove or impute"),
+    ("big", r"feature 1 \(1e\+300\) lies beyond ±1e\+100, whose square overflows the kernels"
+     r".*Rescale")])
+def test_the_jobs_driver_side_reads_name_the_line_of_a_bad_value(inputs, attr, what):
+    """Test, validation and holdout files are read on the driver: the jobs ask the reader to
+    refuse such values itself, naming the line, as the Spark reader does for --data."""
+    message = api_error(lambda: read_libsvm_local(getattr(inputs, attr), check_values=True))
+    assert re.search(rf"{attr}\.svm, line 3: {what}", message), message
+
+
 # ------------------------------------------------------------------------------ saved models
 
 def copy_model(saved_model, tmp_path):
@@ -640,3 +659,194 @@ def test_spark_ml_model_with_a_truncated_data_directory_is_refused(spark, ctx, t
     cut_in_half(model_files(tmp_path / "ml") / "data" / "arrays.npz")
     message = api_error(lambda: SODMClassificationModel.load(str(tmp_path / "ml")))
     assert re.search(r"ml/v-000001/data/arrays\.npz is truncated or corrupt.*Copy the whole model", message)
+
+
+# ------------------------------------------------------------ the jobs as a user runs them
+
+JobCase = namedtuple("JobCase", "id job argv kind message kept runs")
+"""One bad input or setting given to a job: ``argv(files)`` its flags, ``kind`` the failure's
+kind (its exit code), ``message`` a regex of its one ``error:`` line, ``kept(files)`` the
+outputs already in place that it must leave as they were. ``runs``: "python" (a process of its
+own, refused before Spark starts), "spark-submit" (a Spark application of its own, whose
+console is the user's), or "in-process" (the job's entry point, sodm_spark.errors.run_job,
+inside this test process and its Spark session, the console read from the file descriptors:
+for refusals on the driver, where no task fails; a Spark start per case would take the matrix
+past its time)."""
+
+
+@pytest.fixture(scope="module")
+def job_files(inputs, saved_model, tmp_path_factory):
+    """The inputs of the job matrix, and outputs of earlier runs that must survive a failure."""
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    root = tmp_path_factory.mktemp("jobs")
+
+    def parquet(name, X):
+        features = pa.array([list(map(float, row)) for row in X], pa.list_(pa.float64()))
+        pq.write_table(pa.table({"label": inputs.labels.astype(float), "features": features}),
+                       root / name)
+        return root / name
+
+    nan = inputs.X.copy()
+    nan[2, 1] = np.nan
+    (root / "predictions").mkdir()  # an earlier scoring's output
+    pq.write_table(pa.table({"row_id": [0, 1], "prediction": [1.0, 0.0]}),
+                   root / "predictions" / "part-0.parquet")
+    shutil.copytree(saved_model, root / "model")  # an earlier training's model and metrics
+    (root / "metrics.json").write_text('{"test_accuracy": 0.97}')
+    (root / "taken").write_text("keep me")
+    return SimpleNamespace(
+        inputs=inputs, model=saved_model, nan_parquet=parquet("nan.parquet", nan),
+        wide_parquet=parquet("wide.parquet", np.hstack([inputs.X, inputs.X[:, :1]])),
+        old_out=root / "predictions", old_model=root / "model",
+        old_metrics=root / "metrics.json", taken=root / "taken", missing=root / "missing.svm",
+        root=root)
+
+
+def job_cases():
+    def case(id, job, argv, kind, message, kept=lambda f: [], runs="in-process"):
+        return pytest.param(JobCase(id, job, argv, kind, message, kept, runs), id=id)
+
+    def train_outputs(f):
+        return ["--model-out", f.old_model, "--metrics-out", f.old_metrics]
+
+    def scoring(f, data, *extra):
+        return ["--model", f.model, "--data", data, "--out", f.old_out, "--overwrite", *extra]
+
+    model_and_metrics = lambda f: [f.old_model, f.old_metrics]  # noqa: E731
+    predictions = lambda f: [f.old_out]  # noqa: E731
+    return [
+        # refused before Spark starts
+        case("train_sodm/bad-flag-value", "train_sodm", lambda f: ["--levels", "many"],
+             SETTINGS, r"argument --levels: --levels must be an integer >= 0 or 'auto', got "
+             r"'many'; see train_sodm\.py --help$", runs="python"),
+        case("train_sodm/existing-file-as-model-out", "train_sodm",
+             lambda f: ["--data", f.missing, "--model-out", f.taken], SETTINGS,
+             r"--model-out .*taken is a file; this output is a directory",
+             lambda f: [f.taken], runs="python"),
+        case("train_sodm/memory-mb-not-positive", "train_sodm",
+             lambda f: ["--data", f.inputs.good, "--memory-mb", "-5", *train_outputs(f)],
+             SETTINGS, r"memory_mb \(--memory-mb\) must be a positive number of MB, got -5\.0",
+             model_and_metrics),
+        case("train_sodm/more-levels-than-rows", "train_sodm",
+             lambda f: ["--rows", "500", "--levels", "7", *train_outputs(f)], SETTINGS,
+             r"levels=7 with p=3 asks for 2187 partitions but the data have only 500 rows; use "
+             r"--levels 5 or less", model_and_metrics, runs="python"),
+        case("predict/existing-out", "predict", lambda f: [
+            "--model", f.model, "--data", f.nan_parquet, "--out", f.old_out], SETTINGS,
+             r"--out .*predictions exists; pass --overwrite", predictions, runs="python"),
+        case("predict/missing-model", "predict", lambda f: [
+            "--model", f.root / "nope", "--data", f.nan_parquet, "--out", f.old_out,
+            "--overwrite"], INPUT, r"--model: .*nope is not a saved model: no such directory",
+             predictions, runs="python"),
+        case("predict/bad-flag-value", "predict", lambda f: [*scoring(f, f.nan_parquet),
+                                                             "--precision", "float16"],
+             SETTINGS, r"argument --precision: invalid choice: 'float16'", predictions),
+        # a Spark application each: a bad row found inside the scoring tasks, a bad line
+        # found by the reader's job
+        case("predict/nan-feature-in-parquet", "predict", lambda f: scoring(
+            f, f.nan_parquet, "--metrics-out", f.old_metrics), INPUT,
+             r"--data .*nan\.parquet: row 2 of partition 0 has a missing, NaN or infinite "
+             r"feature; fill or drop such rows before scoring", lambda f: [f.old_out,
+                                                                           f.old_metrics],
+             runs="spark-submit"),
+        case("train_sodm/malformed-libsvm-line", "train_sodm", lambda f: [
+            "--data", f.inputs.bad_value, *train_outputs(f)], INPUT,
+             r"bad_value\.svm, line 3: value 'abc' in token '2:abc' is not a number\. Fix",
+             model_and_metrics, runs="spark-submit"),
+        # refused by the driver once Spark runs
+        case("train_sodm/memory-budget-too-small", "train_sodm", lambda f: [
+            "--data", f.inputs.good, "--levels", "0", "--memory-mb", "0.001", *train_outputs(f)],
+             RESOURCES, r"the top level's partitions \(1 of 40 rows × 4 features\) need about 0 "
+             r"MB each to solve, over the 0\.001 MB a task may use \(--memory-mb\); start from "
+             r"more partitions \(--levels 2\) or give a larger --memory-mb",
+             model_and_metrics),
+        case("train_sodm/label-not-a-number", "train_sodm", lambda f: [
+            "--data", f.inputs.string_labels, "--format", "csv", *train_outputs(f)], INPUT,
+             r"strings\.csv, line 2 \(format 'csv'\): column 'label' \(the label column, "
+             r"column 1 of 5\) holds the non-numeric value '(cat|dog)' .*; 40 lines of the "
+             r"input have such cells\. Labels must be numbers", model_and_metrics),
+        case("train_sodm/one-class", "train_sodm", lambda f: [
+            "--data", f.inputs.one_class, *train_outputs(f)], INPUT,
+             r"--data .*one\.svm: the labels hold 1 class \(1\); SODM needs at least two",
+             model_and_metrics),
+        case("train_sodm/missing-data-path", "train_sodm", lambda f: [
+            "--data", f.missing, *train_outputs(f)], INPUT,
+             r"missing\.svm \(format 'libsvm'\) does not exist\. Check the path",
+             model_and_metrics),
+        case("train_sodm/nan-feature-in-libsvm", "train_sodm", lambda f: [
+            "--data", f.inputs.nan, *train_outputs(f)], INPUT,
+             r"nan\.svm, line 3: feature 1 \(nan\) is NaN or infinite\. Remove or impute",
+             model_and_metrics),
+        case("predict/feature-count-differs-from-the-model", "predict",
+             lambda f: scoring(f, f.wide_parquet), INPUT,
+             r"the rows have 5 features in 'features'; the model was trained on 4\. Score data "
+             r"with the training data's feature columns", predictions),
+        case("predict/malformed-libsvm-line", "predict", lambda f: scoring(
+            f, f.inputs.bad_value, "--format", "libsvm"), INPUT,
+             r"--data .*bad_value\.svm: .*bad_value\.svm, line 3: value 'abc' in token '2:abc' "
+             r"is not a number", predictions),
+    ]
+
+
+def contents(path):
+    """Every file under ``path`` (or ``path`` itself) with its bytes."""
+    path = Path(path)
+    if path.is_file():
+        return path.read_bytes()
+    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*"))
+            if p.is_file()}
+
+
+def run_as_user(case, argv, cwd):
+    """(exit code, console) of ``jobs/<job>.py`` started the way ``case.runs`` says, in ``cwd``
+    (its logs/ lands there)."""
+    import os
+    import subprocess
+
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_CONF_DIR=str(ROOT / "conf"),
+               PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    env.pop("SODM_LOG_FILE", None)
+    script = str(ROOT / "jobs" / f"{case.job}.py")
+    command = ([sys.executable, script] if case.runs == "python" else
+               ["spark-submit", "--master", "local[2]", "--conf", "spark.ui.enabled=false",
+                script])
+    result = subprocess.run(command + argv, env=env, cwd=cwd, capture_output=True, text=True,
+                            timeout=600)
+    return result.returncode, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("case", job_cases())
+def test_a_job_fails_with_its_exit_code_one_error_line_and_nothing_lost(case, job_files,
+                                                                        tmp_path, request):
+    from sodm_spark.errors import EXIT_CODES, run_job
+
+    argv = [str(arg) for arg in case.argv(job_files)]
+    kept = {str(path): contents(path) for path in case.kept(job_files)}
+    if case.runs == "in-process":
+        request.getfixturevalue("spark")
+        capfd = request.getfixturevalue("capfd")
+        try:
+            code = run_job({"train_sodm": train_sodm, "predict": predict}[case.job].main, argv)
+        except SystemExit as stop:  # argparse's refusal ends the process before run_job
+            code = stop.code
+        console = "".join(capfd.readouterr())
+    else:
+        code, console = run_as_user(case, argv, tmp_path)
+    assert code == EXIT_CODES[case.kind], f"{case.id}: exit code {code}\n{console}"
+    errors = [line for line in console.splitlines() if "error:" in line]
+    assert len(errors) == 1 and errors[0].startswith("error: "), console
+    assert re.search(case.message, errors[0]), f"{case.id}: {errors[0]}"
+    for trace in ("Traceback", "\tat org.apache", "Exception in thread"):
+        assert trace not in console, f"{case.id}: {trace!r} on the console:\n{console}"
+    assert not re.search(r"^\S+ \S+ ERROR ", console, re.M), console  # no Spark error log
+    for path, before in kept.items():
+        assert contents(path) == before, f"{case.id}: {path} changed"
+    leftovers = [p.name for p in job_files.root.iterdir() if ".tmp" in p.name]
+    assert not leftovers, f"{case.id}: staging left behind: {leftovers}"
+    if case.id == "predict/nan-feature-in-parquet":  # the failed tasks' traces: in the log
+        log = (tmp_path / "logs" / "sodm-spark.log").read_text()
+        assert "Traceback" in log and "\tat org.apache.spark" in log

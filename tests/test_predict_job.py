@@ -252,17 +252,18 @@ def test_the_pyspark_model_transforms_and_compresses_through_the_same_scoring(sp
     np.testing.assert_array_equal(predicted, small.expansion.predict(X))
 
 
-def test_a_missing_feature_value_is_refused_naming_the_row(spark, models, tmp_path,
-                                                           private_tmp):
+def test_a_missing_feature_value_is_refused_naming_the_line(spark, models, tmp_path,
+                                                            private_tmp):
     X, _ = make_problem(m=30, d=4, seed=76)
     lines = ["a,b,c,d"] + [",".join(repr(float(v)) for v in row) for row in X]
-    lines[8] = "0.5,,1.0,2.0"  # row 7 has no value in column b
+    lines[8] = "0.5,,1.0,2.0"  # line 9 has no value in column b
     (tmp_path / "gap.csv").write_text("\n".join(lines) + "\n")
     with pytest.raises(SystemExit) as raised:
         predict.main(["--model", str(models / "binary"), "--data", str(tmp_path / "gap.csv"),
                       "--format", "csv", "--out", str(tmp_path / "out")])
-    assert "row 7 of partition 0" in str(raised.value.code)
-    assert "missing, NaN or infinite" in str(raised.value.code)
+    assert "gap.csv, line 9 (format 'csv'): column 'b' (a feature column, column 2 of 4) is " \
+        "empty (a missing value)" in str(raised.value.code)
+    assert "Remove those rows or fill their cells" in str(raised.value.code)
     assert not (tmp_path / "out").exists()
     assert not model_files_left(private_tmp)  # removed also on failure
 

@@ -11,7 +11,8 @@ import pytest
 from sklearn.datasets import dump_svmlight_file
 
 from sodm_spark.model import KernelExpansion
-from sodm_spark.retrain import (FAILED, KEPT, LOCKED, PROMOTED, LockedError, ModelStore,
+from sodm_spark.errors import EXIT_CODES, INPUT, INTERNAL, SETTINGS
+from sodm_spark.retrain import (KEPT, LOCKED, PROMOTED, LockedError, ModelStore,
                                 RetrainLock, decide, newest_snapshot)
 
 from conftest import make_problem
@@ -99,8 +100,9 @@ def test_bad_snapshot_is_refused_and_latest_stays(spark, setup, capsys):
     bad.write_text("1 1:0.5 2:abc\n")
     later = time.time() + 10
     os.utime(bad, (later, later))
-    assert run_job(setup) == FAILED
-    assert "production model is unchanged" in capsys.readouterr().err
+    assert run_job(setup) == EXIT_CODES[INPUT]
+    err = capsys.readouterr().err
+    assert "day2.libsvm, line 1" in err and "production model is unchanged" in err
     assert store.latest_version() == before
     assert not (setup["models"] / ".retrain.lock").exists()
 
@@ -109,7 +111,7 @@ def test_empty_snapshot_directory_fails_clearly(spark, tmp_path, capsys):
     (tmp_path / "snapshots").mkdir()
     code = retrain.main(["--snapshots", str(tmp_path / "snapshots"), "--holdout", "x",
                          "--models-dir", str(tmp_path / "models")])
-    assert code == FAILED
+    assert code == EXIT_CODES[INPUT]
     assert "is empty: nothing to train on" in capsys.readouterr().err
 
 
@@ -256,15 +258,16 @@ def test_bad_training_flags_after_the_separator_exit_2_before_anything_else(tmp_
     assert not (tmp_path / "models").exists()
 
 
-def test_a_models_dir_that_is_a_file_exits_4_with_one_line(setup, capsys):
+def test_a_models_dir_that_is_a_file_exits_2_with_one_line(setup, capsys):
     setup["models"].write_text("not a directory")
-    assert run_job(setup) == FAILED
+    assert run_job(setup) == EXIT_CODES[SETTINGS]
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: ") and "unchanged" in err[0]
+    assert len(err) == 1 and err[0].startswith("error: --models-dir ") and "unchanged" in err[0]
+    assert setup["models"].read_text() == "not a directory"
 
 
 def test_an_unexpected_spark_error_exits_4_and_keeps_production(spark, setup, monkeypatch,
-                                                                 capsys):
+                                                                 capsys, tmp_path):
     store = ModelStore(setup["models"])
     assert run_job(setup) == PROMOTED
     before = store.latest_version()
@@ -275,10 +278,15 @@ def test_an_unexpected_spark_error_exits_4_and_keeps_production(spark, setup, mo
                            ": org.apache.spark.SparkException: Job aborted\n\tat ...")
 
     monkeypatch.setattr(retrain.train_sodm, "train", broken)
-    assert run_job(setup) == FAILED
+    log = tmp_path / "jobs.log"
+    monkeypatch.setenv("SODM_LOG_FILE", str(log))
+    assert run_job(setup) == EXIT_CODES[INTERNAL]
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["error: RuntimeError: An error occurred while calling o123.collect.; the "
-                   "production model is unchanged"]
+    assert err == ["error: an unexpected failure stopped the job (RuntimeError: An error "
+                   "occurred while calling o123.collect.): a bug or Spark itself, not a check "
+                   f"of your flags or data; the full trace is in {log}; the production model "
+                   "is unchanged"]
+    assert "in broken" in log.read_text() and "Job aborted" in log.read_text()
     assert store.latest_version() == before
     assert not (setup["models"] / ".retrain.lock").exists()
 

@@ -303,16 +303,31 @@ def test_csv_non_numeric_cell_names_column_and_row(spark, tmp_path):
     assert "bad.csv" in str(error.value)
 
 
-def test_check_blocks_names_nan_rows(spark, tmp_path):
+def test_text_rows_are_named_by_line_and_dataframe_rows_by_partition_and_row(spark, tmp_path):
     path = tmp_path / "nan.svm"
     path.write_text("1 1:1\n-1 2:nan\n1 1:2\n-1 1:inf\n")
-    blocks, d = read_blocks(spark, str(path), "libsvm")
-    with pytest.raises(ValueError, match=r"2 row\(s\) contain NaN or infinity.*row ids 1, 3"):
-        check_blocks(blocks, d)
+    with pytest.raises(ValueError, match=r"nan\.svm, line 2: feature 2 \(nan\) is NaN or "
+                                         r"infinite \(2 lines in all: also line 4\)\. Remove"):
+        read_blocks(spark, str(path), "libsvm")
+    big = tmp_path / "big.svm"
+    big.write_text("1 1:1\n# a comment\n-1 1:1e20\n")  # float32 rows: at most 1e15
+    with pytest.raises(ValueError, match=r"big\.svm, line 3: feature 1 \(1e\+20\) lies beyond "
+                                         r"±1e\+15.*Rescale"):
+        read_blocks(spark, str(big), "libsvm", dtype=np.float32)
+    assert read_blocks(spark, str(big), "libsvm")[1] == 1  # float64 rows: within 1e100
     csv = tmp_path / "gap.csv"
-    csv.write_text("label,a,b\n1,1,2\n-1,,3\n")  # an empty cell -> NaN
-    blocks, d = read_blocks(spark, str(csv), "csv")
-    with pytest.raises(ValueError, match=r"1 row\(s\) contain NaN.*row ids 1\b"):
+    csv.write_text("label,a,b\n1,1,2\n-1,,3\n1,2,inf\n")  # an empty cell, an infinity
+    with pytest.raises(ValueError, match=r"gap\.csv, line 3 \(format 'csv'\): column 'a' \(a "
+                                         r"feature column, column 2 of 3\) is empty .*\[label="
+                                         r"'-1', a='', b='3'\]; 2 lines of the input"):
+        read_blocks(spark, str(csv), "csv")
+    frame = spark.createDataFrame([(1.0, [1.0, 2.0]), (-1.0, [float("nan"), 3.0])],
+                                  "label double, features array<double>").coalesce(1)
+    blocks, d = dataframe_to_blocks(frame)
+    with pytest.raises(ValueError, match=r"1 row\(s\) contain NaN or infinity .*: row 1 of "
+                                         r"partition 0 \(0-based\)"):
         check_blocks(blocks, d)
+    good = tmp_path / "good.csv"
+    good.write_text("label,a,b\n1,1,2\n-1,0,3\n")
     with pytest.raises(ValueError, match=r"2 columns but n_features=4"):
-        check_blocks(read_blocks(spark, str(csv), "csv", label_col="a")[0], 4)
+        check_blocks(read_blocks(spark, str(good), "csv", label_col="a")[0], 4)

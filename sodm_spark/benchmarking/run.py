@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from ..datasets import BenchData, as_bench_data, load_dataset, seeded_split, subsample
+from ..errors import SettingsError
 from ..kernels import resolve_gamma
 from . import plots, report
 from .methods import run_methods
@@ -50,7 +51,7 @@ def command_line(argv) -> str:
 
 
 def _session(args, cores=None):
-    from ..spark.session import get_session
+    from ..spark.session import get_session, use_jobs_logging
 
     master, config = args.master, {"spark.driver.memory": args.driver_memory,
                                    "spark.ui.showConsoleProgress": "false"}
@@ -59,7 +60,10 @@ def _session(args, cores=None):
             master = f"local[{cores}]"
         else:
             config["spark.cores.max"] = str(cores)
-    return get_session("sodm-spark: benchmark", master, config)
+    spark, created = get_session("sodm-spark: benchmark", master, config)
+    if created:
+        use_jobs_logging(spark)
+    return spark, created
 
 
 def load_files(spark, data: str, test_data: str | None, fmt: str, test_fraction: float,
@@ -75,12 +79,13 @@ def load_files(spark, data: str, test_data: str | None, fmt: str, test_fraction:
     X, y = collect_blocks(blocks)
     if test_data:
         if fmt == "libsvm":  # LIBSVM omits trailing zero columns: pad the test rows
-            X_test, y_test = read_libsvm_local(test_data, n_features=n_features)
+            X_test, y_test = read_libsvm_local(test_data, n_features=n_features,
+                                               check_values=True)
         else:
             X_test, y_test = collect_blocks(read_blocks(spark, test_data, fmt)[0])
     else:
         if not 0 < test_fraction < 1:
-            raise ValueError(f"--test-fraction must lie in (0, 1), got {test_fraction}.")
+            raise SettingsError(f"--test-fraction must lie in (0, 1), got {test_fraction}.")
         X, y, X_test, y_test = seeded_split(X, y, max(1, round(test_fraction * len(y))), seed)
     X, y = subsample(X, y, train_rows, seed, 1)
     return as_bench_data(Path(data).name, X, y, X_test, y_test, f"file {data} ({fmt})")
@@ -135,7 +140,7 @@ def run_benchmark(args, argv, log=print) -> dict:
     preloaded = None if args.data or not args.methods else _load(None, args)
     spark, created = _session(args)
     if "cores" in args.scaling and not created:
-        raise ValueError("--scaling cores starts one Spark session per core count, so it needs "
+        raise SettingsError("--scaling cores starts one Spark session per core count, so it needs "
                          "the job's own session; run the job with python or spark-submit, not "
                          "inside a live session (a notebook or a test).")
     document = {"command": command_line(argv), "machine": report.machine(),

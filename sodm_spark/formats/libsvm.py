@@ -136,9 +136,10 @@ def parse_libsvm_line(line, n_features=None):
             what = (f"index {i} in token {tok!r} repeats the previous index" if prev == i
                     else f"index {i} in token {tok!r} comes after index {prev}")
             raise LineProblem(tok, what, _ADVICE_ORDER)
-        raise LineProblem(tok, f"index {i} in token {tok!r} exceeds n_features={n_features}",
-                           "Pass a larger n_features, or n_features=None to use the largest "
-                           "index in the data")
+        raise LineProblem(tok, f"index {i} in token {tok!r} exceeds n_features={n_features}, "
+                           "the features expected",
+                           "Give rows with the expected features (a model scores the ones it "
+                           "was trained on), or pass n_features=None to read the largest index")
     return label, index - 1, vals
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse
 
+from ..errors import SettingsError
 from ..kernels import Kernel
 from ..model import KernelExpansion
 from ..partition import nearest_landmark, partitions_look_like_whole, select_landmarks
@@ -164,7 +165,7 @@ def stratified_layout(sc, inputs: ResidentBlocks, chunked, per_partition, params
             return chunked, (f"{len(survey)} input chunks kept: each already holds every "
                              "stratum in its overall share"), None
     if n_partitions > n_rows:
-        raise ValueError(f"DSVRG asks for {n_partitions} partitions but the data have only "
+        raise SettingsError(f"DSVRG asks for {n_partitions} partitions but the data have only "
                          f"{n_rows} rows; pass at most {n_rows} (--partitions / n_partitions).")
     partitioner = "random" if sparse else params.partitioner
     chunks, _, _ = partition_blocks(

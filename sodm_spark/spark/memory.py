@@ -19,11 +19,12 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 
+from ..errors import ResourceError
 from ..resources import RESERVE_MB, physical_memory_mb, share_per_task, size_mb
 from ..solvers.kernel_rows import solver_memory_mb
 
 
-class MemoryBudgetError(ValueError):
+class MemoryBudgetError(ResourceError):
     """A level whose largest partition cannot be solved within the per-task memory budget."""
 
 
@@ -111,19 +112,39 @@ def check_fit_resources(sc, n_rows: int, n_features: int, itemsize: int, top_par
     budget = memory.task_mb(top_partitions)
     need = solver_memory_mb(rows, n_features)
     if need > budget:
-        better = top_level + 1
-        while -(-n_rows // params.p ** better) > 1 and solver_memory_mb(
-                -(-n_rows // params.p ** better), n_features) > memory.task_mb(params.p ** better):
-            better += 1
-        where = ("on this machine, the RAM left beside the driver's JVM heap (--driver-memory) "
-                 "and --memory-mb" if sc.master.startswith("local") else
-                 "spark.executor.pyspark.memory, or an executor host's RAM less "
-                 "spark.executor.memory, and --memory-mb")
+        if memory.configured_task_mb:
+            where, more = "--memory-mb", "a larger --memory-mb"
+        elif sc.master.startswith("local"):
+            where = ("on this machine, the RAM left beside the driver's JVM heap "
+                     "(--driver-memory)")
+            more = "the Python workers more memory"
+        else:
+            where = ("spark.executor.pyspark.memory, or an executor host's RAM less "
+                     "spark.executor.memory")
+            more = "the Python workers more memory"
+        p, most = params.p, top_level
+        while params.p ** (most + 1) <= n_rows:  # every partition needs a row
+            most += 1
+
+        def fits(levels):
+            return solver_memory_mb(-(-n_rows // p ** levels), n_features) <= \
+                memory.task_mb(p ** levels)
+
+        better = next((levels for levels in range(top_level + 1, most + 1) if fits(levels)),
+                      None)
+        if better is None:
+            smallest = -(-n_rows // p ** most)
+            raise MemoryBudgetError(
+                f"the {budget:,.4g} MB a task may use ({where}) is below what even the "
+                f"smallest partitions need: at --levels {most}, the most {n_rows:,} rows allow "
+                f"with p={p}, each holds {smallest:,} rows × {n_features:,} features and needs "
+                f"about {solver_memory_mb(smallest, n_features):,.4g} MB to solve; give "
+                f"{more}.")
         raise MemoryBudgetError(
             f"the top level's partitions ({top_partitions:,} of {rows:,} rows × {n_features:,} "
-            f"features) need about {need:,.0f} MB each to solve, over the {budget:,.0f} MB a task "
-            f"may use ({where}); start from more partitions (--levels {better}) or give the "
-            "Python workers more memory.")
+            f"features) need about {need:,.0f} MB each to solve, over the {budget:,.4g} MB a "
+            f"task may use ({where}); start from more partitions (--levels {better}) or give "
+            f"{more}.")
     if not sc.master.startswith("local"):
         return  # executors' disks are not visible from here
     need_mb = DISK_COPIES * n_rows * n_features * itemsize / 2**20

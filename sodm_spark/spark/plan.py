@@ -21,6 +21,7 @@ import time
 
 import numpy as np
 
+from ..errors import SettingsError
 from ..solvers.kernel_rows import kernel_mode_for
 from ..stopping import LevelCost, predict_seconds
 from .memory import MemoryBudgetError, level_cache_mb
@@ -46,6 +47,19 @@ def largest_levels(n_rows: int, p: int) -> int:
     while p ** (levels + 1) <= n_rows:
         levels += 1
     return levels
+
+
+def check_levels_fit_rows(n_rows: int, p: int, levels: int | None, held_out: int = 0) -> None:
+    """Refuse ``levels`` whose p^levels partitions outnumber the ``n_rows`` rows (every
+    partition needs one): a SettingsError naming the most levels the rows allow.
+    ``held_out``: validation rows already taken from the data."""
+    if levels is None or p ** levels <= n_rows:
+        return
+    rows = (f"only {n_rows} rows are left after holding out {held_out} for validation"
+            if held_out else f"the data have only {n_rows} rows")
+    raise SettingsError(f"levels={levels} with p={p} asks for {p ** levels} partitions but "
+                        f"{rows}; use --levels {largest_levels(n_rows, p)} or less"
+                        + (", or --no-auto-stop." if held_out else "."))
 
 
 def auto_levels(n_rows: int, p: int, top_rows: int = TOP_PARTITION_ROWS) -> int:

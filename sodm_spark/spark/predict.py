@@ -27,6 +27,7 @@ from contextlib import contextmanager, suppress
 import numpy as np
 
 from .. import scoring
+from ..errors import reported_to_driver
 from ..model import KernelExpansion
 from .io import ROW_ID_SHIFT, batch_matrix, vector_or_array_as_doubles
 
@@ -105,6 +106,7 @@ def _score_batches(spec, kind, n_features, key_col, precision, classes, block_by
     back to float64 (a model whose coefficients cancel, as a compressed one's do: its error
     bound exceeds most |f|), the task scores in float64 from then on.
     """
+    @reported_to_driver  # a refused row fails the job with its own message
     def score(batches):
         from threadpoolctl import threadpool_limits
 

@@ -4,12 +4,17 @@ from __future__ import annotations
 import os
 import sys
 from contextlib import contextmanager
+from pathlib import Path
 
 import numpy as np
 from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
 from .io import Block
+
+#: The jobs' logging (conf/log4j2.properties beside the package, when it is installed from the
+#: repository or the image): failed tasks' traces to the log file, not the console.
+JOBS_LOG_CONFIG = Path(__file__).resolve().parents[2] / "conf" / "log4j2.properties"
 
 
 def get_session(app_name: str, master: str | None = None,
@@ -42,11 +47,28 @@ def get_session(app_name: str, master: str | None = None,
     return spark, True
 
 
+def use_jobs_logging(spark) -> None:
+    """Spark's own default logging prints every failed task's Python and Java traces on the
+    console; a job started without ``SPARK_CONF_DIR`` pointing at a log4j2 configuration gets
+    :data:`JOBS_LOG_CONFIG` instead (a configuration of the user's own is kept)."""
+    conf_dir = os.environ.get("SPARK_CONF_DIR")
+    if (conf_dir and (Path(conf_dir) / "log4j2.properties").is_file()) \
+            or not JOBS_LOG_CONFIG.is_file():
+        return
+    jvm = spark.sparkContext._jvm
+    jvm.org.apache.logging.log4j.core.config.Configurator.reconfigure(
+        jvm.java.net.URI(JOBS_LOG_CONFIG.as_uri()))
+    spark.sparkContext.setLogLevel("WARN")
+
+
 @contextmanager
 def job_session(app_name: str, master: str | None = None, config: dict | None = None):
     """:func:`get_session` for the duration of a job's ``with`` block: a session it created is
-    stopped at the end, one it joined (tests, notebooks) is left running."""
+    stopped at the end, one it joined (tests, notebooks) is left running. A session it created
+    logs as the jobs do (:func:`use_jobs_logging`)."""
     spark, created = get_session(app_name, master, config)
+    if created:
+        use_jobs_logging(spark)
     try:
         yield spark
     finally:
@@ -68,6 +90,17 @@ def numpy_to_blocks(sc, X: np.ndarray, y: np.ndarray, n_slices: int | None = Non
                     np.arange(a, b, dtype=np.int64) + first_row_id)
               for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
     return sc.parallelize(pieces, len(pieces))
+
+
+def collect_checked(spark, path, fmt, where) -> tuple[np.ndarray, np.ndarray]:
+    """All rows of a small CSV or Parquet input on the driver (:func:`collect_blocks`), checked
+    first: a NaN, ±inf or too large value is refused naming its file and line (CSV) or its
+    partition and row (Parquet), after ``where``."""
+    from .io import check_blocks, read_blocks
+
+    blocks, d = read_blocks(spark, path, fmt)
+    check_blocks(blocks, d, where=where)
+    return collect_blocks(blocks)
 
 
 def collect_blocks(blocks) -> tuple[np.ndarray, np.ndarray]:

@@ -15,6 +15,8 @@ from importlib import import_module
 import numpy as np
 import scipy.sparse
 
+from ..errors import reported_to_driver
+
 ESTIMATORS = {
     "csvrg": "sodm_spark.baselines.csvrg:CSVRGClassifier",
     "cvm": "sodm_spark.baselines.cvm:CVMClassifier",
@@ -39,6 +41,7 @@ def _all_rows(blocks):
     return X[order], np.concatenate([b.y for b in blocks])[order]
 
 
+@reported_to_driver  # the estimator's refusal of the data reaches the job as its message
 def _fit_task(blocks, method, params):
     X, y = _all_rows(blocks)
     start = time.perf_counter()
@@ -56,6 +59,7 @@ def fit_in_one_task(blocks, method: str, params: dict):
     return blocks.coalesce(1).mapPartitions(lambda it: _fit_task(it, method, params)).collect()[0]
 
 
+@reported_to_driver
 def _coreset_task(index, blocks, positive, size, C, kernel_dict, seed):
     """Algorithm 1 of paper 002 on one partition: its weighted coreset (global row ids)."""
     from ..kernels import Kernel

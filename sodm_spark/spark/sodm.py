@@ -17,6 +17,7 @@ from dataclasses import asdict, replace
 import numpy as np
 
 from ..compression import compare_scores, local_fit_share, resolve_max_sv
+from ..errors import SettingsError
 from ..model import labels_from_scores
 from ..stopping import (NEXT_LEVEL_BLOCKED, REACHED_STOP_LEVEL, WARM_START_OPTIMAL, choose_level,
                         next_level_blocked, rows_right)
@@ -97,7 +98,7 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
         checkpoint = LevelCheckpoint(checkpoint_dir, asdict(params), n_rows, n_features,
                                      classes, prepared.fingerprint)
         if checkpoint.exists() and not resume:
-            raise ValueError(f"{checkpoint_dir} already holds a checkpoint; pass --resume to "
+            raise SettingsError(f"{checkpoint_dir} already holds a checkpoint; pass --resume to "
                              "continue it, or choose an empty --checkpoint-dir.")
     restored = None
     if resume and checkpoint is not None and checkpoint.exists():

@@ -7,6 +7,7 @@ which DSVRG's records share) and :class:`SODMFit` is the result of :func:`.sodm.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 
 from pyspark import StorageLevel
@@ -92,6 +93,12 @@ class SODMParams:
                              f"{self.landmark_candidates!r}.")
         if self.partitioner not in PARTITIONERS:
             raise ValueError(f"Unknown partitioner {self.partitioner!r}; known: {', '.join(PARTITIONERS)}.")
+        if self.memory_mb is not None and not 0.0 < self.memory_mb < math.inf:
+            raise ValueError(f"memory_mb (--memory-mb) must be a positive number of MB, got "
+                             f"{self.memory_mb!r}.")
+        if self.cache_mb is not None and not 0.0 <= self.cache_mb < math.inf:
+            raise ValueError(f"cache_mb (--cache-mb) must be a number of MB >= 0, got "
+                             f"{self.cache_mb!r}.")
         if self.scale not in SCALINGS:
             raise ValueError(f"scale must be one of {', '.join(SCALINGS)}, got {self.scale!r}.")
         if self.warm_start not in WARM_STARTS:

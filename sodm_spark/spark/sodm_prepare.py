@@ -21,7 +21,7 @@ from ..partition import (deal_positions, kmeans, nearest_center, nearest_landmar
 from ..stopping import holdout_mask, validation_share
 from .checkpoint import block_fingerprint, merge_fingerprints
 from .io import check_blocks
-from .plan import auto_levels, largest_levels
+from .plan import auto_levels, check_levels_fit_rows
 from .sodm_params import PERSIST, SODMParams
 from .sodm_tasks import Chunk
 
@@ -177,10 +177,10 @@ def _deal(item, strata, offsets, n_partitions, direct, seed):
 
 # --- driver -----------------------------------------------------------------------------------
 
-def checked_classes(blocks, n_features: int, with_rows: bool = False):
-    """The sorted label values of ``blocks`` after one checking job (NaN/inf rows are named);
-    with ``with_rows``, (the label values, the number of rows)."""
-    stats = check_blocks(blocks, n_features, max_labels=100)
+def checked_classes(blocks, n_features: int, with_rows: bool = False, where=None):
+    """The sorted label values of ``blocks`` after one checking job (NaN/inf rows are named,
+    after ``where`` when given); with ``with_rows``, (the label values, the number of rows)."""
+    stats = check_blocks(blocks, n_features, max_labels=100, where=where)
     if stats.label_counts is None:
         raise ValueError("the label column holds more than 100 distinct values; SODM is a "
                          "classifier (is the label column the right one, or is it a "
@@ -264,10 +264,7 @@ def prepare_sodm(sc, blocks, params: SODMParams, classes, test=None, validation=
         params = replace(params, levels=auto_levels(n_all, params.p),
                          stop_level=min(params.stop_level, auto_levels(n_all, params.p)))
     n_partitions = params.p ** params.levels
-    if n_partitions > n_all:
-        raise ValueError(
-            f"levels={params.levels} with p={params.p} asks for {n_partitions} partitions but the "
-            f"data have only {n_all} rows; use --levels {largest_levels(n_all, params.p)} or less.")
+    check_levels_fit_rows(n_all, params.p, params.levels)
     if hold_out is None:  # one level to solve leaves nothing to choose between
         hold_out = params.auto_stop and params.levels > params.stop_level
     training, validation_pair, candidates = labelled, validation, None
@@ -289,11 +286,8 @@ def prepare_sodm(sc, blocks, params: SODMParams, classes, test=None, validation=
             training = labelled.map(lambda b: _kept_rows(b, seed, fraction))
             candidates = np.concatenate([piece[2] for piece in pieces]) if wanted else None
     n_rows = stats.n
-    if n_partitions > n_rows:  # enough rows in all, too few once the validation rows are out
-        raise ValueError(
-            f"levels={params.levels} with p={params.p} asks for {n_partitions} partitions but "
-            f"only {n_rows} rows are left after holding out {n_all - n_rows} for validation; "
-            f"use --levels {largest_levels(n_rows, params.p)} or less, or --no-auto-stop.")
+    # enough rows in all, maybe too few once the validation rows are out
+    check_levels_fit_rows(n_rows, params.p, params.levels, held_out=n_all - n_rows)
     n_features = stats.sums.size
     scaling = None
     if params.scale == "minmax" and params.kernel != "linear":

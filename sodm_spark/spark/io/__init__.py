@@ -24,7 +24,9 @@ Row ids are int64, unique and deterministic for the same input:
 
 Modules: ``blocks`` (the Block contract, errors, :func:`check_blocks`), ``read`` (the
 :func:`read_blocks` dispatcher: input listing, slicing, formats), ``libsvm``, ``csv``,
-``arrow`` (DataFrames to blocks; the Arrow batch helpers the scorer shares).
+``text_lines`` (text input's rows named by file and 1-based line in every check: NaN, ±inf,
+values too large, CSV cells), ``arrow`` (DataFrames to blocks; the Arrow batch helpers the
+scorer shares).
 
 Spark code here only moves arrays: the functions shipped to executors are module-level or
 closures over plain values, and nothing is random.
@@ -36,7 +38,8 @@ from .blocks import (DENSE_FROM_DENSITY, MAX_BLOCK_BYTES, ROW_ID_SHIFT, Block, B
                      DataFormatError, DataPathError, bounded_blocks, check_blocks, dense_enough,
                      error_text, feature_bytes, spark_read)
 from .libsvm import read_libsvm_local
-from .read import FORMATS, INPUT_SPLIT_BYTES, input_slices, read_blocks
+from .read import FORMATS, INPUT_SPLIT_BYTES, input_slices, input_statuses, read_blocks
+from .text_lines import check_csv_cells
 
 __all__ = [
     "Block", "BlockStats", "DataFormatError", "DataPathError", "FORMATS",
@@ -44,5 +47,5 @@ __all__ = [
     "check_blocks", "error_text", "spark_read", "dense_enough", "DENSE_FROM_DENSITY",
     "ROW_ID_SHIFT", "CHUNK_ROWS", "INPUT_SPLIT_BYTES", "input_slices", "batch_matrix",
     "numbered_batches", "vector_or_array_as_doubles", "MAX_BLOCK_BYTES", "bounded_blocks",
-    "feature_bytes",
+    "feature_bytes", "check_csv_cells", "input_statuses",
 ]

@@ -14,6 +14,7 @@ from collections import deque, namedtuple
 import numpy as np
 import scipy.sparse
 
+from ...errors import InputError
 from ...formats.libsvm import csr_to_dense
 from ...validation import max_abs_value
 
@@ -48,15 +49,16 @@ FEATURE_DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
 # Errors
 # ----------------------------------------------------------------------------------------------
 
-class DataFormatError(ValueError):
-    """The input is readable but its content is wrong; ``path``/``line``/``token`` say where."""
+class DataFormatError(InputError):
+    """The input is readable but its content is wrong; ``path``/``line``/``token`` say where.
+    A ValueError (through :class:`~sodm_spark.errors.InputError`)."""
 
     def __init__(self, message, path=None, line=None, token=None):
         super().__init__(message)
         self.path, self.line, self.token = path, line, token
 
 
-class DataPathError(FileNotFoundError, ValueError):
+class DataPathError(FileNotFoundError, InputError):
     """The input path does not exist (or cannot be listed); also a ``ValueError``."""
 
 
@@ -228,18 +230,24 @@ def _summarize_blocks(n_features, max_labels):
 
 
 def _shown_ids(summaries, field, total):
+    """The first rows of ``field`` as their partition and row: the row ids of DataFrame
+    blocks (text input names its lines in its reader's validation job)."""
     ids = [i for s in summaries for i in s[field]][:10]
-    return ", ".join(map(str, ids)) + (f" and {total - len(ids)} more" if total > len(ids) else "")
+    shown = ", ".join(f"row {i & ((1 << ROW_ID_SHIFT) - 1)} of partition {i >> ROW_ID_SHIFT}"
+                      for i in ids)
+    return shown + (f" and {total - len(ids)} more" if total > len(ids) else "")
 
 
-def check_blocks(blocks_rdd, n_features, max_labels=1000):
-    """One Spark job over the blocks: label counts and row total, or a ValueError.
+def check_blocks(blocks_rdd, n_features, max_labels=1000, where=None):
+    """One Spark job over the blocks: label counts and row total, or a ValueError (its message
+    begins with ``where``, naming the data, when given).
 
     Returns ``BlockStats(label_counts, n_rows)``: ``label_counts`` maps each distinct label to
     its row count (``None`` if more than ``max_labels`` distinct values, e.g. regression
     targets). Raises ``ValueError`` when a row holds NaN or ±inf (in X or y) or a feature
     beyond ±``MAX_ABS_VALUE`` (1e100; 1e15 for float32 rows: kernels would overflow, see
-    :data:`sodm_spark.validation.MAX_ABS_VALUE`), naming the first 10 row ids; when a block
+    :data:`sodm_spark.validation.MAX_ABS_VALUE`), naming the first 10 rows by partition and
+    row (the readers of text input refuse such lines first, naming them); when a block
     is malformed (dtype, shape, contiguity, ``n_features``); or when there are no rows.
     """
     n_features = check_n_features(n_features)
@@ -253,21 +261,20 @@ def check_blocks(blocks_rdd, n_features, max_labels=1000):
     n_rows = sum(s[1] for s in summaries)
     if n_rows == 0:
         raise ValueError("the data has no rows: every partition is empty. Check the input.")
-    row_ids_note = (f"Row ids are 0-based line numbers for LIBSVM input and (partition << "
-                    f"{ROW_ID_SHIFT}) + row for CSV/Parquet/DataFrames.")
+    named = "" if where is None else f"{where}: "
     n_bad = sum(s[2] for s in summaries)
     if n_bad:
-        raise ValueError(
-            f"{n_bad} row(s) contain NaN or infinity (in the features or the label): row ids "
-            f"{_shown_ids(summaries, 3, n_bad)}. {row_ids_note} Remove or impute those rows (or "
+        raise DataFormatError(
+            f"{named}{n_bad} row(s) contain NaN or infinity (in the features or the label): "
+            f"{_shown_ids(summaries, 3, n_bad)} (0-based). Remove or impute those rows (or "
             "empty cells) before training.")
     n_huge = sum(s[6] for s in summaries)
     if n_huge:
-        raise ValueError(
-            f"{n_huge} row(s) hold feature values beyond ±{min(s[8] for s in summaries if s[6]):g}"
-            f", whose squares overflow the kernels to NaN: row ids "
-            f"{_shown_ids(summaries, 7, n_huge)}. "
-            f"{row_ids_note} Rescale those features (e.g. divide each column by its largest "
+        limit = min(s[8] for s in summaries if s[6])
+        raise DataFormatError(
+            f"{named}{n_huge} row(s) hold feature values beyond ±{limit:g}"
+            f", whose squares overflow the kernels to NaN: {_shown_ids(summaries, 7, n_huge)} "
+            "(0-based). Rescale those features (e.g. divide each column by its largest "
             "magnitude), or, if they are placeholders for missing values, remove those rows.")
     counts = {}
     for summary in summaries:

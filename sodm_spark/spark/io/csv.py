@@ -1,7 +1,8 @@
 """CSV files as a DataFrame of a ``label`` column and numeric ``f0..f{d-1}`` feature columns.
 
-One Spark job counts, per column, the cells that are not numbers; the first offending cell is
-reported with its row, file and column role (label or feature) before anything is trained.
+One Spark job over the text checks every cell (:func:`.text_lines.check_csv_cells`): the
+first one that is not a finite number is reported with its file, line, column and role (label
+or feature) before anything is trained.
 :func:`sodm_spark.spark.io.arrow.dataframe_to_blocks` then turns the DataFrame into blocks.
 """
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .blocks import DataFormatError, empty_message, spark_read
+from .text_lines import check_csv_cells
 
 
 def _is_number(text):
@@ -38,11 +40,13 @@ def _label_position(names, label_col, header, where):
                      "them or a 0-based column position.")
 
 
-def read_csv_df(spark, path, label_col, header, sep):
-    """The CSV as ``(DataFrame label + f0..f{d-1}, feature column names, where)``, validated.
+def read_csv_df(spark, path, label_col, header, sep, statuses, limit=None):
+    """The CSV as ``(DataFrame label + f0..f{d-1}, feature column names, where)``, validated:
+    every cell a finite number (at most ``limit`` in magnitude when given).
 
     ``header=None`` detects a header (first row not all numbers); see
-    :func:`sodm_spark.spark.io.read_blocks` for ``label_col``.
+    :func:`sodm_spark.spark.io.read_blocks` for ``label_col``; ``statuses`` are the input's
+    Hadoop file statuses.
     """
     from pyspark.sql import functions as F
 
@@ -65,33 +69,11 @@ def read_csv_df(spark, path, label_col, header, sep):
     positional = [f"_c{i}" for i in range(len(names))]
     df = raw.toDF(*positional)
 
-    def bad(c):
-        return F.col(c).isNotNull() & F.col(c).try_cast("double").isNull()
-
-    counts = df.agg(F.count(F.lit(1)).alias("_n"),
-                    *[F.sum(F.when(bad(c), 1).otherwise(0)).alias(f"_b{i}")
-                      for i, c in enumerate(positional)]).first()
-    if counts["_n"] == 0:
+    # every cell a finite number, named by file and line (.text_lines); the DataFrame below
+    # casts what that job has checked
+    if check_csv_cells(spark, path, statuses, names, dict.fromkeys(range(len(names)), "feature")
+                       | {label_pos: "label"}, sep, bool(header), limit) == 0:
         raise DataFormatError(empty_message(path, "csv", "has no data rows"), path=path)
-    bad_cols = [i for i in range(len(names)) if counts[f"_b{i}"]]
-    if bad_cols:
-        i = bad_cols[0]
-        row = df.filter(bad(positional[i])).select(F.input_file_name().alias("_file"),
-                                                   *positional).first()
-        cells = ", ".join(f"{names[j]}={row[positional[j]]!r}" for j in range(min(len(names),
-                                                                                   12)))
-        more = ", ..." if len(names) > 12 else ""
-        role = ("the label column" if i == label_pos else "a feature column")
-        advice = ("Labels must be numbers (e.g. 0/1 or -1/+1): map class names to numbers"
-                  if i == label_pos else "Every column other than the label must be numeric: "
-                  "fix or remove those cells, or drop the column")
-        others = (f"; non-numeric cells also in column(s) "
-                  f"{[names[j] for j in bad_cols[1:6]]}" if len(bad_cols) > 1 else "")
-        raise DataFormatError(
-            f"{where}: column {names[i]!r} ({role}, column {i + 1} of {len(names)}) holds "
-            f"the non-numeric value {row[positional[i]]!r} in the row [{cells}{more}] of "
-            f"{row['_file']}; {counts[f'_b{i}']} cell(s) of that column are not numbers"
-            f"{others}. {advice}.", path=path, token=row[positional[i]])
     feature_pos = [j for j in range(len(names)) if j != label_pos]
     out = df.select(F.col(positional[label_pos]).try_cast("double").alias("label"),
                     *[F.col(positional[j]).try_cast("double").alias(f"f{k}")

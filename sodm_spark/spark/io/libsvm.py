@@ -2,7 +2,8 @@
 
 Both readers hand whole text buffers to :func:`sodm_spark.formats.libsvm.parse_libsvm_text`
 (numpy + numba), so the driver and the executors parse alike. Errors name the file, the exact
-1-based line and the token. Row ids are 0-based line numbers over the input (files in Spark's
+1-based line and the token, and so do the refusals of NaN, ±inf and too large values
+(:mod:`.text_lines`). Row ids are 0-based line numbers over the input (files in Spark's
 listing order; blank and comment lines use up their number).
 """
 from __future__ import annotations
@@ -13,9 +14,12 @@ from pathlib import Path
 
 import numpy as np
 
+from ...errors import reported_to_driver
 from ...formats.libsvm import parse_libsvm_text
+from ...validation import MAX_ABS_VALUE, max_abs_value
 from .blocks import (DataFormatError, DataPathError, block_from_parsed, bounded_blocks,
                      check_n_features, empty_message)
+from .text_lines import line_locations, refuse_bad_values, value_summary
 
 
 def _where(file, line, partition=None, local_line=None):
@@ -56,7 +60,7 @@ def _no_features(path):
                            path=str(path))
 
 
-def read_libsvm_local(path, n_features=None, sparse=False):
+def read_libsvm_local(path, n_features=None, sparse=False, check_values=False):
     """Read a LIBSVM file on the driver into dense ``(X, y)`` (float64), pure numpy.
 
     ``sparse=True`` returns X as a scipy CSR matrix (wide data is never densified);
@@ -66,7 +70,8 @@ def read_libsvm_local(path, n_features=None, sparse=False):
     a larger ``n_features`` pads with zero columns. Errors name the file and the exact 1-based
     line (a line that is not UTF-8 text too: a compressed file without its .gz name, say);
     ``.gz``/``.bz2`` files are decompressed. NaN, inf and huge values parse as they are
-    (as in scikit-learn's reader); the estimators refuse them naming the row.
+    (as in scikit-learn's reader; the estimators refuse them naming the row) unless
+    ``check_values``: then a NaN, ±inf or a magnitude beyond ±1e100 is refused naming the line.
     """
     n_features = check_n_features(n_features)
     p = Path(path)
@@ -80,6 +85,9 @@ def read_libsvm_local(path, n_features=None, sparse=False):
     if parsed.error is not None:
         line, problem = parsed.error
         raise _libsvm_error(problem, str(path), line + 1)
+    if check_values:
+        refuse_bad_values(path, [(str(path), 0, 0, 0)], [value_summary(parsed, MAX_ABS_VALUE)],
+                          MAX_ABS_VALUE)
     if not parsed.labels.size:
         raise _no_data_lines(path)
     d = n_features if n_features is not None else _width(parsed)
@@ -99,8 +107,10 @@ def _partition_text(lines):
     return "\n".join(lines).encode("utf-8"), len(lines)
 
 
-def _scan_libsvm(n_features):
-    """Validation pass of one partition: (index, n_lines, n_rows, max index, error or None)."""
+def _scan_libsvm(n_features, limit):
+    """Validation pass of one partition: (index, n_lines, n_rows, max index, error or None,
+    the rows whose values are not finite or beyond ±``limit``: a
+    :func:`.text_lines.value_summary`)."""
     def scan(index, lines):
         text, n_lines = _partition_text(lines)
         parsed = parse_libsvm_text(text, n_features)
@@ -108,13 +118,15 @@ def _scan_libsvm(n_features):
         if parsed.error is not None:
             line, problem = parsed.error
             error = (line + 1, problem)
-        yield index, n_lines, int(parsed.labels.size), _width(parsed), error
+        yield (index, n_lines, int(parsed.labels.size), _width(parsed), error,
+               value_summary(parsed, limit))
     return scan
 
 
 def _parse_libsvm(d, locations, sparse=False, dtype=np.float64):
     """A partition's lines as bounded Blocks (:func:`bounded_blocks`); ``locations[i] = (file,
     first line in file - 1, first global line number)`` for error messages and row ids."""
+    @reported_to_driver  # the input changed since the validation pass: still its line
     def build(index, lines):
         file, file_offset, row_offset = locations[index]
         parsed = parse_libsvm_text(_partition_text(lines)[0], d)
@@ -128,45 +140,24 @@ def _parse_libsvm(d, locations, sparse=False, dtype=np.float64):
     return build
 
 
-def _split_files(text_rdd):
-    """File of each partition of an ``sc.textFile`` RDD (its Hadoop FileSplit), or None."""
-    try:
-        names = []
-        for part in text_rdd._jrdd.rdd().partitions():
-            names.append(str(part.inputSplit().value().getPath().toString()))
-        return names
-    except Exception:  # not a HadoopRDD underneath, or internals changed: fall back
-        return None
-
-
 def read_libsvm_spark(spark, path, statuses, n_features, min_partitions, sparse=False,
                       dtype=np.float64):
     """``(RDD[Block], d)`` of the LIBSVM input ``path`` (its Hadoop ``statuses`` listed by
     :func:`read_blocks`): one validation job, then a lazy parse (see :func:`read_blocks`)."""
     sc = spark.sparkContext
     lines = sc.textFile(path, min_partitions)
-    stats = sorted(lines.mapPartitionsWithIndex(_scan_libsvm(n_features)).collect())
-    n_parts = lines.getNumPartitions()
-    files = _split_files(lines)
-    if files is None and len(statuses) == 1 and not statuses[0].isDirectory():
-        files = [path] * n_parts  # one file: partitions are its consecutive byte ranges
-    # Line offsets: within each file (partitions of a file are consecutive) and globally.
-    locations, seen_in_file, global_offset = [], {}, 0
-    for i in range(n_parts):
-        n_lines = stats[i][1]
-        if files is None:
-            locations.append((path, None, global_offset))
-        else:
-            offset = seen_in_file.get(files[i], 0)
-            locations.append((files[i], offset, global_offset))
-            seen_in_file[files[i]] = offset + n_lines
-        global_offset += n_lines
-    for index, _, _, _, error in stats:
+    limit = max_abs_value(dtype)
+    stats = sorted(lines.mapPartitionsWithIndex(_scan_libsvm(n_features, limit)).collect())
+    # line offsets: within each file (partitions of a file are consecutive) and globally
+    locations = line_locations(lines, path, statuses, [s[1] for s in stats])
+    for index, _, _, _, error, _ in stats:
         if error is not None:
             local_line, problem = error
             file, offset, _ = locations[index]
             line_no = None if offset is None else offset + local_line
             raise _libsvm_error(problem, file, line_no, index, local_line)
+    refuse_bad_values(path, [(*location, index) for index, location in enumerate(locations)],
+                      [s[5] for s in stats], limit)
     if sum(s[2] for s in stats) == 0:
         raise _no_data_lines(path)
     d = n_features if n_features is not None else max(s[3] for s in stats)

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from ...validation import max_abs_value
 from .arrow import dataframe_to_blocks
 from .blocks import (DataFormatError, DataPathError, check_n_features, check_positive,
                      empty_message, error_text, spark_read)
@@ -36,7 +37,7 @@ def _normalize_format(fmt, path):
     return name
 
 
-def _input_statuses(spark, path, fmt):
+def input_statuses(spark, path, fmt):
     """Hadoop FileStatus list of ``path`` (globs allowed); a DataPathError if nothing matches."""
     sc = spark.sparkContext
     try:
@@ -120,7 +121,7 @@ def read_blocks(spark, path, fmt, n_features=None, min_partitions=None, *, label
     fmt = _normalize_format(fmt, path)
     n_features = check_n_features(n_features)
     min_partitions = check_positive(min_partitions, "min_partitions")
-    statuses = _input_statuses(spark, path, fmt)
+    statuses = input_statuses(spark, path, fmt)
     _check_not_all_empty(statuses, path, fmt)
     slices = input_slices(spark, statuses)
     if fmt == "libsvm":
@@ -131,7 +132,8 @@ def read_blocks(spark, path, fmt, n_features=None, min_partitions=None, *, label
     # the file splits are planned when the blocks' RDD is built, inside this block
     with _sql_conf(spark, "spark.sql.files.minPartitionNum", str(slices)):
         if fmt == "csv":
-            df, feature_cols, where = read_csv_df(spark, str(path), label_col, header, sep)
+            df, feature_cols, where = read_csv_df(spark, str(path), label_col, header, sep,
+                                                  statuses, max_abs_value(dtype))
             blocks, d = dataframe_to_blocks(df, feature_cols, "label", where=where,
                                             min_partitions=min_partitions, dtype=dtype)
         else:
