@@ -21,12 +21,17 @@ from dataclasses import replace
 
 import numpy as np
 import scipy.linalg
+import scipy.sparse
 
 from .kernels import decision_values, kernel_matrix
 from .model import KernelExpansion, labels_from_scores
 from .partition import kmeans, select_landmarks
 
 METHODS = ("random", "landmarks", "largest", "kmeans")
+#: Why k-means compression refuses a model of sparse rows, and what to use instead.
+SPARSE_KMEANS = ("compression method 'kmeans' places its points at k-means centres, which for "
+                 "sparse rows are dense vectors of every feature; use 'random' or 'landmarks' "
+                 "(points among the support vectors, kept sparse)")
 FITS = ("data", "rkhs")
 # "data" fits f on a seeded sample of the support vectors, FIT_ROWS_PER_POINT per point and at
 # least FIT_ROWS. On 600,000 deformed Fashion-MNIST rows (a model of 338,829 SVs, test accuracy
@@ -104,6 +109,8 @@ def choose_points(candidates: np.ndarray, n_points: int, method: str, kernel,
     if method in ("random", "largest") or candidates.shape[0] <= n_points:
         return candidates[:n_points]
     if method == "kmeans":
+        if scipy.sparse.issparse(candidates):
+            raise ValueError(SPARSE_KMEANS + ".")
         return kmeans(candidates, n_points, seed=seed, max_iter=KMEANS_ITERATIONS)
     return candidates[np.sort(select_landmarks(candidates, kernel, n_points))]
 

@@ -255,23 +255,24 @@ class SODMClassificationModel(Model, _SODMParams, VersionedReadWrite):
         binary = expansion.coef.shape[1] == 1
         payload = spark.sparkContext.broadcast(
             (expansion.support_vectors, expansion.coef, expansion.kernel.to_dict(),
-             expansion.intercept, expansion.feature_offset, expansion.feature_scale))
+             expansion.intercept, expansion.feature_offset, expansion.feature_scale,
+             expansion.feature_columns))
         n_features, features_col = self.numFeatures, self.getFeaturesCol()
         classes = [float(c) for c in expansion.classes]
 
         @F.pandas_udf(ArrayType(DoubleType()))
         def raw_scores_udf(features: pd.Series) -> pd.Series:
+            from sodm_spark.column_stats import scale_rows
             from sodm_spark.kernels import Kernel
             from sodm_spark.scoring import raw_scores
-            support_vectors, coef, kernel_dict, intercept, offset, scale = payload.value
+            support_vectors, coef, kernel_dict, intercept, offset, scale, columns = payload.value
             X = np.stack(features.to_numpy()).astype(np.float64) if len(features) else \
                 np.zeros((0, n_features))
             if X.shape[1] != n_features:
                 raise ValueError(f"column {features_col!r} has {X.shape[1]} features; the "
                                  f"model was trained on {n_features}. Transform data with the "
                                  "training data's feature columns, in the same order.")
-            if scale is not None:  # the model's feature scaling (KernelExpansion.inputs)
-                X = (X - offset) * scale
+            X = scale_rows(X, offset, scale, columns)  # the model's (KernelExpansion.inputs)
             # jobs/predict.py's scoring: float32 kernel blocks, boundary rows in float64
             scores, _ = raw_scores(X, support_vectors, coef, Kernel.from_dict(kernel_dict),
                                    intercept)

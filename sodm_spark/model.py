@@ -1,4 +1,9 @@
-"""KernelExpansion: the model every kernel method here produces, saved as arrays + JSON."""
+"""KernelExpansion: the model every kernel method here produces, saved as arrays + JSON.
+
+Support vectors are dense rows or CSR rows (a model trained on sparse rows keeps them sparse);
+``arrays.npz`` holds either the dense matrix or the CSR arrays (``sv_data``, ``sv_indices``,
+``sv_indptr``, ``sv_shape``) — plain arrays, never pickles.
+"""
 from __future__ import annotations
 
 import io
@@ -10,12 +15,17 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse
 
+from .column_stats import scale_rows
 from .kernels import Kernel, decision_values
 from .storage import join, replace_versioned, resolve_version, store_for
 
 FORMAT_NAME = "sodm_spark.KernelExpansion"
-FORMAT_VERSION = 2  # 2: the feature scaling (written only when a model has one, else 1)
-READ_VERSIONS = (1, 2)
+# 2: the feature scaling (written only when a model has one, else 1); 3: sparse support
+# vectors or a scaling of some columns only (written only then)
+FORMAT_VERSION = 3
+READ_VERSIONS = (1, 2, 3)
+#: The CSR arrays of sparse support vectors in ``arrays.npz``.
+SPARSE_ARRAYS = ("sv_data", "sv_indices", "sv_indptr", "sv_shape")
 MODEL_FILES = ("arrays.npz", "metadata.json")  # in a version folder (or a pre-version directory)
 
 
@@ -37,8 +47,10 @@ class KernelExpansion:
     per output) is added to f for the comparators that have a bias (CVM, CVR, coreset SVM);
     ODM has none. A regression model has no classes: ``predict`` returns f itself.
     ``feature_offset`` and ``feature_scale`` (one per column; SODM's min-max scaling) map a raw
-    row x to the kernel's input ``(x − offset) · scale`` (:meth:`inputs`); the support vectors
-    are stored mapped.
+    row x to the kernel's input ``(x − offset) · scale`` (:meth:`inputs`); with
+    ``feature_columns`` (SODM's max-abs scaling of sparse rows) ``feature_scale`` holds the
+    factors of those columns only, the others are kept, and there is no offset. The support
+    vectors (dense, or CSR) are stored mapped.
     """
 
     support_vectors: np.ndarray
@@ -48,23 +60,26 @@ class KernelExpansion:
     intercept: np.ndarray | None = None
     feature_offset: np.ndarray | None = None
     feature_scale: np.ndarray | None = None
+    feature_columns: np.ndarray | None = None
 
     def inputs(self, X):
-        """Raw rows as the kernel's inputs (the feature scaling applied, in X's float dtype)."""
-        if self.feature_scale is None:
-            return X
-        dtype = X.dtype if X.dtype in (np.float32, np.float64) else np.float64
-        return ((np.asarray(X, dtype=dtype) - self.feature_offset.astype(dtype))
-                * self.feature_scale.astype(dtype))
+        """Raw rows (dense or CSR) as the kernel's inputs (the feature scaling applied, in X's
+        float dtype; CSR rows stay CSR unless a min-max offset has to shift their zeros)."""
+        return scale_rows(X, self.feature_offset, self.feature_scale, self.feature_columns)
+
+    @property
+    def n_features(self) -> int:
+        return int(self.support_vectors.shape[1])
 
     @property
     def is_regression(self) -> bool:
         return np.asarray(self.classes).size == 0
 
-    def decision_function(self, X: np.ndarray, block_mb: float = 256.0) -> np.ndarray:
-        if not scipy.sparse.issparse(X):  # sparse rows work with the linear kernel
-            X = self.inputs(np.asarray(X, dtype=np.float64))
-        return self.input_scores(X, block_mb)
+    def decision_function(self, X, block_mb: float = 256.0) -> np.ndarray:
+        """f on raw rows, dense or CSR (the feature scaling applied first)."""
+        if not scipy.sparse.issparse(X):
+            X = np.asarray(X, dtype=np.float64)
+        return self.input_scores(self.inputs(X), block_mb)
 
     def input_scores(self, X, block_mb: float = 256.0) -> np.ndarray:
         """f on rows already mapped by :meth:`inputs`: (n,) for one output, else (n, K)."""
@@ -97,15 +112,27 @@ class KernelExpansion:
         classes = np.asarray(self.classes)
         if classes.dtype.kind not in "iufbU":
             classes = classes.astype(str)
-        arrays = {"support_vectors": self.support_vectors, "coef": self.coef, "classes": classes}
+        sparse = scipy.sparse.issparse(self.support_vectors)
+        arrays = {"coef": self.coef, "classes": classes}
+        if sparse:
+            csr = self.support_vectors.tocsr()
+            arrays.update(sv_data=csr.data, sv_indices=csr.indices, sv_indptr=csr.indptr,
+                          sv_shape=np.asarray(csr.shape, dtype=np.int64))
+        else:
+            arrays["support_vectors"] = self.support_vectors
         if self.intercept is not None:
             arrays["intercept"] = np.asarray(self.intercept, dtype=np.float64)
         if self.feature_scale is not None:
-            arrays["feature_offset"] = np.asarray(self.feature_offset, dtype=np.float64)
             arrays["feature_scale"] = np.asarray(self.feature_scale, dtype=np.float64)
+            if self.feature_offset is not None:
+                arrays["feature_offset"] = np.asarray(self.feature_offset, dtype=np.float64)
+            if self.feature_columns is not None:
+                arrays["feature_columns"] = np.asarray(self.feature_columns, dtype=np.int64)
         buffer = io.BytesIO()
         np.savez(buffer, **arrays)
-        version = FORMAT_VERSION if self.feature_scale is not None else 1
+        # the oldest version that holds these arrays, so older readers keep reading dense models
+        version = 3 if sparse or self.feature_columns is not None else \
+            2 if self.feature_scale is not None else 1
         metadata = {"format": FORMAT_NAME, "format_version": version,
                     "kernel": self.kernel.to_dict(), "n_support": int(self.support_vectors.shape[0]),
                     "n_features": int(self.support_vectors.shape[1])}
@@ -169,10 +196,19 @@ class KernelExpansion:
         try:
             with np.load(io.BytesIO(store.read_bytes(arrays_path)), allow_pickle=False) as arrays:
                 optional = {name: arrays[name] if name in arrays.files else None
-                            for name in ("intercept", "feature_offset", "feature_scale")}
-                model = cls(arrays["support_vectors"], arrays["coef"], kernel, arrays["classes"],
+                            for name in ("intercept", "feature_offset", "feature_scale",
+                                         "feature_columns")}
+                if "sv_data" in arrays.files:
+                    data, indices, indptr, shape = (arrays[name] for name in SPARSE_ARRAYS)
+                    support_vectors = scipy.sparse.csr_matrix((data, indices, indptr),
+                                                              shape=tuple(int(n) for n in shape))
+                    support_vectors.check_format(full_check=True)
+                else:
+                    support_vectors = arrays["support_vectors"]
+                model = cls(support_vectors, arrays["coef"], kernel, arrays["classes"],
                             **optional)
-        except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile) as error:
+        except (OSError, EOFError, ValueError, KeyError, IndexError,
+                zipfile.BadZipFile) as error:
             raise ValueError(f"{arrays_path} is truncated or corrupt "
                              f"({type(error).__name__}: {error}). {redo}") from None
         if model.support_vectors.shape != expected or model.coef.shape[0] != expected[0]:

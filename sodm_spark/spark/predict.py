@@ -14,6 +14,10 @@ output has the key (the input's key column, or a row id ``(partition << 40) + ro
 on the input's own partitions before any repartition, so it follows the input's order), the
 prediction (the label value) and the raw scores (``rawPrediction`` as MLlib has it: [-f, f]
 for two classes, one score per class otherwise).
+
+An ML-vector features column (Spark's LIBSVM reader gives sparse vectors) is scored as CSR
+rows, built from the vectors' own Arrow arrays: text rows with 10^5+ features are never
+densified, and a model trained on sparse rows scores them by sparse products.
 """
 from __future__ import annotations
 
@@ -27,8 +31,10 @@ from contextlib import contextmanager, suppress
 import numpy as np
 
 from .. import scoring
+from ..column_stats import scale_rows
 from ..model import KernelExpansion
-from .io import ROW_ID_SHIFT, batch_matrix, vector_or_array_as_doubles
+from .io import ROW_ID_SHIFT, batch_matrix, dense_enough, vector_or_array_as_doubles
+from .io.arrow import is_vector_type, vector_rows
 
 RAW_COLUMN, PREDICTION_COLUMN, ROW_ID_COLUMN = "rawPrediction", "prediction", "row_id"
 # Partitions: every core busy (defaultParallelism), and for a model that costs more than
@@ -53,13 +59,16 @@ def scoring_partitions(current: int, parallelism: int, n_support: int, n_feature
 
 
 def _features(df, features_col, exclude, n_features):
-    """(list of feature Columns to select, kind): an array column, or numeric columns."""
+    """(list of feature Columns to select, kind): an ML vector column (kept as its struct of
+    sparse or dense arrays), an array column, or numeric columns."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import NumericType
 
     schema = {field.name: field.dataType for field in df.schema.fields}
     if features_col in schema:
         dtype = schema[features_col]
+        if is_vector_type(dtype):
+            return [F.col(features_col).alias("features")], "vector"
         features = vector_or_array_as_doubles(features_col, dtype)
         if features is not None:
             return [features.alias("features")], "array"
@@ -119,8 +128,9 @@ def _score_batches(spec, kind, n_features, key_col, precision, classes, block_by
 
         current = precision
         support = SupportSet.open(spec, SparkFiles.get)
-        offset, scale = (None if spec.get(name) is None else np.asarray(spec[name])
-                         for name in ("feature_offset", "feature_scale"))
+        offset, scale, columns = (None if spec.get(name) is None else np.asarray(spec[name])
+                                  for name in ("feature_offset", "feature_scale",
+                                               "feature_columns"))
         for batch in batches:
             n = batch.num_rows
             if n == 0:
@@ -135,14 +145,27 @@ def _score_batches(spec, kind, n_features, key_col, precision, classes, block_by
                     raise ValueError(f"{_which_row(keys, bad, key_col)} has {lengths[bad]} "
                                      f"features (or none); the model was trained on "
                                      f"{n_features}.")
-            X = batch_matrix(batch, kind, 1, n_features)
-            finite = np.isfinite(X).all(axis=1)
+            if kind == "vector":  # CSR rows, whatever the width
+                X, sizes = vector_rows(batch.column(1), n_features)
+                if np.any(sizes != n_features):
+                    bad = int(np.flatnonzero(sizes != n_features)[0])
+                    raise ValueError(f"{_which_row(keys, bad, key_col)} has "
+                                     f"{'no features' if sizes[bad] < 0 else sizes[bad]} "
+                                     f"features; the model was trained on {n_features}.")
+                rows = np.repeat(np.arange(n), np.diff(X.indptr))
+                finite = np.ones(n, dtype=bool)
+                finite[rows[~np.isfinite(X.data)]] = False
+                if dense_enough(X.nnz, n, n_features):  # dense vectors: one GEMM a block
+                    X = X.toarray()
+            else:
+                X = batch_matrix(batch, kind, 1, n_features)
+                finite = np.isfinite(X).all(axis=1)
             if not finite.all():
                 bad = int(np.flatnonzero(~finite)[0])
                 raise ValueError(f"{_which_row(keys, bad, key_col)} has a missing, NaN or "
                                  "infinite feature; fill or drop such rows before scoring.")
-            if scale is not None:  # the model's feature scaling (KernelExpansion.inputs)
-                X = (X - offset) * scale
+            # the model's feature scaling (KernelExpansion.inputs)
+            X = scale_rows(X, offset, scale, columns)
             scores, rescored = support.raw_scores(X, current, block_bytes)
             if 2 * rescored > n:
                 current = "float64"
@@ -211,8 +234,10 @@ def score_dataframe(df, model: KernelExpansion, features_col: str = "features",
         spec = support.save(folder, prefix=f"sodm-predict-{uuid.uuid4().hex[:12]}-")
         names = [name for name in spec["names"].values() if name]
         if model.feature_scale is not None:
-            spec["feature_offset"] = np.asarray(model.feature_offset, np.float64).tolist()
             spec["feature_scale"] = np.asarray(model.feature_scale, np.float64).tolist()
+            for name in ("feature_offset", "feature_columns"):
+                value = getattr(model, name)
+                spec[name] = None if value is None else np.asarray(value).tolist()
         for name in names:
             sc.addFile(os.path.join(folder, name))
         scored = selected.mapInArrow(
