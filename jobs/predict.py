@@ -58,15 +58,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def read_table(spark, args, n_features):
+def read_table(spark, args):
     where = f"{args.data} (format {args.format!r})"
     if args.format == "parquet":
         return spark_read(where, lambda: spark.read.parquet(args.data))
     if args.format == "csv":
         return spark_read(where, lambda: spark.read.csv(args.data, header=args.header,
                                                         inferSchema=True))
-    return spark_read(where, lambda: spark.read.format("libsvm")
-                      .option("numFeatures", n_features).load(args.data))
+    # the vectors' size is then the file's largest index: rows with indices beyond the model's
+    # features (words no training row had) are scored without them
+    return spark_read(where, lambda: spark.read.format("libsvm").load(args.data))
 
 
 def write_atomically(frame, out: Path, overwrite: bool) -> None:
@@ -126,11 +127,13 @@ def main(argv=None) -> int:
         raise SystemExit(f"error: --model: {error}")
     with job_session("sodm-spark: predict", args.master) as spark:
         rows = spark.sparkContext.accumulator(0)
+        ignored = spark.sparkContext.accumulator(0)
         preparing = time.perf_counter()
         try:
-            with score_dataframe(read_table(spark, args, model.support_vectors.shape[1]),
+            with score_dataframe(read_table(spark, args),
                                  model, args.features_col, args.key_col, args.label_col,
-                                 args.precision, rows) as (frame, partitions):
+                                 args.precision, rows, any_vector_size=args.format == "libsvm",
+                                 values_ignored=ignored) as (frame, partitions):
                 prepare_seconds = time.perf_counter() - preparing
                 print(f"scoring {args.data} with {model.support_vectors.shape[0]:,} support "
                       f"vectors ({args.precision} kernel blocks) in {partitions} tasks "
@@ -139,6 +142,10 @@ def main(argv=None) -> int:
         except (ValueError, FileNotFoundError) as error:
             raise SystemExit(f"error: --data {args.data}: {error}")
         rate = rows.value / max(seconds, 1e-9)
+        if ignored.value:
+            print(f"left out {ignored.value:,} value{'s' if ignored.value != 1 else ''} in "
+                  f"columns beyond the model's {model.support_vectors.shape[1]:,} features "
+                  "(features no training row had: no prediction depends on them)", flush=True)
         print(f"scored {rows.value:,} rows in {seconds:.2f} s ({rate:,.0f} rows/s); "
               f"predictions written to {out}", flush=True)
         if args.metrics_out:

@@ -244,8 +244,9 @@ def read_driver_side(spark, path, args, n_features, sparse, flag):
             # they change no prediction (rbf: every kernel value by one factor, unless a
             # --kernel-offset is added; linear and poly: no inner product)
             beyond = int(pair[0].nnz - pair[0][:, :n_features].nnz)
-            print(f"{flag} {path}: {beyond:,} values in columns beyond the training data's "
-                  f"{n_features:,} are ignored (features no training row has)", flush=True)
+            print(f"{flag} {path}: left out {beyond:,} value{'s' if beyond != 1 else ''} in "
+                  f"columns beyond the training data's {n_features:,} (features no training "
+                  "row has)", flush=True)
             pair = (pair[0][:, :n_features].tocsr(), pair[1])
     else:
         blocks, d = read_blocks(spark, path, args.format)

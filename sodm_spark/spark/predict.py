@@ -30,7 +30,8 @@ from contextlib import contextmanager, suppress
 
 import numpy as np
 
-from .. import scoring
+from .. import scoring, sparse_rows
+from ..sparse_rows import memory_width
 from ..column_stats import scale_rows
 from ..model import KernelExpansion
 from .io import ROW_ID_SHIFT, batch_matrix, dense_enough, vector_or_array_as_doubles
@@ -106,8 +107,12 @@ def _which_row(keys, index, key_col):
 
 
 def _score_batches(spec, kind, n_features, key_col, precision, classes, block_bytes,
-                   rows_scored, threads):
+                   rows_scored, threads, any_vector_size=False, values_ignored=None):
     """The ``mapInArrow`` function (closes over plain values only): column 0 the key.
+
+    ``any_vector_size`` (LIBSVM rows, whose vectors are as long as the file's largest index):
+    values beyond the model's features are left out and counted in ``values_ignored``, shorter
+    vectors padded; otherwise a vector of another length is refused.
 
     BLAS gets the task's ``threads`` (``spark.task.cpus``): with a thread per core in every
     task, two tasks on two cores ran 2.6× slower. When the float32 pass sends most of a batch
@@ -146,9 +151,12 @@ def _score_batches(spec, kind, n_features, key_col, precision, classes, block_by
                                      f"features (or none); the model was trained on "
                                      f"{n_features}.")
             if kind == "vector":  # CSR rows, whatever the width
-                X, sizes = vector_rows(batch.column(1), n_features)
-                if np.any(sizes != n_features):
-                    bad = int(np.flatnonzero(sizes != n_features)[0])
+                X, sizes, beyond = vector_rows(batch.column(1), n_features)
+                if beyond and values_ignored is not None:
+                    values_ignored.add(beyond)
+                wrong = sizes < 0 if any_vector_size else sizes != n_features
+                if np.any(wrong):
+                    bad = int(np.flatnonzero(wrong)[0])
                     raise ValueError(f"{_which_row(keys, bad, key_col)} has "
                                      f"{'no features' if sizes[bad] < 0 else sizes[bad]} "
                                      f"features; the model was trained on {n_features}.")
@@ -184,9 +192,15 @@ def _score_batches(spec, kind, n_features, key_col, precision, classes, block_by
 @contextmanager
 def score_dataframe(df, model: KernelExpansion, features_col: str = "features",
                     key_col: str | None = None, label_col: str | None = "label",
-                    precision: str = "float32", rows_scored=None, block_bytes: int | None = None):
+                    precision: str = "float32", rows_scored=None, block_bytes: int | None = None,
+                    any_vector_size: bool = False, values_ignored=None):
     """``with score_dataframe(df, model) as (scored, partitions):`` a DataFrame of (key,
     prediction, rawPrediction) for every row of ``df``, scored by ``partitions`` tasks.
+
+    ``any_vector_size`` is for rows read from LIBSVM text, whose vectors are as long as the
+    largest index in the file: values in columns beyond the model's (features no training row
+    had, so no support vector has them and no prediction depends on them) are left out and
+    counted in the accumulator ``values_ignored``.
 
     Features: ``features_col`` (vector or array) if ``df`` has it, else every numeric column
     except ``key_col`` and ``label_col``. ``rows_scored`` is an optional accumulator the tasks
@@ -215,7 +229,10 @@ def score_dataframe(df, model: KernelExpansion, features_col: str = "features",
                              f"{features_col!r}; the model was trained on {n_features}. Score "
                              "data with the training data's feature columns, in the same order.")
     current = selected.rdd.getNumPartitions()
-    partitions = scoring_partitions(current, sc.defaultParallelism, n_support, n_features,
+    # a kernel entry costs a product over the features, or over a sparse row's values
+    cost_width = memory_width(model.support_vectors) if sparse_rows.is_sparse(
+        model.support_vectors) else n_features
+    partitions = scoring_partitions(current, sc.defaultParallelism, n_support, cost_width,
                                     selected.count)
     if partitions > current:  # round robin; the row ids were fixed above
         selected = selected.repartition(partitions)
@@ -243,7 +260,8 @@ def score_dataframe(df, model: KernelExpansion, features_col: str = "features",
         scored = selected.mapInArrow(
             _score_batches(spec, kind, n_features, key_col, precision, classes,
                            block_bytes or scoring.SV_BLOCK_BYTES, rows_scored,
-                           int(sc.getConf().get("spark.task.cpus", "1"))), schema)
+                           int(sc.getConf().get("spark.task.cpus", "1")), any_vector_size,
+                           values_ignored), schema)
         yield scored.withColumnRenamed("key", key_col or ROW_ID_COLUMN), partitions
     finally:
         shutil.rmtree(folder, ignore_errors=True)

@@ -56,8 +56,9 @@ def batch_matrix(batch, kind, first, d):
 def vector_rows(column, d):
     """The rows of an Arrow ML-vector column (the struct Spark passes a VectorUDT as: ``type``
     0 sparse / 1 dense, ``size``, ``indices``, ``values``) as a CSR matrix of width ``d`` —
-    sparse vectors are never densified (LIBSVM rows with 10^5+ features) — and each row's
-    length (``size`` of a sparse vector, the number of values of a dense one; -1 for a null)."""
+    sparse vectors are never densified (LIBSVM rows with 10^5+ features) —, each row's
+    length (``size`` of a sparse vector, the number of values of a dense one; -1 for a null),
+    and how many values lay in columns ``d`` and beyond (left out of the matrix)."""
     import pyarrow.compute as pc
 
     n = len(column)
@@ -83,9 +84,14 @@ def vector_rows(column, d):
     # a dense vector's values are its columns 0, 1, ...: their positions within the row
     within = np.arange(values.size) - np.repeat(indptr[:-1], value_counts)
     indices[~sparse_entries] = within[~sparse_entries]
-    if values.size and (indices.min() < 0 or indices.max() >= d):
-        indices = np.clip(indices, 0, max(d - 1, 0))  # the caller refuses these rows' sizes
-    return scipy.sparse.csr_matrix((values, indices, indptr), shape=(n, d)), sizes
+    beyond = indices >= d
+    n_beyond = int(beyond.sum())
+    if n_beyond:
+        rows = np.repeat(np.arange(n), value_counts)[~beyond]
+        indptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(rows, minlength=n), out=indptr[1:])
+        values, indices = values[~beyond], indices[~beyond]
+    return scipy.sparse.csr_matrix((values, indices, indptr), shape=(n, d)), sizes, n_beyond
 
 
 def numbered_batches(batches):
