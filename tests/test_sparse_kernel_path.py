@@ -210,6 +210,57 @@ def test_sodm_on_sparse_rows_is_the_dense_fit(spark, kernel):
     assert sparse.test_accuracy == dense.test_accuracy
 
 
+def test_a_sparse_fit_resumed_from_its_checkpoint_is_the_uninterrupted_fit(spark, tmp_path):
+    from dataclasses import replace
+
+    from sodm_spark.spark.session import numpy_to_blocks
+    from sodm_spark.spark.sodm import fit_sodm
+    from sodm_spark.spark.sodm_params import SODMParams
+
+    sc = spark.sparkContext
+    X, y = text_like(600, seed=16)
+    params = SODMParams(lam=100.0, levels=1, strata=4, tol=1e-4, auto_stop=False, seed=3)
+    whole = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, [-1.0, 1.0])
+    first = fit_sodm(sc, numpy_to_blocks(sc, X, y), replace(params, stop_level=1), [-1.0, 1.0],
+                     checkpoint_dir=tmp_path / "ckpt")  # as if killed before level 0
+    assert [entry.level for entry in first.levels] == [1]
+    resumed = fit_sodm(sc, numpy_to_blocks(sc, X, y, n_slices=3), params, [-1.0, 1.0],
+                       checkpoint_dir=tmp_path / "ckpt", resume=True)
+    assert sp.issparse(resumed.model.support_vectors)
+    assert (resumed.model.support_vectors != whole.model.support_vectors).nnz == 0
+    np.testing.assert_array_equal(resumed.model.coef, whole.model.coef)
+
+
+def test_sparse_models_compress_among_their_sparse_support_vectors(spark):
+    from sodm_spark.spark.session import numpy_to_blocks
+    from sodm_spark.spark.sodm import fit_sodm
+    from sodm_spark.spark.sodm_params import SODMParams
+
+    X, y = text_like(500, seed=17)
+    X_test, y_test = text_like(200, seed=18)
+    sparse = ODMClassifier(lam=100.0, dtype="float64").fit(X, y).model_
+    dense = ODMClassifier(lam=100.0, dtype="float64").fit(X.toarray(), y).model_
+    small = sparse.compress(30, method="landmarks")  # Eqn 8 among the support vectors
+    assert sp.issparse(small.support_vectors) and small.support_vectors.shape[0] == 30
+    f = dense.compress(30, method="landmarks").decision_function(X_test)
+    np.testing.assert_allclose(small.decision_function(X_test), f, rtol=0,
+                               atol=1e-6 * np.abs(f).max())
+    with pytest.raises(ValueError, match="'kmeans' places its points at k-means centres"):
+        sparse.compress(30, method="kmeans")
+    # a level compressed in its tasks (level_model.compress_level)
+    sc = spark.sparkContext
+    params = SODMParams(lam=100.0, levels=1, strata=4, tol=1e-4, auto_stop=False)
+    with pytest.raises(ValueError, match="use 'random' or 'landmarks'"):
+        fit_sodm(sc, numpy_to_blocks(sc, X, y), params, [-1.0, 1.0], max_sv=40,
+                 compress_method="kmeans")
+    fit = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, [-1.0, 1.0], test=(X_test, y_test),
+                   max_sv=40, compress_method="landmarks")
+    assert sp.issparse(fit.model.support_vectors) and fit.model.support_vectors.shape[0] == 40
+    assert fit.compression["support_vectors_after"] == 40
+    report = fit.compression["test"]
+    assert report["accuracy_after"] == fit.test_accuracy > 0.5
+
+
 def test_a_saved_sparse_model_round_trips_and_scores_sparse_and_dense_rows_alike(tmp_path):
     X, y = text_like(300, seed=12)
     X_test, _ = text_like(100, seed=13)
@@ -313,3 +364,24 @@ def test_rows_that_must_be_dense_refuse_the_index_with_its_file_and_line(spark, 
     # the density rule keeps these rows sparse
     blocks, d = read_blocks(spark, train, "libsvm", sparse="auto")
     assert d == WIDE and all(sp.issparse(block.X) for block in blocks.collect())
+
+
+def test_ml_vectors_become_csr_rows_without_densifying():
+    """The struct Spark hands an ML-vector column over as: sparse, dense and null vectors, and
+    values beyond the model's width (left out and counted)."""
+    import pyarrow as pa
+
+    from sodm_spark.spark.io.arrow import vector_rows
+
+    column = pa.StructArray.from_arrays(
+        [pa.array([0, 1, None, 0], pa.int8()), pa.array([5, None, None, 9], pa.int32()),
+         pa.array([[1, 3], None, None, [0, 7]], pa.list_(pa.int32())),
+         pa.array([[0.5, 2.0], [1.0, 0.0, 3.0, 0.0, 4.0], None, [6.0, 8.0]],
+                  pa.list_(pa.float64()))],
+        names=["type", "size", "indices", "values"],
+        mask=pa.array([False, False, True, False]))
+    X, sizes, beyond = vector_rows(column, 5)
+    assert sp.issparse(X) and X.shape == (4, 5) and beyond == 1
+    np.testing.assert_array_equal(sizes, [5, 5, -1, 9])
+    np.testing.assert_array_equal(X.toarray(), [[0, 0.5, 0, 2.0, 0], [1.0, 0, 3.0, 0, 4.0],
+                                                [0] * 5, [6.0, 0, 0, 0, 0]])

@@ -250,9 +250,10 @@ def _level_model(sc, solved, entry, prepared, max_sv, method, seed, local_fit=No
     """(the model of the chosen level, the compression report or None)."""
     n_points = resolve_max_sv(max_sv, entry.n_sv)
     if n_points is None:
+        # a dense support vector is float32, a sparse one 12 bytes a value (8 a memory column)
+        row_bytes = 8 * prepared.row_width if prepared.sparse else 4 * prepared.n_features
         return collect_level(sc, solved, prepared.kernel, prepared.classes, entry.n_sv,
-                             prepared.n_features, 4 * (prepared.row_width or prepared.n_features),
-                             prepared.multi), None
+                             prepared.n_features, row_bytes, prepared.multi), None
     start = time.perf_counter()
     model, fit_rows, targets = compress_level(sc, solved, prepared.kernel, prepared.classes,
                                               entry.n_sv, n_points, method, seed,
