@@ -209,8 +209,8 @@ def too_wide_error(where, index, problem, advice=None, path=None, line=None):
     and 1-based line (``where``) of the largest index, and what to do."""
     return DataFormatError(
         f"{where}: feature index {index:,} makes every dense row {index:,} columns wide, and "
-        f"{problem}. Either {advice or DENSE_ADVICE}, or correct that index (n_features=N "
-        "refuses any index above N).", path=path, line=line, token=str(index))
+        f"{problem}. Either {advice or DENSE_ADVICE}, or correct the index on that line.",
+        path=path, line=line, token=str(index))
 
 
 # ----------------------------------------------------------------------------------------------
