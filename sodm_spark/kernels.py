@@ -140,6 +140,7 @@ class Kernel:
             out *= -self.gamma
             np.exp(out, out=out)
             return out + self.offset if self.offset else out
+        X = as_float_rows(X, dtype)  # converted once, for the product and the norms
         inner_products(X, Z, out, first_row)  # one GEMM, or the sparse product (sparse_rows)
         x_sq = z_sq = None
         if self.name == "rbf":
