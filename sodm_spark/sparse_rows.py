@@ -13,9 +13,9 @@ compacted), and each product is split by column:
 * the rest, by term frequency nearly all columns and few products, are added in a numba loop
   over Z's columns (an inverted index), straight into the dense block.
 
-On 6,000 rows of :func:`~sodm_spark.big_data.make_text` (150,000 columns, 110 values a row)
-one core computes the 6,000 × 6,000 block in 0.35 s this way, 0.75 s with the numba loop
-alone, and 2.9 s with scipy's product and ``toarray``. Columns are compacted to those Z uses,
+On 6,000 rows of :func:`~sodm_spark.big_data.make_text` (150,000 columns, 100 values a row)
+one core computes the 6,000 × 6,000 block in 0.43 s this way (laying the rows out included),
+0.93 s with the numba loop alone, and 2.9 s with scipy's product and ``toarray``. Columns are compacted to those Z uses,
 so the work and memory never depend on the width ``d`` (a row with a feature index of 2·10^9
 costs what any other row does).
 """
@@ -26,9 +26,10 @@ import scipy.sparse
 from numba import njit
 
 #: A column used by at least this share of Z's rows (and by :data:`DENSE_COLUMN_MIN_ROWS`) is
-#: multiplied densely: 0.02, 0.05, 0.1 and 0.005 took 0.71, 0.35, 0.34 and 2.9 s for the block
-#: of the module docstring (0.14, 0.11, 0.09 and 0.41 s at 2,500 rows).
-DENSE_COLUMN_SHARE = 0.05
+#: multiplied densely. For the block of the module docstring a share of 0.1, 0.05, 0.02 and
+#: 0.01 took 0.43, 0.55, 0.96 and 1.21 s (2,500 rows: 0.11, 0.14, 0.18, 0.20 s); on a set with
+#: 16 topics of 3,000 terms, 0.1 and 0.05 tied (0.34 and 0.35 s).
+DENSE_COLUMN_SHARE = 0.1
 DENSE_COLUMN_MIN_ROWS = 64
 #: At most this many dense columns (their two dense matrices stay a few MB a thousand rows).
 MAX_DENSE_COLUMNS = 1024
