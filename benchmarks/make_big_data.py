@@ -1,9 +1,16 @@
 """Write the data of the benchmarks at scale as Parquet: Fashion-MNIST grown by elastic
 deformations (the MNIST8M / infiMNIST recipe, :func:`sodm_spark.big_data.deformed_fashion_mnist`)
-or a low-dimensional table in raw units (:func:`sodm_spark.big_data.make_tabular`).
+or a low-dimensional table in raw units (:func:`sodm_spark.big_data.make_tabular`); or a sparse
+bag-of-words text set as LIBSVM files (:func:`sodm_spark.big_data.make_text`).
 
     python benchmarks/make_big_data.py --rows 600000 --out ~/.cache/sodm_spark/fmnist-600k
     python benchmarks/make_big_data.py --dataset tabular --rows 2000000 --out DIR
+    python benchmarks/make_big_data.py --dataset text --rows 20000 --out DIR
+
+text writes ``OUT/train.libsvm`` (``--rows`` documents) and ``OUT/test.libsvm``
+(``--test-rows``, from the generator's held-out stream): 150,000 term columns (``--features``),
+about 110 tf-idf values a row, labels ±1 — for ``jobs/train_sodm.py --format libsvm``. Each file
+is written beside and renamed into place; an existing one is kept.
 
 writes ``OUT/train/part-NNNNN.parquet`` (``--file-rows`` rows a file; for fashion the first
 60,000 rows are the original training images) and ``OUT/test/part-00000.parquet`` (fashion: the
@@ -25,7 +32,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from sodm_spark.big_data import deformed_fashion_mnist, make_tabular
+from sodm_spark.big_data import TEXT_CHUNK, deformed_fashion_mnist, make_tabular, make_text
 from sodm_spark.datasets import DatasetUnavailable, load_fashion_mnist
 
 TABULAR_TEST_ROWS = 50_000
@@ -41,17 +48,42 @@ def write_table(path: Path, X: np.ndarray, y: np.ndarray) -> None:
     os.replace(staging, path)
 
 
+def write_libsvm(path: Path, rows: int, seed: int, n_features: int, test: bool) -> None:
+    """``rows`` documents of :func:`make_text` as one LIBSVM file (1-based indices), written a
+    chunk of documents at a time beside ``path`` and renamed into place."""
+    from sklearn.datasets import dump_svmlight_file
+
+    staging = path.with_name(f".{path.name}.tmp")
+    with open(staging, "wb") as handle:
+        for first in range(0, rows, TEXT_CHUNK):
+            X, y = make_text(first, min(rows, first + TEXT_CHUNK), seed, n_features, test=test)
+            dump_svmlight_file(X, y, handle, zero_based=False)
+    os.replace(staging, path)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dataset", choices=("fashion", "tabular"), default="fashion")
+    parser.add_argument("--dataset", choices=("fashion", "tabular", "text"), default="fashion")
     parser.add_argument("--rows", type=int, required=True, help="training rows (>= 1)")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--file-rows", type=int, default=50_000)
     parser.add_argument("--classes", choices=("2", "10"), default="2")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--test-rows", type=int, default=5_000, help="text: test documents")
+    parser.add_argument("--features", type=int, default=150_000, help="text: term columns")
     args = parser.parse_args(argv)
     if args.rows < 1 or args.file_rows < 1:
         parser.error("--rows and --file-rows must be positive")
+    if args.dataset == "text":
+        args.out.mkdir(parents=True, exist_ok=True)
+        started = time.perf_counter()
+        for name, rows, test in (("train", args.rows, False), ("test", args.test_rows, True)):
+            path = args.out / f"{name}.libsvm"
+            if not path.exists():
+                write_libsvm(path, rows, args.seed, args.features, test)
+            print(f"{path}: {rows:,} documents ({time.perf_counter() - started:.0f} s)",
+                  flush=True)
+        return 0
     binary = args.classes == "2"
     train, test = args.out / "train", args.out / "test"
     for folder in (train, test):

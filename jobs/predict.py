@@ -61,11 +61,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def read_table(spark, args, n_features):
+def read_table(spark, args):
     """The rows to score as a DataFrame. Text input is checked line by line first, as the
     training job reads it: a line that does not parse, a NaN or infinite value, an empty or
-    non-numeric CSV cell, a LIBSVM index beyond the model's features are refused naming the
-    file and line (Parquet rows are checked by the scoring tasks, by partition and row)."""
+    non-numeric CSV cell are refused naming the file and line (Parquet rows are checked by the
+    scoring tasks, by partition and row). LIBSVM vectors are as long as the file's largest
+    index: rows with indices beyond the model's features (words no training row had) are
+    scored without them."""
     where = f"{args.data} (format {args.format!r})"
     if args.format == "parquet":
         return spark_read(where, lambda: spark.read.parquet(args.data))
@@ -77,9 +79,8 @@ def read_table(spark, args, n_features):
                         frame.columns, {j: "feature" for j, name in enumerate(frame.columns)
                                         if name not in not_features}, header=args.header)
         return frame
-    read_blocks(spark, args.data, "libsvm", n_features=n_features)  # its validation job
-    return spark_read(where, lambda: spark.read.format("libsvm")
-                      .option("numFeatures", n_features).load(args.data))
+    read_blocks(spark, args.data, "libsvm", sparse=True)  # its validation job: lines named
+    return spark_read(where, lambda: spark.read.format("libsvm").load(args.data))
 
 
 def write_atomically(frame, out: Path, overwrite: bool) -> None:
@@ -130,17 +131,23 @@ def main(argv=None) -> int:
         model = KernelExpansion.load(args.model)
     with job_session("sodm-spark: predict", args.master) as spark:
         rows = spark.sparkContext.accumulator(0)
+        ignored = spark.sparkContext.accumulator(0)
         preparing = time.perf_counter()
         with reported(prefix=f"--data {args.data}: "), \
-                score_dataframe(read_table(spark, args, model.n_features_in),
+                score_dataframe(read_table(spark, args),
                                 model, args.features_col, args.key_col, args.label_col,
-                                args.precision, rows) as (frame, partitions):
+                                args.precision, rows, any_vector_size=args.format == "libsvm",
+                                values_ignored=ignored) as (frame, partitions):
             prepare_seconds = time.perf_counter() - preparing
             print(f"scoring {args.data} with {model.support_vectors.shape[0]:,} support "
                   f"vectors ({args.precision} kernel blocks) in {partitions} tasks "
                   f"(prepared in {prepare_seconds:.1f} s)", flush=True)
             seconds = score_and_write(frame, out, args, rows)
         rate = rows.value / max(seconds, 1e-9)
+        if ignored.value:
+            print(f"left out {ignored.value:,} value{'s' if ignored.value != 1 else ''} in "
+                  f"columns beyond the model's {model.support_vectors.shape[1]:,} features "
+                  "(features no training row had: no prediction depends on them)", flush=True)
         print(f"scored {rows.value:,} rows in {seconds:.2f} s ({rate:,.0f} rows/s); "
               f"predictions written to {out}", flush=True)
         if args.metrics_out:

@@ -7,9 +7,12 @@
 Without --data it trains on a built-in, seeded, generated nonlinear data set
 (sodm_spark.datasets.make_nonlinear: 60,000 training and 10,000 test rows; with
 --kernel linear, sodm_spark.datasets.make_linear). With --kernel linear the job runs DSVRG
-(SODM Algorithm 2) on the primal instead of the kernel levels, and LIBSVM input stays sparse
-(CSR) unless at least half its cells hold a value. A bad input or setting ends the job with one
-`error: ...` line and its kind's exit code (sodm_spark.errors; README, "When a job fails").
+(SODM Algorithm 2) on the primal instead of the kernel levels. LIBSVM input stays sparse (CSR)
+unless at least half its cells hold a value, for DSVRG and for the kernel levels alike (their
+kernel blocks are then sparse products; --scale minmax divides each column by its largest
+magnitude instead, so zeros stay zeros); only the laplacian kernel needs dense rows. A bad input
+or setting ends the job with one `error: ...` line and its kind's exit code (sodm_spark.errors;
+README, "When a job fails").
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import scipy.sparse
 
 from sodm_spark.datasets import make_linear, make_nonlinear
 from sodm_spark.spark.dsvrg import DSVRGParams, fit_dsvrg
@@ -216,12 +220,38 @@ def grid_arg(text):
     return grid
 
 
+#: What to do when --kernel laplacian meets LIBSVM rows too wide to be dense.
+LAPLACIAN_ADVICE = ("use --kernel rbf or linear, which keep sparse LIBSVM rows sparse (the "
+                    "laplacian kernel's L1 distances need dense rows)")
+
+
+def row_layout(args):
+    """(``sparse`` for the readers, what to do when rows are too wide to be dense): LIBSVM rows
+    stay CSR unless at least half the cells hold a value, except for the laplacian kernel."""
+    if args.format != "libsvm":
+        return False, None
+    if args.kernel == "laplacian":
+        return False, LAPLACIAN_ADVICE
+    return "auto", None
+
+
 def read_driver_side(spark, path, args, n_features, sparse, flag):
     """(X, y) of a test or validation file on the driver, checked against the training data."""
     if args.format == "libsvm":  # a NaN or too large value is refused naming its line
-        pair = read_libsvm_local(path, sparse=sparse, check_values=True)
+        advice = row_layout(args)[1]
+        pair = read_libsvm_local(path, sparse=sparse, check_values=True, dense_advice=advice)
         if pair[0].shape[1] < n_features:  # LIBSVM omits trailing zero columns
-            pair = read_libsvm_local(path, n_features=n_features, sparse=sparse)
+            pair = read_libsvm_local(path, n_features=n_features, sparse=sparse,
+                                     dense_advice=advice)
+        elif pair[0].shape[1] > n_features and scipy.sparse.issparse(pair[0]):
+            # terms no training row has (text: new words): no support vector has them, so
+            # they change no prediction (rbf: every kernel value by one factor, unless a
+            # --kernel-offset is added; linear and poly: no inner product)
+            beyond = int(pair[0].nnz - pair[0][:, :n_features].nnz)
+            print(f"{flag} {path}: left out {beyond:,} value{'s' if beyond != 1 else ''} in "
+                  f"columns beyond the training data's {n_features:,} (features no training "
+                  "row has)", flush=True)
+            pair = (pair[0][:, :n_features].tocsr(), pair[1])
     else:  # and CSV lines by the reader, Parquet rows by partition and row
         blocks, d = read_blocks(spark, path, args.format)
         stats = check_blocks(blocks, d, where=f"{flag} {path}")
@@ -244,15 +274,16 @@ def load_data(spark, args):
         X, y = make(args.rows + DEFAULT_TEST_ROWS, seed=args.seed)
         return (numpy_to_blocks(spark.sparkContext, X[:args.rows], y[:args.rows]),
                 np.array([-1, 1]), (X[args.rows:], y[args.rows:]), X.shape[1])
-    sparse = "auto" if linear and args.format == "libsvm" else False
-    # the kernel path computes its kernel blocks in float32: its rows are stored so
+    sparse, advice = row_layout(args)
+    # the kernel path computes its kernel blocks in float32: its dense rows are stored so
     blocks, n_features = read_blocks(spark, args.data, args.format, sparse=sparse,
-                                     dtype=np.float64 if linear else np.float32)
+                                     dtype=np.float64 if linear else np.float32,
+                                     dense_advice=advice)
     # parsed once, by the checking job; the fit's passes (SODM levels, DSVRG epochs) read the
     # rows from here (DSVRG then keeps no second copy), on local disk, not the JVM heap
     blocks = blocks.persist(PERSIST)
-    classes, n_rows = checked_classes(blocks, n_features, with_rows=True,
-                                      where=f"--data {args.data}")
+    classes, stats = checked_classes(blocks, n_features, with_stats=True,
+                                     where=f"--data {args.data}")
     if linear:  # DSVRG is binary; the kernel levels take any number of classes
         check_two_classes(classes, f"--data {args.data}", "--kernel linear (DSVRG)",
                           "use a nonlinear --kernel: its levels fit every class at once")
@@ -262,10 +293,13 @@ def load_data(spark, args):
                          "label column is the right one.")
     else:  # the levels must fit the rows, their first partitions and the rows the resources
         params = sodm_params(args)
+        n_rows, dense = stats.n_rows, isinstance(stats.row_width, int)
         check_levels_fit_rows(n_rows, params.p, params.levels)
         levels = auto_levels(n_rows, params.p) if params.levels is None else params.levels
-        check_fit_resources(spark.sparkContext, n_rows, n_features, 4, params.p ** levels,
-                            levels, executor_memory(spark.sparkContext, args.memory_mb), params)
+        # dense rows are float32; a sparse row's memory width counts float64 columns
+        check_fit_resources(spark.sparkContext, n_rows, stats.row_width, 4 if dense else 8,
+                            params.p ** levels, levels,
+                            executor_memory(spark.sparkContext, args.memory_mb), params)
     test = None if not args.test_data else read_driver_side(
         spark, args.test_data, args, n_features, sparse, "--test-data")
     return blocks, classes, test, n_features
@@ -447,7 +481,7 @@ def train(spark, args):
     if args.kernel == "linear":
         return run_dsvrg(spark, blocks, classes, test, n_features, args)
     validation = None if not args.validation_data else read_driver_side(
-        spark, args.validation_data, args, n_features, False, "--validation-data")
+        spark, args.validation_data, args, n_features, row_layout(args)[0], "--validation-data")
     search = args.tune or not hyperparameters_given(args)
     if not search:
         return run_levels(spark, blocks, classes, test, params, args, validation)

@@ -16,8 +16,10 @@ The layers, top to bottom (an import only ever runs downwards; numerics never im
   :mod:`.compression` and :mod:`.scoring` (serving), :mod:`.stopping` (the stop rule),
   :mod:`.tuning` (+ :mod:`.tuning_report`), :mod:`.datasets` (named data sets and generators),
   :mod:`.formats` (text parsers).
-- Foundations: :mod:`.kernels` (GEMM kernel blocks), :mod:`.validation` (input checks and
-  their messages), :mod:`.storage` (versioned model folders), :mod:`.resources` (memory).
+- Foundations: :mod:`.kernels` (GEMM kernel blocks), :mod:`.sparse_rows` (dense or CSR rows,
+  the sparse products of their kernel blocks), :mod:`.column_stats` (per-column statistics,
+  the feature scaling), :mod:`.validation` (input checks and their messages), :mod:`.storage`
+  (versioned model folders), :mod:`.resources` (memory).
 
 The public classes are imported lazily, so that Spark's Python workers, which import
 ``sodm_spark.solvers`` and friends, do not pay for scikit-learn or pyspark.ml imports.

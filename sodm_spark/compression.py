@@ -34,8 +34,13 @@ from .kernels import decision_values, kernel_matrix
 from .model import InputMap, KernelExpansion, labels_from_scores
 from .partition import kmeans, select_landmarks
 from .resources import available_memory_mb
+from .sparse_rows import as_float_rows
 
 METHODS = ("random", "landmarks", "largest", "kmeans")
+#: Why k-means compression refuses a model of sparse rows, and what to use instead.
+SPARSE_KMEANS = ("compression method 'kmeans' places its points at k-means centres, which for "
+                 "sparse rows are dense vectors of every feature; use 'random' or 'landmarks' "
+                 "(points among the support vectors, kept sparse)")
 FITS = ("data", "rkhs")
 # "data" fits f on a seeded sample of the support vectors, FIT_ROWS_PER_POINT per point and at
 # least FIT_ROWS. On 600,000 deformed Fashion-MNIST rows (a model of 338,829 SVs, test accuracy
@@ -129,6 +134,8 @@ def choose_points(candidates: np.ndarray, n_points: int, method: str, kernel,
     if method in ("random", "largest") or candidates.shape[0] <= n_points:
         return candidates[:n_points]
     if method == "kmeans":
+        if scipy.sparse.issparse(candidates):
+            raise ValueError(SPARSE_KMEANS + ".")
         return kmeans(candidates, n_points, seed=seed, max_iter=KMEANS_ITERATIONS)
     return candidates[np.sort(select_landmarks(candidates, kernel, n_points))]
 
@@ -318,8 +325,8 @@ def fitted_model(model: KernelExpansion, points, rows, targets, ridge: float = 1
     if projection is not None:
         # the points as they are stored (float32), so that β fits the model that is saved
         points = projection.projected(np.asarray(points, np.float64)).astype(np.float32)
-    beta = fit_coefficients(model.kernel, np.asarray(points, dtype=np.float64),
-                            np.asarray(rows, dtype=np.float64), targets, ridge)
+    beta = fit_coefficients(model.kernel, as_float_rows(points, np.float64),
+                            as_float_rows(rows, np.float64), targets, ridge)
     compressed = replace(model, support_vectors=points, coef=beta.reshape(points.shape[0], -1))
     if projection is not None:
         compressed = replace(compressed, projection_center=projection.center,

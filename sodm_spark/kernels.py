@@ -5,6 +5,12 @@ Every kernel block is built from one matrix product (GEMM) of a row block of ``X
 distances, which have no GEMM form, and uses scipy's compiled ``cdist`` per block instead.
 Row blocks are sized so that one block's scratch memory stays within ``block_mb``.
 
+Rows may be dense or CSR (text and web data: 10^5+ features, a few hundred values a row):
+the product ``X Zᵀ`` of sparse rows is :func:`sodm_spark.sparse_rows.inner_products` and the
+squared norms come from the stored values, so a block of sparse rows is the same dense block
+as the one of their dense copies, for the linear, polynomial and RBF kernels. The laplacian
+kernel refuses sparse rows (its L1 distances have no product form).
+
 The kernel parameters follow scikit-learn's ``SVC``: ``gamma="scale"`` is ``1 / (d · Var X)``,
 ``gamma="auto"`` is ``1 / d``, polynomial is ``(gamma · x zᵀ + coef0) ** degree``.
 
@@ -22,6 +28,9 @@ from typing import Iterator
 import numpy as np
 import scipy.sparse
 
+from .sparse_rows import (SparseOperand, as_float_rows, feature_variance, inner_products,
+                          is_sparse, squared_norms)
+
 KNOWN_KERNELS = ("linear", "rbf", "poly", "laplacian")
 _ALIASES = {"polynomial": "poly", "gaussian": "rbf"}
 
@@ -29,7 +38,7 @@ _ALIASES = {"polynomial": "poly", "gaussian": "rbf"}
 def resolve_gamma(gamma, X: np.ndarray) -> float:
     """Turn ``gamma`` ('scale', 'auto' or a positive number) into a float for data ``X``."""
     needs_variance = isinstance(gamma, str) and gamma == "scale"
-    return gamma_value(gamma, X.shape[1], float(np.var(X)) if needs_variance else None)
+    return gamma_value(gamma, X.shape[1], feature_variance(X) if needs_variance else None)
 
 
 def gamma_value(gamma, n_features: int, variance: float | None = None) -> float:
@@ -104,64 +113,83 @@ class Kernel:
                    float(data["coef0"]), float(data.get("offset", 0.0)))
 
     def diagonal(self, X: np.ndarray) -> np.ndarray:
-        """``k(x_i, x_i)`` for every row, in O(n·d)."""
+        """``k(x_i, x_i)`` for every row (dense or CSR), in O(n·d) or O(stored values)."""
         if self.name in ("rbf", "laplacian"):
             return np.full(X.shape[0], 1.0 + self.offset)
-        sq = np.einsum("ij,ij->i", X, X)
+        sq = squared_norms(X)
         if self.name == "linear":
             return sq + self.offset
         return (self.gamma * sq + self.coef0) ** self.degree + self.offset
 
     def block(self, X: np.ndarray, Z: np.ndarray, out: np.ndarray | None = None,
-              z_sq_norms: np.ndarray | None = None) -> np.ndarray:
-        """One kernel block ``k(X, Z)`` of shape (len(X), len(Z)), written into ``out`` if given.
+              z_sq_norms: np.ndarray | None = None, first_row: int = 0) -> np.ndarray:
+        """One kernel block ``k(X, Z[first_row:])`` of shape (len(X), len(Z) - first_row),
+        written into ``out`` if given (``z_sq_norms``: the squared norms of those rows of Z).
 
-        The block is produced by one GEMM in the dtype of ``out`` (float64 when ``out`` is None).
+        The block is produced by one GEMM in the dtype of ``out`` (float64 when ``out`` is
+        None), or for sparse rows by :func:`~sodm_spark.sparse_rows.inner_products`.
         """
-        out = self._block(X, Z, out, z_sq_norms)
-        if self.offset:
-            out += self.offset
-        return out
-
-    def _block(self, X, Z, out, z_sq_norms):
         dtype = np.float64 if out is None else out.dtype
         if out is None:
-            out = np.empty((X.shape[0], Z.shape[0]), dtype=dtype)
-        if scipy.sparse.issparse(X):
-            if self.name != "linear":
-                raise ValueError(f"sparse rows are supported with the linear kernel only, not "
-                                 f"{self.name!r}; densify them or use kernel='linear'.")
-            out[...] = X @ np.asarray(Z, dtype=dtype).T  # sparse × dense: O(nnz · len(Z))
-            return out
+            out = np.empty((X.shape[0], Z.shape[0] - first_row), dtype=dtype)
         if self.name == "laplacian":
+            if scipy.sparse.issparse(X) or is_sparse(Z):
+                raise ValueError(LAPLACIAN_SPARSE)
             # imported here: scipy.spatial costs the scoring tasks half a second to import
             from scipy.spatial.distance import cdist
 
-            out[...] = cdist(X, Z, metric="cityblock")
+            out[...] = cdist(X, Z[first_row:], metric="cityblock")
             out *= -self.gamma
             np.exp(out, out=out)
-            return out
-        Xc = np.asarray(X, dtype=dtype)
-        Zc = np.asarray(Z, dtype=dtype)
-        np.matmul(Xc, Zc.T, out=out)
-        if self.name == "linear":
-            return out
+            return out + self.offset if self.offset else out
+        X = as_float_rows(X, dtype)  # converted once, for the product and the norms
+        inner_products(X, Z, out, first_row)  # one GEMM, or the sparse product (sparse_rows)
+        x_sq = z_sq = None
+        if self.name == "rbf":
+            x_sq = squared_norms(X, dtype)
+            z_sq = (squared_norms(Z, dtype)[first_row:] if z_sq_norms is None
+                    else z_sq_norms.astype(dtype))
+        return self.finish(out, x_sq, z_sq)
+
+    def finish(self, products: np.ndarray, x_sq=None, z_sq=None) -> np.ndarray:
+        """The kernel block from the products ``X Zᵀ``, in place (rbf: with the rows' squared
+        norms ``x_sq`` and ``z_sq``), the offset added."""
+        out = products
         if self.name == "poly":
             out *= self.gamma
             out += self.coef0
             if self.degree != 1:
                 np.power(out, self.degree, out=out)
-            return out
-        # rbf: exp(-gamma * max(0, |x|^2 + |z|^2 - 2 x.z))
-        x_sq = np.einsum("ij,ij->i", Xc, Xc)
-        z_sq = np.einsum("ij,ij->i", Zc, Zc) if z_sq_norms is None else z_sq_norms.astype(dtype)
-        out *= -2.0
-        out += x_sq[:, None]
-        out += z_sq[None, :]
-        np.maximum(out, 0.0, out=out)
-        out *= -self.gamma
-        np.exp(out, out=out)
+        elif self.name == "rbf":  # exp(-gamma * max(0, |x|^2 + |z|^2 - 2 x.z))
+            out *= -2.0
+            out += x_sq[:, None]
+            out += z_sq[None, :]
+            np.maximum(out, 0.0, out=out)
+            out *= -self.gamma
+            np.exp(out, out=out)
+        elif self.name != "linear":
+            raise ValueError(f"the {self.name} kernel is not a function of X Zᵀ.")
+        if self.offset:
+            out += self.offset
         return out
+
+
+#: Why the laplacian kernel refuses CSR rows, and what to use instead.
+LAPLACIAN_SPARSE = ("the laplacian kernel needs L1 distances |x − z|, which have no product "
+                    "form for sparse (CSR) rows; use kernel='rbf' (the Gaussian kernel on the "
+                    "same rows) or 'linear', or densify the rows (X.toarray(); LIBSVM input "
+                    "read with sparse=False)")
+
+
+def operand_rows(Z, dtype, sparse_products: bool = True):
+    """``Z`` as the right-hand rows of many kernel blocks: dense rows C-contiguous in
+    ``dtype``; CSR rows laid out once (:class:`~sodm_spark.sparse_rows.SparseOperand`) when
+    ``sparse_products`` (the left rows are sparse too), else canonical CSR."""
+    if isinstance(Z, SparseOperand):
+        return Z
+    if scipy.sparse.issparse(Z):
+        return SparseOperand(Z, dtype) if sparse_products else as_float_rows(Z, dtype)
+    return np.ascontiguousarray(Z, dtype=dtype)
 
 
 def rows_per_block(n_columns: int, itemsize: int, block_mb: float) -> int:
@@ -174,8 +202,8 @@ def iter_kernel_blocks(kernel: Kernel, X: np.ndarray, Z: np.ndarray, dtype=np.fl
     """Yield ``(row_slice, k(X[row_slice], Z))`` with each block at most ``block_mb`` MB."""
     dtype = np.dtype(dtype)
     step = rows_per_block(Z.shape[0], dtype.itemsize, block_mb)
-    Zc = np.ascontiguousarray(Z, dtype=dtype)
-    z_sq = np.einsum("ij,ij->i", Zc, Zc) if kernel.name == "rbf" else None
+    Zc = operand_rows(Z, dtype, sparse_products=scipy.sparse.issparse(X))
+    z_sq = squared_norms(Zc, dtype) if kernel.name == "rbf" else None
     for start in range(0, X.shape[0], step):
         rows = slice(start, min(start + step, X.shape[0]))
         yield rows, kernel.block(X[rows], Zc, out=np.empty((rows.stop - start, Z.shape[0]), dtype),

@@ -1,4 +1,9 @@
-"""KernelExpansion: the model every kernel method here produces, saved as arrays + JSON."""
+"""KernelExpansion: the model every kernel method here produces, saved as arrays + JSON.
+
+Support vectors are dense rows or CSR rows (a model trained on sparse rows keeps them sparse);
+``arrays.npz`` holds either the dense matrix or the CSR arrays (``sv_data``, ``sv_indices``,
+``sv_indptr``, ``sv_shape``) — plain arrays, never pickles.
+"""
 from __future__ import annotations
 
 import io
@@ -10,16 +15,20 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse
 
+from .column_stats import scale_rows
 from .kernels import Kernel, decision_values
 from .storage import join, replace_versioned, resolve_version, store_for
 
 FORMAT_NAME = "sodm_spark.KernelExpansion"
-# 2: the feature scaling, 3: a projection of the inputs (each written only when a model has it)
+# 2: the feature scaling (written only when a model has one, else 1); 3: sparse support
+# vectors, a scaling of some columns only, or a projection of the inputs (written only then)
 FORMAT_VERSION = 3
 READ_VERSIONS = (1, 2, 3)
+#: The CSR arrays of sparse support vectors in ``arrays.npz``.
+SPARSE_ARRAYS = ("sv_data", "sv_indices", "sv_indptr", "sv_shape")
 MODEL_FILES = ("arrays.npz", "metadata.json")  # in a version folder (or a pre-version directory)
-_OPTIONAL_ARRAYS = ("intercept", "feature_offset", "feature_scale", "projection_center",
-                    "projection_components")
+_INPUT_ARRAYS = ("feature_offset", "feature_scale", "feature_columns", "projection_center",
+                 "projection_components")
 
 
 def labels_from_scores(scores, classes) -> np.ndarray:
@@ -33,37 +42,36 @@ def labels_from_scores(scores, classes) -> np.ndarray:
 
 @dataclass(frozen=True)
 class InputMap:
-    """A raw row as a kernel's input: the feature scaling ``(x − offset) · scale`` (SODM's
-    min-max scaling), then a projection ``(x − center) @ components`` (a compressed model's
-    principal components, :func:`sodm_spark.compression.principal_projection`); each optional.
-    Plain arrays, so the scoring tasks get the same map as the driver."""
+    """A raw row as a kernel's input: the feature scaling (``(x − offset) · scale`` per column,
+    SODM's min-max scaling, or ``x · scale`` in ``columns`` only, its max-abs scaling of sparse
+    rows: :func:`~sodm_spark.column_stats.scale_rows`), then a projection
+    ``(x − center) @ components`` of dense rows (a compressed model's principal directions,
+    :func:`sodm_spark.compression.principal_projection`); each optional. Plain arrays, so the
+    scoring tasks apply the same map as the driver."""
 
     offset: np.ndarray | None = None
     scale: np.ndarray | None = None
+    columns: np.ndarray | None = None
     center: np.ndarray | None = None
     components: np.ndarray | None = None  # (features, kernel inputs)
 
     def scaled(self, X):
-        """The feature scaling alone, in X's float dtype."""
-        if self.scale is None:
-            return X
-        dtype = _float_dtype(X)
-        return (np.asarray(X, dtype=dtype) - self.offset.astype(dtype)) * self.scale.astype(dtype)
+        """The feature scaling alone (dense or CSR rows, in X's float dtype)."""
+        return scale_rows(X, self.offset, self.scale, self.columns)
 
     def projected(self, X):
-        """The projection alone, of rows already scaled (float32 stays float32)."""
+        """The projection alone, of rows already scaled (float32 stays float32; CSR rows come
+        out dense)."""
         if self.components is None:
             return X
-        dtype = _float_dtype(X)
-        return (np.asarray(X, dtype=dtype) - self.center.astype(dtype)) @ \
-            self.components.astype(dtype)
+        dtype = X.dtype if X.dtype in (np.float32, np.float64) else np.dtype(np.float64)
+        components = self.components.astype(dtype)
+        if scipy.sparse.issparse(X):  # (x − c) V = x V − c V, without densifying x
+            return np.asarray(X.astype(dtype) @ components) - self.center.astype(dtype) @ components
+        return (np.asarray(X, dtype=dtype) - self.center.astype(dtype)) @ components
 
     def __call__(self, X):
         return self.projected(self.scaled(X))
-
-
-def _float_dtype(X):
-    return X.dtype if X.dtype in (np.float32, np.float64) else np.float64
 
 
 @dataclass
@@ -75,9 +83,12 @@ class KernelExpansion:
     per output) is added to f for the comparators that have a bias (CVM, CVR, coreset SVM);
     ODM has none. A regression model has no classes: ``predict`` returns f itself.
     ``feature_offset`` and ``feature_scale`` (one per column; SODM's min-max scaling) map a raw
-    row x to ``(x − offset) · scale`` (:meth:`inputs`); a compressed model may also project
-    the scaled rows, ``(x − projection_center) @ projection_components``, before the kernel
-    (:class:`InputMap`). The support vectors are stored mapped (scaled, and projected).
+    row x to ``(x − offset) · scale`` (:meth:`inputs`); with ``feature_columns`` (SODM's
+    max-abs scaling of sparse rows) ``feature_scale`` holds the factors of those columns only,
+    the others are kept, and there is no offset. A compressed model may also project the
+    scaled rows, ``(x − projection_center) @ projection_components``, before the kernel
+    (:class:`InputMap`). The support vectors (dense, or CSR) are stored mapped (scaled, and
+    projected).
     """
 
     support_vectors: np.ndarray
@@ -87,13 +98,20 @@ class KernelExpansion:
     intercept: np.ndarray | None = None
     feature_offset: np.ndarray | None = None
     feature_scale: np.ndarray | None = None
+    feature_columns: np.ndarray | None = None
     projection_center: np.ndarray | None = None
     projection_components: np.ndarray | None = None
 
     @property
     def input_map(self) -> InputMap:
-        return InputMap(self.feature_offset, self.feature_scale, self.projection_center,
-                        self.projection_components)
+        return InputMap(self.feature_offset, self.feature_scale, self.feature_columns,
+                        self.projection_center, self.projection_components)
+
+    def inputs(self, X):
+        """Raw rows (dense or CSR) with the feature scaling applied (in X's float dtype; CSR
+        rows stay CSR unless a min-max offset has to shift their zeros); a projection, if the
+        model has one, is :meth:`input_scores`' first step."""
+        return self.input_map.scaled(X)
 
     @property
     def n_features_in(self) -> int:
@@ -102,24 +120,19 @@ class KernelExpansion:
             return int(self.projection_components.shape[0])
         return int(self.support_vectors.shape[1])
 
-    def inputs(self, X):
-        """Raw rows with the feature scaling applied (in X's float dtype); a projection, if
-        the model has one, is :meth:`input_scores`' first step."""
-        return self.input_map.scaled(X)
-
     @property
     def is_regression(self) -> bool:
         return np.asarray(self.classes).size == 0
 
-    def decision_function(self, X: np.ndarray, block_mb: float = 256.0) -> np.ndarray:
-        if not scipy.sparse.issparse(X):  # sparse rows work with the linear kernel
-            X = self.inputs(np.asarray(X, dtype=np.float64))
-        return self.input_scores(X, block_mb)
+    def decision_function(self, X, block_mb: float = 256.0) -> np.ndarray:
+        """f on raw rows, dense or CSR (the feature scaling applied first)."""
+        if not scipy.sparse.issparse(X):
+            X = np.asarray(X, dtype=np.float64)
+        return self.input_scores(self.inputs(X), block_mb)
 
     def input_scores(self, X, block_mb: float = 256.0) -> np.ndarray:
         """f on rows already mapped by :meth:`inputs`: (n,) for one output, else (n, K)."""
-        if not scipy.sparse.issparse(X):
-            X = self.input_map.projected(X)
+        X = self.input_map.projected(X)
         scores = decision_values(self.kernel, X, self.support_vectors, self.coef, block_mb)
         if self.intercept is not None:
             scores = scores + np.asarray(self.intercept, dtype=np.float64)[None, :]
@@ -149,16 +162,26 @@ class KernelExpansion:
         classes = np.asarray(self.classes)
         if classes.dtype.kind not in "iufbU":
             classes = classes.astype(str)
-        arrays = {"support_vectors": self.support_vectors, "coef": self.coef, "classes": classes}
+        sparse = scipy.sparse.issparse(self.support_vectors)
+        arrays = {"coef": self.coef, "classes": classes}
+        if sparse:
+            csr = self.support_vectors.tocsr()
+            arrays.update(sv_data=csr.data, sv_indices=csr.indices, sv_indptr=csr.indptr,
+                          sv_shape=np.asarray(csr.shape, dtype=np.int64))
+        else:
+            arrays["support_vectors"] = self.support_vectors
         if self.intercept is not None:
             arrays["intercept"] = np.asarray(self.intercept, dtype=np.float64)
-        for name in _OPTIONAL_ARRAYS[1:]:
+        for name in _INPUT_ARRAYS:
             if getattr(self, name) is not None:
-                arrays[name] = np.asarray(getattr(self, name), dtype=np.float64)
+                dtype = np.int64 if name == "feature_columns" else np.float64
+                arrays[name] = np.asarray(getattr(self, name), dtype=dtype)
         buffer = io.BytesIO()
         np.savez(buffer, **arrays)
-        version = FORMAT_VERSION if self.projection_components is not None else \
-            2 if self.feature_scale is not None else 1
+        # the oldest version that holds these arrays, so older readers keep reading dense models
+        newer = sparse or self.feature_columns is not None or \
+            self.projection_components is not None
+        version = 3 if newer else 2 if self.feature_scale is not None else 1
         metadata = {"format": FORMAT_NAME, "format_version": version,
                     "kernel": self.kernel.to_dict(), "n_support": int(self.support_vectors.shape[0]),
                     "n_features": int(self.support_vectors.shape[1])}
@@ -224,10 +247,18 @@ class KernelExpansion:
         try:
             with np.load(io.BytesIO(store.read_bytes(arrays_path)), allow_pickle=False) as arrays:
                 optional = {name: arrays[name] if name in arrays.files else None
-                            for name in _OPTIONAL_ARRAYS}
-                model = cls(arrays["support_vectors"], arrays["coef"], kernel, arrays["classes"],
+                            for name in ("intercept", *_INPUT_ARRAYS)}
+                if "sv_data" in arrays.files:
+                    data, indices, indptr, shape = (arrays[name] for name in SPARSE_ARRAYS)
+                    support_vectors = scipy.sparse.csr_matrix((data, indices, indptr),
+                                                              shape=tuple(int(n) for n in shape))
+                    support_vectors.check_format(full_check=True)
+                else:
+                    support_vectors = arrays["support_vectors"]
+                model = cls(support_vectors, arrays["coef"], kernel, arrays["classes"],
                             **optional)
-        except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile) as error:
+        except (OSError, EOFError, ValueError, KeyError, IndexError,
+                zipfile.BadZipFile) as error:
             raise ValueError(f"{arrays_path} is truncated or corrupt "
                              f"({type(error).__name__}: {error}). {redo}") from None
         if model.support_vectors.shape != expected or model.coef.shape[0] != expected[0]:

@@ -17,6 +17,9 @@ support-vector block and one (batch × block) kernel block, whatever the model's
 arrays may be files (:meth:`SupportSet.save`, :class:`NpyRows`): the support vectors stored
 as float32 plus their float32 rounding residual (the float64 pass adds it back: exact to
 2⁻⁴⁸ relative), mapped a block at a time, so the OS page cache shares them between processes.
+Sparse (CSR) support vectors are stored as their CSR arrays (:class:`CsrRows`; values in
+float64), and rows to score may be CSR too: a block is then a sparse product
+(:mod:`sodm_spark.sparse_rows`), never as wide as the features.
 """
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ import numpy as np
 import scipy.sparse
 
 from .kernels import Kernel
+from .sparse_rows import as_float_rows
 
 # relative error of a float32 kernel entry, generously: the squared distance
 # ‖x‖² + ‖z‖² − 2xᵀz loses digits to cancellation before exp
@@ -69,11 +73,33 @@ class NpyRows:
                          shape=(stop - start, self.shape[1]))
 
 
+class CsrRows:
+    """CSR rows kept as three 1-d ``.npy`` files (values, column indices, row pointers), mapped
+    (not read) when opened; ``rows[a:b]`` is those rows as a CSR matrix."""
+
+    def __init__(self, paths: dict, shape):
+        self.data, self.indices, self.indptr = (np.load(paths[name], mmap_mode="r")
+                                                for name in ("data", "indices", "indptr"))
+        self.shape = tuple(int(n) for n in shape)
+        if self.indptr.size != self.shape[0] + 1 or self.data.size != self.indices.size:
+            raise ValueError(f"the sparse support-vector files {sorted(paths.values())} "
+                             "disagree in shape; score again (they are rewritten every run).")
+
+    def __getitem__(self, rows: slice):
+        start, stop, _ = rows.indices(self.shape[0])
+        stop = max(start, stop)
+        first, last = int(self.indptr[start]), int(self.indptr[stop])
+        return scipy.sparse.csr_matrix(
+            (np.asarray(self.data[first:last]), np.asarray(self.indices[first:last]),
+             np.asarray(self.indptr[start:stop + 1]) - first), shape=(stop - start, self.shape[1]))
+
+
 @dataclass(frozen=True)
 class SupportSet:
     """A kernel expansion as the scorer reads it: in blocks of support-vector rows.
 
-    ``vectors`` (N, d) and ``coef`` (N, K) are arrays or :class:`NpyRows`; ``residual``, if
+    ``vectors`` (N, d) and ``coef`` (N, K) are arrays or :class:`NpyRows` (``vectors`` may be
+    CSR, or :class:`CsrRows`); ``residual``, if
     given, is added to ``vectors`` in the float64 pass (their float32 rounding error).
     ``coef_l1`` (max over outputs of Σ|coef|) and ``diagonal_max`` (max |k(z, z)| over the
     support vectors, 1 for rbf/laplacian) size the float32 error bound.
@@ -102,6 +128,18 @@ class SupportSet:
         some vector is not a float32 number) and ``{prefix}coef.npy`` (float64) to ``folder``,
         a block at a time; return the plain dict :meth:`open` takes (file names, no paths)."""
         n, d = self.vectors.shape
+        spec = {"kernel": self.kernel.to_dict(),
+                "intercept": None if self.intercept is None else self.intercept.tolist(),
+                "coef_l1": self.coef_l1, "diagonal_max": self.diagonal_max}
+        if scipy.sparse.issparse(self.vectors):  # its CSR arrays, the values exact
+            csr = self.vectors.tocsr()
+            names = {part: f"{prefix}sv_{part}.npy" for part in ("data", "indices", "indptr")}
+            for part, array in (("data", csr.data.astype(np.float64)),
+                                ("indices", csr.indices), ("indptr", csr.indptr)):
+                np.save(os.path.join(folder, names[part]), array)
+            names["coef"] = f"{prefix}coef.npy"
+            np.save(os.path.join(folder, names["coef"]), np.asarray(self.coef, dtype=np.float64))
+            return {**spec, "names": names, "shape": [n, d]}
         names = {part: f"{prefix}{part}.npy" for part in ("vectors", "residual", "coef")}
         header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)),
                   "fortran_order": False, "shape": (n, d)}
@@ -125,17 +163,21 @@ class SupportSet:
             os.remove(os.path.join(folder, names["residual"]))
             names["residual"] = None
         np.save(os.path.join(folder, names["coef"]), np.asarray(self.coef, dtype=np.float64))
-        return {"names": names, "kernel": self.kernel.to_dict(),
-                "intercept": None if self.intercept is None else self.intercept.tolist(),
-                "coef_l1": self.coef_l1, "diagonal_max": self.diagonal_max}
+        return {**spec, "names": names}
 
     @classmethod
     def open(cls, spec: dict, locate: Callable[[str], str] = lambda name: name) -> "SupportSet":
         """The set :meth:`save` wrote, its files found by ``locate(name)`` and mapped a block
         at a time."""
         names = spec["names"]
-        vectors, coef = NpyRows(locate(names["vectors"])), NpyRows(locate(names["coef"]))
-        residual = NpyRows(locate(names["residual"])) if names["residual"] else None
+        coef = NpyRows(locate(names["coef"]))
+        if "data" in names:
+            vectors = CsrRows({part: locate(names[part]) for part in ("data", "indices", "indptr")},
+                              spec["shape"])
+            residual = None
+        else:
+            vectors = NpyRows(locate(names["vectors"]))
+            residual = NpyRows(locate(names["residual"])) if names["residual"] else None
         mismatch = residual is not None and residual.shape != vectors.shape
         if coef.shape[0] != vectors.shape[0] or mismatch:
             raise ValueError(f"the support-vector files {sorted(filter(None, names.values()))} "
@@ -189,13 +231,18 @@ class SupportSet:
         out = np.zeros((n, 2 * outputs if weighted else outputs))
         if n == 0 or total == 0:
             return out[:, :outputs], (out[:, 0] if weighted else None)
-        X = X if scipy.sparse.issparse(X) else np.ascontiguousarray(X, dtype)
-        step = max(1, block_bytes // (dtype.itemsize * max(d, n)))
+        X = as_float_rows(X, dtype)
+        sparse_vectors = isinstance(self.vectors, CsrRows) or scipy.sparse.issparse(self.vectors)
+        # a block of dense vectors is as wide as the features; of sparse ones, as its values
+        width = 1 if sparse_vectors else d
+        step = max(1, block_bytes // (dtype.itemsize * max(width, n)))
         buffer = np.empty(n * min(step, total), dtype)
         add_residual = self.residual is not None and dtype == np.float64
         for start in range(0, total, step):
             stop = min(start + step, total)
-            if add_residual:  # float32 + float32 residual in float64: the exact vectors
+            if sparse_vectors:
+                Z = as_float_rows(self.vectors[start:stop], dtype)
+            elif add_residual:  # float32 + float32 residual in float64: the exact vectors
                 Z = np.array(self.vectors[start:stop], dtype)
                 Z += self.residual[start:stop]
             else:  # float32 from float32 files: the mapped rows, no copy

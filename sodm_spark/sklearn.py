@@ -4,19 +4,21 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+import scipy.sparse
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import check_is_fitted
 
 from .estimator_inputs import (check_fit_data, check_predict_data, encode_classes,
                                keep_params, predict_labels)
-from .kernels import Kernel
+from .kernels import LAPLACIAN_SPARSE, Kernel
 from .model import KernelExpansion
 from .solvers import solve_odm_dual
 from .solvers.kernel_rows import kernel_fits_cache
 from .solvers.odm_multiclass import one_vs_rest_signs, solve_odm_multiclass
 from .solvers.odm_primal import newton_primal
 from .solvers.svrg import svrg
+from .sparse_rows import memory_width
 from .validation import check_odm_params, seed_from
 
 
@@ -52,9 +54,11 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
         coordinate descent, any kernel, no intercept), 'newton' (linear kernel: the exact primal
         by generalized Newton, stopped at relative gradient norm min(tol, 1e-8)) or 'svrg'
         (linear kernel: SVRG on the primal, the paper's ODM_svrg comparator; ``max_iter``
-        counts epochs, ``tol`` is the relative objective change). The primal solvers accept
-        scipy sparse X; their model is f(x) = wᵀx + b: ``support_vectors_`` holds w (one row
-        per output), ``dual_coef_`` the identity and ``intercept_`` b.
+        counts epochs, ``tol`` is the relative objective change). The primal solvers' model is
+        f(x) = wᵀx + b: ``support_vectors_`` holds w (one row per output), ``dual_coef_`` the
+        identity and ``intercept_`` b. Every solver accepts scipy sparse X (kept CSR: the dual
+        computes its kernel blocks from sparse products, and ``support_vectors_`` are then CSR
+        rows), except the laplacian kernel, whose L1 distances need dense rows.
     fit_intercept : bool, default True. Linear kernel, primal solvers: fit an unpenalized bias b
         (only ‖w‖² is penalized, as MLlib's LinearSVC; the fit then does not depend on where
         the data's origin lies). Other kernels have no bias; use ``kernel_offset``.
@@ -80,7 +84,12 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
         return self.solver
 
     def _accept_sparse(self):
-        return "csr" if self._solver() in PRIMAL_SOLVERS else False
+        return "csr"
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = self.kernel != "laplacian"  # L1 distances need dense rows
+        return tags
 
     def fit(self, X, y):
         solver = self._solver()
@@ -96,6 +105,8 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
                              f"solver={solver!r} fits an unpenalized intercept instead "
                              "(fit_intercept). Pass kernel_offset=0.")
         X, y = check_fit_data(self, X, y, accept_sparse=self._accept_sparse())
+        if self.kernel == "laplacian" and scipy.sparse.issparse(X):
+            raise ValueError(f"X is sparse: {LAPLACIAN_SPARSE}.")
         check_odm_params(self.lam, self.theta, self.v)
         if np.dtype(self.dtype) not in (np.float32, np.float64):
             raise ValueError(f"dtype must be 'float32' or 'float64', got {self.dtype!r}.")
@@ -109,7 +120,7 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
         gammas, n_iter, objectives, converged = [], [], [], []
         if solver in PRIMAL_SOLVERS:
             return self._fit_primal(solver, X, y_index, targets, kernel)
-        if len(targets) > 2 and kernel_fits_cache(X.shape[0], X.shape[1], self.cache_mb,
+        if len(targets) > 2 and kernel_fits_cache(X.shape[0], memory_width(X), self.cache_mb,
                                                   np.dtype(self.dtype).itemsize):
             return self._fit_joint(X, y_index, kernel)
         for target in targets:

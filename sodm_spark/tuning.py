@@ -24,10 +24,12 @@ import time
 from dataclasses import dataclass, replace
 
 import numpy as np
+import scipy.sparse
 
-from .kernels import Kernel
+from .kernels import Kernel, operand_rows
 from .solvers.odm_dcd import solve_odm_dual
 from .solvers.odm_multiclass import kernel_matrix, one_vs_rest_signs, solve_odm_multiclass
+from .sparse_rows import as_float_rows
 from .validation import check_odm_params
 
 # γ as multiples of "scale" (1/(d·Var x)) two octaves around it; λ over the decades where
@@ -152,8 +154,8 @@ def _scaled_kernels(kernel: Kernel, scales, X: np.ndarray, X_val: np.ndarray):
             first_scale = scale
             plain = replace(base, gamma=kernel.gamma * scale)
             first_K = kernel_matrix(plain, X)
-            first_val = plain.block(np.asarray(X_val, dtype=np.float32),
-                                    np.asarray(X, dtype=np.float32),
+            first_val = plain.block(as_float_rows(X_val, np.float32),
+                                    operand_rows(X, np.float32, scipy.sparse.issparse(X_val)),
                                     out=np.empty((X_val.shape[0], X.shape[0]), np.float32))
             K, K_val = first_K.copy(), first_val.copy()
         else:
@@ -178,8 +180,8 @@ def search_partition(X, y, X_val, kernel: Kernel, grid: ParamGrid, *, n_classes:
     top level's f — and per point a dict of sweeps, objective, convergence and seconds.
     ``on_point(index, point)`` is called after each point.
     """
-    X = np.ascontiguousarray(X.toarray() if hasattr(X, "toarray") else X, dtype=np.float64)
-    X_val = np.asarray(X_val, dtype=np.float64)
+    X = as_float_rows(X, np.float64)  # dense, or CSR (sparse_rows)
+    X_val = as_float_rows(X_val, np.float64)
     y = np.asarray(y, dtype=np.float64)
     wanted = set(grid.gamma_scales if scales is None else scales)
     points = [p for p in grid.points() if p.gamma_scale in wanted]

@@ -25,7 +25,8 @@ MODULES = sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.part
 # Spark session's Hadoop FileSystem, imported only when such a path is given.)
 SPARK_FREE = ("solvers", "partition", "formats", "baselines", "kernels.py", "model.py",
               "validation.py", "datasets.py", "compression.py", "scoring.py", "stopping.py",
-              "tuning.py", "estimator_inputs.py", "sklearn.py")
+              "tuning.py", "estimator_inputs.py", "sklearn.py", "sparse_rows.py",
+              "column_stats.py", "big_data.py")
 # Lower layers never import the layers above them.
 UPWARD = {"spark": ("sodm_spark.ml", "sodm_spark.benchmarking"),
           "solvers": ("sodm_spark.spark", "sodm_spark.baselines", "sodm_spark.sklearn",

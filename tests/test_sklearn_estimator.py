@@ -165,8 +165,9 @@ def test_svrg_solver_matches_the_dual_solver_dense_and_sparse():
     assert primal.objective_[0] == pytest.approx(-dual.objective_[0], rel=1e-6)
     with pytest.raises(ValueError, match="needs kernel='linear'"):
         ODMClassifier(solver="svrg").fit(X, y)
-    with pytest.raises(TypeError, match="[Ss]parse"):
-        ODMClassifier().fit(sp.csr_matrix(X), y)
+    # sparse rows are fitted by every kernel but the laplacian (tests/test_sparse_kernel_path.py)
+    with pytest.raises(ValueError, match="laplacian kernel needs L1 distances.*kernel='rbf'"):
+        ODMClassifier(kernel="laplacian").fit(sp.csr_matrix(X), y)
 
 
 def far_from_origin_problem(m=1500, d=10, seed=31, low=2.0):

@@ -4,13 +4,17 @@ from __future__ import annotations
 import numbers
 
 import numpy as np
+import scipy.sparse
 
 from ..validation import check_finite_rows
 
 
-def as_rows(X, what: str = "X", allow_empty: bool = False) -> np.ndarray:
-    """``X`` as a 2-D numeric array of finite values; empty only when ``allow_empty``."""
-    X = np.asarray(X)
+def as_rows(X, what: str = "X", allow_empty: bool = False, sparse: bool = False):
+    """``X`` as a 2-D numeric array of finite values (with ``sparse``, a CSR matrix stays
+    one); empty only when ``allow_empty``."""
+    if scipy.sparse.issparse(X) and not sparse:
+        raise ValueError(f"{what} is a sparse matrix; this step needs dense rows (X.toarray()).")
+    X = X.tocsr() if scipy.sparse.issparse(X) else np.asarray(X)
     if X.ndim != 2:
         raise ValueError(f"{what} must be a 2-D array (rows × features), got shape {X.shape}.")
     if not np.issubdtype(X.dtype, np.number) or np.issubdtype(X.dtype, np.complexfloating):

@@ -10,7 +10,9 @@ so the determinant-maximizing next landmark is the candidate with the largest re
 form in Eqn (8); for linear/poly kernels the residual also accounts for ``k(z,z)`` and stays the
 determinant-maximizing rule. The residuals are the diagonal of ``K - L Lᵀ`` for the partial
 Cholesky factor ``L`` of the kernel matrix, so each step costs one kernel block (the pivot
-against all candidates) plus an O(n·s) update — never the n×n matrix.
+against all candidates) plus an O(n·s) update — never the n×n matrix. Candidates may be CSR
+rows: the kernel column of a pivot is then a sparse product (:mod:`sodm_spark.sparse_rows`)
+and nothing is ever as wide as the features.
 """
 from __future__ import annotations
 
@@ -23,8 +25,9 @@ from ._checks import as_count, as_rows
 SPANNED_TOL = 1e-12
 
 
-def select_landmarks(X: np.ndarray, kernel: Kernel, n_landmarks: int) -> np.ndarray:
-    """Indices (int64) into ``X`` of up to ``n_landmarks`` landmarks chosen by Eqn (8).
+def select_landmarks(X, kernel: Kernel, n_landmarks: int) -> np.ndarray:
+    """Indices (int64) into ``X`` (dense or CSR rows) of up to ``n_landmarks`` landmarks chosen
+    by Eqn (8).
 
     ``X`` is a sample of candidate rows (design.md §2 suggests ``min(M, 50·S)`` of them, never
     all M rows): the run keeps an ``n × n_landmarks`` float64 factor. The first landmark is the
@@ -36,7 +39,7 @@ def select_landmarks(X: np.ndarray, kernel: Kernel, n_landmarks: int) -> np.ndar
     chosen twice and a rank-r kernel yields at most r landmarks). At least one landmark is
     always returned.
     """
-    X = as_rows(X, "X")
+    X = as_rows(X, "X", sparse=True)
     n_landmarks = as_count(n_landmarks, "n_landmarks")
     n = X.shape[0]
     n_steps = min(n_landmarks, n)

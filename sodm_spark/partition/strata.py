@@ -5,29 +5,31 @@
 stratum occupies a run of consecutive positions, shuffled within the stratum. With
 ``target = position % K`` every partition receives ``⌊n_s/K⌋`` or ``⌈n_s/K⌉`` rows of each
 stratum s and ``⌊n/K⌋`` or ``⌈n/K⌉`` rows in total — the "equal piece of every stratum" step
-that follows Eqn (7). All functions work on one numpy block (a Spark partition) at a time.
+that follows Eqn (7). All functions work on one numpy block (a Spark partition) at a time;
+:func:`nearest_landmark` takes dense or CSR rows and landmarks alike.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ..kernels import Kernel, iter_kernel_blocks, rows_per_block
+from ..sparse_rows import as_float_rows
 from ._checks import as_rows, check_same_features
 
 
-def nearest_landmark(X: np.ndarray, landmarks: np.ndarray, kernel: Kernel,
-                     block_mb: float = 64.0) -> np.ndarray:
+def nearest_landmark(X, landmarks, kernel: Kernel, block_mb: float = 64.0) -> np.ndarray:
     """Stratum of every row of ``X`` (int64): Eqn (7), the nearest landmark in the RKHS.
 
     ``‖φ(x) - φ(z_s)‖² = k(x,x) + k(z_s,z_s) - 2k(x,z_s)``; the ``k(x,x)`` term is the same for
     every s, so the argmin only needs ``k(z_s,z_s) - 2k(x,z_s)``, computed from kernel blocks of
     at most ``block_mb`` MB (one GEMM each). Ties go to the first landmark. ``X`` may have 0
     rows (an empty Spark partition); ``landmarks`` (the landmark rows, not indices) may not.
+    Either may be CSR (sparse products, :mod:`sodm_spark.sparse_rows`).
     """
-    X = as_rows(X, "X", allow_empty=True)
-    landmarks = as_rows(landmarks, "landmarks")
+    X = as_rows(X, "X", allow_empty=True, sparse=True)
+    landmarks = as_rows(landmarks, "landmarks", sparse=True)
     check_same_features(X, landmarks, "X", "landmarks")
-    landmark_diag = np.asarray(kernel.diagonal(np.asarray(landmarks, dtype=np.float64)),
+    landmark_diag = np.asarray(kernel.diagonal(as_float_rows(landmarks, np.float64)),
                                dtype=np.float64)
     strata = np.empty(X.shape[0], dtype=np.int64)
     for rows, block in iter_kernel_blocks(kernel, X, landmarks, np.float64, block_mb):

@@ -1,11 +1,14 @@
 """Rows of the signed kernel matrix Q = diag(y) K diag(y) for the dual coordinate descent of
 :mod:`.odm_dcd`: the whole matrix by blocked GEMM (its RBF epilogue fused), or rows on demand
-behind an LRU cache of single rows; and the memory either needs."""
+behind an LRU cache of single rows; and the memory either needs. Rows may be dense or CSR
+(:mod:`sodm_spark.sparse_rows`): sparse rows are laid out once for all their products, and
+their memory is charged by stored values, not by the width."""
 from __future__ import annotations
 
 import numpy as np
 
-from ..kernels import Kernel, rows_per_block
+from ..kernels import Kernel, operand_rows, rows_per_block
+from ..sparse_rows import as_float_rows, inner_products, squared_norms
 from ..resources import RESERVE_MB, available_memory_mb
 from . import _dcd_kernels as loops
 
@@ -20,9 +23,11 @@ class KernelRows:
 
     def __init__(self, kernel: Kernel, X: np.ndarray, y: np.ndarray, dtype, cache_bytes: float):
         self.kernel, self.dtype = kernel, np.dtype(dtype)
-        # Converted once: every block's GEMM reads X in the cache's dtype.
-        self.X = np.ascontiguousarray(X, dtype=self.dtype)
-        self.sq_norms = np.einsum("ij,ij->i", self.X, self.X)
+        # Converted once: every block's GEMM reads X in the cache's dtype (sparse rows: laid
+        # out once as the right-hand side of every block's product)
+        self.X = as_float_rows(X, self.dtype)
+        self.operand = operand_rows(self.X, self.dtype)
+        self.sq_norms = squared_norms(self.X)
         self.y = y.astype(self.dtype)
         m = self.X.shape[0]
         self.capacity = int(min(m, cache_bytes // max(1, m * self.dtype.itemsize)))
@@ -59,7 +64,7 @@ class KernelRows:
             self.last_used[slots[:n_hit]] = self.clock
         if n_hit < index.size:
             missing, fresh = index[n_hit:], out[n_hit:]
-            self.kernel.block(self.X[missing], self.X, z_sq_norms=self.sq_norms, out=fresh)
+            self.kernel.block(self.X[missing], self.operand, z_sq_norms=self.sq_norms, out=fresh)
             fresh *= self.y[missing, None]
             fresh *= self.y[None, :]
             self.computed_rows += missing.size
@@ -104,8 +109,9 @@ def full_q_matrix(kernel: Kernel, X: np.ndarray, y: np.ndarray, dtype=np.float32
     m = X.shape[0]
     dtype = np.dtype(dtype)
     Q = np.empty((m, m), dtype=dtype)
-    Xd = np.ascontiguousarray(X, dtype=dtype)
-    sq_norms = np.einsum("ij,ij->i", Xd, Xd)
+    Xd = as_float_rows(X, dtype)
+    operand = operand_rows(Xd, dtype)  # sparse rows: laid out once for every block
+    sq_norms = squared_norms(Xd)
     yd = y.astype(dtype)
     # at least 8 row blocks: the work above the diagonal is then 9/16 of the whole product
     step = min(rows_per_block(m, dtype.itemsize, block_mb), max(256, -(-m // 8)))
@@ -114,12 +120,13 @@ def full_q_matrix(kernel: Kernel, X: np.ndarray, y: np.ndarray, dtype=np.float32
         stop = min(start + step, m)
         block = buffer[:(stop - start) * (m - start)].reshape(stop - start, m - start)
         if kernel.name == "rbf":  # the GEMM, then fused passes (the exp stays numpy's SIMD)
-            np.matmul(Xd[start:stop], Xd[start:].T, out=block)
+            inner_products(Xd[start:stop], operand, block, first_row=start)
             loops.rbf_exponent(block, sq_norms[start:stop], sq_norms[start:], kernel.gamma)
             np.exp(block, out=block)
             offset = kernel.offset
         else:
-            kernel.block(Xd[start:stop], Xd[start:], z_sq_norms=sq_norms[start:], out=block)
+            kernel.block(Xd[start:stop], operand, z_sq_norms=sq_norms[start:], out=block,
+                         first_row=start)
             offset = 0.0  # kernel.block added it
         loops.signed_rows_into(Q, block, start, yd, offset, 64)
     return Q
@@ -140,10 +147,10 @@ def kernel_mode_for(m: int, cache_mb: float, itemsize: int = 4) -> str:
     return "cached" if m * m * itemsize <= cache_mb * 2**20 else "blocked"
 
 
-def kernel_fits_cache(m: int, n_features: int, cache_mb: float | None = None,
+def kernel_fits_cache(m: int, n_features: float, cache_mb: float | None = None,
                       itemsize: int = 4) -> bool:
     """Whether the whole m×m kernel matrix fits ``cache_mb`` (None: what this machine can
-    afford now, :func:`auto_cache_mb`)."""
+    afford now, :func:`auto_cache_mb`; ``n_features`` as :func:`solver_memory_mb` takes it)."""
     if cache_mb is None:
         cache_mb = auto_cache_mb(m, n_features)
     return kernel_mode_for(m, cache_mb, itemsize) == "cached"
@@ -156,9 +163,10 @@ def auto_cache_mb(m: int, n_features: int) -> float:
     return max(0.0, room)
 
 
-def solver_memory_mb(m: int, n_features: int, block_size: int = 1024,
+def solver_memory_mb(m: int, n_features: float, block_size: int = 1024,
                      itemsize: int = 4) -> float:
     """Memory (MB) a blocked solve of m rows needs besides its kernel cache: the rows (float64),
-    about six m-vectors, one block of kernel rows and its float64 GEMM scratch."""
+    about six m-vectors, one block of kernel rows and its float64 GEMM scratch. For sparse rows
+    ``n_features`` is their :func:`~sodm_spark.sparse_rows.memory_width`, not their width."""
     rows = min(block_size, m)
     return (m * n_features * 8 + 6 * m * 8 + rows * m * (itemsize + 8)) / 2**20

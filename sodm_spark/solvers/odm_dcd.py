@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..kernels import Kernel
+from ..sparse_rows import as_float_rows, memory_width
 from ..validation import check_odm_params
 from . import _dcd_kernels as loops
 from .kernel_rows import (KernelRows, auto_cache_mb, full_q_matrix, kernel_mode_for,
@@ -111,7 +112,8 @@ def solve_odm_dual(X: np.ndarray, y: np.ndarray, kernel: Kernel, lam: float, the
                    inner_sweeps: int = 8, dtype=np.float32, shrinking: bool = True,
                    block_mb: float = 256.0, mode: str = "auto", callback=None,
                    kernel_values: np.ndarray | None = None) -> DCDResult:
-    """Solve the ODM dual (Eqn 1) on ``X`` (m×d float) and ``y`` (±1) by coordinate descent.
+    """Solve the ODM dual (Eqn 1) on ``X`` (m×d float, dense or CSR) and ``y`` (±1) by
+    coordinate descent.
 
     ``gamma0`` warm-starts from a given γ; ``seed`` (an int or a sequence such as
     ``[seed, level, partition]``) fixes every shuffle; ``cache_mb`` bounds the kernel cache
@@ -127,7 +129,7 @@ def solve_odm_dual(X: np.ndarray, y: np.ndarray, kernel: Kernel, lam: float, the
     if int(max_iter) < 1:
         raise ValueError(f"max_iter must be at least 1, got {max_iter!r}.")
     # float32 rows stay float32 (the kernel blocks are float32 by default): half the memory
-    X = np.ascontiguousarray(X, dtype=np.float32 if X.dtype == np.float32 else np.float64)
+    X = as_float_rows(X, np.float32 if X.dtype == np.float32 else np.float64)
     y = np.asarray(y, dtype=np.float64)
     m = X.shape[0]
     if y.shape != (m,) or not np.all(np.abs(y) == 1.0):
@@ -141,7 +143,7 @@ def solve_odm_dual(X: np.ndarray, y: np.ndarray, kernel: Kernel, lam: float, the
         if gamma.shape != (m,) or not np.all(np.isfinite(gamma)):
             raise ValueError(f"gamma0 must be a finite vector of length {m}.")
     if cache_mb is None:
-        cache_mb = auto_cache_mb(m, X.shape[1])
+        cache_mb = auto_cache_mb(m, memory_width(X))
     cache_bytes = cache_mb * 2**20
     if kernel_values is not None:
         mode = "cached"

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from ..kernels import Kernel, rows_per_block
+from ..kernels import Kernel, operand_rows, rows_per_block
+from ..sparse_rows import as_float_rows, squared_norms
 from ..validation import check_odm_params
 from ._dcd_kernels import _point_optimum, _point_violation
 from .odm_dcd import ODMProblem, next_shrink_threshold
@@ -55,13 +56,15 @@ def kernel_matrix(kernel: Kernel, X: np.ndarray, dtype=np.float32,
     m = X.shape[0]
     dtype = np.dtype(dtype)
     K = np.empty((m, m), dtype=dtype)
-    Xd = np.ascontiguousarray(X, dtype=dtype)
-    sq_norms = np.einsum("ij,ij->i", Xd, Xd)
+    Xd = as_float_rows(X, dtype)
+    operand = operand_rows(Xd, dtype)  # sparse rows: laid out once for every block
+    sq_norms = squared_norms(Xd)
     step = rows_per_block(m, dtype.itemsize, block_mb)
     for start in range(0, m, step):
         stop = min(start + step, m)
-        block = kernel.block(Xd[start:stop], Xd[start:], z_sq_norms=sq_norms[start:],
-                             out=np.empty((stop - start, m - start), dtype=dtype))
+        block = kernel.block(Xd[start:stop], operand, z_sq_norms=sq_norms[start:],
+                             out=np.empty((stop - start, m - start), dtype=dtype),
+                             first_row=start)
         K[start:stop, start:] = block
         K[stop:, start:stop] = block[:, stop - start:].T
     return K
@@ -137,7 +140,7 @@ def solve_odm_multiclass(X: np.ndarray, y_index: np.ndarray, n_classes: int, ker
     check_odm_params(lam, theta, v)
     if tol <= 0 or not np.isfinite(tol):
         raise ValueError(f"tol must be a positive number, got {tol!r}.")
-    X = np.ascontiguousarray(X, dtype=np.float64)
+    X = as_float_rows(X, np.float64)
     y_index = np.asarray(y_index)
     m = X.shape[0]
     if y_index.shape != (m,) or (m and (y_index.min() < 0 or y_index.max() >= n_classes)):

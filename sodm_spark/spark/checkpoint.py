@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse
 
+from ..sparse_rows import stack_rows
 from ..storage import replace_file
 from .sodm_tasks import as_chunks
 
@@ -49,17 +50,29 @@ def _mix(values: np.ndarray) -> np.ndarray:
 
 
 def row_hashes(X, y, ids, chunk_rows: int = 4096) -> np.ndarray:
-    """A 64-bit hash (uint64) per row of its id, label and every feature's float64 bits."""
+    """A 64-bit hash (uint64) per row of its id, label and every feature's float64 bits.
+
+    A feature's term is the mix of its bits times a fixed weight of its column; a zero's mix
+    is 0, so CSR rows are hashed from their stored values alone, to the same hash as their
+    dense copies (and at no cost in the width)."""
     n, d = X.shape
-    weights = _mix(np.arange(1, d + 1, dtype=np.uint64))  # a fixed odd-ish weight per column
-    hashes = np.empty(n, dtype=np.uint64)
-    for start in range(0, n, chunk_rows):
-        rows = X[start:start + chunk_rows]
-        dense = rows.toarray() if scipy.sparse.issparse(rows) else rows
-        bits = np.ascontiguousarray(dense, dtype=np.float64).view(np.uint64)
+    if scipy.sparse.issparse(X):
+        X = X.tocsr()
+        bits = np.ascontiguousarray(X.data, dtype=np.float64).view(np.uint64)
+        rows = np.repeat(np.arange(n), np.diff(X.indptr))
         with np.errstate(over="ignore"):
-            hashes[start:start + chunk_rows] = (_mix(bits) * weights).sum(axis=1,
-                                                                          dtype=np.uint64)
+            terms = _mix(bits) * _mix(X.indices.astype(np.uint64) + np.uint64(1))
+        hashes = np.zeros(n, dtype=np.uint64)
+        np.add.at(hashes, rows, terms)  # wraps modulo 2^64, as the dense sum does
+    else:
+        weights = _mix(np.arange(1, d + 1, dtype=np.uint64))  # a fixed weight per column
+        hashes = np.empty(n, dtype=np.uint64)
+        for start in range(0, n, chunk_rows):
+            bits = np.ascontiguousarray(X[start:start + chunk_rows], dtype=np.float64).view(
+                np.uint64)
+            with np.errstate(over="ignore"):
+                hashes[start:start + chunk_rows] = (_mix(bits) * weights).sum(axis=1,
+                                                                              dtype=np.uint64)
     label_bits = np.ascontiguousarray(y, dtype=np.float64).view(np.uint64)
     ids = np.asarray(ids, dtype=np.int64).view(np.uint64)
     with np.errstate(over="ignore"):
@@ -224,7 +237,7 @@ def assemble_partition(records, gammas):
         pieces = groups[key]
         positions = np.concatenate([p[0] for p in pieces])
         order = np.argsort(positions, kind="stable")
-        X = np.concatenate([p[1] for p in pieces])  # kernel SODM rows are dense
+        X = stack_rows([p[1] for p in pieces])
         y = np.concatenate([p[2] for p in pieces])[order]
         ids = np.concatenate([p[3] for p in pieces])[order]
         yield from as_chunks(key, X[order], y, ids, gammas[key])

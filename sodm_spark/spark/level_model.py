@@ -10,6 +10,8 @@ of float32 — more than Spark's default ``spark.driver.maxResultSize``. So the 
   targets, and only the small least-squares solve runs on the driver; or
 * **collected in pieces** (:func:`collect_level`): the support vectors of every chunk, at most
   16 MB each, fetched one Spark partition at a time when they would not fit the result limit.
+
+Support vectors of sparse rows stay CSR all the way to the model.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ import numpy as np
 from ..compression import (LOCAL_FIT_ROWS_PER_POINT, candidates_wanted, choose_points,
                            fit_rows_wanted, fitted_model, principal_projection)
 from ..model import KernelExpansion
+from ..sparse_rows import as_float_rows, stack_rows
 from .memory import result_limit_mb
 from .sodm_tasks import chunk_support_vectors, partial_scores
 
@@ -27,7 +30,7 @@ from .sodm_tasks import chunk_support_vectors, partial_scores
 def level_scores(sc, solved, X_eval, kernel_dict, what="score rows"):
     """f of a solved level on ``X_eval`` (driver rows), summed from every chunk's share."""
     sc.setJobDescription(f"SODM: {what}")
-    rows = sc.broadcast(np.asarray(X_eval, dtype=np.float32))
+    rows = sc.broadcast(as_float_rows(X_eval, np.float32))
     try:
         return solved.map(lambda item: partial_scores(item, rows.value, kernel_dict)) \
             .treeReduce(np.add)
@@ -52,10 +55,10 @@ def _sample_support(item, candidate_share, fit_share, seed, largest):
 
 def _rows_by_id(item, fit_ids, projection):
     """(rows, their ids) of a chunk whose ids are in the sorted ``fit_ids`` — any row, support
-    vector or not —, through ``projection`` when given (float32)."""
+    vector or not —, through ``projection`` when given (float32; CSR rows stay CSR)."""
     chunk = item[1]
     found = np.flatnonzero(np.isin(chunk.ids, fit_ids, assume_unique=True))
-    rows = np.asarray(chunk.X[found], dtype=np.float32)
+    rows = as_float_rows(chunk.X[found], np.float32)
     return (rows if projection is None else projection.projected(rows)), chunk.ids[found]
 
 
@@ -87,17 +90,17 @@ def compress_level(sc, solved, kernel, classes, n_support: int, n_points: int,
     sc.setJobDescription(f"SODM: sample the compression's points ({method})")
     samples = solved.map(lambda item: _sample_support(
         item, candidate_share, fit_share, seed, largest)).collect()
-    candidates = np.concatenate([s[0] for s in samples])
+    candidates = stack_rows([s[0] for s in samples])
     weights = np.concatenate([s[1] for s in samples])
     if method == "largest":
         candidates = candidates[np.argsort(-weights, kind="stable")[:n_points]]
     elif candidates.shape[0] > wanted:
         candidates = candidates[np.sort(rng.choice(candidates.shape[0], wanted, replace=False))]
-    points = choose_points(np.asarray(candidates, dtype=np.float64), n_points, method, kernel,
+    points = choose_points(as_float_rows(candidates, np.float64), n_points, method, kernel,
                            seed)
     projection = principal_projection(points, kernel)
     if local_fit is None:
-        rows = np.concatenate([s[2] for s in samples])
+        rows = stack_rows([s[2] for s in samples])
         if rows.shape[0] > n_fit:
             rows = rows[np.sort(rng.choice(rows.shape[0], n_fit, replace=False))]
         targets = level_scores(sc, solved, rows, kernel_dict, "the compression's fit targets")
@@ -115,7 +118,7 @@ def compress_level(sc, solved, kernel, classes, n_support: int, n_points: int,
             found = solved.map(lambda item: _rows_by_id(item, *shared.value)).collect()
         finally:
             shared.unpersist()
-        rows = np.concatenate([pair[0] for pair in found])
+        rows = stack_rows([pair[0] for pair in found])
         targets = local_targets[np.searchsorted(fit_ids, np.concatenate([p[1] for p in found]))]
     model = fitted_model(KernelExpansion(points[:0], np.zeros((0, 1)), kernel, classes), points,
                          rows, targets, ridge, projection)
@@ -131,13 +134,13 @@ def _piece_is_small(sc, piece_bytes: float) -> bool:
 
 
 def collect_level(sc, solved, kernel, classes, n_support: int, n_features: int,
-                  itemsize: int, multi: bool) -> KernelExpansion:
+                  row_bytes: float, multi: bool) -> KernelExpansion:
     """The level's whole model on the driver, its support vectors in row-id order: one
-    ``collect`` when they fit half of ``spark.driver.maxResultSize``, else one chunk per job
-    (``toLocalIterator`` over chunks dealt one to a Spark partition)."""
+    ``collect`` when they fit half of ``spark.driver.maxResultSize`` (``row_bytes`` a row), else
+    one chunk per job (``toLocalIterator`` over chunks dealt one to a Spark partition)."""
     sc.setJobDescription("SODM: collect the model")
     pieces = solved.map(chunk_support_vectors)
-    if _piece_is_small(sc, float(n_support) * n_features * itemsize):
+    if _piece_is_small(sc, float(n_support) * row_bytes):
         collected = pieces.collect()
     else:
         numbered = pieces.filter(lambda piece: piece[0].size > 0).zipWithIndex()
@@ -149,7 +152,7 @@ def collect_level(sc, solved, kernel, classes, n_support: int, n_features: int,
         return KernelExpansion(np.zeros((0, n_features)), np.zeros((0, 1)), kernel, classes)
     ids = np.concatenate([piece[0] for piece in collected])
     order = np.argsort(ids, kind="stable")
-    support_vectors = np.concatenate([piece[1] for piece in collected])[order]
+    support_vectors = stack_rows([piece[1] for piece in collected])[order]
     coef = np.concatenate([piece[2] for piece in collected])[order]
     return KernelExpansion(support_vectors, coef if multi else coef[:, None], kernel, classes)
 

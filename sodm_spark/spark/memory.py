@@ -19,6 +19,8 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..errors import ResourceError
 from ..resources import RESERVE_MB, physical_memory_mb, share_per_task, size_mb
 from ..solvers.kernel_rows import solver_memory_mb
@@ -26,6 +28,15 @@ from ..solvers.kernel_rows import solver_memory_mb
 
 class MemoryBudgetError(ResourceError):
     """A level whose largest partition cannot be solved within the per-task memory budget."""
+
+
+def rows_text(rows: int, n_features, dense_text: str | None = None) -> str:
+    """'rows × d features' (or ``dense_text``) for dense rows, whose ``n_features`` is an int;
+    for sparse ones, whose ``n_features`` is their memory width (a float, see
+    :func:`sodm_spark.sparse_rows.memory_width`), the memory a row takes."""
+    if isinstance(n_features, (int, np.integer)):
+        return dense_text or f"{rows:,} rows × {n_features:,} features"
+    return f"{rows:,} sparse rows (each the memory of {n_features:,.0f} float64 values)"
 
 
 @dataclass(frozen=True)
@@ -84,7 +95,8 @@ def level_cache_mb(level: int, rows: int, n_features: int, budget_mb: float,
         hint = (f"stop one level earlier with --stop-level {level + 1}"
                 if level < levels else "start from more partitions (--levels)")
         raise MemoryBudgetError(
-            f"level {level}: its largest partition holds {rows} rows x {n_features} features and "
+            f"level {level}: its largest partition holds "
+            f"{rows_text(rows, n_features, f'{rows} rows x {n_features} features')} and "
             f"needs about {need:,.0f} MB to solve even with on-demand kernel blocks, over the "
             f"{budget_mb:,.0f} MB a task may use (memory_mb / spark.executor.pyspark.memory); "
             f"{hint}, or give tasks more memory.")
@@ -107,7 +119,9 @@ def check_fit_resources(sc, n_rows: int, n_features: int, itemsize: int, top_par
                         top_level: int, memory: ExecutorMemory, params) -> None:
     """Refuse, before any level runs, a fit this application cannot hold: the top level's
     partitions beyond what a task may use, or (local mode) more persisted rows than the local
-    disk has room for. One ValueError naming the setting to change."""
+    disk has room for. One ValueError naming the setting to change. ``n_features`` is the rows'
+    width, or for sparse rows their memory width (:func:`rows_text`; ``itemsize`` 8: a stored
+    value and its column index take 12 bytes, 1.5 such columns)."""
     rows = -(-n_rows // max(1, top_partitions))
     budget = memory.task_mb(top_partitions)
     need = solver_memory_mb(rows, n_features)
@@ -141,10 +155,9 @@ def check_fit_resources(sc, n_rows: int, n_features: int, itemsize: int, top_par
                 f"about {solver_memory_mb(smallest, n_features):,.4g} MB to solve; give "
                 f"{more}.")
         raise MemoryBudgetError(
-            f"the top level's partitions ({top_partitions:,} of {rows:,} rows × {n_features:,} "
-            f"features) need about {need:,.0f} MB each to solve, over the {budget:,.4g} MB a "
-            f"task may use ({where}); start from more partitions (--levels {better}) or give "
-            f"{more}.")
+            f"the top level's partitions ({top_partitions:,} of {rows_text(rows, n_features)}) "
+            f"need about {need:,.0f} MB each to solve, over the {budget:,.4g} MB a task may use "
+            f"({where}); start from more partitions (--levels {better}) or give {more}.")
     if not sc.master.startswith("local"):
         return  # executors' disks are not visible from here
     need_mb = DISK_COPIES * n_rows * n_features * itemsize / 2**20
@@ -156,7 +169,7 @@ def check_fit_resources(sc, n_rows: int, n_features: int, itemsize: int, top_par
         if need_mb > free_mb:
             raise MemoryBudgetError(
                 f"the fit keeps its rows on local disk (up to {need_mb:,.0f} MB: {DISK_COPIES} "
-                f"copies of {n_rows:,} rows × {n_features:,} features), but {directory} has "
+                f"copies of {rows_text(n_rows, n_features)}), but {directory} has "
                 f"{free_mb:,.0f} MB free; point spark.local.dir (or SPARK_LOCAL_DIRS) at a "
                 "larger disk.")
 

@@ -14,6 +14,10 @@ output has the key (the input's key column, or a row id ``(partition << 40) + ro
 on the input's own partitions before any repartition, so it follows the input's order), the
 prediction (the label value) and the raw scores (``rawPrediction`` as MLlib has it: [-f, f]
 for two classes, one score per class otherwise).
+
+An ML-vector features column (Spark's LIBSVM reader gives sparse vectors) is scored as CSR
+rows, built from the vectors' own Arrow arrays: text rows with 10^5+ features are never
+densified, and a model trained on sparse rows scores them by sparse products.
 """
 from __future__ import annotations
 
@@ -26,10 +30,12 @@ from contextlib import contextmanager, suppress
 
 import numpy as np
 
-from .. import scoring
+from .. import scoring, sparse_rows
 from ..errors import reported_to_driver
+from ..sparse_rows import memory_width
 from ..model import KernelExpansion
-from .io import ROW_ID_SHIFT, batch_matrix, vector_or_array_as_doubles
+from .io import ROW_ID_SHIFT, batch_matrix, dense_enough, vector_or_array_as_doubles
+from .io.arrow import is_vector_type, vector_rows
 
 RAW_COLUMN, PREDICTION_COLUMN, ROW_ID_COLUMN = "rawPrediction", "prediction", "row_id"
 # Partitions: every core busy (defaultParallelism), and for a model that costs more than
@@ -54,13 +60,16 @@ def scoring_partitions(current: int, parallelism: int, n_support: int, n_feature
 
 
 def _features(df, features_col, exclude, n_features):
-    """(list of feature Columns to select, kind): an array column, or numeric columns."""
+    """(list of feature Columns to select, kind): an ML vector column (kept as its struct of
+    sparse or dense arrays), an array column, or numeric columns."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import NumericType
 
     schema = {field.name: field.dataType for field in df.schema.fields}
     if features_col in schema:
         dtype = schema[features_col]
+        if is_vector_type(dtype):
+            return [F.col(features_col).alias("features")], "vector"
         features = vector_or_array_as_doubles(features_col, dtype)
         if features is not None:
             return [features.alias("features")], "array"
@@ -98,8 +107,12 @@ def _which_row(keys, index, key_col):
 
 
 def _score_batches(spec, kind, n_features, key_col, precision, classes, block_bytes,
-                   rows_scored, threads):
+                   rows_scored, threads, any_vector_size=False, values_ignored=None):
     """The ``mapInArrow`` function (closes over plain values only): column 0 the key.
+
+    ``any_vector_size`` (LIBSVM rows, whose vectors are as long as the file's largest index):
+    values beyond the model's features are left out and counted in ``values_ignored``, shorter
+    vectors padded; otherwise a vector of another length is refused.
 
     BLAS gets the task's ``threads`` (``spark.task.cpus``): with a thread per core in every
     task, two tasks on two cores ran 2.6× slower. When the float32 pass sends most of a batch
@@ -136,8 +149,24 @@ def _score_batches(spec, kind, n_features, key_col, precision, classes, block_by
                     raise ValueError(f"{_which_row(keys, bad, key_col)} has {lengths[bad]} "
                                      f"features (or none); the model was trained on "
                                      f"{n_features}.")
-            X = batch_matrix(batch, kind, 1, n_features)
-            finite = np.isfinite(X).all(axis=1)
+            if kind == "vector":  # CSR rows, whatever the width
+                X, sizes, beyond = vector_rows(batch.column(1), n_features)
+                if beyond and values_ignored is not None:
+                    values_ignored.add(beyond)
+                wrong = sizes < 0 if any_vector_size else sizes != n_features
+                if np.any(wrong):
+                    bad = int(np.flatnonzero(wrong)[0])
+                    raise ValueError(f"{_which_row(keys, bad, key_col)} has "
+                                     f"{'no features' if sizes[bad] < 0 else sizes[bad]} "
+                                     f"features; the model was trained on {n_features}.")
+                rows = np.repeat(np.arange(n), np.diff(X.indptr))
+                finite = np.ones(n, dtype=bool)
+                finite[rows[~np.isfinite(X.data)]] = False
+                if dense_enough(X.nnz, n, n_features):  # dense vectors: one GEMM a block
+                    X = X.toarray()
+            else:
+                X = batch_matrix(batch, kind, 1, n_features)
+                finite = np.isfinite(X).all(axis=1)
             if not finite.all():
                 bad = int(np.flatnonzero(~finite)[0])
                 raise ValueError(f"{_which_row(keys, bad, key_col)} has a missing, NaN or "
@@ -161,9 +190,15 @@ def _score_batches(spec, kind, n_features, key_col, precision, classes, block_by
 @contextmanager
 def score_dataframe(df, model: KernelExpansion, features_col: str = "features",
                     key_col: str | None = None, label_col: str | None = "label",
-                    precision: str = "float32", rows_scored=None, block_bytes: int | None = None):
+                    precision: str = "float32", rows_scored=None, block_bytes: int | None = None,
+                    any_vector_size: bool = False, values_ignored=None):
     """``with score_dataframe(df, model) as (scored, partitions):`` a DataFrame of (key,
     prediction, rawPrediction) for every row of ``df``, scored by ``partitions`` tasks.
+
+    ``any_vector_size`` is for rows read from LIBSVM text, whose vectors are as long as the
+    largest index in the file: values in columns beyond the model's (features no training row
+    had, so no support vector has them and no prediction depends on them) are left out and
+    counted in the accumulator ``values_ignored``.
 
     Features: ``features_col`` (vector or array) if ``df`` has it, else every numeric column
     except ``key_col`` and ``label_col``. ``rows_scored`` is an optional accumulator the tasks
@@ -192,9 +227,11 @@ def score_dataframe(df, model: KernelExpansion, features_col: str = "features",
                              f"{features_col!r}; the model was trained on {n_features}. Score "
                              "data with the training data's feature columns, in the same order.")
     current = selected.rdd.getNumPartitions()
-    # the kernel's cost a row is the support set's: its width, not the raw rows' (a projection)
-    partitions = scoring_partitions(current, sc.defaultParallelism, n_support,
-                                    int(model.support_vectors.shape[1]),
+    # a kernel entry costs a product over the support set's width (the projected inputs of a
+    # compressed model), or over a sparse row's values
+    cost_width = memory_width(model.support_vectors) if sparse_rows.is_sparse(
+        model.support_vectors) else int(model.support_vectors.shape[1])
+    partitions = scoring_partitions(current, sc.defaultParallelism, n_support, cost_width,
                                     selected.count)
     if partitions > current:  # round robin; the row ids were fixed above
         selected = selected.repartition(partitions)
@@ -218,7 +255,8 @@ def score_dataframe(df, model: KernelExpansion, features_col: str = "features",
         scored = selected.mapInArrow(
             _score_batches(spec, kind, n_features, key_col, precision, classes,
                            block_bytes or scoring.SV_BLOCK_BYTES, rows_scored,
-                           int(sc.getConf().get("spark.task.cpus", "1"))), schema)
+                           int(sc.getConf().get("spark.task.cpus", "1")), any_vector_size,
+                           values_ignored), schema)
         yield scored.withColumnRenamed("key", key_col or ROW_ID_COLUMN), partitions
     finally:
         shutil.rmtree(folder, ignore_errors=True)

@@ -7,9 +7,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
+import scipy.sparse
 from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
+from ..sparse_rows import stack_rows
 from .io import Block
 
 #: The jobs' logging (conf/log4j2.properties beside the package, when it is installed from the
@@ -78,7 +80,8 @@ def job_session(app_name: str, master: str | None = None, config: dict | None = 
 
 def numpy_to_blocks(sc, X: np.ndarray, y: np.ndarray, n_slices: int | None = None,
                     first_row_id: int = 0):
-    """An RDD of Blocks holding ``X``/``y`` (row ids = row numbers), for driver-side data.
+    """An RDD of Blocks holding ``X``/``y`` (row ids = row numbers), for driver-side data;
+    ``X`` dense (blocks of float64) or a scipy sparse matrix (blocks of float64 CSR).
 
     By default one slice per 5,000 rows (at least 2, at most 64): a function of the data only,
     not of how many executors have registered yet, so the partitioning seeded from these
@@ -86,7 +89,15 @@ def numpy_to_blocks(sc, X: np.ndarray, y: np.ndarray, n_slices: int | None = Non
     """
     n_slices = n_slices or int(np.clip(-(-X.shape[0] // 5000), 2, 64))
     bounds = np.linspace(0, X.shape[0], n_slices + 1).astype(int)
-    pieces = [Block(np.ascontiguousarray(X[a:b], dtype=np.float64), np.asarray(y[a:b], np.float64),
+    if scipy.sparse.issparse(X):
+        X = X.tocsr().astype(np.float64)
+        X.sum_duplicates()
+
+    def rows(a, b):
+        return X[a:b] if scipy.sparse.issparse(X) else \
+            np.ascontiguousarray(X[a:b], dtype=np.float64)
+
+    pieces = [Block(rows(a, b), np.asarray(y[a:b], np.float64),
                     np.arange(a, b, dtype=np.int64) + first_row_id)
               for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
     return sc.parallelize(pieces, len(pieces))
@@ -108,5 +119,5 @@ def collect_blocks(blocks) -> tuple[np.ndarray, np.ndarray]:
     pieces = blocks.collect()
     ids = np.concatenate([b.row_ids for b in pieces])
     order = np.argsort(ids, kind="stable")
-    return (np.concatenate([b.X for b in pieces])[order],
+    return (stack_rows([b.X for b in pieces])[order],
             np.concatenate([b.y for b in pieces])[order])

@@ -16,9 +16,11 @@ from dataclasses import asdict, replace
 
 import numpy as np
 
-from ..compression import compare_scores, local_fit_share, resolve_max_sv
+from ..compression import (SPARSE_KMEANS, compare_scores, local_fit_share, most_points,
+                           resolve_max_sv)
 from ..errors import SettingsError
 from ..model import labels_from_scores
+from ..sparse_rows import as_float_rows, stack_rows
 from ..stopping import (NEXT_LEVEL_BLOCKED, REACHED_STOP_LEVEL, WARM_START_OPTIMAL, choose_level,
                         next_level_blocked, rows_right)
 from ..tuning import accuracy_of_scores, correct_rows
@@ -79,8 +81,12 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
     elif params.levels != prepared.params.levels:
         raise ValueError(f"the prepared data hold levels={prepared.params.levels}, the fit "
                          f"asks for levels={params.levels}; prepare with the same levels.")
+    if prepared.sparse and compress_method == "kmeans" and most_points(max_sv) is not None:
+        raise ValueError(SPARSE_KMEANS + ".")
     classes, multi, kernel = prepared.classes, prepared.multi, prepared.kernel
     n_rows, n_features = prepared.n_rows, prepared.n_features
+    # what a row costs in memory and per kernel entry: its width, or for sparse rows its values
+    width = prepared.row_width or n_features
     training, started = prepared.training, prepared.started
     test_pair, validation_pair = prepared.test_pair, prepared.validation_pair
     config = {"lam": params.lam, "theta": params.theta, "v": params.v, "tol": params.tol,
@@ -116,11 +122,10 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
     scored = [] if validation_pair is None else [validation_pair[0]]
     if test_every_level is None:
         test_every_level = test_pair is not None and \
-            len(test_pair[1]) * n_rows * n_features <= CHEAP_SCORING_WORK
+            len(test_pair[1]) * n_rows * width <= CHEAP_SCORING_WORK
     if test_every_level and test_pair is not None:
         scored.append(test_pair[0])
-    eval_X = sc.broadcast(np.asarray(np.concatenate(scored), dtype=np.float32)) \
-        if scored else None
+    eval_X = sc.broadcast(as_float_rows(stack_rows(scored), np.float32)) if scored else None
     levels, solved, previous = [], None, parts
     cores = max(1, sc.defaultParallelism)
     level = params.levels
@@ -133,7 +138,7 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
         kept[level] = solved
         entry = levels[-1]
         started -= entry.elapsed  # the time budget counts the interrupted run's levels too
-    plan = None if restored is not None else plan_level(level, sizes, n_features, params,
+    plan = None if restored is not None else plan_level(level, sizes, width, params,
                                                          memory, levels, cores)
     stop_reason = ""
     while True:
@@ -173,7 +178,7 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
         else:
             merged = np.bincount(np.arange(sizes.size) // params.p, weights=sizes).astype(np.int64)
             try:
-                plan = plan_level(level - 1, merged, n_features, params, memory, levels, cores)
+                plan = plan_level(level - 1, merged, width, params, memory, levels, cores)
             except MemoryBudgetError as error:
                 if not params.auto_stop:
                     raise
@@ -209,15 +214,16 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
     model, compression = _level_model(sc, kept[chosen], best, prepared, max_sv, compress_method,
                                       params.seed, kept_fits.get(chosen))
     if prepared.scaling is not None:  # the model takes raw rows
-        model = replace(model, feature_offset=prepared.scaling[0],
-                        feature_scale=prepared.scaling[1])
+        offset, scale, columns = prepared.scaling
+        model = replace(model, feature_offset=offset, feature_scale=scale,
+                        feature_columns=columns)
     train_seconds = time.perf_counter() - started
     full = kept_scores.get(chosen)  # the chosen level's own scores on the eval rows
     full_test = None if full is None or not test_every_level else full[n_validation:]
     test_accuracy = None
     if test_pair is not None:
         X_test, y_test = test_pair[0], _raw_labels(test_pair[1], classes)
-        cheap = len(y_test) * best.n_sv * n_features <= CHEAP_SCORING_WORK
+        cheap = len(y_test) * best.n_sv * width <= CHEAP_SCORING_WORK
         if full_test is None and (compression is None or cheap):
             full_test = level_scores(sc, kept[chosen], X_test, kernel_dict, "score the test set")
         if full_test is not None:  # the chosen level's own model
@@ -245,8 +251,10 @@ def _level_model(sc, solved, entry, prepared, max_sv, method, seed, local_fit=No
     """(the model of the chosen level, the compression report or None)."""
     n_points = resolve_max_sv(max_sv, entry.n_sv)
     if n_points is None:
+        # a dense support vector is float32, a sparse one 12 bytes a value (8 a memory column)
+        row_bytes = 8 * prepared.row_width if prepared.sparse else 4 * prepared.n_features
         return collect_level(sc, solved, prepared.kernel, prepared.classes, entry.n_sv,
-                             prepared.n_features, 4, prepared.multi), None
+                             prepared.n_features, row_bytes, prepared.multi), None
     start = time.perf_counter()
     model, fit_rows, targets = compress_level(sc, solved, prepared.kernel, prepared.classes,
                                               entry.n_sv, n_points, method, seed,

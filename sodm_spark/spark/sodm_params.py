@@ -39,7 +39,12 @@ class SODMParams:
     # every column mapped onto [0, 1] before the kernel ("none": the rows as they are), as
     # LIBSVM's guide advises (Hsu, Chang & Lin, "A practical guide to support vector
     # classification"). Exact ODM, λ = 1e5/1e6: shuttle 0.9818/0.9934 → 0.9968/0.9989 (its
-    # columns span 2 to 26,739), Fashion-MNIST, letter and satellite within ±0.1 points
+    # columns span 2 to 26,739), Fashion-MNIST, letter and satellite within ±0.1 points.
+    # Sparse (CSR) rows are divided by each column's largest magnitude instead (max-abs, as
+    # scikit-learn's MaxAbsScaler): subtracting a column's least value would store every zero
+    # of a text row. On data whose columns all have 0 as their least value (counts, tf-idf)
+    # both maps are the same; on others a sparse and a dense copy of the rows are scaled
+    # differently (sodm_spark.column_stats)
     scale: str = "minmax"
     # λ = 1e5 and v = 0.2 with γ = 'scale': the values SODMClassifier and a job given only
     # some hyperparameters fall back on; 9.0 points above the former λ = 1e3, v = 0.5 on letter,

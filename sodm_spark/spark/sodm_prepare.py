@@ -6,6 +6,11 @@ partitioning: landmark strata of Eqns 7-8 dealt evenly, or a comparator's partit
 DiP, random, cascade), shuffle sub-blocks to the top level's K = p^L partitions. All numerics
 are in ``sodm_spark.partition``; the functions shipped to tasks are module-level and take
 plain values, so closures never capture a driver object.
+
+Rows are dense or CSR: if any block holds CSR rows, all are made CSR, the feature scaling is
+max-abs instead of min-max (:mod:`sodm_spark.column_stats`: zeros stay zeros), and the landmarks
+and strata are computed on the sparse rows; the k-means partitioners refuse them (a centre of
+sparse rows is a dense vector as wide as the features).
 """
 from __future__ import annotations
 
@@ -15,9 +20,12 @@ from dataclasses import dataclass, replace
 import numpy as np
 import scipy.sparse
 
+from ..column_stats import ColumnStats, scale_rows
+from ..errors import SettingsError
 from ..kernels import Kernel, gamma_value
 from ..partition import (deal_positions, kmeans, nearest_center, nearest_landmark,
                          select_landmarks, stratum_offsets)
+from ..sparse_rows import as_float_rows, stack_rows
 from ..stopping import holdout_mask, validation_share
 from .checkpoint import block_fingerprint, merge_fingerprints
 from .io import check_blocks
@@ -39,8 +47,8 @@ def _class_numbers(block, classes):
 
 
 def _held_out_rows(block, seed, fraction, candidate_fraction):
-    """(X, ±1 y) of the rows of a (X, ±1 y, ids) block held out for validation (dense), and a
-    seeded sample of its other rows as landmark candidates (one pass for both)."""
+    """(X, ±1 y) of the rows of a (X, ±1 y, ids) block held out for validation, and a seeded
+    sample of its other rows as landmark candidates (one pass for both)."""
     X, y, ids = block
     rows = holdout_mask(ids, seed, fraction)
     held = X[rows]
@@ -48,7 +56,7 @@ def _held_out_rows(block, seed, fraction, candidate_fraction):
     key = int(ids[0]) if ids.size else 0  # stable per block, whatever the block layout
     candidates = kept[np.random.default_rng([seed, 7, key]).random(kept.shape[0])
                       < candidate_fraction]
-    return (held.toarray() if scipy.sparse.issparse(held) else held), y[rows], candidates
+    return held, y[rows], candidates
 
 
 def _kept_rows(block, seed, fraction):
@@ -67,72 +75,22 @@ def _moments(block):
                      np.einsum("ij,ij->", X, X, dtype=np.float64)])
 
 
-class ColumnStats:
-    """Rows, and per column the sum, the sum of squares, the least and the largest value — in
-    one pass, merged across blocks (:meth:`merge`), in float64 whatever the rows' dtype."""
-
-    def __init__(self, X=None, d=0):
-        if X is None:
-            self.n, self.sums, self.squares = 0, np.zeros(d), np.zeros(d)
-            self.low, self.high = np.full(d, np.inf), np.full(d, -np.inf)
-            return
-        self.n = X.shape[0]
-        if scipy.sparse.issparse(X):
-            self.sums = np.asarray(X.sum(axis=0, dtype=np.float64)).ravel()
-            self.squares = np.asarray(X.multiply(X).sum(axis=0, dtype=np.float64)).ravel()
-            low, high = (X.min(axis=0), X.max(axis=0)) if self.n else (None, None)
-            low = None if low is None else low.toarray().ravel()
-            high = None if high is None else high.toarray().ravel()
-        else:
-            self.sums = X.sum(axis=0, dtype=np.float64)
-            self.squares = np.einsum("ij,ij->j", X, X, dtype=np.float64)
-            low, high = (X.min(axis=0), X.max(axis=0)) if self.n else (None, None)
-        d = X.shape[1]
-        self.low = np.full(d, np.inf) if low is None else np.asarray(low, dtype=np.float64)
-        self.high = np.full(d, -np.inf) if high is None else np.asarray(high, dtype=np.float64)
-
-    @staticmethod
-    def merge(a, b):
-        merged = ColumnStats(d=a.sums.size)
-        merged.n = a.n + b.n
-        merged.sums, merged.squares = a.sums + b.sums, a.squares + b.squares
-        merged.low, merged.high = np.minimum(a.low, b.low), np.maximum(a.high, b.high)
-        return merged
-
-    def without(self, X):
-        """These statistics less the sums of the rows ``X`` (the extremes are kept)."""
-        other = ColumnStats(X)
-        out = ColumnStats(d=self.sums.size)
-        out.n, out.low, out.high = self.n - other.n, self.low, self.high
-        out.sums, out.squares = self.sums - other.sums, self.squares - other.squares
-        return out
-
-    def minmax(self):
-        """(offset, scale) mapping every column onto [0, 1]: (x − least) / (largest − least);
-        a constant column only shifted."""
-        span = self.high - self.low
-        return self.low.copy(), np.where(span > 0, 1.0 / np.where(span > 0, span, 1.0), 1.0)
-
-    def variance(self, offset=None, scale=None) -> float:
-        """Variance over all entries (what gamma='scale' needs), of the rows mapped by
-        (x − offset) · scale when given."""
-        sums, squares = self.sums, self.squares
-        if scale is not None:
-            sums = (self.sums - self.n * offset) * scale
-            squares = (self.squares - 2 * offset * self.sums + self.n * offset ** 2) * scale ** 2
-        count = self.n * self.sums.size
-        return float(squares.sum() / count - (sums.sum() / count) ** 2)
-
-
 def _column_stats(block):
     return ColumnStats(block[0])
 
 
-def _scaled(block, offset, scale):
-    """(X mapped by (x − offset) · scale in its own float dtype, y, ids)."""
+def _scaled(block, scaling):
+    """(X mapped by the feature scaling (offset, scale, columns) in its own float dtype, y,
+    ids): :func:`sodm_spark.column_stats.scale_rows`."""
     X, y, ids = block
-    dtype = X.dtype
-    return ((X - offset.astype(dtype)) * scale.astype(dtype)).astype(dtype, copy=False), y, ids
+    return scale_rows(X, *scaling), y, ids
+
+
+def _as_csr(block):
+    """The block with CSR rows (dense ones converted: a fit with any sparse block is sparse)."""
+    X, y, ids = block
+    return (X if scipy.sparse.issparse(X) else scipy.sparse.csr_matrix(X, dtype=np.float64)), \
+        y, ids
 
 
 def _sample_rows(item, fraction, seed):
@@ -177,15 +135,19 @@ def _deal(item, strata, offsets, n_partitions, direct, seed):
 
 # --- driver -----------------------------------------------------------------------------------
 
-def checked_classes(blocks, n_features: int, with_rows: bool = False, where=None):
+def checked_classes(blocks, n_features: int, with_rows: bool = False,
+                    with_stats: bool = False, where=None):
     """The sorted label values of ``blocks`` after one checking job (NaN/inf rows are named,
-    after ``where`` when given); with ``with_rows``, (the label values, the number of rows)."""
+    after ``where`` when given); with ``with_rows``, (the label values, the number of rows);
+    with ``with_stats``, (the label values, the :class:`~.io.BlockStats`)."""
     stats = check_blocks(blocks, n_features, max_labels=100, where=where)
     if stats.label_counts is None:
         raise ValueError("the label column holds more than 100 distinct values; SODM is a "
                          "classifier (is the label column the right one, or is it a "
                          "regression target?).")
     classes = np.array(list(stats.label_counts), dtype=np.float64)
+    if with_stats:
+        return classes, stats
     return (classes, stats.n_rows) if with_rows else classes
 
 
@@ -218,8 +180,11 @@ class PreparedData:
     sizes: np.ndarray | None = None
     partition_seconds: float = 0.0
     fingerprint: dict | None = None  # of all rows, for checkpoints (.checkpoint)
-    scaling: tuple | None = None  # (offset, scale) per column: the rows given to the kernel
-    # are (x − offset) · scale (min-max onto [0, 1]); test and validation pairs are mapped
+    scaling: tuple | None = None  # (offset, scale, columns): the rows given to the kernel are
+    # scale_rows(x, ...) (min-max onto [0, 1], or max-abs of sparse rows); test and validation
+    # pairs are mapped
+    row_width: float = 0.0  # memory of a row in float64 columns (sparse_rows.memory_width)
+    sparse: bool = False  # the rows are CSR
 
     @property
     def multi(self) -> bool:
@@ -270,40 +235,47 @@ def prepare_sodm(sc, blocks, params: SODMParams, classes, test=None, validation=
     training, validation_pair, candidates = labelled, validation, None
     if validation is None and hold_out:
         fraction = validation_share(params.validation_fraction, params.validation_max_rows,
-                                    n_all, stats.sums.size)
+                                    n_all, row_width(stats))
         seed = params.seed
         wanted = landmark_candidates_wanted(params, n_all, params.p ** params.levels)
         candidate_fraction = min(1.0, 1.2 * wanted / n_all)
         sc.setJobDescription("SODM: hold out the validation rows, sample landmark candidates")
         pieces = labelled.map(
             lambda b: _held_out_rows(b, seed, fraction, candidate_fraction)).collect()
-        X_val = np.concatenate([piece[0] for piece in pieces])
+        X_val = stack_rows([piece[0] for piece in pieces])
         if 0 < X_val.shape[0] < n_all:
             y_val = np.concatenate([piece[1] for piece in pieces])
             validation_pair = (X_val, classes[y_val.astype(np.int64)] if multi
                                else np.where(y_val > 0, positive, classes[0]))
             stats = stats.without(X_val)
             training = labelled.map(lambda b: _kept_rows(b, seed, fraction))
-            candidates = np.concatenate([piece[2] for piece in pieces]) if wanted else None
+            candidates = stack_rows([piece[2] for piece in pieces]) if wanted else None
     n_rows = stats.n
     # enough rows in all, maybe too few once the validation rows are out
     check_levels_fit_rows(n_rows, params.p, params.levels, held_out=n_all - n_rows)
-    n_features = stats.sums.size
+    n_features = stats.d
+    if stats.sparse:  # any CSR block: every block CSR, so that partitions stack alike
+        training = training.map(_as_csr)
+        if params.partitioner in ("kmeans", "dip"):
+            raise SettingsError(
+                f"partitioner {params.partitioner!r} clusters rows by k-means, whose centres "
+                f"of sparse rows are dense vectors of all {n_features:,} features; use "
+                "'stratified' (its landmarks are rows, kept sparse), 'random' or 'cascade'.")
     scaling = None
     if params.scale == "minmax" and params.kernel != "linear":
-        scaling = stats.minmax()
-        offset, scale = scaling
-        training = training.map(lambda b: _scaled(b, offset, scale))
+        scaling = stats.scaling()  # min-max, or max-abs for sparse rows
+        training = training.map(lambda b: _scaled(b, scaling))
         if candidates is not None:
-            candidates = (candidates - offset) * scale
+            candidates = scale_rows(candidates, *scaling)
     gamma = 1.0 if params.kernel == "linear" else gamma_value(
-        params.gamma, n_features, stats.variance(*(scaling or (None, None))))
+        params.gamma, n_features, stats.variance(*(scaling[:2] if scaling else (None, None))))
     kernel = Kernel.create(params.kernel, gamma, params.degree, params.coef0,
                            offset=params.kernel_offset)
     prepared = PreparedData(
         params=params, labelled=labelled, training=training, classes=classes, kernel=kernel,
         n_rows=n_rows, n_features=n_features, started=started, candidates=candidates,
-        fingerprint=data_fingerprint, scaling=scaling,
+        fingerprint=data_fingerprint, scaling=scaling, row_width=row_width(stats),
+        sparse=stats.sparse,
         test_pair=None if test is None else _plus_minus(test, classes, n_features, "test",
                                                         scaling),
         validation_pair=None if validation_pair is None else _plus_minus(
@@ -324,10 +296,20 @@ def partition_prepared(sc, prepared: PreparedData, params: SODMParams) -> None:
     prepared.labelled.unpersist()
 
 
+def row_width(stats: ColumnStats) -> int | float:
+    """The memory of a training row, in float64 columns: the width of dense rows (an int); for
+    sparse ones, as :func:`sodm_spark.sparse_rows.memory_width` charges their stored values (a
+    float: :func:`.memory.rows_text` tells them apart)."""
+    if not stats.sparse:
+        return int(stats.d)
+    return 1.5 * float(stats.stored.sum()) / max(1, stats.n) + 1.0
+
+
 def _plus_minus(pair, classes, n_features, what, scaling=None):
     """(float64 X, ±1 y) of a driver-side (X, raw y) pair checked against the training data
-    (class numbers instead of ±1 for 3+ classes), X mapped by ``scaling`` (offset, scale)."""
-    X, y = np.asarray(pair[0], dtype=np.float64), np.asarray(pair[1])
+    (class numbers instead of ±1 for 3+ classes), X (dense or CSR) mapped by ``scaling``
+    (offset, scale, columns)."""
+    X, y = as_float_rows(pair[0], np.float64), np.asarray(pair[1])
     unknown = np.setdiff1d(y, classes)
     if unknown.size:
         raise ValueError(f"the {what} labels hold {unknown[:5].tolist()}, which the training "
@@ -336,7 +318,7 @@ def _plus_minus(pair, classes, n_features, what, scaling=None):
         raise ValueError(f"the {what} data have {X.shape[1]} features, the training "
                          f"data {n_features}.")
     if scaling is not None:
-        X = (X - scaling[0]) * scaling[1]
+        X = scale_rows(X, *scaling)
     if classes.size > 2:
         return X, np.searchsorted(classes, y).astype(np.float64)
     return X, np.where(y == classes[1], 1.0, -1.0)
@@ -378,7 +360,7 @@ def partition_blocks(sc, labelled, params: SODMParams, kernel: Kernel, n_rows: i
         n_groups = n_partitions if params.partitioner == "kmeans" else params.strata
         if candidates is None:
             fraction = min(1.0, 1.2 * wanted / n_rows)
-            candidates = np.concatenate(
+            candidates = stack_rows(
                 indexed.map(lambda item: _sample_rows(item, fraction, seed)).collect())
         sample = candidates[np.random.default_rng([seed, 3]).permutation(
             candidates.shape[0])[:wanted]]

@@ -22,7 +22,6 @@ import time
 from collections import namedtuple
 
 import numpy as np
-import scipy.sparse
 from threadpoolctl import threadpool_limits
 
 from ..kernels import Kernel, decision_values
@@ -30,6 +29,7 @@ from ..solvers import solve_odm_dual
 from ..solvers.kernel_rows import kernel_fits_cache
 from ..solvers.odm_dcd import DCDResult
 from ..solvers.odm_multiclass import one_vs_rest_signs, solve_odm_multiclass
+from ..sparse_rows import memory_width, stack_rows
 from .io import MAX_BLOCK_BYTES, feature_bytes
 
 Chunk = namedtuple("Chunk", "order X y ids gamma stats")
@@ -53,19 +53,11 @@ def _coefficients(y, gamma):
     return gamma * one_vs_rest_signs(y.astype(np.int64), gamma.shape[1])
 
 
-def _stack(rows):
-    if len(rows) == 1:
-        return rows[0]
-    if scipy.sparse.issparse(rows[0]):
-        return scipy.sparse.vstack(rows, format="csr")
-    return np.concatenate(rows)
-
-
 def assemble(chunks):
     """(X, y, ids, γ) of a partition from its chunks, in the order of their ``order``."""
     chunks = sorted(chunks, key=lambda chunk: chunk.order)
-    return (_stack([c.X for c in chunks]), np.concatenate([c.y for c in chunks]),
-            np.concatenate([c.ids for c in chunks]), _stack([c.gamma for c in chunks]))
+    return (stack_rows([c.X for c in chunks]), np.concatenate([c.y for c in chunks]),
+            np.concatenate([c.ids for c in chunks]), np.concatenate([c.gamma for c in chunks]))
 
 
 def partitions_by_key(records):
@@ -167,7 +159,7 @@ def _solve_classes(X, y, gamma, kernel, config, seed):
     if gamma.ndim == 1:  # a fresh partition: no warm start yet
         gamma = np.zeros((m, n_classes))
     y_index = y.astype(np.int64)
-    if kernel_fits_cache(m, X.shape[1], config["cache_mb"]):
+    if kernel_fits_cache(m, memory_width(X), config["cache_mb"]):
         joint = solve_odm_multiclass(X, y_index, n_classes, kernel, config["lam"],
                                      config["theta"], config["v"], tol=config["tol"],
                                      max_iter=config["max_iter"], gamma0=gamma, seed=seed)

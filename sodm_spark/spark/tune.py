@@ -18,6 +18,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from ..kernels import Kernel
+from ..sparse_rows import as_float_rows
 from ..tuning import (MAX_SEARCH_TOL, SEARCH_TOL_FACTOR, GridPoint, ParamGrid, accuracy_of_scores, best_point,
                       correct_rows, search_partition, significantly_better)
 from .sodm_params import SODMParams
@@ -119,7 +120,7 @@ def tune_sodm(sc, prepared: PreparedData, params: SODMParams, grid: ParamGrid,
               "max_iter": params.max_iter, "seed": params.seed,
               "threads": max(1, cores // min(n_parts, cores))}
     kernel_dict, grid_dict = prepared.kernel.to_dict(), grid.to_dict()
-    X_val_b = sc.broadcast(np.asarray(X_val, dtype=np.float64))
+    X_val_b = sc.broadcast(as_float_rows(X_val, np.float64))
     result = TuneResult(grid=grid, base_gamma=prepared.kernel.gamma, kernel=prepared.kernel.name,
                         partitions=n_parts, validation_rows=int(len(y_val)), default=default)
     total = len(grid)

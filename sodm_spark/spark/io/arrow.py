@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 
 import numpy as np
+import scipy.sparse
 
 from .blocks import (MAX_BLOCK_BYTES, ROW_ID_SHIFT, Block, DataFormatError, feature_bytes,
                      to_feature_dtype)
@@ -20,7 +21,7 @@ from .blocks import (MAX_BLOCK_BYTES, ROW_ID_SHIFT, Block, DataFormatError, feat
 CHUNK_ROWS = 8192
 
 
-def _is_vector_type(dtype):
+def is_vector_type(dtype):
     """Whether a Spark SQL type is an ML/MLlib vector (without importing pyspark.ml)."""
     return type(dtype).__name__ == "VectorUDT"
 
@@ -31,7 +32,7 @@ def vector_or_array_as_doubles(column_name, dtype):
     from pyspark.sql import functions as F
     from pyspark.sql.types import ArrayType, NumericType
 
-    if _is_vector_type(dtype):
+    if is_vector_type(dtype):
         from pyspark.ml.functions import vector_to_array
         return vector_to_array(F.col(column_name), "float64")
     if isinstance(dtype, ArrayType) and isinstance(dtype.elementType, NumericType):
@@ -50,6 +51,47 @@ def batch_matrix(batch, kind, first, d):
     for j in range(d):
         X[:, j] = batch.column(first + j).to_numpy(zero_copy_only=False)
     return X
+
+
+def vector_rows(column, d):
+    """The rows of an Arrow ML-vector column (the struct Spark passes a VectorUDT as: ``type``
+    0 sparse / 1 dense, ``size``, ``indices``, ``values``) as a CSR matrix of width ``d`` —
+    sparse vectors are never densified (LIBSVM rows with 10^5+ features) —, each row's
+    length (``size`` of a sparse vector, the number of values of a dense one; -1 for a null),
+    and how many values lay in columns ``d`` and beyond (left out of the matrix)."""
+    import pyarrow.compute as pc
+
+    n = len(column)
+    nulls = np.asarray(column.is_null(), dtype=bool)
+    kinds = np.asarray(pc.fill_null(column.field("type"), 1).to_numpy(zero_copy_only=False))
+    values_list, indices_list = column.field("values"), column.field("indices")
+    value_counts = np.asarray(pc.fill_null(pc.list_value_length(values_list), 0)
+                              .to_numpy(zero_copy_only=False), dtype=np.int64)
+    value_counts[nulls] = 0
+    sizes = np.asarray(pc.fill_null(column.field("size"), -1).to_numpy(zero_copy_only=False),
+                       dtype=np.int64)
+    dense = kinds == 1
+    sizes[dense] = value_counts[dense]
+    sizes[nulls] = -1
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(value_counts, out=indptr[1:])
+    values = np.asarray(pc.list_flatten(values_list).to_numpy(zero_copy_only=False),
+                        dtype=np.float64)
+    sparse_entries = np.repeat(~dense, value_counts)
+    indices = np.empty(values.size, dtype=np.int64)
+    indices[sparse_entries] = np.asarray(pc.list_flatten(indices_list).to_numpy(
+        zero_copy_only=False), dtype=np.int64)
+    # a dense vector's values are its columns 0, 1, ...: their positions within the row
+    within = np.arange(values.size) - np.repeat(indptr[:-1], value_counts)
+    indices[~sparse_entries] = within[~sparse_entries]
+    beyond = indices >= d
+    n_beyond = int(beyond.sum())
+    if n_beyond:
+        rows = np.repeat(np.arange(n), value_counts)[~beyond]
+        indptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(rows, minlength=n), out=indptr[1:])
+        values, indices = values[~beyond], indices[~beyond]
+    return scipy.sparse.csr_matrix((values, indices, indptr), shape=(n, d)), sizes, n_beyond
 
 
 def numbered_batches(batches):

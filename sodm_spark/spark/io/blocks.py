@@ -23,10 +23,12 @@ Block.__doc__ = """Rows of one partition: ``X`` (n, d) C-contiguous float64 or f
 at most :data:`MAX_BLOCK_BYTES` of it unless one row is larger, ``y`` float64 (n,) raw labels as
 read, ``row_ids`` int64 (n,) globally unique and deterministic. A partition may hold several."""
 
-BlockStats = namedtuple("BlockStats", "label_counts n_rows")
+BlockStats = namedtuple("BlockStats", "label_counts n_rows row_width", defaults=(None,))
 BlockStats.__doc__ = """Result of :func:`check_blocks`: ``label_counts`` maps each distinct label
 value (float) to its number of rows (``None`` when there are more than ``max_labels`` distinct
-values), ``n_rows`` is the total number of rows."""
+values), ``n_rows`` is the total number of rows, ``row_width`` the memory of a row in float64
+columns: the width for dense rows (an int), 1.5 per stored value of sparse ones (a float; see
+:func:`sodm_spark.sparse_rows.memory_width`)."""
 
 #: Row ids of CSV/Parquet/DataFrame rows: ``(partition_index << ROW_ID_SHIFT) + local row``.
 ROW_ID_SHIFT = 40
@@ -166,6 +168,53 @@ def block_from_parsed(parsed, row_ids, d, sparse=False, dtype=np.float64):
     return Block(X, parsed.labels, np.asarray(row_ids, dtype=np.int64))
 
 
+def blocks_from_parsed(parsed, row_ids, d, sparse=False, dtype=np.float64,
+                       max_bytes: int = MAX_BLOCK_BYTES):
+    """Bounded Blocks (:func:`bounded_blocks`) of :class:`ParsedText` rows: CSR when
+    ``sparse``, else dense rows made one block at a time, so that a partition of text never
+    needs more memory than its CSR arrays and one dense block."""
+    ids = np.asarray(row_ids, dtype=np.int64)
+    X = scipy.sparse.csr_matrix((parsed.values, parsed.indices, parsed.indptr),
+                                shape=(parsed.labels.size, d))
+    if sparse:
+        yield from bounded_blocks(X, parsed.labels, ids, max_bytes)
+        return
+    step = max(1, max_bytes // max(1, d * np.dtype(dtype).itemsize))
+    for start in range(0, X.shape[0], step):
+        rows = X[start:start + step]
+        yield Block(to_feature_dtype(csr_to_dense(rows.indptr, rows.indices, rows.data, d),
+                                     dtype), parsed.labels[start:start + step],
+                    ids[start:start + step])
+
+
+def dense_width_problem(d, n_rows, itemsize, limit_bytes, what):
+    """Why rows ``d`` columns wide cannot be dense, or None: one row wider than a block
+    (:data:`MAX_BLOCK_BYTES`, a Spark record's bound), or all ``n_rows`` rows beyond
+    ``limit_bytes`` (``what`` names that limit)."""
+    row = d * itemsize
+    if row > MAX_BLOCK_BYTES:
+        return (f"one dense row would take {row / 2**20:,.0f} MB, more than a block of rows "
+                f"may ({MAX_BLOCK_BYTES >> 20} MB)")
+    if limit_bytes is not None and n_rows * row > limit_bytes:
+        return (f"{n_rows:,} dense rows would take {n_rows * row / 2**30:,.1f} GB, more than "
+                f"{what} ({limit_bytes / 2**30:,.1f} GB)")
+    return None
+
+
+#: What to do about rows too wide to be dense, unless the caller knows better.
+DENSE_ADVICE = ("read the rows as sparse (sparse=True, or 'auto': CSR unless at least half the "
+                "cells hold a value)")
+
+
+def too_wide_error(where, index, problem, advice=None, path=None, line=None):
+    """The refusal of a feature index that makes dense rows too wide: one line naming the file
+    and 1-based line (``where``) of the largest index, and what to do."""
+    return DataFormatError(
+        f"{where}: feature index {index:,} makes every dense row {index:,} columns wide, and "
+        f"{problem}. Either {advice or DENSE_ADVICE}, or correct the index on that line.",
+        path=path, line=line, token=str(index))
+
+
 # ----------------------------------------------------------------------------------------------
 # Checking blocks before training
 # ----------------------------------------------------------------------------------------------
@@ -174,6 +223,7 @@ def _summarize_blocks(n_features, max_labels):
     def summarize(index, blocks):
         n_rows, n_bad, bad_ids, counts, problem = 0, 0, [], {}, None
         n_huge, huge_ids, largest = 0, [], 0.0
+        n_values, any_sparse = 0, False
         for block in blocks:
             X, y, ids = block
             is_csr = scipy.sparse.issparse(X) and X.format == "csr"
@@ -219,13 +269,16 @@ def _summarize_blocks(n_features, max_labels):
                 n_huge += int(huge.sum())
                 huge_ids.extend(int(i) for i in ids[huge][:10 - len(huge_ids)])
             n_rows += int(X.shape[0])
+            n_values += int(X.nnz if is_csr else X.size)
+            any_sparse = any_sparse or is_csr
             if counts is not None:
                 values, numbers = np.unique(y[finite], return_counts=True)
                 for value, number in zip(values.tolist(), numbers.tolist()):
                     counts[value] = counts.get(value, 0) + number
                 if len(counts) > max_labels:
                     counts = None
-        yield index, n_rows, n_bad, bad_ids, counts, problem, n_huge, huge_ids, largest
+        yield (index, n_rows, n_bad, bad_ids, counts, problem, n_huge, huge_ids, largest,
+               n_values, any_sparse)
     return summarize
 
 
@@ -242,9 +295,9 @@ def check_blocks(blocks_rdd, n_features, max_labels=1000, where=None):
     """One Spark job over the blocks: label counts and row total, or a ValueError (its message
     begins with ``where``, naming the data, when given).
 
-    Returns ``BlockStats(label_counts, n_rows)``: ``label_counts`` maps each distinct label to
-    its row count (``None`` if more than ``max_labels`` distinct values, e.g. regression
-    targets). Raises ``ValueError`` when a row holds NaN or ±inf (in X or y) or a feature
+    Returns ``BlockStats(label_counts, n_rows, row_width)``: ``label_counts`` maps each
+    distinct label to its row count (``None`` if more than ``max_labels`` distinct values, e.g.
+    regression targets). Raises ``ValueError`` when a row holds NaN or ±inf (in X or y) or a feature
     beyond ±``MAX_ABS_VALUE`` (1e100; 1e15 for float32 rows: kernels would overflow, see
     :data:`sodm_spark.validation.MAX_ABS_VALUE`), naming the first 10 rows by partition and
     row (the readers of text input refuse such lines first, naming them); when a block
@@ -253,7 +306,8 @@ def check_blocks(blocks_rdd, n_features, max_labels=1000, where=None):
     n_features = check_n_features(n_features)
     summaries = sorted(blocks_rdd.mapPartitionsWithIndex(
         _summarize_blocks(n_features, max_labels)).collect(), key=lambda s: s[0])
-    for index, _, _, _, _, problem, _, _, _ in summaries:
+    for summary in summaries:
+        index, problem = summary[0], summary[5]
         if problem is not None:
             raise ValueError(f"malformed block in partition {index}: {problem}. Blocks must "
                              "come from read_blocks/dataframe_to_blocks (or follow the Block "
@@ -287,4 +341,6 @@ def check_blocks(blocks_rdd, n_features, max_labels=1000, where=None):
         counts = None
     if counts is not None:
         counts = dict(sorted(counts.items()))
-    return BlockStats(counts, n_rows)
+    width = int(n_features) if not any(s[10] for s in summaries) else \
+        1.5 * sum(s[9] for s in summaries) / n_rows + 1.0
+    return BlockStats(counts, n_rows, width)

@@ -5,6 +5,11 @@ Both readers hand whole text buffers to :func:`sodm_spark.formats.libsvm.parse_l
 1-based line and the token, and so do the refusals of NaN, ±inf and too large values
 (:mod:`.text_lines`). Row ids are 0-based line numbers over the input (files in Spark's
 listing order; blank and comment lines use up their number).
+
+Rows are CSR or dense (``sparse``: True, False, or "auto": CSR unless at least half of all
+the input's cells hold a value — one decision for the whole input, so every block is alike).
+Dense rows are only as wide as memory allows: a feature index beyond that (a typo such as
+``2000000000:1``) is refused before any row is densified, naming the file and line it is on.
 """
 from __future__ import annotations
 
@@ -16,9 +21,11 @@ import numpy as np
 
 from ...errors import reported_to_driver
 from ...formats.libsvm import parse_libsvm_text
+from ...resources import available_memory_mb
 from ...validation import MAX_ABS_VALUE, max_abs_value
-from .blocks import (DataFormatError, DataPathError, block_from_parsed, bounded_blocks,
-                     check_n_features, empty_message)
+from .blocks import (DataFormatError, DataPathError, block_from_parsed, blocks_from_parsed,
+                     check_n_features, dense_enough, dense_width_problem, empty_message,
+                     too_wide_error)
 from .text_lines import line_locations, refuse_bad_values, value_summary
 
 
@@ -48,6 +55,14 @@ def _width(parsed):
     return int(parsed.indices.max()) + 1 if parsed.indices.size else 0
 
 
+def _widest_line(parsed):
+    """The 0-based line (in the parsed buffer) of the largest index, or None without any."""
+    if not parsed.indices.size:
+        return None
+    value = int(np.argmax(parsed.indices))
+    return int(parsed.row_lines[np.searchsorted(parsed.indptr, value, side="right") - 1])
+
+
 def _no_data_lines(path):
     return DataFormatError(empty_message(path, "libsvm", "has no data lines (it is empty or "
                                          "holds only blank lines and # comments)"),
@@ -60,11 +75,14 @@ def _no_features(path):
                            path=str(path))
 
 
-def read_libsvm_local(path, n_features=None, sparse=False, check_values=False):
+def read_libsvm_local(path, n_features=None, sparse=False, check_values=False,
+                      dense_advice=None):
     """Read a LIBSVM file on the driver into dense ``(X, y)`` (float64), pure numpy.
 
     ``sparse=True`` returns X as a scipy CSR matrix (wide data is never densified);
-    ``sparse="auto"`` returns CSR unless at least half the cells hold a value.
+    ``sparse="auto"`` returns CSR unless at least half the cells hold a value. Dense rows wider
+    than a block, or taking more than half the memory available, are refused naming the line
+    of the largest index (``dense_advice``: what to do instead, for the message).
 
     For small sets (e.g. test data). ``n_features=None`` uses the largest index in the file;
     a larger ``n_features`` pads with zero columns. Errors name the file and the exact 1-based
@@ -93,6 +111,17 @@ def read_libsvm_local(path, n_features=None, sparse=False, check_values=False):
     d = n_features if n_features is not None else _width(parsed)
     if d == 0:
         raise _no_features(path)
+    if sparse == "auto":
+        sparse = not dense_enough(parsed.values.size, parsed.labels.size, d)
+    if not sparse:
+        problem = dense_width_problem(d, parsed.labels.size, 8,
+                                      available_memory_mb() * 2**19, "half the memory available")
+        if problem is not None:
+            line = _widest_line(parsed) if n_features is None else None
+            where = f"{path}, line {line + 1}" if line is not None else \
+                f"{path} (n_features={n_features})"
+            raise too_wide_error(where, d, problem, dense_advice, str(path),
+                                 None if line is None else line + 1)
     block = block_from_parsed(parsed, np.arange(parsed.labels.size), d, sparse)
     return block.X, block.y
 
@@ -109,8 +138,9 @@ def _partition_text(lines):
 
 def _scan_libsvm(n_features, limit):
     """Validation pass of one partition: (index, n_lines, n_rows, max index, error or None,
-    the rows whose values are not finite or beyond ±``limit``: a
-    :func:`.text_lines.value_summary`)."""
+    the rows whose values are not finite or beyond ±``limit`` (a
+    :func:`.text_lines.value_summary`), stored values, 1-based local line of the max index or
+    None)."""
     def scan(index, lines):
         text, n_lines = _partition_text(lines)
         parsed = parse_libsvm_text(text, n_features)
@@ -118,8 +148,10 @@ def _scan_libsvm(n_features, limit):
         if parsed.error is not None:
             line, problem = parsed.error
             error = (line + 1, problem)
+        widest = _widest_line(parsed)
         yield (index, n_lines, int(parsed.labels.size), _width(parsed), error,
-               value_summary(parsed, limit))
+               value_summary(parsed, limit), int(parsed.values.size),
+               None if widest is None else widest + 1)
     return scan
 
 
@@ -135,13 +167,13 @@ def _parse_libsvm(d, locations, sparse=False, dtype=np.float64):
             line_no = None if file_offset is None else file_offset + local + 1
             raise _libsvm_error(problem, file, line_no, index, local + 1)
         if parsed.labels.size:
-            yield from bounded_blocks(*block_from_parsed(parsed, row_offset + parsed.row_lines,
-                                                         d, sparse, dtype))
+            yield from blocks_from_parsed(parsed, row_offset + parsed.row_lines, d, sparse,
+                                          dtype)
     return build
 
 
 def read_libsvm_spark(spark, path, statuses, n_features, min_partitions, sparse=False,
-                      dtype=np.float64):
+                      dtype=np.float64, dense_advice=None):
     """``(RDD[Block], d)`` of the LIBSVM input ``path`` (its Hadoop ``statuses`` listed by
     :func:`read_blocks`): one validation job, then a lazy parse (see :func:`read_blocks`)."""
     sc = spark.sparkContext
@@ -150,7 +182,7 @@ def read_libsvm_spark(spark, path, statuses, n_features, min_partitions, sparse=
     stats = sorted(lines.mapPartitionsWithIndex(_scan_libsvm(n_features, limit)).collect())
     # line offsets: within each file (partitions of a file are consecutive) and globally
     locations = line_locations(lines, path, statuses, [s[1] for s in stats])
-    for index, _, _, _, error, _ in stats:
+    for index, _, _, _, error, *_ in stats:
         if error is not None:
             local_line, problem = error
             file, offset, _ = locations[index]
@@ -163,4 +195,21 @@ def read_libsvm_spark(spark, path, statuses, n_features, min_partitions, sparse=
     d = n_features if n_features is not None else max(s[3] for s in stats)
     if d == 0:
         raise _no_features(path)
+    n_rows = sum(s[2] for s in stats)
+    if sparse == "auto":  # one decision for the whole input: every block alike
+        sparse = not dense_enough(sum(s[6] for s in stats), n_rows, d)
+    if not sparse:
+        problem = dense_width_problem(d, n_rows, np.dtype(dtype).itemsize, None, "")
+        if problem is not None:
+            raise too_wide_error(_widest_where(stats, locations, path, n_features), d, problem,
+                                 dense_advice)
     return lines.mapPartitionsWithIndex(_parse_libsvm(d, tuple(locations), sparse, dtype)), d
+
+
+def _widest_where(stats, locations, path, n_features):
+    """Where the largest index of the input is: its file and 1-based line (or partition)."""
+    if n_features is not None:
+        return f"{path} (n_features={n_features})"
+    index, *_, local_line = max(stats, key=lambda s: (s[3], -s[0]))
+    file, offset, _ = locations[index]
+    return _where(file, None if offset is None else offset + local_line, index, local_line)

@@ -93,7 +93,7 @@ def _sql_conf(spark, key, value):
 
 def read_blocks(spark, path, fmt, n_features=None, min_partitions=None, *, label_col=None,
                 features_col="features", header=None, sep=",", sparse=False,
-                dtype=np.float64):
+                dtype=np.float64, dense_advice=None):
     """Read ``path`` (a file, folder or glob; any Hadoop file system) into ``(RDD[Block], d)``.
 
     ``fmt`` is ``"libsvm"``, ``"csv"`` or ``"parquet"``. Blocks of at most
@@ -107,7 +107,10 @@ def read_blocks(spark, path, fmt, n_features=None, min_partitions=None, *, label
       again lazily. ``min_partitions`` goes to ``sc.textFile`` (at least
       :func:`input_slices`). ``sparse=True`` gives each
       Block's X as a scipy CSR matrix, so 10^5+ feature columns are never densified;
-      ``sparse="auto"`` does so for each block under half full (:data:`DENSE_FROM_DENSITY`).
+      ``sparse="auto"`` does so when the whole input is under half full
+      (:data:`DENSE_FROM_DENSITY`). Dense rows wider than a block are refused before any is
+      made, naming the file and line of the largest index (``dense_advice``: what to do
+      instead, for that message).
     * ``csv``: ``header=None`` detects a header (first row not all numbers); ``label_col`` (a
       name or 0-based position) defaults to the column named ``label`` if there is a header
       that has one, else the first column. All other columns are features and must be numeric
@@ -126,7 +129,7 @@ def read_blocks(spark, path, fmt, n_features=None, min_partitions=None, *, label
     slices = input_slices(spark, statuses)
     if fmt == "libsvm":
         return read_libsvm_spark(spark, str(path), statuses, n_features,
-                                 max(slices, min_partitions or 0), sparse, dtype)
+                                 max(slices, min_partitions or 0), sparse, dtype, dense_advice)
     if sparse:
         raise ValueError(f"sparse={sparse!r} is supported for LIBSVM input only, not {fmt!r}.")
     # the file splits are planned when the blocks' RDD is built, inside this block
