@@ -1,4 +1,5 @@
-"""The benchmark's outputs: a JSON file, Markdown tables and a README region (between
+"""The benchmark's outputs: a JSON file, Markdown tables and a region of a Markdown file (the
+project keeps them in docs/benchmarks.md; between
 ``<!-- results:start -->`` and ``<!-- results:end -->``, or another region name's markers),
 rewritten in place."""
 from __future__ import annotations
@@ -16,7 +17,7 @@ DEFAULT_REGION = "results"
 
 
 def markers(region: str = DEFAULT_REGION) -> tuple[str, str]:
-    """The README lines that open and close ``region``."""
+    """The Markdown lines that open and close ``region``."""
     return f"<!-- {region}:start -->", f"<!-- {region}:end -->"
 
 
