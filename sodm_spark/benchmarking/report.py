@@ -1,7 +1,6 @@
-"""The benchmark's outputs: a JSON file, Markdown tables and a region of a Markdown file (the
-project keeps them in docs/benchmarks.md; between
+"""The benchmark's outputs: a JSON file, Markdown tables and a region of a Markdown file (between
 ``<!-- results:start -->`` and ``<!-- results:end -->``, or another region name's markers),
-rewritten in place."""
+rewritten in place; the project's results regions are in docs/benchmarks.md."""
 from __future__ import annotations
 
 import json
