@@ -2,14 +2,14 @@
 Fashion-MNIST grown by elastic deformations (the MNIST8M / infiMNIST recipe) in Parquet. A
 benchmark, not a test: one method at a time on the whole machine.
 
-    python benchmarks/bench_at_scale.py --rows 600000 --json at-scale.json [--readme README.md]
+    python benchmarks/bench_at_scale.py --rows 600000 --json at-scale.json
     python benchmarks/bench_at_scale.py --scaling 60000,200000,600000,1200000 --methods job,xgboost
 
 Methods (--methods, comma-separated):
 
 * ``job`` — ``SPARK_CONF_DIR=conf spark-submit jobs/train_sodm.py --data TRAIN --test-data TEST
   --format parquet --model-out M`` with every default (no --levels, no hyperparameters; the
-  README's memory settings, conf/spark-defaults.conf): the whole command's wall seconds, its
+  memory settings of conf/spark-defaults.conf): the whole command's wall seconds, its
   levels, the test accuracy of the model it saved (and of the uncompressed one when scored);
 * ``job-levels3`` — the same command with ``--levels 3``;
 * ``predict`` — ``spark-submit jobs/predict.py --model M --data TEST`` with the job's model:

@@ -5,7 +5,7 @@
 
 The partition is the first --rows rows of binary Fashion-MNIST (Debian's
 dataset-fashion-mnist), warm-started as SODM does after a merge: its p children are solved
-separately and their γ concatenated and divided by p (design.md §2.5). Every mode solves the
+separately and their γ concatenated and divided by p (docs/design.md §2.5). Every mode solves the
 same problem from the same start to the same tolerance, with every core's BLAS threads; the
 table gives median seconds, sweeps, kernel rows computed and the objective against the
 cached solve's.

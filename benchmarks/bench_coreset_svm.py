@@ -1,4 +1,5 @@
-"""Full SVM vs sensitivity-coreset SVM vs uniform subsample (paper 002). A benchmark, not a test.
+"""Full SVM vs sensitivity-coreset SVM vs uniform subsample (the coreset SVM paper). A benchmark,
+not a test.
 
     python benchmarks/bench_coreset_svm.py --datasets synthetic,digits --sizes 200,800 \\
         --C 1,100 --repeats 3 [--chunk-size 4000] [--json-out FILE]

@@ -1,4 +1,4 @@
-"""Exact ODM vs CSVRG+ODM (coreset SVRG, paper 000) on UCI letter. A benchmark, not a test.
+"""Exact ODM vs CSVRG+ODM (coreset SVRG, the CSVRG paper) on UCI letter. A benchmark, not a test.
 
     python benchmarks/bench_csvrg.py --repeats 3 [--json-out FILE]
 

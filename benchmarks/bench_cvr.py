@@ -12,7 +12,7 @@ Hyperparameters. SVR's (gamma, C, epsilon) = (0.3, 100, 0.5) won a 3-fold grid s
 CVR uses that gamma and its own defaults otherwise (standardized targets; C=30, μ='auto'
 = 0.015 here, tol=3e-6). Seconds are medians over ``--repeats`` fits; CVR is refit with
 seed ``seed + repeat`` and its metrics are medians too.
-Target (issue [4]): CVR's test RMSE within 5% of SVR's, in less fit time.
+Target: CVR's test RMSE within 5% of SVR's, in less fit time.
 """
 from __future__ import annotations
 

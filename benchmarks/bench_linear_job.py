@@ -7,7 +7,7 @@ The data (sodm_spark.datasets.make_linear(centred=False): features uniform in [0
 split at the cube's centre, 5% labels flipped; labels 0/1) are written once to --work-dir.
 "job" is ``spark-submit --master local[2] jobs/train_sodm.py --kernel linear --data F
 --test-data F`` with every default (intercept on); "job-no-intercept" adds ``--no-intercept``
-(the model before issue [9]). "mllib" is ``LinearSVC()`` with its defaults (fitIntercept,
+(the paper's model f(x) = wᵀx). "mllib" is ``LinearSVC()`` with its defaults (fitIntercept,
 regParam 0, 100 iterations) in a Spark session with the same master and driver memory, fitted
 on the LIBSVM file as read (parsing inside the fit, as in the job's train_seconds) and, as
 "mllib-cached", on the same rows cached and counted before the clock. Medians of --repeats.

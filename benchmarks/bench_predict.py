@@ -1,4 +1,4 @@
-"""Compressed models and batch scoring (issue [12]). A benchmark, not a test.
+"""Compressed models and batch scoring (``--max-sv``, ``jobs/predict.py``). A benchmark, not a test.
 
     python benchmarks/bench_predict.py [--max-sv 500,1000,2000,4000] [--score-rows 200000]
 

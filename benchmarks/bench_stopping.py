@@ -7,7 +7,7 @@ several seeds, and what the stop rule would have done on each. A benchmark, not 
         [--stop-confidence Z]
 
 Each (data set, seed) is one in-process run of the job (jobs/train_sodm.py, local[2], the
-README's conf/ settings) with no hyperparameters (the default search), automatic levels,
+settings of conf/) with no hyperparameters (the default search), automatic levels,
 ``--no-auto-stop --test-every-level`` and ``--seed``: it solves every level down to level 0 and
 records each level's seconds, the validation rows it gets wrong (the held-out slice automatic
 stopping scores) and its test accuracy. The rule (:func:`sodm_spark.stopping.replay`: the

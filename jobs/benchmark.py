@@ -16,8 +16,9 @@ methods (exact ODM, SVRG, SVC, LinearSVC) by killing their child process.
 
 Outputs in --out-dir: benchmark.json, benchmark.md and PNGs (accuracy vs fit seconds, one
 point per SODM level; speed-up vs cores; seconds vs rows). --readme FILE rewrites the region
-between <!-- results:start --> and <!-- results:end --> of FILE with the same section
-(--readme-region NAME: between <!-- NAME:start --> and <!-- NAME:end -->).
+between <!-- results:start --> and <!-- results:end --> of the Markdown file FILE with the same
+section (--readme-region NAME: between <!-- NAME:start --> and <!-- NAME:end -->); the project's
+results live in docs/benchmarks.md (--readme docs/benchmarks.md).
 
 Two classes are mapped to ±1; with more (--dataset fashion-mnist-10, or files with 3+ labels)
 the methods that fit several classes run (SODM, exact ODM, SVC, LinearSVC, MLlib LinearSVC and
@@ -140,7 +141,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                        help="cores scaling: generated training rows")
     out = parser.add_argument_group("output and Spark")
     out.add_argument("--out-dir", default="benchmark-results", help="JSON, Markdown, PNGs")
-    out.add_argument("--readme", help="rewrite this file's results region")
+    out.add_argument("--readme", metavar="FILE",
+                     help="rewrite this Markdown file's results region (the project keeps its "
+                     "results in docs/benchmarks.md)")
     out.add_argument("--readme-region", default="results",
                      help="the region of --readme to rewrite: the lines <!-- NAME:start --> "
                      "and <!-- NAME:end --> (one region per data set, e.g. a multi-class run)")
@@ -164,7 +167,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         parser.error("--scaling-methods lists the methods beside SODM; SODM always runs.")
     if not args.readme_region.replace("-", "").replace("_", "").isalnum():
         parser.error("--readme-region takes letters, digits, '-' and '_' (it names the "
-                     f"README's <!-- NAME:start --> line), got {args.readme_region!r}.")
+                     f"--readme file's <!-- NAME:start --> line), got {args.readme_region!r}.")
     if args.data and args.dataset:
         parser.error("give --data (your files) or --dataset (a named set), not both.")
     if args.test_data and not args.data:

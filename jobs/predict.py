@@ -13,7 +13,7 @@ id), `prediction` (the label) and `rawPrediction` (the scores), written to a tem
 directory beside --out and renamed into place when complete. The last line, and --metrics-out,
 give the rows scored, the seconds of the scoring job and rows/s. A bad row (found by a task, or
 by the check of text input's lines) or setting ends the job with one `error: ...` line and its
-kind's exit code, --out as it was (sodm_spark.errors; README, "When a job fails").
+kind's exit code, --out as it was (sodm_spark.errors; docs/operations.md, "When a job fails").
 """
 from __future__ import annotations
 

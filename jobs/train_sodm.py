@@ -12,7 +12,7 @@ unless at least half its cells hold a value, for DSVRG and for the kernel levels
 kernel blocks are then sparse products; --scale minmax divides each column by its largest
 magnitude instead, so zeros stay zeros); only the laplacian kernel needs dense rows. A bad input
 or setting ends the job with one `error: ...` line and its kind's exit code (sodm_spark.errors;
-README, "When a job fails").
+docs/operations.md, "When a job fails").
 """
 from __future__ import annotations
 
@@ -73,7 +73,8 @@ def parse_args(argv=None, prog="train_sodm.py", description=None,
     parser.add_argument("--kernel", default=defaults.kernel)
     parser.add_argument("--gamma", type=gamma_arg, help="'scale', 'auto' or a number (default "
                         f"{defaults.gamma!r}; without --gamma, --lam, --theta and --v the job "
-                        "searches all four first, on a sample of the top level's partitions)")
+                        "searches gamma and lam first (theta 0.1, v 0.2), on a sample of the "
+                        "top level's partitions)")
     parser.add_argument("--scale", choices=("minmax", "none"), default=defaults.scale,
                         help="map every column onto [0, 1] before the kernel (default; the "
                         "model stores the map) or use the rows as they are")

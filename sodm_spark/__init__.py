@@ -1,5 +1,18 @@
 """sodm-spark: Optimal margin Distribution Machines, exact and scalable (SODM) on Spark.
 
+The design (the problem in one parameterization, SODM, DSVRG, the data flow of a fit) is
+``docs/design.md``; docstrings cite it as "docs/design.md §N" and cite the papers by these
+short names (full entries in docs/design.md §9):
+
+- *the SODM paper*: Wang, Cao, Zhang, Shi & Jin, "Scalable Optimal Margin Distribution
+  Machine" (Algorithms 1-2, Eqns 1-8);
+- *the CSVRG paper*: Tan, Zhang & Wang, "Coreset Stochastic Variance-Reduced Gradient with
+  Application to Optimal Margin Distribution Machine", AAAI 2019;
+- *the CVR paper*: Tsang, Kwok & Lai, "Core Vector Regression for Very Large Regression
+  Problems", ICML 2005;
+- *the coreset SVM paper*: "Small Coresets to Represent Large Training Data for Support Vector
+  Machines" (anonymous authors, a manuscript under double-blind review).
+
 The layers, top to bottom (an import only ever runs downwards; numerics never import Spark):
 
 - ``jobs/`` (outside the package): thin argparse front-ends for ``spark-submit``.

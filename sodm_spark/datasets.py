@@ -257,7 +257,8 @@ def _mlbench_frame(name: str, root):
     if not path.exists():
         raise DatasetUnavailable(
             f"{path} not found: the {name} data ship in Debian's r-cran-mlbench package "
-            f"({MLBENCH_HINT}), or pass --dataset-root with the folder holding {name}.rda.")
+            f"({MLBENCH_HINT}), or pass the folder holding {name}.rda as root= "
+            "(--dataset-root in jobs/benchmark.py).")
     with _unavailable_without_package():
         return _read_rda_frame(path, name)
 
@@ -314,7 +315,8 @@ def load_dataset(name: str, train_rows: int | None = None, test_rows: int | None
     the generated sets they are the sizes to generate (default 20,000 and 10,000).
     """
     if name not in DATASET_SOURCES:
-        raise ValueError(f"unknown --dataset {name!r}; known: {', '.join(DATASETS)}.")
+        raise ValueError(f"unknown data set {name!r} (--dataset); known: "
+                         f"{', '.join(DATASETS)}.")
     if name in GENERATED:
         parts = _generated(name, train_rows or 20000, test_rows or DEFAULT_TEST_ROWS, seed)
     else:

@@ -181,9 +181,9 @@ def failure_of(error: BaseException, value_errors: str | None = INPUT):
         if resource or isinstance(link, MemoryError):
             cause = resource.group(0) if resource else f"MemoryError: {text}"
             return RESOURCES, (f"the job ran out of memory or disk ({cause.strip()}); give it "
-                               "more (--driver-memory, spark.executor.memory, --memory-mb, "
-                               "spark.local.dir) or start from more, smaller partitions (a "
-                               "larger --levels).")
+                               "more (spark.driver.memory, spark.executor.memory, memory_mb / "
+                               "--memory-mb, spark.local.dir) or start from more, smaller "
+                               "partitions (larger levels, --levels).")
     for link in chain:
         if isinstance(link, FileNotFoundError):
             return INPUT, str(link)

@@ -79,8 +79,8 @@ _PARAMS = {
     "autoStop": (_BOOL, "stop merging when a level no longer improves the validation accuracy "
                  "by minImprovement (a held-out validationFraction of the rows); the model is "
                  "the best level's"),
-    "validationFraction": (_FLOAT, "share of the rows held out for autoStop (at most 1,000 "
-                           "rows)"),
+    "validationFraction": (_FLOAT, "share of the rows held out for autoStop (at most 10,000 "
+                           "rows, fewer when scoring them would cost more)"),
     "minImprovement": (_FLOAT, "autoStop: least validation accuracy gain a merge must bring"),
     "timeBudget": (_FLOAT, "autoStop: no level whose predicted seconds would end the fit later"),
 }
@@ -141,7 +141,63 @@ def _make_setters_and_getters(cls):
 class SODMClassifier(Estimator, _SODMParams, VersionedReadWrite):
     """Scalable ODM (SODM paper, Algorithm 1) as a pyspark.ml Estimator: two classes, or more
     (one-vs-rest ODMs fitted together: ``rawPrediction`` holds one score per class and
-    ``prediction`` the label of the largest, as MLlib's multi-class classifiers)."""
+    ``prediction`` the label of the largest, as MLlib's multi-class classifiers).
+
+    The fit takes the path of ``jobs/train_sodm.py`` (docs/design.md §6): landmark strata, p^L
+    partitions solved in parallel and merged level by level, automatic stopping on held-out
+    rows, the model of the level it keeps; ``kernel="linear"`` fits DSVRG (Algorithm 2)
+    instead. Unlike the job it runs no search of its own: the ODM hyperparameters are the
+    Params' (defaults λ = 1e5, θ = 0.1, v = 0.2), and :meth:`tune` searches a grid. Every
+    keyword of the constructor is a Param with ``setX`` / ``getX``; the defaults are
+    :class:`~sodm_spark.spark.sodm_params.SODMParams`'.
+
+    Attributes
+    ----------
+    featuresCol, labelCol : Param
+        Input columns: features as an ML vector or an array of numbers, labels as numbers
+        (any two values, or more classes).
+    predictionCol, rawPredictionCol : Param
+        Output columns of ``transform``: the label, and ``[-f(x), f(x)]`` for two classes or
+        one score per class.
+    kernel, gamma, degree, coef0, kernelOffset, scale : Param
+        The kernel (``rbf``, ``linear``, ``poly``, ``laplacian``), its width (``"scale"``,
+        ``"auto"`` or a number), a penalized bias k + c, and the per-column scaling the model
+        stores (``minmax``: dense rows onto [0, 1], sparse rows by their largest magnitude).
+    lam, theta, v, tol, maxIter : Param
+        The ODM problem (λ, θ, v of docs/design.md §1) and each local solve's tolerance and
+        most sweeps.
+    p, levels, strata, stopLevel, partitioner, warmStart, cacheMb, seed : Param
+        SODM: partitions merged per level, L (unset: from the rows), the S strata, the last
+        level solved, how rows are dealt, the merged level's start, the kernel cache per task,
+        every random choice.
+    autoStop, validationFraction, minImprovement, timeBudget : Param
+        Automatic stopping between levels (docs/design.md §2.7).
+    fitIntercept : Param
+        Linear kernel: fit an unpenalized intercept.
+
+    The fitted :class:`SODMClassificationModel` has ``expansion`` (the
+    :class:`~sodm_spark.model.KernelExpansion`), ``levelStats`` (one dict per solved level or
+    DSVRG epoch, as in the job's metrics JSON), ``stopReason``, ``bestLevel``, ``numFeatures``
+    and ``classes``.
+
+    Examples
+    --------
+    >>> from pyspark.sql import SparkSession
+    >>> from sklearn.datasets import load_digits
+    >>> from sodm_spark import SODMClassificationModel, SODMClassifier
+    >>> spark = SparkSession.builder.master("local[2]").getOrCreate()
+    >>> X, y = load_digits(return_X_y=True)
+    >>> df = spark.createDataFrame([(row.tolist(), float(label % 2)) for row, label in zip(X, y)],
+    ...                            ["features", "label"])
+    >>> model = SODMClassifier(levels=2, lam=1e5, theta=0.1, v=0.2).fit(df)
+    >>> [entry["partitions"] for entry in model.levelStats][0]  # the top level: 3^2
+    9
+    >>> scored = model.transform(df).select("label", "rawPrediction", "prediction")
+    >>> model.write().overwrite().save("sodm-model")
+    >>> SODMClassificationModel.load("sodm-model").numFeatures
+    64
+    >>> tuned, search = SODMClassifier(levels=2).tune(df, {"lam": [1e4, 1e5]})  # no fit
+    """
 
     @keyword_only
     def __init__(self, *, featuresCol="features", labelCol="label", predictionCol="prediction",
@@ -228,7 +284,22 @@ class SODMClassifier(Estimator, _SODMParams, VersionedReadWrite):
 
 @_make_setters_and_getters
 class SODMClassificationModel(Model, _SODMParams, VersionedReadWrite):
-    """The fitted kernel expansion; ``transform`` adds rawPrediction and prediction columns."""
+    """The fitted kernel expansion; ``transform`` adds rawPrediction and prediction columns.
+
+    Attributes
+    ----------
+    expansion : KernelExpansion
+        The decision function (:class:`sodm_spark.model.KernelExpansion`), with the feature
+        scaling (and a compressed model's projection) it applies to raw rows.
+    levelStats : list of dict
+        One entry per solved level (or DSVRG epoch), as in the job's metrics JSON.
+    stopReason : str
+        Why the levels stopped; ``bestLevel`` is the level whose model this is.
+    numFeatures : int
+        Features of a raw row.
+    classes : ndarray
+        The label values the scores stand for.
+    """
 
     def __init__(self, expansion: KernelExpansion | None = None):
         super().__init__()

@@ -1,4 +1,4 @@
-"""Saving and loading the pyspark.ml classes of :mod:`sodm_spark.ml` (design.md §6).
+"""Saving and loading the pyspark.ml classes of :mod:`sodm_spark.ml` (docs/design.md §7).
 
 Spark ML metadata (JSON) plus the model's ``data/arrays.npz`` and ``data/metadata.json`` (no
 pickles), written as a new version folder of the model directory through Spark's file system

@@ -78,8 +78,8 @@ class InputMap:
 class KernelExpansion:
     """``f(x) = Σ_i coef[i] · k(sv_i, x)`` (one column of ``coef`` per output).
 
-    For ODM ``coef[i] = γ_i y_i`` (design.md §1); ``classes`` lists the labels the outputs stand
-    for (binary: the column scores ``classes[1]`` against ``classes[0]``). ``intercept`` (one
+    For ODM ``coef[i] = γ_i y_i`` (docs/design.md §1); ``classes`` lists the labels the outputs
+    stand for (binary: the column scores ``classes[1]`` against ``classes[0]``). ``intercept`` (one
     per output) is added to f for the comparators that have a bias (CVM, CVR, coreset SVM);
     ODM has none. A regression model has no classes: ``predict`` returns f itself.
     ``feature_offset`` and ``feature_scale`` (one per column; SODM's min-max scaling) map a raw

@@ -1,7 +1,7 @@
 """Memory of this machine, and the share a kernel solve may take (pure Python, no Spark).
 
-The exact solver is fast only while the whole kernel matrix of a problem is cached (design.md
-§1: a cached sweep is memory-bound and cheap, on-demand blocks recompute m²·d work per sweep).
+The exact solver is fast only while the whole kernel matrix of a problem is cached (docs/design.md
+§1.3: a cached sweep is memory-bound and cheap, on-demand blocks recompute m²·d work per sweep).
 So the cache should take what memory the machine really has, not a fixed guess.
 """
 from __future__ import annotations

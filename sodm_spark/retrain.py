@@ -25,8 +25,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-# Exit codes of jobs/retrain.py (also in its --help and the README); a failure exits with its
-# kind's code (sodm_spark.errors.EXIT_CODES: 2 settings, 4 unexpected, 5 input, 6 resources).
+# Exit codes of jobs/retrain.py (also in its --help and docs/operations.md); a failure exits
+# with its kind's code (sodm_spark.errors.EXIT_CODES: 2 settings, 4 unexpected, 5 input,
+# 6 resources).
 PROMOTED = 0  # the new model is the production model now
 KEPT = 1  # the new model was worse than production by more than the threshold; latest unchanged
 USAGE = 2  # bad flags (argparse), the settings code of every job

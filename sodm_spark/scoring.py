@@ -1,5 +1,5 @@
-"""Scoring rows with a kernel model in float32 where it cannot change a prediction (issue
-[12]), one block of support vectors at a time; pure numpy, no Spark.
+"""Scoring rows with a kernel model in float32 where it cannot change a prediction, one block
+of support vectors at a time; pure numpy, no Spark.
 
 Kernel blocks against the support set are one GEMM each; float32 halves their time. A
 float32 kernel entry is off by at most a few units of float32 rounding relative to the

@@ -1,4 +1,4 @@
-"""ODMClassifier: the exact ODM as a scikit-learn estimator (design.md §6)."""
+"""ODMClassifier: the exact ODM as a scikit-learn estimator (docs/design.md §7)."""
 from __future__ import annotations
 
 import warnings
@@ -64,10 +64,64 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
         the data's origin lies). Other kernels have no bias; use ``kernel_offset``.
     kernel_offset : c ≥ 0, default 0: solve with the kernel k + c, i.e. a penalized bias
         c·Σ_i γ_i y_i (see :mod:`sodm_spark.kernels`). Measured on Fashion-MNIST, letter and
-        satellite with the RBF kernel, c = 1 changed test accuracy by at most a few rows (README
-        "Intercepts"), hence the default 0, the paper's model.
+        satellite with the RBF kernel, c = 1 changed test accuracy by at most a few rows
+        (docs/jobs.md, "Intercepts"), hence the default 0, the paper's model.
 
     Binary labels may be any two values; more than two classes are fitted one-vs-rest.
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (n_classes,)
+        The sorted label values; with two, ``classes_[1]`` is the positive class (f > 0).
+    n_features_in_ : int
+        Features seen during ``fit``.
+    kernel_ : Kernel
+        The kernel with ``gamma`` resolved to a number (:class:`sodm_spark.kernels.Kernel`).
+    support_ : ndarray of shape (n_SV,)
+        Indices of the training rows with a nonzero dual coefficient in any output (empty for
+        the primal solvers).
+    support_vectors_ : ndarray or CSR matrix of shape (n_SV, n_features)
+        Those rows (CSR when X was sparse). The primal solvers store w here instead, one row
+        per output.
+    dual_coef_ : ndarray of shape (n_outputs, n_SV)
+        ``γ_i y_i`` of each support vector, one row per output (one for two classes, else one
+        per class, one-vs-rest); the identity for the primal solvers.
+    intercept_ : ndarray of shape (n_outputs,)
+        The bias b of the primal solvers with ``fit_intercept``; zeros otherwise.
+    n_iter_ : ndarray of shape (n_outputs,)
+        Sweeps (dual), Newton iterations or SVRG epochs of each output's solve.
+    objective_ : ndarray of shape (n_outputs,)
+        The final objective of each output's problem (the dual of Eqn 1, or the primal).
+    converged_ : bool
+        Whether every solve met ``tol`` within ``max_iter``.
+    model_ : KernelExpansion
+        The decision function as a model that saves, loads and compresses
+        (:class:`sodm_spark.model.KernelExpansion`).
+    n_support_ : int
+        The number of support vectors (a property).
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_breast_cancer
+    >>> from sklearn.preprocessing import minmax_scale
+    >>> from sodm_spark import ODMClassifier
+    >>> X, y = load_breast_cancer(return_X_y=True)
+    >>> X = minmax_scale(X)
+    >>> clf = ODMClassifier(kernel="rbf", lam=1e5, theta=0.1, v=0.2).fit(X[:400], y[:400])
+    >>> clf.classes_
+    array([0, 1])
+    >>> clf.dual_coef_.shape[0]  # one output for two classes
+    1
+    >>> clf.predict(X[400:405]).shape
+    (5,)
+    >>> accuracy = clf.score(X[400:], y[400:])
+    >>> clf.model_.save("odm-model")  # arrays.npz + metadata.json, no pickles
+
+    The linear kernel solves the primal, with an unpenalized intercept:
+
+    >>> linear = ODMClassifier(kernel="linear").fit(X[:400], y[:400])
+    >>> linear.support_vectors_.shape, linear.intercept_.shape  # w and b
+    ((1, 30), (1,))
     """
 
     def __init__(self, kernel="rbf", gamma="scale", degree=3, coef0=0.0, lam=1000.0, theta=0.1,

@@ -1,7 +1,7 @@
-"""Hyperparameter search for ODM on one partition (issue [11]); pure numpy, no Spark.
+"""Hyperparameter search for ODM on one partition; pure numpy, no Spark.
 
-ODM has four hyperparameters (design.md §1): the kernel width γ, λ, θ and v. A grid point is
-(γ multiple, λ, θ, v); γ is given as a multiple of the fit's resolved γ ("scale" by default),
+ODM has four hyperparameters (docs/design.md §1): the kernel width γ, λ, θ and v. A grid point
+is (γ multiple, λ, θ, v); γ is given as a multiple of the fit's resolved γ ("scale" by default),
 so one grid serves data of any scale. SODM's top level cuts the data into many small
 partitions that each look like the whole (SODM paper, Eqns 7-8), so the search runs there:
 every partition solves its local ODM (Eqn 1 with the partition's m, the block-diagonal
@@ -33,17 +33,18 @@ from .sparse_rows import as_float_rows
 from .validation import check_odm_params
 
 # γ as multiples of "scale" (1/(d·Var x)) two octaves around it; λ over the decades where
-# accuracy moves on real data (README: flat below 1e3 on the linear path, rising to 1e5 on
-# Fashion-MNIST); θ and v at the paper's small and large settings.
+# accuracy moves on real data (the linear path is flat from 100 up, docs/jobs.md "λ for the
+# linear path"; the kernel path rises up to 1e5 on Fashion-MNIST); θ and v at the paper's small
+# and large settings.
 DEFAULT_GAMMA_SCALES = (0.5, 1.0, 2.0)
 DEFAULT_LAMS = (1e3, 1e4, 1e5)
 DEFAULT_THETAS = (0.1, 0.3)
 DEFAULT_VS = (0.2, 0.8)
 # The search a job runs when no hyperparameter is given (jobs/train_sodm.py): γ and λ, where
-# the best values differ most between data sets (README, "Default hyperparameters"), on a
+# the best values differ most between data sets (docs/jobs.md, "Default hyperparameters"), on a
 # sample of the top level's partitions holding about SEARCH_SAMPLE_ROWS rows. Its default
 # point is kept unless another beats it significantly on the validation rows: a search on
-# 1,000 rows is noisy (README).
+# 1,000 rows is noisy (docs/jobs.md, "Choosing hyperparameters").
 DEFAULT_SEARCH_GRID_TEXT = "gamma=1,2 lam=1e3,1e4,1e5,1e6 theta=0.1 v=0.2"
 SEARCH_SAMPLE_ROWS = 20_000
 # The search solves each point to this multiple of the fit's tol: it only needs the sign of f

@@ -1,4 +1,4 @@
-"""The report of a hyperparameter search (issue [11]): a text table, JSON and a heat map PNG
+"""The report of a hyperparameter search (``--tune-report``): a text table, JSON and a heat map PNG
 of validation accuracy, written from :meth:`sodm_spark.spark.tune.TuneResult.to_dict`."""
 from __future__ import annotations
 

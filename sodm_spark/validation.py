@@ -27,7 +27,7 @@ _RESCALE_ADVICE = ("Rescale those features (e.g. sklearn.preprocessing.StandardS
 
 
 def check_odm_params(lam, theta, v) -> None:
-    """ODM hyperparameters of design.md §1: λ > 0, θ ∈ [0, 1), v ∈ (0, 1]."""
+    """ODM hyperparameters of docs/design.md §1: λ > 0, θ ∈ [0, 1), v ∈ (0, 1]."""
     if not (isinstance(lam, (int, float, np.number)) and np.isfinite(lam) and lam > 0):
         raise ValueError(f"lam (λ) must be a positive finite number, got {lam!r}.")
     if not (isinstance(theta, (int, float, np.number)) and 0.0 <= theta < 1.0):

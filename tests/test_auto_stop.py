@@ -1,4 +1,4 @@
-"""Automatic stopping (issue [8]): the memory budget per level, the stop rule, the validation
+"""Automatic stopping: the memory budget per level, the stop rule, the validation
 slice, and the best level's model — pure rules against hand-computed values, then SODM fits
 in local mode against runs that stop at a fixed level."""
 from dataclasses import replace

@@ -1,4 +1,4 @@
-"""The bad-input matrix (issue [7] item 5): every job and Python API against every bad input.
+"""The bad-input matrix: every job and Python API against every bad input.
 
 Each bad input is either handled (and the result checked against an independent reference:
 scikit-learn's LIBSVM reader, the brute-force ODM dual of ``reference.py``, a ±1-label fit) or
@@ -265,13 +265,14 @@ def refusals():
         Refusal("more-partitions-than-rows/train_sodm", 1, lambda c: sodm_job_error(
             ["--data", c.tiny, "--levels", "2"]),
             r"asks for 9 partitions but the data have only 5 rows", r"levels=2 with p=3",
-            r"use --levels 1 or less"),
+            r"use levels=1 \(--levels 1\) or less"),
         Refusal("more-partitions-than-rows/train_sodm-linear", 1, lambda c: sodm_job_error(
             ["--data", c.tiny, "--kernel", "linear", "--partitions", "16", "--epochs", "1"]),
             r"only 5 rows", r"16 partitions", r"pass at most 5 \(--partitions"),
         Refusal("more-partitions-than-rows/SODMClassifier", 1, lambda c: api_error(
             lambda: sodm_classifier(levels=2).fit(c.frame(c.X[:5], np.arange(5) % 2))),
-            r"9 partitions but the data have only 5 rows", r"levels=2", r"levels 1 or less"),
+            r"9 partitions but the data have only 5 rows", r"levels=2",
+            r"levels=1 \(--levels 1\) or less"),
         # every feature constant: gamma='scale' has no scale (a zero-variance column is fine)
         Refusal("all-features-constant/train_sodm", 1, lambda c: sodm_job_error(
             ["--data", c.const, *FAST_SODM]), r"zero variance", r"gamma='scale'",
@@ -734,7 +735,7 @@ def job_cases():
         case("train_sodm/more-levels-than-rows", "train_sodm",
              lambda f: ["--rows", "500", "--levels", "7", *train_outputs(f)], SETTINGS,
              r"levels=7 with p=3 asks for 2187 partitions but the data have only 500 rows; use "
-             r"--levels 5 or less", model_and_metrics, runs="python"),
+             r"levels=5 \(--levels 5\) or less", model_and_metrics, runs="python"),
         case("predict/existing-out", "predict", lambda f: [
             "--model", f.model, "--data", f.nan_parquet, "--out", f.old_out], SETTINGS,
              r"--out .*predictions exists; pass --overwrite", predictions, runs="python"),
@@ -761,8 +762,9 @@ def job_cases():
         case("train_sodm/memory-budget-too-small", "train_sodm", lambda f: [
             "--data", f.inputs.good, "--levels", "0", "--memory-mb", "0.001", *train_outputs(f)],
              RESOURCES, r"the top level's partitions \(1 of 40 rows × 4 features\) need about 0 "
-             r"MB each to solve, over the 0\.001 MB a task may use \(--memory-mb\); start from "
-             r"more partitions \(--levels 2\) or give a larger --memory-mb",
+             r"MB each to solve, over the 0\.001 MB a task may use \(memory_mb / --memory-mb\); "
+             r"start from more partitions, levels=2 \(--levels 2\), or give a larger memory_mb "
+             r"\(--memory-mb\)",
              model_and_metrics),
         case("train_sodm/label-not-a-number", "train_sodm", lambda f: [
             "--data", f.inputs.string_labels, "--format", "csv", *train_outputs(f)], INPUT,

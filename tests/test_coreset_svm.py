@@ -1,4 +1,5 @@
-"""Sensitivity coresets for the SVM (paper 002, Algorithm 1): numerics and the classifier.
+"""Sensitivity coresets for the SVM (the coreset SVM paper, Algorithm 1): numerics and the
+classifier.
 
 References are independent of the code under test: a brute-force QP (scipy SLSQP) for the
 weighted SVM, an explicit feature map for the kernel path, a numerical search for the

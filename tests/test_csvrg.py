@@ -1,4 +1,5 @@
-"""CSVRG (paper 000, Algorithm 1): convergence to exact optima, projection, coreset, estimator."""
+"""CSVRG (the CSVRG paper, Tan, Zhang & Wang, AAAI 2019, Algorithm 1): convergence to exact
+optima, projection, coreset, estimator."""
 import numpy as np
 import pytest
 from scipy.optimize import minimize

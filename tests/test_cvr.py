@@ -1,4 +1,5 @@
-"""CVR / CVM (paper 004) against independent exact solutions of the same duals.
+"""CVR / CVM (the CVR paper, Tsang, Kwok & Lai, ICML 2005) against independent exact solutions
+of the same duals.
 
 The references build K̃ from scikit-learn's pairwise kernels and solve the simplex QP with
 scipy's SLSQP, then polish it on its support with one KKT linear solve and check the KKT

@@ -1,8 +1,8 @@
-"""The package layout the README and the package docstrings promise (issue [15]).
+"""The package layout docs/design.md and the package docstrings promise.
 
-Read from the files, not imported: each module named in README's "What is here" exists and
-each module is named there; numerics never import Spark; no import runs up a layer; modules
-read in one sitting (about 400 lines) or say in their docstring why not.
+Read from the files, not imported: each module named in the table of docs/design.md §5 ("Layers
+of the package") exists and each module is named there; numerics never import Spark; no import
+runs up a layer; modules read in one sitting (about 400 lines) or say in their docstring why not.
 """
 import ast
 import re
@@ -20,7 +20,7 @@ def _relative(path: Path) -> str:
 
 MODULES = sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
 
-# Packages whose modules must never import Spark (design.md §5: numerics free of Spark).
+# Packages whose modules must never import Spark (docs/design.md §5: numerics free of Spark).
 # (storage.py is not among them: it reaches hdfs:// and other URIs through the running
 # Spark session's Hadoop FileSystem, imported only when such a path is given.)
 SPARK_FREE = ("solvers", "partition", "formats", "baselines", "kernels.py", "model.py",
@@ -48,22 +48,28 @@ def _imports(path: Path):
             yield from (f"{name}.{alias.name}" for alias in node.names)
 
 
+DESIGN = ROOT / "docs" / "design.md"
+LAYERS_HEADING = "## 5. Layers of the package"
+
+
 def _what_is_here() -> str:
-    text = (ROOT / "README.md").read_text()
-    return text.split("## What is here", 1)[1].split("\n## ", 1)[0]
+    """The section of docs/design.md that names every module (the README links to it)."""
+    text = DESIGN.read_text()
+    return text.split(LAYERS_HEADING, 1)[1].split("\n## ", 1)[0]
 
 
-def test_readme_table_names_every_module_and_only_modules_that_exist():
+def test_design_table_names_every_module_and_only_modules_that_exist():
     section = _what_is_here()
     named = set(re.findall(r"([\w/]+\.py)\b", section))
     files = {p.name for p in MODULES} | {p.name for p in (ROOT / "jobs").glob("*.py")} \
         | {p.name for p in (ROOT / "benchmarks").glob("*.py")}
-    assert not {Path(n).name for n in named} - files, "README names modules that do not exist"
+    assert not {Path(n).name for n in named} - files, \
+        "docs/design.md §5 names modules that do not exist"
     unnamed = [_relative(p) for p in MODULES
                if p.name != "__init__.py" and p.name not in {Path(n).name for n in named}]
-    assert not unnamed, f"modules missing from README's 'What is here': {unnamed}"
+    assert not unnamed, f"modules missing from docs/design.md §5: {unnamed}"
     for folder in sorted({p.parent for p in MODULES} - {PACKAGE}):
-        assert f"{folder.name}/" in section, f"README's table does not name {folder.name}/"
+        assert f"{folder.name}/" in section, f"docs/design.md §5 does not name {folder.name}/"
 
 
 @pytest.mark.parametrize("path", [p for p in MODULES if _relative(p).startswith(SPARK_FREE)],

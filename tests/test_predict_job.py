@@ -1,4 +1,4 @@
-"""jobs/predict.py and the float32 scoring path against float64 model.predict (issue [12]);
+"""jobs/predict.py and the float32 scoring path against float64 model.predict;
 the streamed support-vector blocks and the scoring partitions."""
 import dataclasses
 import json

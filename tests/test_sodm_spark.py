@@ -147,7 +147,8 @@ def test_labels_other_than_plus_minus_one(spark, data):
 
 
 @pytest.mark.parametrize("params,match", [
-    (dict(levels=6, p=3), r"729 partitions but the data have only 540 rows; use --levels 5"),
+    (dict(levels=6, p=3),
+     r"729 partitions but the data have only 540 rows; use levels=5 \(--levels 5\)"),
     (dict(p=1), "p .* must be an integer >= 2"),
     (dict(levels=-1), "levels must be an integer >= 0"),
     (dict(partitioner="voronoi"), "known: stratified, random, kmeans, dip, cascade"),
@@ -195,7 +196,8 @@ def test_resume_from_a_checkpoint_equals_the_uninterrupted_run(spark, tmp_path):
     first = fit_sodm(sc, numpy_to_blocks(sc, X, y), replace(params, stop_level=2), [-1.0, 1.0],
                      checkpoint_dir=tmp_path / "ckpt")
     assert [entry.level for entry in first.levels] == [2]
-    with pytest.raises(ValueError, match="already holds a checkpoint; pass --resume"):
+    with pytest.raises(ValueError,
+                       match=r"already holds a checkpoint; pass resume=True \(--resume\)"):
         fit_sodm(sc, numpy_to_blocks(sc, X, y), params, [-1.0, 1.0],
                  checkpoint_dir=tmp_path / "ckpt")
     resumed = fit_sodm(sc, numpy_to_blocks(sc, X, y, n_slices=3), params, [-1.0, 1.0],

@@ -77,7 +77,7 @@ def run_expecting_error(argv):
 
 def test_bad_input_is_refused_with_what_and_where(spark, libsvm_files):
     train = str(libsvm_files / "train.svm")
-    assert "use --levels 5" in run_expecting_error(["--data", train, "--levels", "6"])
+    assert "use levels=5 (--levels 5)" in run_expecting_error(["--data", train, "--levels", "6"])
     assert "p (partitions merged per level) must be an integer >= 2" in run_expecting_error(
         ["--p", "1"])
     assert "levels must be an integer >= 0" in run_expecting_error(["--levels", "-1"])

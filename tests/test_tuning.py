@@ -1,4 +1,4 @@
-"""Hyperparameter search (issue [11]) against a brute-force grid search with ODMClassifier.
+"""Hyperparameter search (``--tune``) against a brute-force grid search with ODMClassifier.
 
 Reference: for every grid point, an independent cold ODMClassifier fit per top-level
 partition (its own kernel, no warm start, no power trick), the partitions' decision values

@@ -1,7 +1,8 @@
-"""CoresetSVMClassifier: an SVM trained on a sensitivity coreset (paper 002, Algorithm 1).
+"""CoresetSVMClassifier: an SVM trained on a sensitivity coreset (the coreset SVM paper, "Small
+Coresets to Represent Large Training Data for Support Vector Machines", Algorithm 1).
 
 The numerics live in :mod:`sodm_spark.baselines.coreset_svm_solver`; this module is their
-scikit-learn face (design.md §4, "Coreset SVM").
+scikit-learn face (docs/design.md §4, "Coreset SVM").
 """
 from __future__ import annotations
 
@@ -35,8 +36,8 @@ def sample_size_bound(total_sensitivity, dimension: int, epsilon, delta) -> int:
 class CoresetSVMClassifier(ClassifierMixin, BaseEstimator):
     """Soft-margin SVM fitted on a weighted sensitivity coreset of the training rows.
 
-    Fitting builds a coreset ``(S, v)`` by Algorithm 1 of paper 002 (sensitivity bounds of
-    Eqn 5 from the exact SVM on the data, ``coreset_size`` multinomial draws, weights
+    Fitting builds a coreset ``(S, v)`` by Algorithm 1 of the coreset SVM paper (sensitivity
+    bounds of Eqn 5 from the exact SVM on the data, ``coreset_size`` multinomial draws, weights
     ``t·K_i·u_i/(γ_i·m)``) and then solves, exactly (libsvm), the paper's SVM (Eqn 2) on it::
 
         min_{w, b}  ½‖w‖² + C · Σ_{i∈S} v_i · max(0, 1 - y_i (wᵀx_i + b))

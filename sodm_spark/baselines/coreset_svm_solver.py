@@ -1,6 +1,8 @@
-"""Sensitivity coresets for the soft-margin SVM (paper 002, Algorithm 1) and merge-and-reduce.
+"""Sensitivity coresets for the soft-margin SVM and merge-and-reduce: Algorithm 1 of the coreset
+SVM paper ("Small Coresets to Represent Large Training Data for Support Vector Machines",
+anonymous authors, a manuscript under double-blind review).
 
-The SVM of paper 002 (Definition 2, Eqn 2): rows ``x_i``, labels ``y_i = ±1``, weights
+The SVM of that paper (Definition 2, Eqn 2): rows ``x_i``, labels ``y_i = ±1``, weights
 ``u_i ≥ 0``, bias ``b`` (the paper's extra coordinate of ``w``) not regularized::
 
     f((P, u), (w, b)) = ½‖w‖² + C · Σ_i u_i · max(0, 1 - y_i (wᵀx_i + b))

@@ -1,7 +1,9 @@
-"""CSVRGClassifier: kernel ODM (or SVM) trained by coreset SVRG (paper 000, Algorithm 1).
+"""CSVRGClassifier: kernel ODM (or SVM) trained by coreset SVRG (Algorithm 1 of the CSVRG paper:
+Tan, Zhang & Wang, "Coreset Stochastic Variance-Reduced Gradient with Application to Optimal
+Margin Distribution Machine", AAAI 2019).
 
 The numerics live in :mod:`sodm_spark.baselines.csvrg_solver`; this module is their
-scikit-learn face (design.md §4, "CSVRG").
+scikit-learn face (docs/design.md §4, "CSVRG").
 """
 from __future__ import annotations
 
@@ -21,9 +23,9 @@ from .csvrg_solver import csvrg
 
 class CSVRGClassifier(ClassifierMixin, BaseEstimator):
     """Sparse kernel classifier ``f(x) = Σ_r σ_r k(c_r, x)`` over at most ``max_core`` core
-    points, trained by CSVRG (coreset-approximated SVRG with projection, paper 000 Alg. 1).
+    points, trained by CSVRG (coreset-approximated SVRG with projection, the CSVRG paper's Alg. 1).
 
-    With ``loss='odm'`` the objective is the ODM primal of design.md §1 (the same λ, θ, v as
+    With ``loss='odm'`` the objective is the ODM primal of docs/design.md §1 (the same λ, θ, v as
     :class:`sodm_spark.ODMClassifier`; the paper's λ is half of ours); 'hinge' and
     'squared_hinge' minimize ``½‖w‖² + (λ/m)·Σ_i ℓ_i`` (the paper's Eqn 3; λ/m is
     scikit-learn's C). No intercept, as in the paper. See

@@ -1,4 +1,6 @@
-"""CSVRG: coreset stochastic variance-reduced gradient for kernel ODM and SVMs (paper 000).
+"""CSVRG: coreset stochastic variance-reduced gradient for kernel ODM and SVMs (the CSVRG paper:
+Tan, Zhang & Wang, "Coreset Stochastic Variance-Reduced Gradient with Application to Optimal
+Margin Distribution Machine", AAAI 2019).
 
 The model ``w = Σ_r σ_r φ(c_r)`` over r core points is trained by Algorithm 1: SVRG epochs
 with coreset-approximated gradients (Eqns 6-9): the loss derivative at the sampled row's own
@@ -6,7 +8,7 @@ margin (Eqn 4, Remark 5's m×r kernel) times φ(c_t), its nearest core point (li
 
 Objective ``f(w) = ½‖w‖² + (1/m) Σ_i ℓ(y_i wᵀφ(x_i))`` with
 
-* ``odm`` (design.md §1): ``ℓ(z) = λ/(2(1-θ)²)·(max(0, 1-θ-z)² + v·max(0, z-1-θ)²)``. The
+* ``odm`` (docs/design.md §1): ``ℓ(z) = λ/(2(1-θ)²)·(max(0, 1-θ-z)² + v·max(0, z-1-θ)²)``. The
   paper's ODM has ``λ_paper/m Σ (ξ² + μ ε²)/(1-θ)²``: ``λ_paper = λ/2``, ``μ = v``; Theorem
   1's radius becomes ``H = sqrt(λ/2·((1-θ)² + v(1+θ)²))/(1-θ)`` (≥ the dual bound √(λ/2)).
 * ``hinge`` / ``squared_hinge``: Eqn 3 as written, ``ℓ = λ·max(0, 1-z)`` or
@@ -327,7 +329,7 @@ def csvrg(X, y, kernel: Kernel, lam: float = 1.0, theta: float = 0.1, v: float =
           step=None, step_decay=None, option: str = "I", tol: float = 0.0, seed: int = 0,
           cache_mb: float = 1024.0, dtype=np.float32, chunk_rows: int = 1024,
           project: bool = True, trace: bool = False) -> CSVRGResult:
-    """Algorithm 1 of paper 000 on ``X`` (m×d) and ``y`` (±1); see the module docstring.
+    """Algorithm 1 of the CSVRG paper on ``X`` (m×d) and ``y`` (±1); see the module docstring.
 
     Epoch s: a full pass at the snapshot w̃ gives each row's α̃_i and f(w̃); then ``inner_steps``
     (default m) steps from w_0 = w̃ on rows drawn without replacement; the next snapshot is

@@ -1,7 +1,8 @@
-"""CVRRegressor and CVMClassifier: Core Vector Regression / Machine (paper 004), sklearn style.
+"""CVRRegressor and CVMClassifier: Core Vector Regression / Machine, scikit-learn style (the CVR
+paper: Tsang, Kwok & Lai, "Core Vector Regression for Very Large Regression Problems", ICML 2005).
 
 The numerics live in :mod:`sodm_spark.baselines.cvm_solver` (the center-constrained MEB,
-Eqns 5-15); this module is their scikit-learn face (design.md §4, "CVR / CVM"), plus the
+Eqns 5-15); this module is their scikit-learn face (docs/design.md §4, "CVR / CVM"), plus the
 paper's two regression metrics.
 """
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Core Vector Regression and the Core Vector Machine: kernel problems as minimum enclosing balls.
 
-Paper 004 (CVR). Both problems are a center-constrained MEB (Eqns 11-14) over "points" p with
+The CVR paper (Tsang, Kwok & Lai, "Core Vector Regression for Very Large Regression Problems",
+ICML 2005). Both problems are a center-constrained MEB (Eqns 11-14) over "points" p with
 a transformed kernel k̃ and a linear term ``lin``: ``max_α D(α) = αᵀlin - αᵀK̃α`` on the simplex,
 
     R² = η + D(α)   (Eqn 12 with Δ of Eqn 15),   dist²_p = R² + (g_p - αᵀg),  g = lin - 2K̃α,

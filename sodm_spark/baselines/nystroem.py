@@ -1,4 +1,4 @@
-"""Nyström features (the peers' kernel approximation, issue [13]); pure numpy, no Spark.
+"""Nyström features (the benchmark peers' kernel approximation); pure numpy, no Spark.
 
 With m landmarks Z, ``φ(x) = k(x, Z) · K_ZZ^{-1/2}`` gives φ(x)ᵀφ(x') = k(x, Z) K_ZZ⁻¹ k(Z, x'),
 the Nyström approximation of k; a linear model on φ is then a kernel model over the landmarks.

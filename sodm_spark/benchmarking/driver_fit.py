@@ -1,9 +1,9 @@
 """Driver-side methods, fitted in a child process (see :mod:`.budget`): exact ODM, single-node
 SVRG, scikit-learn's SVC (LIBSVM) and LinearSVC (LIBLINEAR). No Spark here.
 
-Hyperparameter mapping (documented in the job's help and the README):
+Hyperparameter mapping (documented in the job's help and in docs/benchmarks.md):
 
-* ODM methods share λ, θ, v (design.md §1 parameterization); RBF methods share one numeric
+* ODM methods share λ, θ, v (docs/design.md §1 parameterization); RBF methods share one numeric
   gamma, resolved once from the training rows.
 * SVC's C and ODM's λ are different losses (hinge vs squared margin-distribution loss), so C
   is its own flag (``--svc-C``), not derived from λ. LinearSVC takes ``--linear-C``; MLlib's

@@ -1,6 +1,6 @@
-"""The benchmark's outputs: a JSON file, Markdown tables and a README region (between
+"""The benchmark's outputs: a JSON file, Markdown tables and a region of a Markdown file (between
 ``<!-- results:start -->`` and ``<!-- results:end -->``, or another region name's markers),
-rewritten in place."""
+rewritten in place; the project's results regions are in docs/benchmarks.md."""
 from __future__ import annotations
 
 import json
@@ -16,7 +16,7 @@ DEFAULT_REGION = "results"
 
 
 def markers(region: str = DEFAULT_REGION) -> tuple[str, str]:
-    """The README lines that open and close ``region``."""
+    """The Markdown lines that open and close ``region``."""
     return f"<!-- {region}:start -->", f"<!-- {region}:end -->"
 
 

@@ -1,8 +1,8 @@
 """The benchmark job's steps, in order: load the split (a named set of
 :mod:`sodm_spark.datasets`, or the user's files read through Spark by :func:`load_files`), run
 the methods side by side, the rows scaling, the cores scaling (fresh sessions), then write
-JSON, Markdown, PNGs and the README region. Outputs are rewritten after every part, so a long
-run leaves usable results."""
+JSON, Markdown, PNGs and the results region of docs/benchmarks.md. Outputs are rewritten after
+every part, so a long run leaves usable results."""
 from __future__ import annotations
 
 import datetime
@@ -100,7 +100,8 @@ def _load(spark, args):
 
 
 def _write(document: dict, out_dir: Path, readme, region=report.DEFAULT_REGION) -> None:
-    """JSON, Markdown and PNGs for what the document holds so far (and the README region)."""
+    """JSON, Markdown and PNGs for what the document holds so far (and the results region of
+    ``readme``)."""
     document["images"] = {}
     data = document.get("data") or {}
     if document.get("results"):
@@ -133,7 +134,7 @@ def run_benchmark(args, argv, log=print) -> dict:
     out_dir = Path(args.out_dir).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     region = getattr(args, "readme_region", report.DEFAULT_REGION)
-    if args.readme:  # refuse a README without markers before hours of work
+    if args.readme:  # refuse a file without markers before hours of work
         report.check_readme(args.readme, region)
     settings = settings_of(args)
     scaling_budget = args.scaling_budget_seconds or args.budget_seconds
@@ -186,12 +187,12 @@ def run_benchmark(args, argv, log=print) -> dict:
         if created:
             spark.stop()
     log(f"[benchmark] done in {document['total_seconds']:.0f} s; outputs in {out_dir}"
-        + (f"; README region of {args.readme} rewritten" if args.readme else ""))
+        + (f"; results region of {args.readme} rewritten" if args.readme else ""))
     return document
 
 
 def rewrite_reports(out_dir, readme=None, region=report.DEFAULT_REGION) -> dict:
-    """Markdown, PNGs and the README region again from ``out_dir``'s benchmark.json (the
+    """Markdown, PNGs and the results region again from ``out_dir``'s benchmark.json (the
     command shown stays the one that measured)."""
     path = Path(out_dir) / OUTPUTS["json"]
     if not path.exists():

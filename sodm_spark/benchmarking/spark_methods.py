@@ -145,7 +145,7 @@ def one_task_params(method: str, settings: dict, gamma: float) -> dict:
 
 
 def run_one_task(ctx, method: str) -> list[dict]:
-    """A comparator of design.md §4 fitted inside one Spark task (all rows in one partition)."""
+    """A comparator of docs/design.md §4 fitted inside one Spark task (all rows in one partition)."""
     from ..spark.single import fit_in_one_task
 
     params = one_task_params(method, ctx.settings, ctx.gamma)

@@ -29,9 +29,9 @@ def select_landmarks(X, kernel: Kernel, n_landmarks: int) -> np.ndarray:
     """Indices (int64) into ``X`` (dense or CSR rows) of up to ``n_landmarks`` landmarks chosen
     by Eqn (8).
 
-    ``X`` is a sample of candidate rows (design.md §2 suggests ``min(M, 50·S)`` of them, never
-    all M rows): the run keeps an ``n × n_landmarks`` float64 factor. The first landmark is the
-    row with the largest ``k(x,x)`` (row 0 for rbf/laplacian, like the paper's ``z_1 = x_1``);
+    ``X`` is a sample of candidate rows (docs/design.md §2.1: ``min(M, 50·S)`` of them by default,
+    never all M rows): the run keeps an ``n × n_landmarks`` float64 factor. The first landmark
+    is the row with the largest ``k(x,x)`` (row 0 for rbf/laplacian, like the paper's ``z_1 = x_1``);
     each next one is the row with the largest residual ``k(z,z) - K_{S,z}ᵀ K_{S,S}⁻¹ K_{S,z}``
     (first index on ties), i.e. the choice that maximizes ``det K_{S∪{z}}`` — see the module
     docstring. Selection stops early once the largest residual is ``<= 1e-12 · max k(x,x)``:

@@ -1,4 +1,5 @@
-"""Exact ODM by dual coordinate descent (design.md §1; SODM paper Eqns 1-3).
+"""Exact ODM by dual coordinate descent (docs/design.md §1; the SODM paper, Eqns 1-3: Wang, Cao,
+Zhang, Shi & Jin, "Scalable Optimal Margin Distribution Machine").
 
 The dual of the ODM primal (SODM paper Sec. 2.1) is, with ``c = (1-θ)²/(λ v)`` and
 ``Q_ij = y_i y_j k(x_i, x_j)``,

@@ -1,4 +1,4 @@
-"""K one-vs-rest ODM duals solved together against one kernel matrix (issue [10]).
+"""K one-vs-rest ODM duals solved together against one kernel matrix (docs/design.md §1.1).
 
 Class c's problem is the binary dual of Eqn (1) with labels ``y_c = ±1`` (+1 for class c):
 ``Q_c = diag(y_c) K diag(y_c)``. The C problems share everything but the signs, so one

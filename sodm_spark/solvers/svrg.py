@@ -1,6 +1,6 @@
 """SVRG numerics for the linear-kernel ODM primal (SODM paper Sec. 3.3, Algorithm 2).
 
-With the linear kernel the ODM primal (SODM Sec. 2.1, design.md §1) is solved directly:
+With the linear kernel the ODM primal (SODM Sec. 2.1, docs/design.md §1) is solved directly:
 
     P(w) = (1/M) Σ_i p_i(w),
     p_i(w) = ½‖w‖² + λ/(2(1-θ)²) · (ξ_i² + v·ε_i²),

@@ -1,4 +1,4 @@
-"""Spark layer of sodm-spark: moves numpy blocks between tasks (design.md §5); the numerics
+"""Spark layer of sodm-spark: moves numpy blocks between tasks (docs/design.md §5); the numerics
 live below it (solvers/, partition/, model.py) and never import Spark.
 
 - ``io/``: files and DataFrames into ``RDD[Block]`` (LIBSVM, CSV, Parquet, Arrow) and the

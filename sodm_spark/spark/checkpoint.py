@@ -150,17 +150,18 @@ class LevelCheckpoint:
             raise ValueError(
                 f"checkpoint {self.directory} belongs to another fit (differs in "
                 f"{', '.join(changed + other)}); resume with the same data and flags, or use "
-                "another --checkpoint-dir.")
+                "another checkpoint_dir (--checkpoint-dir).")
         saved = state.get("fingerprint")
         if saved is None:
             raise ValueError(f"checkpoint {self.directory} records no fingerprint of its data "
                              "(written by an older version), so a resume cannot check that the "
-                             "rows are the same; start afresh in another --checkpoint-dir.")
+                             "rows are the same; start afresh in another checkpoint_dir "
+                             "(--checkpoint-dir).")
         if saved != self.fingerprint:
             raise ValueError(f"checkpoint {self.directory} belongs to other data: "
                              f"{describe_difference(saved, self.fingerprint)}. Resume with the "
                              "data the checkpoint was written from, or use another "
-                             "--checkpoint-dir.")
+                             "checkpoint_dir (--checkpoint-dir).")
         return state
 
     def save_level(self, level: int, chunks, stats: dict) -> None:

@@ -1,5 +1,9 @@
 """DSVRG (SODM paper, Algorithm 2) on Spark: distributed SVRG for the linear-kernel ODM primal.
 
+The SODM paper: Wang, Cao, Zhang, Shi & Jin, "Scalable Optimal Margin Distribution Machine",
+which takes DSVRG from Lee, Lin, Ma & Yang, "Distributed Stochastic Variance Reduced Gradient
+Methods by Sampling Extra Data with Replacement" (JMLR 2017); docs/design.md §3.
+
 Each epoch: the driver sends the snapshot w̃ to every partition, each partition j returns its
 loss and loss-gradient sum h_j at w̃ (Alg. 2 lines 6-8) and the driver adds them up in
 partition order (line 9); then the partitions take turns (round robin, lines 10-20): partition

@@ -92,8 +92,8 @@ def level_cache_mb(level: int, rows: int, n_features: int, budget_mb: float,
     """
     need = solver_memory_mb(rows, n_features)
     if need > budget_mb:
-        hint = (f"stop one level earlier with --stop-level {level + 1}"
-                if level < levels else "start from more partitions (--levels)")
+        hint = (f"stop one level earlier with stop_level={level + 1} (--stop-level {level + 1})"
+                if level < levels else "start from more partitions (levels, --levels)")
         raise MemoryBudgetError(
             f"level {level}: its largest partition holds "
             f"{rows_text(rows, n_features, f'{rows} rows x {n_features} features')} and "
@@ -127,10 +127,10 @@ def check_fit_resources(sc, n_rows: int, n_features: int, itemsize: int, top_par
     need = solver_memory_mb(rows, n_features)
     if need > budget:
         if memory.configured_task_mb:
-            where, more = "--memory-mb", "a larger --memory-mb"
+            where, more = "memory_mb / --memory-mb", "a larger memory_mb (--memory-mb)"
         elif sc.master.startswith("local"):
             where = ("on this machine, the RAM left beside the driver's JVM heap "
-                     "(--driver-memory)")
+                     "(spark.driver.memory, --driver-memory)")
             more = "the Python workers more memory"
         else:
             where = ("spark.executor.pyspark.memory, or an executor host's RAM less "
@@ -150,14 +150,15 @@ def check_fit_resources(sc, n_rows: int, n_features: int, itemsize: int, top_par
             smallest = -(-n_rows // p ** most)
             raise MemoryBudgetError(
                 f"the {budget:,.4g} MB a task may use ({where}) is below what even the "
-                f"smallest partitions need: at --levels {most}, the most {n_rows:,} rows allow "
+                f"smallest partitions need: at levels={most}, the most {n_rows:,} rows allow "
                 f"with p={p}, each holds {smallest:,} rows × {n_features:,} features and needs "
                 f"about {solver_memory_mb(smallest, n_features):,.4g} MB to solve; give "
                 f"{more}.")
         raise MemoryBudgetError(
             f"the top level's partitions ({top_partitions:,} of {rows_text(rows, n_features)}) "
             f"need about {need:,.0f} MB each to solve, over the {budget:,.4g} MB a task may use "
-            f"({where}); start from more partitions (--levels {better}) or give {more}.")
+            f"({where}); start from more partitions, levels={better} (--levels {better}), or "
+            f"give {more}.")
     if not sc.master.startswith("local"):
         return  # executors' disks are not visible from here
     need_mb = DISK_COPIES * n_rows * n_features * itemsize / 2**20
@@ -186,4 +187,4 @@ def check_collectable(sc, n_bytes: float, what: str, advice: str) -> None:
         raise MemoryBudgetError(
             f"{what} would bring {n_bytes / 2**20:,.0f} MB to the driver, over half of "
             f"spark.driver.maxResultSize ({limit:,.0f} MB); {advice}, or raise "
-            "spark.driver.maxResultSize (and --driver-memory with it).")
+            "spark.driver.maxResultSize (and spark.driver.memory with it).")

@@ -29,7 +29,7 @@ from .sodm_params import LevelPlan
 
 #: Rows of a top-level partition without --levels. Measured with the job on 600,000 × 784
 #: deformed Fashion-MNIST rows (the top level alone, `--no-auto-stop --stop-level L`, local[2]):
-#: see README, "At scale: what the job decides from the data".
+#: see docs/jobs.md, "The top partition size, measured".
 TOP_PARTITION_ROWS = 2500
 #: Sweeps a solve from scratch is assumed to need before any level is measured (the block
 #: solver needed 9-50 on Fashion-MNIST, letter and the sphere at λ = 1e3-1e6).
@@ -55,11 +55,12 @@ def check_levels_fit_rows(n_rows: int, p: int, levels: int | None, held_out: int
     ``held_out``: validation rows already taken from the data."""
     if levels is None or p ** levels <= n_rows:
         return
+    most = largest_levels(n_rows, p)
     rows = (f"only {n_rows} rows are left after holding out {held_out} for validation"
             if held_out else f"the data have only {n_rows} rows")
     raise SettingsError(f"levels={levels} with p={p} asks for {p ** levels} partitions but "
-                        f"{rows}; use --levels {largest_levels(n_rows, p)} or less"
-                        + (", or --no-auto-stop." if held_out else "."))
+                        f"{rows}; use levels={most} (--levels {most}) or less"
+                        + (", or auto_stop=False (--no-auto-stop)." if held_out else "."))
 
 
 def auto_levels(n_rows: int, p: int, top_rows: int = TOP_PARTITION_ROWS) -> int:
@@ -167,8 +168,8 @@ def plan_level(level, sizes, n_features, params, memory, done, cores) -> LevelPl
             n_rows = int(np.sum(sizes))
             better = cached_level_count(n_rows, params.p, n_features, memory, params)
             if better is not None and better > level:
-                advice += (f"; --levels {better} would start from {params.p ** better:,} "
-                           f"partitions of {-(-n_rows // params.p ** better):,} rows, cached")
+                advice += (f"; levels={better} (--levels {better}) would start from "
+                           f"{params.p ** better:,} partitions of {-(-n_rows // params.p ** better):,} rows, cached")
     elif tasks < min(partitions, cores):
         advice = (f"{tasks} task{'s' if tasks > 1 else ''} at a time, so that each "
                   f"partition's kernel ({kernel_mb(rows):,.0f} MB) fits the cache")

@@ -1,4 +1,4 @@
-"""Batch scoring of a DataFrame with a kernel model through Arrow (issue [12]).
+"""Batch scoring of a DataFrame with a kernel model through Arrow (``jobs/predict.py``).
 
 The driver writes the model's support vectors and coefficients as ``.npy`` files
 (:meth:`sodm_spark.scoring.SupportSet.save`) to a temporary directory and ships them with
@@ -79,8 +79,8 @@ def _features(df, features_col, exclude, n_features):
     bad = [c for c in columns if not isinstance(schema[c], NumericType)]
     if bad:
         raise ValueError(f"there is no features column {features_col!r}, and column(s) "
-                         f"{bad[:10]} are not numeric; pass --features-col, or keep only the "
-                         "key, label and numeric feature columns.")
+                         f"{bad[:10]} are not numeric; pass features_col (--features-col), or "
+                         "keep only the key, label and numeric feature columns.")
     if len(columns) != n_features:
         raise ValueError(f"the data have {len(columns)} feature columns "
                          f"({', '.join(columns[:5])}{', ...' if len(columns) > 5 else ''}); the "

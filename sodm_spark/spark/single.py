@@ -1,11 +1,11 @@
-"""Single-executor runners (design.md §4): a comparator fitted inside one Spark task.
+"""Single-executor runners (docs/design.md §4): a comparator fitted inside one Spark task.
 
 The estimator is named by import path and built from plain parameters inside the task, so the
 closure holds no driver object. The task concatenates every block of the data (moved to one
 partition) and returns the fitted estimator to the driver (a transient result, not a saved
 model: models are saved as arrays + JSON by ``KernelExpansion.save``). The coreset SVM can also
-run merge-and-reduce over the partitions (paper 002, Sec. 4.2): one coreset per partition in
-parallel, reduced on the driver.
+run merge-and-reduce over the partitions (the coreset SVM paper, Sec. 4.2): one coreset per
+partition in parallel, reduced on the driver.
 """
 from __future__ import annotations
 
@@ -61,7 +61,8 @@ def fit_in_one_task(blocks, method: str, params: dict):
 
 @reported_to_driver
 def _coreset_task(index, blocks, positive, size, C, kernel_dict, seed):
-    """Algorithm 1 of paper 002 on one partition: its weighted coreset (global row ids)."""
+    """Algorithm 1 of the coreset SVM paper on one partition: its weighted coreset (global row
+    ids)."""
     from ..kernels import Kernel
     from ..baselines.coreset_svm_solver import build_coreset
 
@@ -78,8 +79,8 @@ def _coreset_task(index, blocks, positive, size, C, kernel_dict, seed):
 
 def fit_coreset_svm_partitioned(blocks, classes, kernel, coreset_size: int, C: float,
                                 seed: int = 0):
-    """Merge-and-reduce over Spark partitions (paper 002, Sec. 4.2): one coreset per partition
-    in parallel, then pairwise reduction and the weighted SVM (Eqn 2) on the driver.
+    """Merge-and-reduce over Spark partitions (the coreset SVM paper, Sec. 4.2): one coreset per
+    partition in parallel, then pairwise reduction and the weighted SVM (Eqn 2) on the driver.
 
     ``kernel`` is a resolved :class:`~sodm_spark.kernels.Kernel` (numeric gamma). Returns
     (KernelExpansion with intercept, the final WeightedCoreset).

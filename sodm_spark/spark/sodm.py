@@ -1,5 +1,8 @@
 """SODM (SODM paper, Algorithm 1) on Spark: partition, solve locally, merge level by level.
 
+The SODM paper: Wang, Cao, Zhang, Shi & Jin, "Scalable Optimal Margin Distribution Machine"
+(docs/design.md §2 describes this module's algorithm in the package's terms).
+
 The data live in an RDD of numpy blocks. Partitioning (landmark strata of Eqns 7-8 dealt
 evenly, or a comparator's partitions; :mod:`.sodm_prepare`) shuffles sub-blocks to K = p^L
 partitions; every level solves each partition's local ODM (Eqn 1 with the partition's own m·c,
@@ -104,8 +107,9 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
         checkpoint = LevelCheckpoint(checkpoint_dir, asdict(params), n_rows, n_features,
                                      classes, prepared.fingerprint)
         if checkpoint.exists() and not resume:
-            raise SettingsError(f"{checkpoint_dir} already holds a checkpoint; pass --resume to "
-                             "continue it, or choose an empty --checkpoint-dir.")
+            raise SettingsError(f"{checkpoint_dir} already holds a checkpoint; pass resume=True "
+                                "(--resume) to continue it, or choose an empty checkpoint_dir "
+                                "(--checkpoint-dir).")
     restored = None
     if resume and checkpoint is not None and checkpoint.exists():
         sc.setJobDescription("SODM resume: deal rows to their checkpointed partitions")
@@ -190,8 +194,8 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
                 if not stop_reason and next_level_blocked(plan.kernel, plan.tasks,
                                                           plan.partitions, cores):
                     stop_reason = (f"{NEXT_LEVEL_BLOCKED} (level {plan.level}: {plan.advice}; "
-                                   f"predicted {plan.predicted_seconds:,.0f} s; --no-auto-stop "
-                                   "runs it)")
+                                   f"predicted {plan.predicted_seconds:,.0f} s; auto_stop=False "
+                                   "(--no-auto-stop) runs it)")
         if stop_reason:
             break
         n_level_partitions = params.p ** level

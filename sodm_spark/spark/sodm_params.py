@@ -1,4 +1,4 @@
-"""The knobs and records of one SODM fit (SODM paper, Algorithm 1; design.md §2).
+"""The knobs and records of one SODM fit (SODM paper, Algorithm 1; docs/design.md §2).
 
 :class:`SODMParams` holds every parameter (p, L, the S strata of Eqns 7-8, the partitioner,
 the warm start, automatic stopping); :class:`LevelPlan` announces a level before it runs,
@@ -48,7 +48,7 @@ class SODMParams:
     scale: str = "minmax"
     # λ = 1e5 and v = 0.2 with γ = 'scale': the values SODMClassifier and a job given only
     # some hyperparameters fall back on; 9.0 points above the former λ = 1e3, v = 0.5 on letter,
-    # 5.6 on shuttle (README, "Default hyperparameters"). A job given none searches γ and λ
+    # 5.6 on shuttle (docs/jobs.md, "Default hyperparameters"). A job given none searches γ and λ
     # first. tol = 1e-2: the same test accuracy as 1e-3 on Fashion-MNIST partitions with a
     # third fewer sweeps
     lam: float = 1e5
@@ -67,7 +67,7 @@ class SODMParams:
     warm_start: str = "scaled"
     seed: int = 0
     cache_mb: float | None = None  # kernel cache per task; None: what the memory budget allows
-    landmark_candidates: int = 50  # candidates per stratum for Eqn 8 (design.md §2.1)
+    landmark_candidates: int = 50  # candidates per stratum for Eqn 8 (docs/design.md §2.1)
     label_strata: bool = False  # stratified: split each landmark stratum by class too
     memory_mb: float | None = None  # per task; None: the executor's memory / running tasks
     # automatic stopping (sodm_spark.stopping): a validation slice scored after every level

@@ -1,4 +1,4 @@
-"""SODM's rows made ready for the levels (SODM paper, Algorithm 1; design.md §2, steps 1-3).
+"""SODM's rows made ready for the levels (SODM paper, Algorithm 1; docs/design.md §2.1-2.3).
 
 Labels become ±1 (two classes) or class numbers (3+); one pass counts the rows and the
 variance ``gamma="scale"`` needs; a seeded slice of rows is held out for validation. Then the

@@ -1,4 +1,5 @@
-"""Hyperparameter search on the top level's partitions, on Spark (issue [11]).
+"""Hyperparameter search on the top level's partitions, on Spark (``--tune``, and the default
+search of a job given no hyperparameter).
 
 One Spark job per γ multiple: every task takes one top-level partition, computes its kernel
 matrix, solves the local ODM for every (λ, θ, v) of the grid warm-started along λ (to

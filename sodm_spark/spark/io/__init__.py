@@ -1,4 +1,4 @@
-"""Reading training data into an RDD of numpy blocks (design.md §5, §6).
+"""Reading training data into an RDD of numpy blocks (docs/design.md §5, §6).
 
 Everything downstream (strata, levels, DSVRG) consumes ``RDD[Block]``: each :class:`Block` a
 run of at most ``MAX_BLOCK_BYTES`` (16 MB) of a Spark partition's rows, a dense float64 or
