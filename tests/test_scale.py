@@ -89,7 +89,8 @@ def test_a_fit_without_levels_starts_from_the_automatic_count(spark):
 def test_a_fit_that_cannot_hold_its_top_level_is_refused_before_the_work(spark):
     params = SODMParams()
     tight = ExecutorMemory(memory_mb=400.0, cores=2)
-    with pytest.raises(MemoryBudgetError, match=r"--levels 4\) or give the Python workers more"):
+    with pytest.raises(MemoryBudgetError,
+                       match=r"levels=4 \(--levels 4\), or give the Python workers more"):
         # 600,000 × 784 rows from 27 partitions: 22,223 rows need ~390 MB, over 200 MB a task
         check_fit_resources(spark.sparkContext, 600_000, 784, 4, 27, 3, tight, params)
     check_fit_resources(spark.sparkContext, 600_000, 784, 4, 81, 4, tight, params)  # fits
