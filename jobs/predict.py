@@ -31,7 +31,7 @@ from sodm_spark.model import KernelExpansion
 from sodm_spark.storage import move_into_place
 from sodm_spark.scoring import PRECISIONS
 from sodm_spark.spark.io import check_csv_cells, input_statuses, read_blocks, spark_read
-from sodm_spark.spark.predict import score_dataframe
+from sodm_spark.spark.predict import score_dataframe, start_python_workers
 from sodm_spark.spark.session import job_session
 
 
@@ -130,6 +130,7 @@ def main(argv=None) -> int:
     with reported(prefix="--model: "):
         model = KernelExpansion.load(args.model)
     with job_session("sodm-spark: predict", args.master) as spark:
+        warming = start_python_workers(spark)
         rows = spark.sparkContext.accumulator(0)
         ignored = spark.sparkContext.accumulator(0)
         preparing = time.perf_counter()
@@ -142,6 +143,7 @@ def main(argv=None) -> int:
             print(f"scoring {args.data} with {model.support_vectors.shape[0]:,} support "
                   f"vectors ({args.precision} kernel blocks) in {partitions} tasks "
                   f"(prepared in {prepare_seconds:.1f} s)", flush=True)
+            warming.join()
             seconds = score_and_write(frame, out, args, rows)
         rate = rows.value / max(seconds, 1e-9)
         if ignored.value:

@@ -60,15 +60,16 @@ class InputMap:
         return scale_rows(X, self.offset, self.scale, self.columns)
 
     def projected(self, X):
-        """The projection alone, of rows already scaled (float32 stays float32; CSR rows come
-        out dense)."""
+        """The projection alone, of rows already scaled (dense rows in their float dtype; CSR
+        rows come out dense): ``x V − c V``, one product and no centred copy of the rows."""
         if self.components is None:
             return X
         dtype = X.dtype if X.dtype in (np.float32, np.float64) else np.dtype(np.float64)
         components = self.components.astype(dtype)
-        if scipy.sparse.issparse(X):  # (x − c) V = x V − c V, without densifying x
-            return np.asarray(X.astype(dtype) @ components) - self.center.astype(dtype) @ components
-        return (np.asarray(X, dtype=dtype) - self.center.astype(dtype)) @ components
+        X = X.astype(dtype) if scipy.sparse.issparse(X) else np.asarray(X, dtype=dtype)
+        out = np.asarray(X @ components)
+        out -= self.center.astype(dtype) @ components
+        return out
 
     def __call__(self, X):
         return self.projected(self.scaled(X))

@@ -8,9 +8,11 @@ vectors after another: float32 kernel blocks, boundary rows again in float64
 (:mod:`sodm_spark.scoring`). A task so holds one batch, one support-vector block and one kernel
 block whatever the model's size, and the workers of a host share the files' pages.
 
-The rows are spread over at least ``defaultParallelism`` tasks, more for an expensive model
-(:func:`scoring_partitions`), so one input file does not become one task on one core. The
-output has the key (the input's key column, or a row id ``(partition << 40) + row`` numbered
+The rows stay in the input's partitions (no shuffle) unless the model is expensive
+(:func:`scoring_partitions`); every core works all the same: the tasks of a last, partial wave
+(one Parquet file of a single row group is one busy partition) share the idle cores as BLAS
+threads (:func:`thread_plan`), and a job started before the scoring has the Python workers up
+and the scorer imported (:func:`start_python_workers`). The output has the key (the input's key column, or a row id ``(partition << 40) + row`` numbered
 on the input's own partitions before any repartition, so it follows the input's order), the
 prediction (the label value) and the raw scores (``rawPrediction`` as MLlib has it: [-f, f]
 for two classes, one score per class otherwise).
@@ -21,42 +23,91 @@ densified, and a model trained on sparse rows scores them by sparse products.
 """
 from __future__ import annotations
 
+import atexit
 import math
 import os
 import shutil
 import tempfile
+import threading
 import uuid
 from contextlib import contextmanager, suppress
 
 import numpy as np
+import scipy.sparse
 
 from .. import scoring, sparse_rows
 from ..errors import reported_to_driver
 from ..sparse_rows import memory_width
 from ..model import KernelExpansion
-from .io import ROW_ID_SHIFT, batch_matrix, dense_enough, vector_or_array_as_doubles
+from .io import ROW_ID_SHIFT, batch_matrix, dense_enough, numeric_array_column
 from .io.arrow import is_vector_type, vector_rows
 
 RAW_COLUMN, PREDICTION_COLUMN, ROW_ID_COLUMN = "rawPrediction", "prediction", "row_id"
-# Partitions: every core busy (defaultParallelism), and for a model that costs more than
-# 1e7 flops per row (2 · support vectors · features: about 6,400 SVs of 784 features) at most
-# SCORING_TASK_FLOPS of kernel GEMM per task (about 10-30 s of one core), so that tasks stay
-# short: such a model costs the input's row count first, a pass that is small beside scoring.
+# Partitions: the input's, and for a model that costs more than 1e7 flops per row (2 · support
+# vectors · features: about 6,400 SVs of 784 features) at most SCORING_TASK_FLOPS of kernel GEMM
+# per task (about 10-30 s of one core), so that tasks stay short.
 SCORING_TASK_FLOPS = 1e12
 COUNT_ABOVE_FLOPS_PER_ROW = 1e7
 
 
-def scoring_partitions(current: int, parallelism: int, n_support: int, n_features: int,
-                       count_rows) -> int:
-    """How many tasks score the rows: at least ``current`` and ``parallelism``, and for an
-    expensive model at least rows / (SCORING_TASK_FLOPS / flops per row); ``count_rows()`` is
-    called only then."""
-    partitions = max(current, parallelism, 1)
+def _import_scoring(batches):
+    """A warm-up ``mapInArrow`` task: import what a scoring task imports (the scorer, the
+    model's input map) and return nothing."""
+    from .. import scoring as _scoring  # noqa: F401
+    from ..model import InputMap  # noqa: F401
+
+    for _ in batches:
+        pass
+    return iter(())
+
+
+def start_python_workers(spark) -> threading.Thread:
+    """Start the Python workers of Arrow tasks on every core and import the scorer in them, in a
+    job run from a background thread while the driver reads the model and plans the scoring: a
+    worker's start and imports took 2.3-3.0 s of a 10,000-row scoring job here, and Spark
+    reuses the workers (``spark.python.worker.reuse``) for the scoring tasks, which run through
+    the same Arrow runner. Join the thread before the scoring job."""
+    cores = max(1, spark.sparkContext.defaultParallelism)
+    warm_up = spark.range(cores, numPartitions=cores).mapInArrow(_import_scoring, "id long")
+    worker = threading.Thread(target=warm_up.collect, daemon=True)
+    worker.start()
+    return worker
+
+
+def scoring_partitions(current: int, n_support: int, n_features: int, rows: int) -> int:
+    """How many tasks score the ``rows``: the input's ``current`` partitions (their cores
+    shared by :func:`thread_plan`, no shuffle), and for an expensive model at least rows /
+    (SCORING_TASK_FLOPS / flops per row), so that its tasks stay short."""
+    partitions = max(current, 1)
     flops_per_row = 2.0 * n_support * n_features
     if flops_per_row > COUNT_ABOVE_FLOPS_PER_ROW:
         rows_per_task = max(1, int(SCORING_TASK_FLOPS // flops_per_row))
-        partitions = max(partitions, math.ceil(count_rows() / rows_per_task))
+        partitions = max(partitions, math.ceil(rows / rows_per_task))
     return partitions
+
+
+def thread_plan(rows_per_partition, cores: int, task_cpus: int = 1) -> list[int]:
+    """BLAS threads for each partition's scoring task. Tasks run ``cores`` at a time in
+    partition order; the partitions with rows fill whole waves of ``cores`` tasks with
+    ``task_cpus`` threads each, and the ones of a last, partial wave share its cores (one
+    Parquet file of a single row group is one partition with rows and one without: its task
+    gets every core). Empty partitions get ``task_cpus``."""
+    busy = [index for index, rows in enumerate(rows_per_partition) if rows > 0]
+    plan = [task_cpus] * len(rows_per_partition)
+    cores = max(cores, task_cpus)
+    last_wave = busy[(len(busy) // cores) * cores:]
+    for index in last_wave:
+        plan[index] = max(task_cpus, cores // len(last_wave))
+    return plan
+
+
+def executor_cores(sc) -> int:
+    """Cores of one executor: local mode's, else ``spark.executor.cores`` when set, else one
+    task's (an executor's share is unknown, so no task takes more)."""
+    task_cpus = int(sc.getConf().get("spark.task.cpus", "1"))
+    if sc.master.startswith("local"):
+        return max(task_cpus, sc.defaultParallelism)
+    return int(sc.getConf().get("spark.executor.cores", str(task_cpus)))
 
 
 def _features(df, features_col, exclude, n_features):
@@ -70,7 +121,7 @@ def _features(df, features_col, exclude, n_features):
         dtype = schema[features_col]
         if is_vector_type(dtype):
             return [F.col(features_col).alias("features")], "vector"
-        features = vector_or_array_as_doubles(features_col, dtype)
+        features = numeric_array_column(features_col, dtype)
         if features is not None:
             return [features.alias("features")], "array"
         raise ValueError(f"the features column {features_col!r} has type "
@@ -87,6 +138,17 @@ def _features(df, features_col, exclude, n_features):
                          f"model was trained on {n_features}. Give the training data's feature "
                          "columns, in the same order.")
     return [F.col(c).cast("double").alias(f"f{j}") for j, c in enumerate(columns)], "columns"
+
+
+def _rows_per_partition(selected, partitions: int) -> list[int]:
+    """Rows of each of the ``partitions`` partitions of ``selected`` (no Python task: counts
+    of a file source come from its metadata where it has them)."""
+    from pyspark.sql import functions as F
+
+    counts = [0] * partitions
+    for row in selected.groupBy(F.spark_partition_id().alias("p")).count().collect():
+        counts[row["p"]] = int(row["count"])
+    return counts
 
 
 def _row_ids():
@@ -114,16 +176,17 @@ def _score_batches(spec, kind, n_features, key_col, precision, classes, block_by
     values beyond the model's features are left out and counted in ``values_ignored``, shorter
     vectors padded; otherwise a vector of another length is refused.
 
-    BLAS gets the task's ``threads`` (``spark.task.cpus``): with a thread per core in every
-    task, two tasks on two cores ran 2.6× slower. When the float32 pass sends most of a batch
+    BLAS gets ``threads[partition]`` threads (:func:`thread_plan`): with a thread per core in
+    every task, two tasks on two cores ran 2.6× slower. When the float32 pass sends most of a batch
     back to float64 (a model whose coefficients cancel, as a compressed one's do: its error
     bound exceeds most |f|), the task scores in float64 from then on.
     """
     @reported_to_driver  # a refused row fails the job with its own message
     def score(batches):
+        from pyspark import TaskContext
         from threadpoolctl import threadpool_limits
 
-        with threadpool_limits(threads):
+        with threadpool_limits(threads[TaskContext.get().partitionId()]):
             yield from score_limited(batches)
 
     def score_limited(batches):
@@ -171,7 +234,9 @@ def _score_batches(spec, kind, n_features, key_col, precision, classes, block_by
                 bad = int(np.flatnonzero(~finite)[0])
                 raise ValueError(f"{_which_row(keys, bad, key_col)} has a missing, NaN or "
                                  "infinite feature; fill or drop such rows before scoring.")
-            X = input_map(X)  # the model's scaling and projection, as KernelExpansion's
+            # the model's scaling and projection, as KernelExpansion's, in float64: the float64
+            # pass must see the rows the model would (float32 input values are exact in it)
+            X = input_map(X if scipy.sparse.issparse(X) else np.asarray(X, dtype=np.float64))
             scores, rescored = support.raw_scores(X, current, block_bytes)
             if 2 * rescored > n:
                 current = "float64"
@@ -231,10 +296,14 @@ def score_dataframe(df, model: KernelExpansion, features_col: str = "features",
     # compressed model), or over a sparse row's values
     cost_width = memory_width(model.support_vectors) if sparse_rows.is_sparse(
         model.support_vectors) else int(model.support_vectors.shape[1])
-    partitions = scoring_partitions(current, sc.defaultParallelism, n_support, cost_width,
-                                    selected.count)
+    counts = _rows_per_partition(selected, current)  # one job of the JVM alone
+    partitions = scoring_partitions(current, n_support, cost_width, sum(counts))
     if partitions > current:  # round robin; the row ids were fixed above
         selected = selected.repartition(partitions)
+        counts = [sum(counts) // partitions + (i < sum(counts) % partitions)
+                  for i in range(partitions)]
+    task_cpus = int(sc.getConf().get("spark.task.cpus", "1"))
+    threads = thread_plan(counts, executor_cores(sc), task_cpus)
     key_type = df.schema[key_col].dataType if key_col else LongType()
     schema = StructType([StructField("key", key_type), StructField(PREDICTION_COLUMN, DoubleType()),
                          StructField(RAW_COLUMN, ArrayType(DoubleType()))])
@@ -254,13 +323,23 @@ def score_dataframe(df, model: KernelExpansion, features_col: str = "features",
             sc.addFile(os.path.join(folder, name))
         scored = selected.mapInArrow(
             _score_batches(spec, kind, n_features, key_col, precision, classes,
-                           block_bytes or scoring.SV_BLOCK_BYTES, rows_scored,
-                           int(sc.getConf().get("spark.task.cpus", "1")), any_vector_size,
-                           values_ignored), schema)
+                           block_bytes or scoring.SV_BLOCK_BYTES, rows_scored, threads,
+                           any_vector_size, values_ignored), schema)
         yield scored.withColumnRenamed("key", key_col or ROW_ID_COLUMN), partitions
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        _release_files(folder, names)
         _remove_driver_copies(names)
+
+
+def _release_files(folder, names):
+    """Empty the model's files now and remove their folder when the interpreter exits: Spark
+    keeps every ``addFile`` registered for the rest of the session and has each later task
+    fetch the ones it has not fetched yet (a scoring that never ran its job), so the paths must
+    stay readable while the session lives."""
+    for name in names:
+        with suppress(OSError):
+            open(os.path.join(folder, name), "wb").close()
+    atexit.register(shutil.rmtree, folder, True)
 
 
 def _remove_driver_copies(names):

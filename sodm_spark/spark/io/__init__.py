@@ -33,7 +33,7 @@ closures over plain values, and nothing is random.
 """
 from ...formats.libsvm import parse_libsvm_line
 from .arrow import (CHUNK_ROWS, batch_matrix, dataframe_to_blocks, numbered_batches,
-                    vector_or_array_as_doubles)
+                    numeric_array_column)
 from .blocks import (DENSE_FROM_DENSITY, MAX_BLOCK_BYTES, ROW_ID_SHIFT, Block, BlockStats,
                      DataFormatError, DataPathError, bounded_blocks, check_blocks, dense_enough,
                      error_text, feature_bytes, spark_read)
@@ -46,6 +46,6 @@ __all__ = [
     "parse_libsvm_line", "read_libsvm_local", "read_blocks", "dataframe_to_blocks",
     "check_blocks", "error_text", "spark_read", "dense_enough", "DENSE_FROM_DENSITY",
     "ROW_ID_SHIFT", "CHUNK_ROWS", "INPUT_SPLIT_BYTES", "input_slices", "batch_matrix",
-    "numbered_batches", "vector_or_array_as_doubles", "MAX_BLOCK_BYTES", "bounded_blocks",
+    "numbered_batches", "numeric_array_column", "MAX_BLOCK_BYTES", "bounded_blocks",
     "feature_bytes", "check_csv_cells", "input_statuses",
 ]

@@ -26,27 +26,32 @@ def is_vector_type(dtype):
     return type(dtype).__name__ == "VectorUDT"
 
 
-def vector_or_array_as_doubles(column_name, dtype):
-    """The column ``column_name`` of type ``dtype`` as an ``array<double>`` Column when it is an
-    ML/MLlib vector or an array of numbers, else None."""
+def numeric_array_column(column_name, dtype):
+    """The column ``column_name`` of type ``dtype`` as an array Column when it is an ML/MLlib
+    vector (``array<double>``) or an array of numbers (``array<float>`` kept as it is — half the
+    bytes through Arrow, and every value exact —, others ``array<double>``), else None."""
     from pyspark.sql import functions as F
-    from pyspark.sql.types import ArrayType, NumericType
+    from pyspark.sql.types import ArrayType, FloatType, NumericType
 
     if is_vector_type(dtype):
         from pyspark.ml.functions import vector_to_array
         return vector_to_array(F.col(column_name), "float64")
+    if isinstance(dtype, ArrayType) and isinstance(dtype.elementType, FloatType):
+        return F.col(column_name)
     if isinstance(dtype, ArrayType) and isinstance(dtype.elementType, NumericType):
         return F.col(column_name).cast("array<double>")
     return None
 
 
 def batch_matrix(batch, kind, first, d):
-    """The (n, d) float64 features of an Arrow record batch: column ``first`` a list<double> of
-    length d (``kind`` "array") or columns first..first+d-1 doubles ("columns")."""
+    """The (n, d) features of an Arrow record batch: column ``first`` a list of length d
+    (``kind`` "array"; float32 for a list<float>, else float64) or columns first..first+d-1
+    doubles ("columns", float64)."""
     n = batch.num_rows
     if kind == "array":
         flat = batch.column(first).flatten().to_numpy(zero_copy_only=False)
-        return np.asarray(flat, dtype=np.float64).reshape(n, d)
+        dtype = np.float32 if flat.dtype == np.float32 else np.float64
+        return np.asarray(flat, dtype=dtype).reshape(n, d)
     X = np.empty((n, d), dtype=np.float64)
     for j in range(d):
         X[:, j] = batch.column(first + j).to_numpy(zero_copy_only=False)
@@ -171,11 +176,11 @@ def _joined(parts):
 
 
 def _array_features(df, label, features_col, dtype, where):
-    """``(DataFrame [label, features array<double>], d)`` after one job that checks every
-    row's array (no nulls, one length)."""
+    """``(DataFrame [label, features array], d)`` (:func:`numeric_array_column`) after one job
+    that checks every row's array (no nulls, one length)."""
     from pyspark.sql import functions as F
 
-    feats = vector_or_array_as_doubles(features_col, dtype)
+    feats = numeric_array_column(features_col, dtype)
     if feats is None:
         raise ValueError(f"{where}: the features column {features_col!r} has type "
                          f"{dtype.simpleString()}; expected an ML vector or an array of "
