@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator
 
+import numba
 import numpy as np
 import scipy.sparse
 
@@ -161,11 +162,8 @@ class Kernel:
             if self.degree != 1:
                 np.power(out, self.degree, out=out)
         elif self.name == "rbf":  # exp(-gamma * max(0, |x|^2 + |z|^2 - 2 x.z))
-            out *= -2.0
-            out += x_sq[:, None]
-            out += z_sq[None, :]
-            np.maximum(out, 0.0, out=out)
-            out *= -self.gamma
+            rbf_exponent(out, np.asarray(x_sq, out.dtype), np.asarray(z_sq, out.dtype),
+                         self.gamma)
             np.exp(out, out=out)
         elif self.name != "linear":
             raise ValueError(f"the {self.name} kernel is not a function of X Zᵀ.")
@@ -190,6 +188,17 @@ def operand_rows(Z, dtype, sparse_products: bool = True):
     if scipy.sparse.issparse(Z):
         return SparseOperand(Z, dtype) if sparse_products else as_float_rows(Z, dtype)
     return np.ascontiguousarray(Z, dtype=dtype)
+
+
+@numba.njit(cache=True, fastmath=True)
+def rbf_exponent(products, x_sq, z_sq, gamma):
+    """``products ← -γ · max(0, ‖x‖² + ‖z‖² − 2·products)`` in place: the RBF exponent of a block
+    from its GEMM, in one pass instead of five numpy passes (``np.exp`` follows)."""
+    minus_gamma = -gamma
+    for a in range(products.shape[0]):
+        for b in range(products.shape[1]):
+            squared = x_sq[a] + z_sq[b] - 2.0 * products[a, b]
+            products[a, b] = minus_gamma * (squared if squared > 0.0 else 0.0)
 
 
 def rows_per_block(n_columns: int, itemsize: int, block_mb: float) -> int:

@@ -172,17 +172,6 @@ def mirror_rows_below(matrix, start, stop, tile):
                     matrix[j, i] = matrix[i, j]
 
 
-@njit(cache=True, fastmath=True)
-def rbf_exponent(products, x_sq, z_sq, gamma):
-    """``products ← -γ · max(0, ‖x‖² + ‖z‖² − 2·products)`` in place: the RBF exponent of a block
-    from its GEMM (one pass instead of five numpy passes; ``np.exp`` follows)."""
-    minus_gamma = -gamma
-    for a in range(products.shape[0]):
-        for b in range(products.shape[1]):
-            squared = x_sq[a] + z_sq[b] - 2.0 * products[a, b]
-            products[a, b] = minus_gamma * (squared if squared > 0.0 else 0.0)
-
-
 @njit(cache=True)
 def signed_rows_into(matrix, block, start, y, offset, tile):
     """Rows ``start:start+len(block)`` of Q from columns ``start`` on: ``y_i y_j (k_ij + offset)``

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels import Kernel, operand_rows, rows_per_block
+from ..kernels import Kernel, operand_rows, rbf_exponent, rows_per_block
 from ..sparse_rows import as_float_rows, inner_products, squared_norms
 from ..resources import RESERVE_MB, available_memory_mb
 from . import _dcd_kernels as loops
@@ -121,7 +121,7 @@ def full_q_matrix(kernel: Kernel, X: np.ndarray, y: np.ndarray, dtype=np.float32
         block = buffer[:(stop - start) * (m - start)].reshape(stop - start, m - start)
         if kernel.name == "rbf":  # the GEMM, then fused passes (the exp stays numpy's SIMD)
             inner_products(Xd[start:stop], operand, block, first_row=start)
-            loops.rbf_exponent(block, sq_norms[start:stop], sq_norms[start:], kernel.gamma)
+            rbf_exponent(block, sq_norms[start:stop], sq_norms[start:], kernel.gamma)
             np.exp(block, out=block)
             offset = kernel.offset
         else:
