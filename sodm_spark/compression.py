@@ -181,11 +181,14 @@ def fit_coefficients(kernel, points: np.ndarray, rows: np.ndarray, targets: np.n
     relative to the traces; targets (n,) or (n, outputs) give β (N, outputs).
 
     ``solver="direct"`` forms the N×N normal matrix a block of rows at a time (memory N² plus a
-    block, work n·N²) and solves it by Cholesky; ``"cg"`` keeps K_SZ (n × N, float32) and runs
-    preconditioned conjugate gradients (:func:`_conjugate_gradients`: work N³ for the
-    preconditioner and 2·n·N a step; when K_SZ would take more than a third of the memory
-    available, evenly spaced rows that fit are used); ``"auto"`` takes the direct solve while
-    n·N² is at most :data:`DIRECT_FIT_WORK`."""
+    block, work n·N²) and solves it by Cholesky; ``"cg"`` keeps K_SZ (n × N, float64: rounded
+    to float32 it has no resolution in the directions of the tiny eigenvalues of K_ZZ that
+    low-dimensional RBF rows give, and CG diverged there) and runs preconditioned conjugate
+    gradients (:func:`_conjugate_gradients`: work N³ for the preconditioner and 2·n·N a step;
+    when K_SZ would take more than half of the memory available, evenly spaced rows that fit
+    are used); ``"auto"`` takes the direct solve while n·N² is at most
+    :data:`DIRECT_FIT_WORK`. A fit that comes out non-finite raises instead of giving a model
+    that predicts nothing."""
     targets = np.asarray(targets, dtype=np.float64).reshape(rows.shape[0], -1)
     n, n_points = rows.shape[0], points.shape[0]
     if solver == "auto":
@@ -194,15 +197,14 @@ def fit_coefficients(kernel, points: np.ndarray, rows: np.ndarray, targets: np.n
         raise ValueError(f"solver must be 'auto', 'direct' or 'cg', got {solver!r}.")
     gram = kernel_matrix(kernel, points, dtype=np.float64)
     if solver == "cg":
-        # K_SZ is kept: at most a third of the memory available, evenly spaced rows beyond
-        most = max(n_points, int(available_memory_mb() * 2**20 / 3 / (4 * n_points)))
+        # K_SZ is kept: at most half of the memory available, evenly spaced rows beyond
+        most = max(n_points, int(available_memory_mb() * 2**20 / 2 / (8 * n_points)))
         if n > most:
             keep = np.linspace(0, n - 1, most).astype(np.int64)
             rows, targets = rows[keep], targets[keep]
-        cross = kernel_matrix(kernel, rows, points, dtype=np.float32, block_mb=block_mb)
-        rho = ridge * float(np.einsum("ij,ij->", cross, cross, dtype=np.float64)) / \
-            max(np.trace(gram), 1e-300)
-        return _conjugate_gradients(cross, gram, targets, rho, max_iter, tol)
+        cross = kernel_matrix(kernel, rows, points, dtype=np.float64, block_mb=block_mb)
+        rho = ridge * float(np.einsum("ij,ij->", cross, cross)) / max(np.trace(gram), 1e-300)
+        return _finite(_conjugate_gradients(cross, gram, targets, rho, max_iter, tol))
     lhs = np.zeros((n_points, n_points))
     rhs = np.zeros((n_points, targets.shape[1]))
     step = max(1, int(block_mb * 2**20 // (8 * max(n_points, 1))))
@@ -211,7 +213,15 @@ def fit_coefficients(kernel, points: np.ndarray, rows: np.ndarray, targets: np.n
         lhs += cross.T @ cross  # one triangle (syrk) for a product with its own transpose
         rhs += cross.T @ targets[start:start + step]
     lhs += ridge * gram * (np.trace(lhs) / np.trace(gram))
-    return _cholesky_solve(lhs, rhs, 1e-10)
+    return _finite(_cholesky_solve(lhs, rhs, 1e-10))
+
+
+def _finite(beta: np.ndarray) -> np.ndarray:
+    if not np.all(np.isfinite(beta)):
+        raise FloatingPointError(
+            "the compressed model's coefficients came out non-finite (an ill-conditioned "
+            "fit); keep every support vector (max_sv=None) or give another max_sv.")
+    return beta
 
 
 def _conjugate_gradients(cross, gram, targets, rho, max_iter, tol):
@@ -220,7 +230,8 @@ def _conjugate_gradients(cross, gram, targets, rho, max_iter, tol):
     were the rows (they are a sample of them): the preconditioner of Falkon (Rudi, Carratino
     & Rosasco, "FALKON: An optimal large scale kernel method", NeurIPS 2017), applied through
     two Cholesky factors. One column of β per output, each with its own step sizes; stops
-    when every residual is below ``tol`` relative to its right-hand side."""
+    when every residual is below ``tol`` relative to its right-hand side, or when rounding
+    leaves a direction without positive curvature (the iterate so far is kept)."""
     n, n_points = cross.shape
     identity = np.eye(n_points)
     first = _cholesky(gram, identity, 1e-7)
@@ -230,11 +241,10 @@ def _conjugate_gradients(cross, gram, targets, rho, max_iter, tol):
         solved = scipy.linalg.cho_solve(first, residual, check_finite=False)
         return scipy.linalg.cho_solve(second, solved, check_finite=False)
 
-    def normal(direction):  # the products with C in float32, sums in float64
-        return (cross.T @ (cross @ direction.astype(np.float32))).astype(np.float64) + \
-            rho * (gram @ direction)
+    def normal(direction):
+        return cross.T @ (cross @ direction) + rho * (gram @ direction)
 
-    rhs = (cross.T @ targets.astype(np.float32)).astype(np.float64)
+    rhs = cross.T @ targets
     scale = np.maximum(np.linalg.norm(rhs, axis=0), 1e-300)
     beta, residual = np.zeros_like(rhs), rhs.copy()
     preconditioned = precondition(residual)
@@ -242,7 +252,10 @@ def _conjugate_gradients(cross, gram, targets, rho, max_iter, tol):
     product = np.sum(residual * preconditioned, axis=0)
     for _ in range(max_iter):
         applied = normal(direction)
-        step = product / np.maximum(np.sum(direction * applied, axis=0), 1e-300)
+        curvature = np.sum(direction * applied, axis=0)
+        if not np.all(np.isfinite(curvature) & (curvature > 0)):
+            break
+        step = product / curvature
         beta += step * direction
         residual -= step * applied
         if np.all(np.linalg.norm(residual, axis=0) <= tol * scale):
