@@ -19,27 +19,24 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse
 
 from sodm_spark.datasets import make_linear, make_nonlinear
-from sodm_spark.spark.dsvrg import DSVRGParams, fit_dsvrg
+from sodm_spark.spark.dsvrg import DSVRGParams
 from sodm_spark.spark.io import check_blocks, read_blocks, read_libsvm_local
 from sodm_spark.spark.session import job_session, numpy_to_blocks, collect_blocks
-from sodm_spark.spark.sodm import fit_sodm
-from sodm_spark.spark.sodm_params import PARTITIONERS, SODMParams
-from sodm_spark.spark.sodm_prepare import checked_classes, prepare_sodm
-from sodm_spark.spark.tune import tune_sodm
-from sodm_spark.tuning import (DEFAULT_SEARCH_GRID_TEXT, DEFAULT_SEARCH_POINT, ParamGrid,
-                               search_sample)
+from sodm_spark.spark.sodm_params import PARTITIONERS, PERSIST, SODMParams
+from sodm_spark.spark.sodm_prepare import checked_classes
+from sodm_spark.spark.train import (Progress, Search, check_classes, fit_params, sodm_params,
+                                    train as train_on_spark)
+from sodm_spark.tuning import DEFAULT_SEARCH_GRID_TEXT, ParamGrid
 from sodm_spark.compression import AUTO_ABOVE, AUTO_POINTS, METHODS as COMPRESSION_METHODS
 from sodm_spark.spark.memory import check_collectable, check_fit_resources, executor_memory
 from sodm_spark.spark.plan import (TOP_PARTITION_ROWS, auto_levels, check_levels_fit_rows,
                                    kernel_mb)
-from sodm_spark.spark.sodm_params import PERSIST
 from sodm_spark.stopping import ENTRY_COST, VALIDATION_WORK
 from sodm_spark.tuning_report import point_line, table, write_report
 from sodm_spark.errors import SETTINGS, reported, run_job
@@ -53,7 +50,7 @@ DEFAULT_ROWS, DEFAULT_TEST_ROWS = 60000, 10000
 def parse_args(argv=None, prog="train_sodm.py", description=None,
                tune_only=False) -> argparse.Namespace:
     """The job's flags; ``tune_only`` (jobs/tune.py) searches and writes the report, no fit."""
-    defaults = SODMParams()
+    defaults, linear = SODMParams(), DSVRGParams()
     parser = argparse.ArgumentParser(prog=prog, description=description or
                                      __doc__.split("\n\n")[0])
     parser.add_argument("--data", help="training data (LIBSVM, CSV or Parquet); default: built-in")
@@ -157,9 +154,10 @@ def parse_args(argv=None, prog="train_sodm.py", description=None,
     parser.add_argument("--no-intercept", dest="fit_intercept", action="store_false",
                         help="linear kernel: no bias b (f(x) = wᵀx, the paper's model); by "
                         "default an unpenalized b is fitted, as MLlib's LinearSVC does")
-    parser.add_argument("--epochs", type=int, default=30, help="linear kernel: DSVRG epochs")
+    parser.add_argument("--epochs", type=int, default=linear.epochs,
+                        help="linear kernel: DSVRG epochs")
     parser.add_argument("--step", type=float, help="linear kernel: SVRG step (default 1/(2L))")
-    parser.add_argument("--epoch-tol", type=float, default=1e-6,
+    parser.add_argument("--epoch-tol", type=float, default=linear.tol,
                         help="linear kernel: stop when the objective changes less (relative)")
     parser.add_argument("--partitions", type=int,
                         help="linear kernel: DSVRG partitions (default: the cores Spark has)")
@@ -285,15 +283,10 @@ def load_data(spark, args):
     blocks = blocks.persist(PERSIST)
     classes, stats = checked_classes(blocks, n_features, with_stats=True,
                                      where=f"--data {args.data}")
-    if linear:  # DSVRG is binary; the kernel levels take any number of classes
-        check_two_classes(classes, f"--data {args.data}", "--kernel linear (DSVRG)",
-                          "use a nonlinear --kernel: its levels fit every class at once")
-    elif classes.size < 2:
-        raise ValueError(f"--data {args.data}: the labels hold 1 class "
-                         f"({shown_classes(classes)}); SODM needs at least two. Check that the "
-                         "label column is the right one.")
-    else:  # the levels must fit the rows, their first partitions and the rows the resources
-        params = sodm_params(args)
+    # up front: labels no fit takes are refused before the resource checks and the test rows
+    check_classes(classes, linear, lambda found: refuse_classes(found, args))
+    if not linear:  # the levels must fit the rows, their top partitions and the resources
+        params = sodm_params(vars(args))
         n_rows, dense = stats.n_rows, isinstance(stats.row_width, int)
         check_levels_fit_rows(n_rows, params.p, params.levels)
         levels = auto_levels(n_rows, params.p) if params.levels is None else params.levels
@@ -306,29 +299,64 @@ def load_data(spark, args):
     return blocks, classes, test, n_features
 
 
+def refuse_classes(classes, args):
+    """The job's words for label values its fit cannot take (check_classes decides which)."""
+    where = f"--data {args.data}"
+    if args.kernel == "linear":  # DSVRG is binary; the kernel levels take any number of classes
+        check_two_classes(classes, where, "--kernel linear (DSVRG)",
+                          "use a nonlinear --kernel: its levels fit every class at once")
+    raise ValueError(f"{where}: the labels hold 1 class ({shown_classes(classes)}); SODM needs "
+                     "at least two. Check that the label column is the right one.")
+
+
 def _accuracy_text(value):
     return "" if value is None else f"{value:.4f}"
 
 
-def run_tuning(spark, prepared, params, grid, report_dir=None, keys=None, default=None):
-    """The grid search on the prepared top level (the partitions of ``keys`` only, if given):
-    one line per grid point as it is scored, the table best first, the report files; returns
-    the TuneResult."""
-    n_parts = prepared.parts.getNumPartitions()
-    where = f"{n_parts:,} partitions" if keys is None else \
-        f"{len(keys)} of the {n_parts:,} partitions"
-    print(f"tuning {len(grid)} grid points on {where} of the top level, scored on "
-          f"{len(prepared.validation_pair[1])} validation rows (base gamma "
-          f"{prepared.kernel.gamma:.4g})", flush=True)
+def printed_progress(args) -> Progress:
+    """The job's lines as the fit goes: the search's points, table and choice (and its report
+    files), then the levels table with each level's plan, or one line per DSVRG epoch."""
+    base = {}  # the resolved gamma the search's multiples apply to
 
-    def show(entry, index, total):
-        print(point_line(entry.to_dict(), index, total, prepared.kernel.gamma), flush=True)
+    def search_started(prepared, grid, keys):
+        if not args.tune:  # no hyperparameters given: a small search on a sample of partitions
+            print("no ODM hyperparameters given (--gamma, --lam, --theta, --v): searching "
+                  f"{DEFAULT_SEARCH_GRID_TEXT} first", flush=True)
+        n_parts = prepared.parts.getNumPartitions()
+        where = f"{n_parts:,} partitions" if keys is None else \
+            f"{len(keys)} of the {n_parts:,} partitions"
+        base["gamma"] = prepared.kernel.gamma
+        print(f"tuning {len(grid)} grid points on {where} of the top level, scored on "
+              f"{len(prepared.validation_pair[1])} validation rows (base gamma "
+              f"{prepared.kernel.gamma:.4g})", flush=True)
 
-    result = tune_sodm(spark.sparkContext, prepared, params, grid, on_point=show, keys=keys,
-                       default=default)
+    def point_scored(entry, index, total):
+        print(point_line(entry.to_dict(), index, total, base["gamma"]), flush=True)
+
+    def levels_started(params):
+        print(f"{'level':>5} {'partitions':>10} {'seconds':>9} {'predicted':>9} {'kernel':>8} "
+              f"{'objective':>14} {'SVs':>8} {'sweeps':>7} {'scoring':>8} {'val acc':>8} "
+              f"{'test acc':>9}", flush=True)
+        checkpoint_dir = args.checkpoint_dir  # a search before is seeded: it chose the same point
+        if args.resume and (Path(checkpoint_dir) / "state.json").exists():
+            print(f"resuming from {checkpoint_dir}: the levels it holds are not solved again",
+                  flush=True)
+
+    def dsvrg_started(params):
+        print(f"{'epoch':>5} {'seconds':>9} {'objective':>14} {'test acc':>9}", flush=True)
+
+    return Progress(on_search=search_started, on_point=point_scored,
+                    on_searched=lambda result: show_search(result, args.tune_report),
+                    on_fit=dsvrg_started if args.kernel == "linear" else levels_started,
+                    on_plan=show_plan, on_level=show_level, on_epoch=show_epoch)
+
+
+def show_search(result, report_dir=None):
+    """The search's table best first, the point chosen, the report files."""
     report = result.to_dict()
     print(table(report), flush=True)
     best = report["best"]
+    default = result.default
     kept = default is not None and result.best.point == default
     print(f"{'chosen' if default is not None else 'best'}: --gamma {best['gamma']:.6g} --lam "
           f"{best['lam']:g} --theta {best['theta']:g} --v {best['v']:g} (validation accuracy "
@@ -338,42 +366,38 @@ def run_tuning(spark, prepared, params, grid, report_dir=None, keys=None, defaul
     if report_dir:
         paths = write_report(report, report_dir)
         print(f"tuning report: {', '.join(paths.values())}", flush=True)
-    return result
 
 
-def run_levels(spark, blocks, classes, test, params, args, validation=None, prepared=None):
-    """SODM Algorithm 1: before each level its plan, after it one line of the levels table."""
-    print(f"{'level':>5} {'partitions':>10} {'seconds':>9} {'predicted':>9} {'kernel':>8} "
-          f"{'objective':>14} {'SVs':>8} {'sweeps':>7} {'scoring':>8} {'val acc':>8} "
-          f"{'test acc':>9}", flush=True)
+def show_plan(plan):
+    """A level's plan, before it runs (SODM Algorithm 1)."""
+    predicted = (f"estimated {plan.predicted_seconds:,.1f} s from this machine's GEMM speed"
+                 if plan.estimated else f"predicted {plan.predicted_seconds:,.1f} s")
+    print(f"  -> level {plan.level}: {plan.partitions:,} partitions of up to {plan.rows:,} "
+          f"rows, kernel {plan.kernel} ({kernel_mb(plan.rows):,.1f} MB of the "
+          f"{plan.memory_mb:,.0f} MB a task may use), {predicted}"
+          + (f"; {plan.advice}" if plan.advice else ""), flush=True)
 
-    def announce(plan):
-        predicted = (f"estimated {plan.predicted_seconds:,.1f} s from this machine's GEMM speed"
-                     if plan.estimated else f"predicted {plan.predicted_seconds:,.1f} s")
-        print(f"  -> level {plan.level}: {plan.partitions:,} partitions of up to {plan.rows:,} "
-              f"rows, kernel {plan.kernel} ({kernel_mb(plan.rows):,.1f} MB of the "
-              f"{plan.memory_mb:,.0f} MB a task may use), {predicted}"
-              + (f"; {plan.advice}" if plan.advice else ""), flush=True)
 
-    def show(entry):
-        predicted = "" if entry.predicted_seconds is None else f"{entry.predicted_seconds:.2f}"
-        scoring = entry.scoring_seconds / max(1, entry.tasks or 1)  # of the level's seconds
-        print(f"{entry.level:>5} {entry.partitions:>10} {entry.seconds:>9.2f} {predicted:>9} "
-              f"{entry.kernel:>8} {entry.objective:>14.6g} {entry.n_sv:>8} "
-              f"{entry.sweeps_max:>7} {scoring:>8.2f} "
-              f"{_accuracy_text(entry.validation_accuracy):>8} "
-              f"{_accuracy_text(entry.test_accuracy):>9}", flush=True)
+def show_level(entry):
+    """A solved level's row of the levels table."""
+    predicted = "" if entry.predicted_seconds is None else f"{entry.predicted_seconds:.2f}"
+    scoring = entry.scoring_seconds / max(1, entry.tasks or 1)  # of the level's seconds
+    print(f"{entry.level:>5} {entry.partitions:>10} {entry.seconds:>9.2f} {predicted:>9} "
+          f"{entry.kernel:>8} {entry.objective:>14.6g} {entry.n_sv:>8} "
+          f"{entry.sweeps_max:>7} {scoring:>8.2f} "
+          f"{_accuracy_text(entry.validation_accuracy):>8} "
+          f"{_accuracy_text(entry.test_accuracy):>9}", flush=True)
 
-    checkpoint_dir = args.checkpoint_dir
-    resume = args.resume  # a search before is seeded: it chooses the same point again
-    if resume and (Path(checkpoint_dir) / "state.json").exists():
-        print(f"resuming from {checkpoint_dir}: the levels it holds are not solved again",
-              flush=True)
-    fit = fit_sodm(spark.sparkContext, blocks, params, classes, test=test, on_level=show,
-                   on_plan=announce, checkpoint_dir=checkpoint_dir, resume=resume,
-                   validation=validation, prepared=prepared, max_sv=args.max_sv,
-                   compress_method=args.compress_method,
-                   test_every_level=args.test_every_level)
+
+def show_epoch(entry):
+    """A DSVRG epoch's line (SODM Algorithm 2)."""
+    accuracy = "" if entry.test_accuracy is None else f"{entry.test_accuracy:.4f}"
+    print(f"{entry.epoch:>5} {entry.seconds:>9.2f} {entry.objective:>14.8g} {accuracy:>9}",
+          flush=True)
+
+
+def levels_summary(fit, params):
+    """The metrics of a levels fit, and its closing lines."""
     best = next(entry for entry in fit.levels if entry.level == fit.best_level)
     summary = {"levels": [entry.to_dict() for entry in fit.levels],
                "train_seconds": fit.train_seconds, "partition_seconds": fit.partition_seconds,
@@ -393,7 +417,7 @@ def run_levels(spark, blocks, classes, test, params, args, validation=None, prep
     print(f"trained on {fit.n_rows:,} rows in {fit.train_seconds:.2f} s "
           f"(partitioning {fit.partition_seconds:.2f} s); {summary['n_sv']:,} support vectors"
           + ("" if fit.test_accuracy is None else f"; test accuracy {fit.test_accuracy:.4f}"))
-    return fit, summary
+    return summary
 
 
 TARGETS_SHOWN = {"partitions": "their own partitions' models", "model": "the whole model"}
@@ -418,22 +442,8 @@ def show_compression(report):
               f"{100 * r['predictions_changed']:.2f}% of predictions changed", flush=True)
 
 
-def run_dsvrg(spark, blocks, classes, test, n_features, args):
-    """SODM Algorithm 2 (linear kernel): one printed line per epoch."""
-    given = sodm_params(args)
-    params = DSVRGParams(lam=given.lam, theta=given.theta, v=given.v, epochs=args.epochs,
-                         tol=args.epoch_tol, step=args.step,
-                         n_partitions=args.partitions, strata=args.strata, seed=args.seed,
-                         fit_intercept=args.fit_intercept)
-    print(f"{'epoch':>5} {'seconds':>9} {'objective':>14} {'test acc':>9}", flush=True)
-
-    def show(entry):
-        accuracy = "" if entry.test_accuracy is None else f"{entry.test_accuracy:.4f}"
-        print(f"{entry.epoch:>5} {entry.seconds:>9.2f} {entry.objective:>14.8g} {accuracy:>9}",
-              flush=True)
-
-    fit = fit_dsvrg(spark.sparkContext, blocks, params, classes, n_features, test=test,
-                    on_epoch=show)
+def dsvrg_summary(fit, params):
+    """The metrics of a DSVRG fit, and its closing line."""
     last = fit.epochs[-1]
     summary = {"epochs": [entry.to_dict() for entry in fit.epochs],
                "train_seconds": fit.train_seconds, "partition_seconds": fit.partition_seconds,
@@ -444,7 +454,7 @@ def run_dsvrg(spark, blocks, classes, test, n_features, args):
     print(f"trained on {fit.n_rows} rows in {fit.train_seconds:.2f} s with DSVRG "
           f"({len(fit.epochs)} epochs, step {fit.step:.3g})"
           + ("" if last.test_accuracy is None else f"; test accuracy {last.test_accuracy:.4f}"))
-    return fit, summary
+    return summary
 
 
 HYPERPARAMETERS = ("gamma", "lam", "theta", "v")
@@ -455,65 +465,43 @@ def hyperparameters_given(args) -> bool:
     return any(getattr(args, name) is not None for name in HYPERPARAMETERS)
 
 
-def sodm_params(args) -> SODMParams:
-    defaults = SODMParams()
-    given = {name: getattr(args, name) if getattr(args, name) is not None
-             else getattr(defaults, name) for name in HYPERPARAMETERS}
-    params = SODMParams(kernel=args.kernel, gamma=given["gamma"], scale=args.scale,
-                        kernel_offset=args.kernel_offset, lam=given["lam"],
-                        theta=given["theta"], v=given["v"], tol=args.tol,
-                        max_iter=args.max_iter, p=args.p,
-                        levels=args.levels, strata=args.strata, stop_level=args.stop_level,
-                        partitioner=args.partitioner, warm_start=args.warm_start, seed=args.seed,
-                        cache_mb=args.cache_mb, memory_mb=args.memory_mb,
-                        auto_stop=args.auto_stop, validation_fraction=args.validation_fraction,
-                        validation_max_rows=args.validation_max_rows,
-                        min_improvement=args.min_improvement, time_budget=args.time_budget,
-                        confidence=args.confidence)
-    params.validate()
-    return params
+def requested_search(args) -> Search | None:
+    """The search before the fit: the grid with --tune, a small default one when no ODM
+    hyperparameter is given, none otherwise (or for the linear kernel, which has no levels)."""
+    if args.kernel == "linear" or not (args.tune or not hyperparameters_given(args)):
+        return None
+    then_fit = not args.tune_only
+    if args.tune:
+        return Search(args.grid or ParamGrid(), then_fit=then_fit)
+    return Search.of_defaults(then_fit)
 
 
 def train(spark, args):
     """Load the data the flags name and fit: (fit, metrics summary). Raises ValueError on bad
     input and FileNotFoundError on a missing file (the jobs turn both into messages)."""
-    params = sodm_params(args)
     blocks, classes, test, n_features = load_data(spark, args)
-    if args.kernel == "linear":
-        return run_dsvrg(spark, blocks, classes, test, n_features, args)
-    validation = None if not args.validation_data else read_driver_side(
+    params = fit_params(vars(args))
+    linear = isinstance(params, DSVRGParams)
+    validation = None if linear or not args.validation_data else read_driver_side(
         spark, args.validation_data, args, n_features, row_layout(args)[0], "--validation-data")
-    search = args.tune or not hyperparameters_given(args)
-    if not search:
-        return run_levels(spark, blocks, classes, test, params, args, validation)
-    prepared = prepare_sodm(spark.sparkContext, blocks, params, classes, test, validation,
-                            hold_out=True)
-    keys = None
-    if not args.tune:  # no hyperparameters given: a small search on a sample of partitions
-        n_parts = prepared.parts.getNumPartitions()
-        keys = search_sample(n_parts, -(-prepared.n_rows // n_parts),
-                             spark.sparkContext.defaultParallelism, params.seed)
-        print("no ODM hyperparameters given (--gamma, --lam, --theta, --v): searching "
-              f"{DEFAULT_SEARCH_GRID_TEXT} first", flush=True)
-    grid = args.grid or (ParamGrid() if args.tune else ParamGrid.parse(DEFAULT_SEARCH_GRID_TEXT))
-    result = run_tuning(spark, prepared, params, grid, args.tune_report, keys,
-                        None if args.tune else DEFAULT_SEARCH_POINT)
-    if args.tune_only:
-        return None, {"tuning": result.to_dict(), "tuning_seconds": result.seconds,
-                      "partition_seconds": prepared.partition_seconds}
-    tuned = result.best_params(params)
-    prepared.kernel = replace(prepared.kernel, gamma=tuned.gamma)
-    fit, summary = run_levels(spark, blocks, classes, test, tuned, args, validation=validation,
-                              prepared=prepared)
-    summary["tuning"] = result.to_dict()
-    summary["tuning_seconds"] = result.seconds
-    return fit, summary
+    options = {} if linear else {
+        "checkpoint_dir": args.checkpoint_dir, "resume": args.resume, "max_sv": args.max_sv,
+        "compress_method": args.compress_method, "test_every_level": args.test_every_level}
+    trained = train_on_spark(spark.sparkContext, blocks, n_features, params, classes,
+                             test=test, validation=validation, search=requested_search(args),
+                             progress=printed_progress(args), **options)
+    tuning = {} if trained.search is None else {"tuning": trained.search.to_dict(),
+                                                "tuning_seconds": trained.search.seconds}
+    if trained.fit is None:  # jobs/tune.py: the search alone
+        return None, {**tuning, "partition_seconds": trained.search_partition_seconds}
+    summary = (dsvrg_summary if linear else levels_summary)(trained.fit, trained.params)
+    return trained.fit, {**summary, **tuning}
 
 
 def check_settings(args) -> None:
     """Everything that can be refused before Spark starts: the parameters, the output paths,
     and the levels the built-in data's rows allow (a SettingsError)."""
-    params = sodm_params(args)
+    params = sodm_params(vars(args))
     check_output_paths({"--model-out": args.model_out, "--checkpoint-dir": args.checkpoint_dir,
                         "--tune-report": args.tune_report}, {"--metrics-out": args.metrics_out})
     if args.data is None and args.kernel != "linear":

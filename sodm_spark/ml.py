@@ -5,10 +5,11 @@ vectors or arrays of numbers), ``labelCol``, ``predictionCol`` and ``rawPredicti
 (``[-f(x), f(x)]``, so ``BinaryClassificationEvaluator`` ranks by f). The model predicts with a
 pandas UDF over the broadcast kernel expansion and saves as Spark ML metadata (JSON) plus
 ``data/arrays.npz`` — no pickles — in a version folder of the model directory
-(:mod:`sodm_spark.ml_persistence`). With ``kernel="linear"`` the fit is DSVRG (SODM Algorithm 2,
-as ``jobs/train_sodm.py --kernel linear``: 30 epochs at most, stopped when the objective
-changes by less than 1e-6 relative) with an unpenalized intercept unless ``fitIntercept`` is
-false.
+(:mod:`sodm_spark.ml_persistence`). Fitting and tuning go through
+:func:`sodm_spark.spark.train.train`, as the job's do. With ``kernel="linear"`` the fit is
+DSVRG (SODM Algorithm 2, as ``jobs/train_sodm.py --kernel linear``: ``maxIter`` epochs at most,
+stopped when the objective changes by at most ``tol`` relative; unset, 30 and 1e-6) with an
+unpenalized intercept unless ``fitIntercept`` is false.
 """
 from __future__ import annotations
 
@@ -28,11 +29,9 @@ from pyspark.sql.types import ArrayType, DoubleType
 
 from .model import KernelExpansion
 from .spark.io import dataframe_to_blocks
-from .spark.dsvrg import DSVRGParams, fit_dsvrg
-from .spark.sodm import fit_sodm
+from .spark.dsvrg import DSVRGFit
 from .spark.sodm_params import SODMParams
-from .spark.sodm_prepare import checked_classes, prepare_sodm
-from .spark.tune import tune_sodm
+from .spark.train import Search, fit_params, sodm_params, train
 from .ml_persistence import ModelWriter, VersionedReadWrite
 from .storage import join
 from .tuning import ParamGrid
@@ -96,8 +95,20 @@ class _SODMParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasRawPredictio
         self._setDefault(fitIntercept=True, **{name: getattr(defaults, _field(name))
                                                for name in _SODM_PARAM_NAMES})
 
+    def _settings(self) -> dict:
+        """The Params as :func:`~sodm_spark.spark.train.fit_params` reads them."""
+        settings = {_field(name): self.getOrDefault(name) for name in _SODM_PARAM_NAMES}
+        settings["fit_intercept"] = self.getOrDefault("fitIntercept")
+        # kernel='linear': maxIter and tol, when set, bound DSVRG's epochs and its relative
+        # objective change (as LinearSVC's bound its iterations); unset, the job's 30 epochs
+        # and 1e-6, since their defaults (1000, 1e-2) are the kernel solves' sweeps and tol
+        for param, setting in ((self.maxIter, "epochs"), (self.tol, "epoch_tol")):
+            if self.isSet(param):
+                settings[setting] = self.getOrDefault(param)
+        return settings
+
     def _sodm_params(self) -> SODMParams:
-        return SODMParams(**{_field(name): self.getOrDefault(name) for name in _SODM_PARAM_NAMES})
+        return sodm_params(self._settings())
 
 
 # pyspark.ml finds Params as class attributes (Params._copy_params reads dir(cls))
@@ -106,7 +117,7 @@ for _name, (_converter, _doc) in _PARAMS.items():
 del _name, _converter, _doc
 
 # The Params that map one to one onto SODMParams fields (camelCase -> snake_case);
-# fitIntercept belongs to the linear path (DSVRGParams) and is passed on by _fit_dsvrg.
+# fitIntercept belongs to the linear path (DSVRGParams) and is added by _settings.
 _SODM_PARAM_NAMES = tuple(name for name in _PARAMS if name != "fitIntercept") + (
     "tol", "maxIter", "seed")
 
@@ -165,7 +176,8 @@ class SODMClassifier(Estimator, _SODMParams, VersionedReadWrite):
         stores (``minmax``: dense rows onto [0, 1], sparse rows by their largest magnitude).
     lam, theta, v, tol, maxIter : Param
         The ODM problem (λ, θ, v of docs/design.md §1) and each local solve's tolerance and
-        most sweeps.
+        most sweeps; with ``kernel="linear"``, DSVRG's relative objective change and most
+        epochs (unset: 1e-6 and 30, as the job's).
     p, levels, strata, stopLevel, partitioner, warmStart, cacheMb, seed : Param
         SODM: partitions merged per level, L (unset: from the rows), the S strata, the last
         level solved, how rows are dealt, the merged level's start, the kernel cache per task,
@@ -224,62 +236,42 @@ class SODMClassifier(Estimator, _SODMParams, VersionedReadWrite):
         Returns (a copy of this estimator with the best point's gamma, lam, theta and v set,
         the :class:`~sodm_spark.spark.tune.TuneResult`).
         """
-        params = self._sodm_params()
-        params.validate()
-        if params.kernel == "linear":
-            raise ValueError("tune searches the kernel levels' hyperparameters; kernel='linear' "
-                             "fits DSVRG (set lam, theta and v, or use a nonlinear kernel).")
+        params = fit_params(self._settings())
         grid = grid if isinstance(grid, ParamGrid) else \
             ParamGrid() if grid is None else ParamGrid.from_dict(grid)
-        grid.validate(params.kernel)
-        blocks, classes, _ = self._checked_blocks(dataset, params)
-        sc = dataset.sparkSession.sparkContext
-        prepared = prepare_sodm(sc, blocks, params, classes, hold_out=True)
-        result = tune_sodm(sc, prepared, params, grid)
-        best = result.best_params(params)
+        trained = self._train(dataset, params, search=Search(grid, then_fit=False))
+        best = trained.params
         return self.copy({self.gamma: best.gamma, self.lam: best.lam, self.theta: best.theta,
-                          self.v: best.v}), result
+                          self.v: best.v}), trained.search
 
-    def _checked_blocks(self, dataset, params):
-        """(blocks, classes, n_features) of ``dataset``, refusing what cannot be fitted."""
+    def _train(self, dataset, params, search=None):
+        """:func:`sodm_spark.spark.train.train` on ``dataset``'s feature and label columns."""
         blocks, n_features = dataframe_to_blocks(dataset, self.getFeaturesCol(),
                                                  self.getLabelCol())
-        classes = checked_classes(blocks, n_features)
+        return train(dataset.sparkSession.sparkContext, blocks, n_features, params,
+                     search=search, refuse_classes=self._refuse_classes)
+
+    def _refuse_classes(self, classes):
+        """Label values the fit cannot take, refused in the estimator's words."""
         if classes.size < 2:
             raise ValueError(f"SODMClassifier needs at least two classes in column "
                              f"{self.getLabelCol()!r}; it holds only one class "
                              f"({classes[0]:g}). Check labelCol.")
-        if classes.size > 2 and params.kernel == "linear":
-            raise ValueError(f"kernel='linear' fits DSVRG, a binary classifier, but column "
-                             f"{self.getLabelCol()!r} holds {classes.size} classes "
-                             f"({shown_classes(classes)}); use a nonlinear kernel (its levels "
-                             "fit every class at once), or filter the DataFrame to two label "
-                             "values.")
-        return blocks, classes, n_features
+        raise ValueError(f"kernel='linear' fits DSVRG, a binary classifier, but column "
+                         f"{self.getLabelCol()!r} holds {classes.size} classes "
+                         f"({shown_classes(classes)}); use a nonlinear kernel (its levels "
+                         "fit every class at once), or filter the DataFrame to two label "
+                         "values.")
 
     def _fit(self, dataset):
-        params = self._sodm_params()
-        params.validate()
-        blocks, classes, n_features = self._checked_blocks(dataset, params)
-        sc = dataset.sparkSession.sparkContext
-        if params.kernel == "linear":
-            return self._copyValues(self._fit_dsvrg(sc, blocks, params, classes, n_features))
-        fit = fit_sodm(sc, blocks, params, classes)
+        fit = self._train(dataset, fit_params(self._settings())).fit
         model = SODMClassificationModel(fit.model)
-        model.levelStats = [entry.to_dict() for entry in fit.levels]
-        model.stopReason, model.bestLevel = fit.stop_reason, fit.best_level
+        if isinstance(fit, DSVRGFit):  # the linear kernel: one entry per epoch
+            model.levelStats = [entry.to_dict() for entry in fit.epochs]
+        else:
+            model.levelStats = [entry.to_dict() for entry in fit.levels]
+            model.stopReason, model.bestLevel = fit.stop_reason, fit.best_level
         return self._copyValues(model)
-
-    def _fit_dsvrg(self, sc, blocks, params, classes, n_features):
-        """The linear kernel: DSVRG on the primal, with the intercept unless fitIntercept=False."""
-        fit = fit_dsvrg(sc, blocks, DSVRGParams(
-            lam=params.lam, theta=params.theta, v=params.v, strata=params.strata,
-            seed=params.seed, fit_intercept=self.getOrDefault("fitIntercept")),
-            classes, n_features)
-        model = SODMClassificationModel(fit.model)
-        model.levelStats = [entry.to_dict() for entry in fit.epochs]
-        return model
-
 
 
 @_make_setters_and_getters

@@ -15,24 +15,22 @@ from .results import PARTITIONER_NAMES, WHERE, make_row
 
 
 def sodm_params(settings: dict, gamma: float, partitioner: str, **overrides):
-    from ..spark.sodm_params import SODMParams
+    from ..spark.train import sodm_params
 
     keys = ("lam", "theta", "v", "tol", "max_iter", "p", "levels", "strata", "stop_level",
             "warm_start", "seed", "cache_mb")
-    values = {**{key: settings[key] for key in keys}, **overrides}
     # every level is a row of the comparison: no automatic stopping here; and every method
     # sees the same rows with the same gamma, so no feature scaling of SODM's own
-    params = SODMParams(kernel="rbf", gamma=gamma, partitioner=partitioner, auto_stop=False,
-                        scale="none", **values)
-    params.validate()
-    return params
+    return sodm_params({**{key: settings[key] for key in keys}, **overrides, "kernel": "rbf",
+                        "gamma": gamma, "partitioner": partitioner, "auto_stop": False,
+                        "scale": "none"})
 
 
 def run_sodm(ctx, partitioner: str, params=None, label: str | None = None) -> list[dict]:
     """One SODM fit (Algorithm 1) with ``partitioner``: a row per solved level, whose fit
     seconds are the time from the start of the fit to that level's model (partitioning
     included, test scoring excluded)."""
-    from ..spark.sodm import fit_sodm
+    from ..spark.train import Progress, train
 
     params = params or sodm_params(ctx.settings, ctx.gamma, partitioner)
     name = label or PARTITIONER_NAMES.get(partitioner, f"SODM {partitioner}")
@@ -51,8 +49,9 @@ def run_sodm(ctx, partitioner: str, params=None, label: str | None = None) -> li
                 f"accuracy {entry.test_accuracy:.4f}")
 
     outcome = run_spark_with_budget(ctx.sc, f"sodm-{partitioner}", ctx.budget_seconds,
-                                    lambda: fit_sodm(ctx.sc, ctx.blocks, params, ctx.classes,
-                                                     test=ctx.test, on_level=on_level))
+                                    lambda: train(ctx.sc, ctx.blocks, ctx.data.n_features,
+                                                  params, ctx.classes, test=ctx.test,
+                                                  progress=Progress(on_level=on_level)).fit)
     if outcome.status == OK:
         fit = outcome.value
         start = time.perf_counter()
@@ -70,13 +69,13 @@ def run_sodm(ctx, partitioner: str, params=None, label: str | None = None) -> li
 
 def run_dsvrg(ctx) -> list[dict]:
     """DSVRG (Algorithm 2) on the linear-kernel ODM primal."""
-    from ..spark.dsvrg import DSVRGParams, fit_dsvrg
+    from ..spark.train import fit_params, train
 
     s = ctx.settings
-    params = DSVRGParams(lam=s["linear_lam"], theta=s["theta"], v=s["v"], epochs=s["epochs"],
-                         seed=s["seed"])
-    outcome = run_spark_with_budget(ctx.sc, "dsvrg", ctx.budget_seconds, lambda: fit_dsvrg(
-        ctx.sc, ctx.blocks, params, ctx.classes, ctx.data.n_features))
+    params = fit_params({"kernel": "linear", "lam": s["linear_lam"], "theta": s["theta"],
+                         "v": s["v"], "epochs": s["epochs"], "seed": s["seed"]})
+    outcome = run_spark_with_budget(ctx.sc, "dsvrg", ctx.budget_seconds, lambda: train(
+        ctx.sc, ctx.blocks, ctx.data.n_features, params, ctx.classes).fit)
     if outcome.status != OK:
         return [make_row("dsvrg", outcome.status, runs_on=WHERE["spark"],
                          fit_seconds=outcome.seconds, note=outcome.note)]

@@ -8,6 +8,8 @@ live below it (solvers/, partition/, model.py) and never import Spark.
   partition, ``sodm_params.py`` the knobs and per-level records; ``checkpoint.py`` level
   checkpoints, ``memory.py`` the memory one task may use.
 - DSVRG (Algorithm 2): ``dsvrg.py`` the round robin, ``dsvrg_blocks.py`` the resident blocks.
+- ``train.py`` the one way into a fit (the job, ``SODMClassifier``, the benchmark): parameters
+  from user settings, the label values checked, DSVRG or the levels, a search first if asked.
 - ``tune.py`` the grid search as Spark jobs; ``predict.py`` Arrow batch scoring;
   ``single.py`` a comparator in one task; ``hadoop_store.py`` models on any Hadoop file
   system; ``session.py`` sessions and driver-side blocks; ``zipimport_cache.py`` a worker

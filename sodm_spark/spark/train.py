@@ -1,0 +1,186 @@
+"""One way into a fit on Spark: the label values checked, DSVRG or the SODM levels chosen by the
+kernel, a grid search first when one is asked for, then the fit (docs/design.md §6).
+
+``jobs/train_sodm.py``, :class:`~sodm_spark.ml.SODMClassifier` and the benchmark's Spark
+methods all fit through :func:`train`, with parameters built from their own settings by
+:func:`fit_params` (a job's flags as ``vars(args)``, an estimator's Params in snake_case, a
+benchmark's settings), so a setting means the same on every path. The linear kernel runs DSVRG
+on the primal (SODM paper, Algorithm 2; :mod:`.dsvrg`), every other kernel the levels of
+Algorithm 1 (:mod:`.sodm`), after a search of :mod:`.tune` if asked. Callers print or record
+progress through :class:`Progress`; nothing here prints.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from typing import Callable, Mapping
+
+import numpy as np
+
+from ..tuning import (DEFAULT_SEARCH_GRID_TEXT, DEFAULT_SEARCH_POINT, GridPoint, ParamGrid,
+                      search_sample)
+from ..validation import shown_classes
+from .dsvrg import DSVRGFit, DSVRGParams, fit_dsvrg
+from .sodm import fit_sodm
+from .sodm_params import SODMFit, SODMParams
+from .sodm_prepare import checked_classes, prepare_sodm
+from .tune import TuneResult, tune_sodm
+
+# The settings only the linear path (DSVRG) reads, and the DSVRGParams field each sets; λ, θ,
+# v, the strata and the seed are read as the levels read them.
+LINEAR_SETTINGS = {"epochs": "epochs", "epoch_tol": "tol", "step": "step",
+                   "partitions": "n_partitions", "fit_intercept": "fit_intercept"}
+_SODM_FIELDS = frozenset(f.name for f in fields(SODMParams))
+
+
+def sodm_params(settings: Mapping) -> SODMParams:
+    """SODMParams from user-facing settings, validated: every key naming a field sets it (None
+    keeps the field's default, so an unset flag or Param means the default); other keys are
+    not read."""
+    params = SODMParams(**{name: value for name, value in settings.items()
+                           if name in _SODM_FIELDS and value is not None})
+    params.validate()
+    return params
+
+
+def fit_params(settings: Mapping) -> SODMParams | DSVRGParams:
+    """What :func:`train` fits for ``settings``: with kernel 'linear' DSVRGParams, whose λ, θ,
+    v, strata and seed are read as :func:`sodm_params` reads them (so their defaults are
+    SODMParams') and the rest from :data:`LINEAR_SETTINGS` (absent or None: DSVRGParams'
+    defaults); with any other kernel, :func:`sodm_params`."""
+    params = sodm_params(settings)
+    if params.kernel != "linear":
+        return params
+    linear = DSVRGParams(lam=params.lam, theta=params.theta, v=params.v, strata=params.strata,
+                         seed=params.seed, **{name: settings[key] for key, name
+                                              in LINEAR_SETTINGS.items()
+                                              if settings.get(key) is not None})
+    linear.validate()
+    return linear
+
+
+def check_classes(classes, linear: bool, refuse: Callable | None = None) -> np.ndarray:
+    """``classes`` if a fit takes them: exactly two for DSVRG (``linear``: a binary
+    classifier), at least two for the levels (one-vs-rest ODMs beyond two). Otherwise
+    ``refuse(classes)`` raises the caller's ValueError in its own words (a job's flags, an
+    estimator's Params); without it the error names the parameters."""
+    classes = np.asarray(classes)
+    if classes.size == 2 or (classes.size > 2 and not linear):
+        return classes
+    if refuse is not None:
+        refuse(classes)
+    count = f"{classes.size} class{'es' if classes.size != 1 else ''}"
+    if linear:
+        raise ValueError(f"the labels hold {count} ({shown_classes(classes)}); kernel='linear' "
+                         "fits DSVRG, a binary classifier: give two label values, or use a "
+                         "nonlinear kernel (its levels fit every class at once).")
+    raise ValueError(f"the labels hold {count} ({shown_classes(classes)}); SODM needs at least "
+                     "two. Check that the label column is the right one.")
+
+
+@dataclass(frozen=True)
+class Search:
+    """A grid search on the top level's partitions before the fit (:mod:`.tune`)."""
+
+    grid: ParamGrid = field(default_factory=ParamGrid)
+    sample: bool = False  # a sample of the top level's partitions (tuning.search_sample)
+    default: GridPoint | None = None  # kept unless another point beats it significantly
+    then_fit: bool = True  # False: the search alone (the result has no fit)
+
+    @classmethod
+    def of_defaults(cls, then_fit: bool = True) -> "Search":
+        """The search of a fit given no ODM hyperparameter: γ and λ on a sample of the
+        partitions, the default point kept unless beaten (sodm_spark.tuning explains why)."""
+        return cls(ParamGrid.parse(DEFAULT_SEARCH_GRID_TEXT), sample=True,
+                   default=DEFAULT_SEARCH_POINT, then_fit=then_fit)
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What :func:`train` reports as it goes; every callback is optional."""
+
+    on_search: Callable | None = None  # (PreparedData, grid, keys): before the search; keys
+    # are the sampled partitions, None for all of them
+    on_point: Callable | None = None  # (PointResult, index, total): each grid point scored
+    on_searched: Callable | None = None  # (TuneResult): the search is done
+    on_fit: Callable | None = None  # (params): the fit starts, after any search
+    on_plan: Callable | None = None  # (LevelPlan): before each level
+    on_level: Callable | None = None  # (LevelStats): each level solved
+    on_epoch: Callable | None = None  # (EpochStats): each DSVRG epoch
+
+
+@dataclass
+class Trained:
+    """What :func:`train` returns."""
+
+    fit: SODMFit | DSVRGFit | None  # None: the search alone
+    params: SODMParams | DSVRGParams  # the fit's: the search's best point, if one ran
+    search: TuneResult | None = None
+    search_partition_seconds: float = 0.0  # partitioning before the search, if one ran
+
+
+def train(sc, blocks, n_features: int, params: SODMParams | DSVRGParams, classes=None, *,
+          test=None, validation=None, search: Search | None = None,
+          progress: Progress = Progress(), refuse_classes: Callable | None = None,
+          **level_options) -> Trained:
+    """Fit ``params`` (from :func:`fit_params`) on ``blocks``, an RDD of (X, y, row_ids) with
+    ``n_features`` columns: DSVRG for DSVRGParams, else the levels of :func:`.sodm.fit_sodm`.
+
+    ``classes``: the label values, when the caller has counted them (else one checking job
+    does); :func:`check_classes` refuses what the fit cannot take, through ``refuse_classes``
+    if given. ``test``: (X, y) on the driver, scored as the fit goes; ``validation``: (X, y)
+    the levels' automatic stopping (and a search) score instead of held-out rows. ``search``
+    scores a grid first and fits its best point (``search.then_fit`` False: the search alone).
+    ``level_options``: fit_sodm's ``checkpoint_dir``, ``resume``, ``max_sv``,
+    ``compress_method`` and ``test_every_level``; DSVRG takes none of them, nor a search.
+    """
+    linear = isinstance(params, DSVRGParams)
+    if linear and (search is not None or level_options):
+        given = ", ".join(["a search"] * (search is not None) + sorted(level_options))
+        raise ValueError(f"kernel='linear' fits DSVRG on the primal, which has no levels: "
+                         f"{given} cannot apply (set lam, theta and v, or use a nonlinear "
+                         "kernel).")
+    if search is not None:  # a bad grid is refused before any pass over the data
+        search.grid.validate(params.kernel)
+    if classes is None:
+        classes = checked_classes(blocks, n_features)
+    classes = check_classes(classes, linear, refuse_classes)
+    if linear:
+        _call(progress.on_fit, params)
+        fit = fit_dsvrg(sc, blocks, params, classes, n_features, test=test,
+                        on_epoch=progress.on_epoch)
+        return Trained(fit, params)
+    prepared = result = None
+    if search is not None:
+        prepared = prepare_sodm(sc, blocks, params, classes, test, validation, hold_out=True)
+        result = _search(sc, prepared, params, search, progress)
+        params = result.best_params(params)
+        if not search.then_fit:
+            return Trained(None, params, result, prepared.partition_seconds)
+        # the prepared rows' γ is the resolved base ('scale' from the rows); the fit takes the
+        # best point's multiple of it
+        prepared.kernel = replace(prepared.kernel, gamma=params.gamma)
+    _call(progress.on_fit, params)
+    fit = fit_sodm(sc, blocks, params, classes, test=test, validation=validation,
+                   prepared=prepared, on_level=progress.on_level, on_plan=progress.on_plan,
+                   **level_options)
+    return Trained(fit, params, result,
+                   0.0 if prepared is None else prepared.partition_seconds)
+
+
+def _search(sc, prepared, params: SODMParams, search: Search, progress: Progress) -> TuneResult:
+    """The grid search on the prepared (partitioned) top level, or on a sample of it."""
+    keys = None
+    if search.sample:
+        n_parts = prepared.parts.getNumPartitions()
+        keys = search_sample(n_parts, -(-prepared.n_rows // n_parts), sc.defaultParallelism,
+                             params.seed)
+    _call(progress.on_search, prepared, search.grid, keys)
+    result = tune_sodm(sc, prepared, params, search.grid, on_point=progress.on_point, keys=keys,
+                       default=search.default)
+    _call(progress.on_searched, result)
+    return result
+
+
+def _call(callback, *args) -> None:
+    if callback is not None:
+        callback(*args)
