@@ -22,10 +22,11 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from ..kernels import Kernel, operand_rows, rows_per_block
-from ..sparse_rows import as_float_rows, squared_norms
+from ..kernels import Kernel
+from ..sparse_rows import as_float_rows
 from ..validation import check_odm_params
 from ._dcd_kernels import _point_optimum, _point_violation
+from .kernel_rows import full_q_matrix
 from .odm_dcd import ODMProblem, next_shrink_threshold
 
 
@@ -51,23 +52,10 @@ def one_vs_rest_signs(y_index: np.ndarray, n_classes: int) -> np.ndarray:
 
 def kernel_matrix(kernel: Kernel, X: np.ndarray, dtype=np.float32,
                   block_mb: float = 256.0) -> np.ndarray:
-    """The m×m kernel matrix in ``dtype``, upper blocks by GEMM mirrored below (the caller
-    checked that it fits)."""
-    m = X.shape[0]
-    dtype = np.dtype(dtype)
-    K = np.empty((m, m), dtype=dtype)
-    Xd = as_float_rows(X, dtype)
-    operand = operand_rows(Xd, dtype)  # sparse rows: laid out once for every block
-    sq_norms = squared_norms(Xd)
-    step = rows_per_block(m, dtype.itemsize, block_mb)
-    for start in range(0, m, step):
-        stop = min(start + step, m)
-        block = kernel.block(Xd[start:stop], operand, z_sq_norms=sq_norms[start:],
-                             out=np.empty((stop - start, m - start), dtype=dtype),
-                             first_row=start)
-        K[start:stop, start:] = block
-        K[stop:, start:stop] = block[:, stop - start:].T
-    return K
+    """The m×m kernel matrix in ``dtype`` (the caller checked that it fits): Q of
+    :func:`~.kernel_rows.full_q_matrix` with every sign +1, so one blocked builder serves
+    both."""
+    return full_q_matrix(kernel, X, np.ones(X.shape[0]), dtype, block_mb)
 
 
 @njit(cache=True)
