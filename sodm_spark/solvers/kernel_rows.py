@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels import Kernel, operand_rows, rbf_exponent, rows_per_block
-from ..sparse_rows import as_float_rows, inner_products, squared_norms
+from ..kernels import Kernel, operand_rows, rows_per_block
+from ..sparse_rows import as_float_rows, squared_norms
 from ..resources import RESERVE_MB, available_memory_mb
 from . import _dcd_kernels as loops
 
@@ -119,16 +119,10 @@ def full_q_matrix(kernel: Kernel, X: np.ndarray, y: np.ndarray, dtype=np.float32
     for start in range(0, m, step):
         stop = min(start + step, m)
         block = buffer[:(stop - start) * (m - start)].reshape(stop - start, m - start)
-        if kernel.name == "rbf":  # the GEMM, then fused passes (the exp stays numpy's SIMD)
-            inner_products(Xd[start:stop], operand, block, first_row=start)
-            rbf_exponent(block, sq_norms[start:stop], sq_norms[start:], kernel.gamma)
-            np.exp(block, out=block)
-            offset = kernel.offset
-        else:
-            kernel.block(Xd[start:stop], operand, z_sq_norms=sq_norms[start:], out=block,
-                         first_row=start)
-            offset = 0.0  # kernel.block added it
-        loops.signed_rows_into(Q, block, start, yd, offset, 64)
+        # one GEMM, then the kernel's own epilogue (rbf: one fused pass and numpy's exp)
+        kernel.block(Xd[start:stop], operand, z_sq_norms=sq_norms[start:], out=block,
+                     first_row=start)
+        loops.signed_rows_into(Q, block, start, yd, 0.0, 64)  # kernel.block added the offset
     return Q
 
 

@@ -55,7 +55,9 @@ class ExecutorMemory:
         return share_per_task(self.memory_mb, self.cores, partitions, self.per_worker_limit_mb)
 
 
-def _executor_cores(sc) -> int:
+def executor_cores(sc) -> int:
+    """Cores of one executor: local mode's, ``spark.executor.cores`` when set, else the
+    application's cores over its executors."""
     conf = sc.getConf()
     if sc.master.startswith("local"):
         return max(1, sc.defaultParallelism)
@@ -68,7 +70,7 @@ def _executor_cores(sc) -> int:
 def executor_memory(sc, configured_task_mb: float | None = None) -> ExecutorMemory:
     """The :class:`ExecutorMemory` of this application (see the module docstring)."""
     conf = sc.getConf()
-    cores = _executor_cores(sc)
+    cores = executor_cores(sc)
     pyspark_memory = conf.get("spark.executor.pyspark.memory", None)
     if pyspark_memory:
         total = size_mb(pyspark_memory)

@@ -41,6 +41,7 @@ from ..sparse_rows import memory_width
 from ..model import KernelExpansion
 from .io import ROW_ID_SHIFT, batch_matrix, dense_enough, numeric_array_column
 from .io.arrow import is_vector_type, vector_rows
+from .memory import executor_cores
 
 RAW_COLUMN, PREDICTION_COLUMN, ROW_ID_COLUMN = "rawPrediction", "prediction", "row_id"
 # Partitions: the input's, and for a model that costs more than 1e7 flops per row (2 · support
@@ -99,15 +100,6 @@ def thread_plan(rows_per_partition, cores: int, task_cpus: int = 1) -> list[int]
     for index in last_wave:
         plan[index] = max(task_cpus, cores // len(last_wave))
     return plan
-
-
-def executor_cores(sc) -> int:
-    """Cores of one executor: local mode's, else ``spark.executor.cores`` when set, else one
-    task's (an executor's share is unknown, so no task takes more)."""
-    task_cpus = int(sc.getConf().get("spark.task.cpus", "1"))
-    if sc.master.startswith("local"):
-        return max(task_cpus, sc.defaultParallelism)
-    return int(sc.getConf().get("spark.executor.cores", str(task_cpus)))
 
 
 def _features(df, features_col, exclude, n_features):
