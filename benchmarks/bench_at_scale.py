@@ -231,11 +231,13 @@ def one_size(rows: int, methods, args) -> dict:
     model_dir = args.work_dir / f"model-{args.dataset}-{rows}"
     for method in methods:
         started = time.perf_counter()
+        # the job's own seed (partitions, validation rows, compression points) when not 0
+        seeded = ["--seed", str(args.seed)] if args.seed else []
         if method == "job":
-            result[method] = run_job(folder, model_dir)
+            result[method] = run_job(folder, model_dir, seeded)
         elif method == "job-levels3":
             result[method] = run_job(folder, args.work_dir / f"model-{args.dataset}-{rows}-l3",
-                                     ["--levels", "3"])
+                                     ["--levels", "3", *seeded])
         elif method in ("predict", "predict-train"):
             result[method] = run_predict(folder / ("test" if method == "predict" else "train"),
                                          model_dir)
@@ -257,7 +259,8 @@ def main(argv=None) -> int:
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--subsample", type=int, default=60_000, help="svc, exact-odm")
     parser.add_argument("--nystroem-components", type=int, default=3000)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0,
+                        help="the peers' seed, and the job's when not 0 (--seed S)")
     parser.add_argument("--work-dir", type=Path, default=Path.home() / ".cache" / "sodm_spark")
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--spark-peer", help=argparse.SUPPRESS)

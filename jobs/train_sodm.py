@@ -421,6 +421,7 @@ def levels_summary(fit, params):
 
 
 TARGETS_SHOWN = {"partitions": "their own partitions' models", "model": "the whole model"}
+PASSES_SHOWN = {0: "no pass over the level, ", 2: "two passes over the level, "}
 
 
 def show_compression(report):
@@ -428,6 +429,7 @@ def show_compression(report):
     print(f"compressed {report['support_vectors_before']:,} -> "
           f"{report['support_vectors_after']:,} points ({report['method']}, fitted on "
           f"{report['fit_rows']:,} rows scored by {TARGETS_SHOWN[report['fit_targets']]}, "
+          f"{PASSES_SHOWN.get(report.get('passes_over_level'), '')}"
           f"{report['seconds']:.2f} s)", flush=True)
     for name in ("validation", "test"):
         r = report.get(name)

@@ -22,8 +22,8 @@ from sodm_spark.spark.plan import auto_levels, largest_levels
 from sodm_spark.spark.session import numpy_to_blocks
 from sodm_spark.spark.sodm import fit_sodm
 from sodm_spark.spark.sodm_params import SODMParams
-from sodm_spark.spark.sodm_tasks import (CHUNK_BYTES, Chunk, as_chunks, assemble,
-                                         solve_partitions)
+from sodm_spark.spark.sodm_tasks import (CHUNK_BYTES, Chunk, PartitionStats, as_chunks,
+                                         assemble, solve_partitions)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "jobs"))
@@ -174,6 +174,22 @@ def test_large_models_are_compressed_before_the_driver_and_none_keeps_them(spark
     assert report["fit_targets"] == "partitions"
     f, g = full.model.decision_function(X_test), small.model.decision_function(X_test)
     assert np.linalg.norm(g - f) / np.linalg.norm(f) < 0.2
+    # the tasks returned those rows, so the points are drawn among them with no pass over the
+    # level: every point is one of the whole model's support vectors
+    assert report["passes_over_level"] == 0
+    full_sv = {row.tobytes() for row in full.model.support_vectors.astype(np.float32)}
+    assert all(row.astype(np.float32).tobytes() in full_sv
+               for row in small.model.support_vectors)
+    # rows over the result limit stay in the tasks: the points then come from a pass
+    monkeypatch.setattr(level_model, "_piece_is_small", lambda sc, piece_bytes: False)
+    passed = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, [-1.0, 1.0], max_sv="auto")
+    assert passed.compression["fit_targets"] == "partitions"
+    assert passed.compression["passes_over_level"] == 2
+    g = passed.model.decision_function(X_test)
+    assert np.linalg.norm(g - f) / np.linalg.norm(f) < 0.2
+    monkeypatch.undo()
+    monkeypatch.setattr(compression, "AUTO_ABOVE", 300)
+    monkeypatch.setattr(compression, "AUTO_POINTS", 120)
     # without those rows (a level read back from a checkpoint): the whole model's f on a
     # sample of its support vectors, summed from the tasks
     monkeypatch.setattr(compression, "LOCAL_FIT_ROWS_PER_POINT", 0)
@@ -191,7 +207,7 @@ def test_a_partition_leaves_its_own_model_s_scores_on_a_sample_of_rows(n_classes
     ids = np.arange(1000, 1400)
     kernel = Kernel.create("rbf", 0.5)
     config = {"lam": 100.0, "theta": 0.1, "v": 0.2, "tol": 1e-3, "max_iter": 200, "seed": 0,
-              "n_classes": n_classes, "cache_mb": 64.0, "fit_share": 0.1}
+              "n_classes": n_classes, "cache_mb": 64.0, "fit_share": 0.1, "fit_features": True}
     gamma = np.zeros((400, n_classes)) if n_classes else np.zeros(400)
     records = list(as_chunks(2, X, y, ids, gamma))
     solved = list(solve_partitions(records, kernel.to_dict(), config, level=1, threads=1))
@@ -205,8 +221,33 @@ def test_a_partition_leaves_its_own_model_s_scores_on_a_sample_of_rows(n_classes
     rows = X[stats["fit_rows"] - 1000]
     np.testing.assert_allclose(stats["fit_scores"], decision_values(kernel, rows, X, coef),
                                rtol=1e-5, atol=1e-6)
+    # the rows themselves and which are support vectors, for a compression without a pass
+    np.testing.assert_array_equal(stats["fit_X"], rows)
+    np.testing.assert_array_equal(stats["fit_support"],
+                                  np.any(np.atleast_2d(coef.T).T[stats["fit_rows"] - 1000] != 0,
+                                         axis=1))
     again = list(solve_partitions(records, kernel.to_dict(), config, level=1, threads=1))
     np.testing.assert_array_equal(again[0][1].stats["fit_rows"], stats["fit_rows"])
+
+
+def test_a_level_s_stats_reach_the_driver_through_an_accumulator(spark):
+    """Each partition's stats once, keyed by partition: a retried task's replace its first
+    attempt's instead of adding to them, and the chunks persisted carry none."""
+    sc = spark.sparkContext
+    X, y = make_problem(m=300, d=4, seed=12)
+    kernel = Kernel.create("rbf", 0.5)
+    config = {"lam": 100.0, "theta": 0.1, "v": 0.2, "tol": 1e-3, "max_iter": 200, "seed": 0,
+              "n_classes": 0, "cache_mb": 64.0, "fit_share": 0.0}
+    records = [record for key in range(3) for record in as_chunks(
+        key, X[key::3], y[key::3], np.arange(key, 300, 3), np.zeros(100))]
+    sink = sc.accumulator({}, PartitionStats())
+    solved = sc.parallelize(records, 3).mapPartitions(lambda part: solve_partitions(
+        part, kernel.to_dict(), config, 1, 1, report=sink.add)).collect()
+    assert sorted(sink.value) == [0, 1, 2]
+    assert all(chunk.stats is None for _, chunk in solved)
+    assert [sink.value[key]["rows"] for key in range(3)] == [100, 100, 100]
+    merged = PartitionStats().addInPlace({0: {"rows": 1}, 1: {"rows": 2}}, {1: {"rows": 3}})
+    assert merged == {0: {"rows": 1}, 1: {"rows": 3}}
 
 
 def test_a_model_over_the_result_limit_is_collected_in_pieces(spark, monkeypatch):

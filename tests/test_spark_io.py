@@ -1,5 +1,7 @@
 """sodm_spark.spark.io: files and DataFrames -> RDD of numpy blocks (local[2] Spark)."""
 
+import re
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -331,3 +333,81 @@ def test_text_rows_are_named_by_line_and_dataframe_rows_by_partition_and_row(spa
     good.write_text("label,a,b\n1,1,2\n-1,0,3\n")
     with pytest.raises(ValueError, match=r"2 columns but n_features=4"):
         check_blocks(read_blocks(spark, str(good), "csv", label_col="a")[0], 4)
+
+
+def _write_parquet(path, X, y, row_group_size, element="float32"):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    features = pa.array([None if row is None else list(row) for row in X],
+                        type=pa.list_(pa.float32() if element == "float32" else pa.float64()))
+    pq.write_table(pa.table({"label": pa.array(y, type=pa.float64()), "features": features}),
+                   path, row_group_size=row_group_size)
+
+
+def test_local_parquet_arrays_are_read_by_pyarrow_in_file_order(spark, tmp_path):
+    from sodm_spark.spark.io.arrow import dataframe_to_blocks
+    from sodm_spark.spark.io import input_statuses
+    from sodm_spark.spark.io.parquet_files import local_parquet_files
+
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((70, 6)).astype(np.float32)
+    y = np.where(rng.random(70) < 0.5, -1.0, 1.0)
+    folder = tmp_path / "train"
+    folder.mkdir()
+    _write_parquet(folder / "part-1.parquet", X[40:], y[40:], row_group_size=16)
+    _write_parquet(folder / "part-0.parquet", X[:40], y[:40], row_group_size=16)
+    (folder / "_SUCCESS").write_text("")
+    blocks, d = read_blocks(spark, str(folder), "parquet", dtype=np.float32)
+    parts = blocks.collect()
+    assert d == 6 and blocks.getNumPartitions() == 5  # row groups 16+16+8, 16+14
+    got = np.concatenate([b.X for b in parts])
+    assert all(b.X.dtype == np.float32 for b in parts)
+    # the files in name order, their rows in order: row ids count rows within a row group
+    np.testing.assert_array_equal(got, X)
+    np.testing.assert_array_equal(np.concatenate([b.y for b in parts]), y)
+    ids = np.concatenate([b.row_ids for b in parts])
+    np.testing.assert_array_equal(ids >> 40, np.repeat(np.arange(5), [16, 16, 8, 16, 14]))
+    np.testing.assert_array_equal(ids & ((1 << 40) - 1),
+                                  np.concatenate([np.arange(n) for n in (16, 16, 8, 16, 14)]))
+    # the same rows as Spark SQL's reader gives
+    sql_blocks, _ = dataframe_to_blocks(spark.read.parquet(str(folder)), dtype=np.float32)
+    sql = sql_blocks.collect()
+    np.testing.assert_array_equal(
+        as_row_set(np.concatenate([b.X for b in sql]), np.concatenate([b.y for b in sql])),
+        as_row_set(X, y))
+    # float64 rows for the linear path; a partition folder goes to Spark SQL
+    blocks64, _ = read_blocks(spark, str(folder), "parquet")
+    np.testing.assert_array_equal(np.concatenate([b.X for b in blocks64.collect()]),
+                                  X.astype(np.float64))
+    (folder / "year=2026").mkdir()
+    statuses = input_statuses(spark, str(folder), "parquet")
+    assert local_parquet_files(statuses, "features", "label") is None
+
+
+@pytest.mark.parametrize("damage, message", [
+    ("short", r"part-0\.parquet: row 3 of the file has 5 values in 'features' where the first "
+              r"row has 6"),
+    ("null", r"part-0\.parquet: row 3 of the file has a null in 'features'"),
+    ("nan", r"part-0\.parquet: row 3 of the file contains NaN or infinity"),
+    ("huge", r"part-0\.parquet: row 3 of the file holds feature values beyond"),
+])
+def test_a_bad_row_of_a_local_parquet_file_is_named_by_file_and_row(spark, tmp_path, damage,
+                                                                     message):
+    from pyspark.errors import PySparkException
+    from py4j.protocol import Py4JJavaError
+
+    from sodm_spark.errors import INPUT, failure_of
+
+    rows = [list(np.arange(6, dtype=float) + k) for k in range(5)]
+    rows[2] = {"short": rows[2][:5], "null": None, "nan": rows[2][:5] + [float("nan")],
+               "huge": rows[2][:5] + [1e30]}[damage]
+    folder = tmp_path / "bad"
+    folder.mkdir()
+    _write_parquet(folder / "part-0.parquet", rows, np.ones(5), row_group_size=4,
+                   element="float64")
+    blocks, _ = read_blocks(spark, str(folder), "parquet", dtype=np.float32)
+    with pytest.raises((Py4JJavaError, PySparkException)) as raised:
+        blocks.collect()
+    kind, text = failure_of(raised.value)
+    assert kind == INPUT and re.search(message, text), text

@@ -5,9 +5,9 @@ ODM duals are dense: a level of 600,000 rows × 784 features has ~340,000 suppor
 of float32 — more than Spark's default ``spark.driver.maxResultSize``. So the model is either
 
 * **compressed in place** (:func:`compress_level`, the reduced-set projection of
-  :mod:`sodm_spark.compression`): the tasks sample candidate points among their support
-  vectors, the level's tasks left their own partition's scores on a sample of rows as the fit
-  targets, and only the small least-squares solve runs on the driver; or
+  :mod:`sodm_spark.compression`): the level's tasks left a seeded sample of their rows with
+  their own partition's scores (the fit targets), the points are drawn among the support
+  vectors of that sample, and only the small least-squares solve runs on the driver; or
 * **collected in pieces** (:func:`collect_level`): the support vectors of every chunk, at most
   16 MB each, fetched one Spark partition at a time when they would not fit the result limit.
 
@@ -16,6 +16,7 @@ Support vectors of sparse rows stay CSR all the way to the model.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import NamedTuple
 
 import numpy as np
 
@@ -25,6 +26,23 @@ from ..model import KernelExpansion
 from ..sparse_rows import as_float_rows, stack_rows
 from .memory import result_limit_mb
 from .sodm_tasks import chunk_support_vectors, partial_scores
+
+
+class LocalFit(NamedTuple):
+    """What a level's tasks left for a compression: a seeded share of the rows (``ids``), their
+    own partition's f times the partition count (``targets``), which of them are support
+    vectors (``support``) and, when the driver could take them, the rows (``rows``)."""
+
+    ids: np.ndarray
+    targets: np.ndarray
+    rows: object  # float32 rows or CSR, or None
+    support: np.ndarray
+
+
+def fit_rows_collectable(sc, n_rows: float, row_bytes: float) -> bool:
+    """Whether ``n_rows`` rows of ``row_bytes`` each can come to the driver with a level's stats
+    (half of ``spark.driver.maxResultSize``, as :func:`collect_level` takes pieces)."""
+    return n_rows > 0 and _piece_is_small(sc, n_rows * row_bytes)
 
 
 def level_scores(sc, solved, X_eval, kernel_dict, what="score rows"):
@@ -65,9 +83,10 @@ def _rows_by_id(item, fit_ids, projection):
 def compress_level(sc, solved, kernel, classes, n_support: int, n_points: int,
                    method: str = "random", seed: int = 0, ridge: float = 1e-6, local_fit=None):
     """The level's model projected onto ``n_points`` of its support vectors (see the module
-    docstring): (KernelExpansion, rows the data fit used, where their targets came from).
+    docstring): (KernelExpansion, rows the data fit used, where their targets came from, passes
+    over the level's rows it ran).
 
-    ``local_fit`` = (row ids, targets) from the level's tasks: each row's own partition model
+    ``local_fit`` (:class:`LocalFit`) from the level's tasks: each row's own partition model
     times the number of partitions, which the solve left in u (the level's f is the sum of
     the partitions' models, each of which models the whole data). Fitted on
     :data:`~sodm_spark.compression.LOCAL_FIT_ROWS_PER_POINT` such rows a point, the projection
@@ -76,10 +95,14 @@ def compress_level(sc, solved, kernel, classes, n_support: int, n_points: int,
     those rows over the level. Without it (a level read back from a checkpoint), f on the fit
     rows is summed from the tasks' partial scores. Wide rows are projected onto the principal
     directions of the chosen points (:func:`~sodm_spark.compression.principal_projection`),
-    in the tasks, so the driver receives the fit rows projected.
+    in the tasks, so the driver receives the fit rows projected. When the tasks returned the
+    rows themselves (``local_fit.rows``; not for ``method="largest"``, whose points are the
+    largest |α| of the whole level), no pass over the level runs at all.
     """
     kernel_dict = kernel.to_dict()
     wanted = candidates_wanted(method, n_points)
+    if local_fit is not None and local_fit.rows is not None and method != "largest":
+        return _compress_local(local_fit, kernel, classes, n_points, method, seed, ridge, wanted)
     n_fit = fit_rows_wanted(n_points) if local_fit is None else \
         LOCAL_FIT_ROWS_PER_POINT * n_points
     # a little more than wanted, so that the seeded draws rarely fall short
@@ -107,8 +130,8 @@ def compress_level(sc, solved, kernel, classes, n_support: int, n_points: int,
         if projection is not None:
             rows = projection.projected(rows)
     else:
-        order = np.argsort(local_fit[0], kind="stable")
-        fit_ids, local_targets = local_fit[0][order], np.asarray(local_fit[1])[order]
+        order = np.argsort(local_fit.ids, kind="stable")
+        fit_ids, local_targets = local_fit.ids[order], np.asarray(local_fit.targets)[order]
         if fit_ids.size > n_fit:
             keep = np.sort(rng.choice(fit_ids.size, n_fit, replace=False))
             fit_ids, local_targets = fit_ids[keep], local_targets[keep]
@@ -120,12 +143,42 @@ def compress_level(sc, solved, kernel, classes, n_support: int, n_points: int,
             shared.unpersist()
         rows = stack_rows([pair[0] for pair in found])
         targets = local_targets[np.searchsorted(fit_ids, np.concatenate([p[1] for p in found]))]
+    model = _fitted(kernel, classes, points, rows, targets, ridge, projection)
+    sc.setJobDescription(None)
+    passes = 2  # the sample, then the targets (summed from the tasks) or the rows
+    return model, rows.shape[0], "model" if local_fit is None else "partitions", passes
+
+
+def _compress_local(local_fit: LocalFit, kernel, classes, n_points, method, seed, ridge, wanted):
+    """:func:`compress_level` from the rows the level's tasks returned, with no pass over the
+    level: the points are drawn among the fit rows that are support vectors (a uniform sample
+    of the rows, so a uniform sample of the support vectors)."""
+    rng = np.random.default_rng([seed, 12])
+    order = np.argsort(local_fit.ids, kind="stable")
+    n_fit = LOCAL_FIT_ROWS_PER_POINT * n_points
+    if order.size > n_fit:
+        order = order[np.sort(rng.choice(order.size, n_fit, replace=False))]
+    rows = as_float_rows(local_fit.rows, np.float32)[order]
+    targets = np.asarray(local_fit.targets)[order]
+    support = np.flatnonzero(local_fit.support[order])
+    if support.size > wanted:
+        support = support[np.sort(rng.choice(support.size, wanted, replace=False))]
+    points = choose_points(as_float_rows(rows[support], np.float64), n_points, method, kernel,
+                           seed)
+    projection = principal_projection(points, kernel)
+    if projection is not None:
+        rows = projection.projected(rows)
+    model = _fitted(kernel, classes, points, rows, targets, ridge, projection)
+    return model, rows.shape[0], "partitions", 0
+
+
+def _fitted(kernel, classes, points, rows, targets, ridge, projection):
+    """The expansion on ``points`` fitted to ``targets`` on ``rows`` (already projected)."""
     model = fitted_model(KernelExpansion(points[:0], np.zeros((0, 1)), kernel, classes), points,
                          rows, targets, ridge, projection)
-    sc.setJobDescription(None)
     if projection is None:  # stored as the level's rows are
         model = replace(model, support_vectors=model.support_vectors.astype(np.float32))
-    return model, rows.shape[0], "model" if local_fit is None else "partitions"
+    return model
 
 
 def _piece_is_small(sc, piece_bytes: float) -> bool:

@@ -30,11 +30,12 @@ from ..tuning import accuracy_of_scores, correct_rows
 from .checkpoint import (LevelCheckpoint, assemble_partition, block_fingerprint, deal_by_layout,
                          merge_fingerprints)
 from .memory import MemoryBudgetError, executor_memory
-from .level_model import collect_level, compress_level, level_scores
+from .level_model import (LocalFit, collect_level, compress_level,
+                          fit_rows_collectable, level_scores)
 from .plan import plan_level
 from .sodm_params import PERSIST, LevelStats, SODMFit, SODMParams
 from .sodm_prepare import PreparedData, partition_prepared, prepare_sodm
-from .sodm_tasks import checkpoint_layout, merge_key, solve_partitions, stats_of
+from .sodm_tasks import PartitionStats, checkpoint_layout, merge_key, solve_partitions
 
 #: With a compressed model, the uncompressed one is scored on the test rows too (the report's
 #: "before") when that costs at most this many kernel multiply-adds (test rows × support
@@ -96,6 +97,9 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
               "max_iter": params.max_iter, "seed": params.seed,
               "n_classes": classes.size if multi else 0,
               "fit_share": local_fit_share(max_sv, n_rows)}
+    # the fit rows travel with the stats when they fit the driver's result limit
+    config["fit_features"] = fit_rows_collectable(
+        sc, config["fit_share"] * n_rows, _row_bytes(prepared))
     kernel_dict = kernel.to_dict()
 
     checkpoint = None
@@ -136,7 +140,7 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
     memory = executor_memory(sc, params.memory_mb)
     kept = {}  # level -> its solved RDD: the last two, for the best-level model
     kept_scores = {}  # level -> its decision values on the eval rows (validation, test)
-    kept_fits = {}  # level -> (row ids, targets) for a compression, from its tasks
+    kept_fits = {}  # level -> its LocalFit for a compression, from its tasks
     if restored is not None:
         level, levels, solved, sizes = restored
         kept[level] = solved
@@ -255,18 +259,22 @@ def _level_model(sc, solved, entry, prepared, max_sv, method, seed, local_fit=No
     """(the model of the chosen level, the compression report or None)."""
     n_points = resolve_max_sv(max_sv, entry.n_sv)
     if n_points is None:
-        # a dense support vector is float32, a sparse one 12 bytes a value (8 a memory column)
-        row_bytes = 8 * prepared.row_width if prepared.sparse else 4 * prepared.n_features
         return collect_level(sc, solved, prepared.kernel, prepared.classes, entry.n_sv,
-                             prepared.n_features, row_bytes, prepared.multi), None
+                             prepared.n_features, _row_bytes(prepared), prepared.multi), None
     start = time.perf_counter()
-    model, fit_rows, targets = compress_level(sc, solved, prepared.kernel, prepared.classes,
-                                              entry.n_sv, n_points, method, seed,
-                                              local_fit=local_fit)
+    model, fit_rows, targets, passes = compress_level(
+        sc, solved, prepared.kernel, prepared.classes, entry.n_sv, n_points, method, seed,
+        local_fit=local_fit)
     return model, {"max_sv": max_sv, "method": method, "support_vectors_before": entry.n_sv,
                    "support_vectors_after": int(model.support_vectors.shape[0]),
-                   "fit_rows": fit_rows, "fit_targets": targets,
+                   "fit_rows": fit_rows, "fit_targets": targets, "passes_over_level": passes,
                    "seconds": time.perf_counter() - start}
+
+
+def _row_bytes(prepared) -> float:
+    """Bytes of a training row on the way to the driver: dense rows are float32, a sparse
+    row's values 12 bytes each (8 a memory column)."""
+    return 8 * prepared.row_width if prepared.sparse else 4 * prepared.n_features
 
 
 def _raw_labels(y, classes):
@@ -285,7 +293,7 @@ def _solve_level(sc, previous, level, params, kernel_dict, config, cores, eval_X
                  tasks=None):
     """Solve every partition of one level (one task each, or ``tasks`` tasks each solving
     several in turn): (solved RDD, LevelStats, partition sizes, the level's decision values on
-    the ``eval_X`` rows or None, (row ids, compression targets) or None)."""
+    the ``eval_X`` rows or None, the level's LocalFit or None)."""
     level_start = time.perf_counter()
     n_level_partitions = params.p ** level
     sc.setJobDescription(f"SODM level {level}: solve {n_level_partitions} partitions")
@@ -293,11 +301,15 @@ def _solve_level(sc, previous, level, params, kernel_dict, config, cores, eval_X
     if tasks is not None and tasks < running:
         previous, running = previous.coalesce(tasks), tasks  # partitions stay in key order
     threads = max(1, cores // running)
+    sink = sc.accumulator({}, PartitionStats())
     solved = previous.mapPartitions(lambda records: solve_partitions(
         records, kernel_dict, config, level, threads,
-        None if eval_X is None else eval_X.value),
+        None if eval_X is None else eval_X.value, sink.add),
         preservesPartitioning=True).persist(PERSIST)
-    stats = solved.map(stats_of).filter(lambda found: found is not None).collect()
+    # computed and stored by the JVM alone: the stats come through the accumulator, so no
+    # Python pass reads the solved chunks back for them
+    solved._jrdd.count()
+    stats = [sink.value[key] for key in sorted(sink.value)]
     previous.unpersist()
     entry = LevelStats(level=level, partitions=len(stats), seconds=0.0,
                        objective=float(sum(s["objective"] for s in stats)),
@@ -312,8 +324,11 @@ def _solve_level(sc, previous, level, params, kernel_dict, config, cores, eval_X
     scores = None if eval_X is None else np.sum([s["eval_scores"] for s in stats], axis=0)
     fits = [s for s in stats if s.get("fit_rows") is not None]
     # the level's f is the sum of its partitions' models, each a model of the whole data
-    local_fit = None if not fits else (np.concatenate([s["fit_rows"] for s in fits]),
-                                       len(stats) * np.concatenate([s["fit_scores"] for s in fits]))
+    local_fit = None if not fits else LocalFit(
+        np.concatenate([s["fit_rows"] for s in fits]),
+        len(stats) * np.concatenate([s["fit_scores"] for s in fits]),
+        None if fits[0]["fit_X"] is None else stack_rows([s["fit_X"] for s in fits]),
+        np.concatenate([s["fit_support"] for s in fits]))
     entry.seconds = time.perf_counter() - level_start
     sizes = np.zeros(n_level_partitions, dtype=np.int64)
     sizes[[st["key"] for st in stats]] = [st["rows"] for st in stats]

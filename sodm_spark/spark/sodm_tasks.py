@@ -8,9 +8,9 @@ is hundreds of MB. y is ±1, or class numbers for 3+ classes; γ is (m,) or (m, 
 
 :func:`solve_partitions` solves each partition's local ODM (Eqn 1 with the partition's own m·c,
 i.e. the block-diagonal problem of Eqn 4) warm-started from its current γ and writes it back as
-chunks, the first carrying the solve's stats; :func:`merge_key` merges every p consecutive
-partitions (k → k // p) by re-keying their chunks and scaling γ, so a merge moves chunks and
-never concatenates them; the rest give a chunk's share of f and its support vectors. All
+chunks, the first carrying the solve's stats (or an accumulator takes them); :func:`merge_key`
+merges every p consecutive partitions (k → k // p) by re-keying their chunks and scaling γ, so
+a merge moves chunks and never concatenates them; the rest give a chunk's share of f and its support vectors. All
 numerics are in ``sodm_spark.solvers``; the functions are module-level and take plain values,
 so closures never capture a driver object.
 """
@@ -22,6 +22,7 @@ import time
 from collections import namedtuple
 
 import numpy as np
+from pyspark.accumulators import AccumulatorParam
 from threadpoolctl import threadpool_limits
 
 from ..kernels import Kernel, decision_values
@@ -88,16 +89,32 @@ def whole_partitions(records):
         yield key, assemble(chunks)
 
 
-def solve_partitions(records, kernel_dict, config, level, threads, eval_X=None):
+def solve_partitions(records, kernel_dict, config, level, threads, eval_X=None, report=None):
     """``mapPartitions`` function: every partition of the records solved
-    (:func:`solve_partition`) and written back as chunks, its stats on the first."""
+    (:func:`solve_partition`) and written back as chunks, its stats on the first — or, with
+    ``report``, handed to ``report({key: stats})`` (an accumulator's ``add``: the stats then
+    reach the driver without a pass over the solved chunks)."""
     for key, chunks in partitions_by_key(records):
         X, y, ids, gamma = assemble(chunks)
         gamma, stats = solve_partition(key, X, y, gamma, kernel_dict, config, level, threads,
                                        eval_X)
         if stats.get("fit_rows") is not None:  # positions -> the rows' ids
             stats["fit_rows"] = ids[stats["fit_rows"]]
+        if report is not None:
+            report({key: stats})
+            stats = None
         yield from as_chunks(key, X, y, ids, gamma, stats)
+
+
+class PartitionStats(AccumulatorParam):
+    """An accumulator of ``{key: stats}``: a retried task's stats replace its first attempt's."""
+
+    def zero(self, value):
+        return {}
+
+    def addInPlace(self, value1, value2):
+        value1.update(value2)
+        return value1
 
 
 def solve_partition(key, X, y, gamma, kernel_dict, config, level, threads, eval_X=None):
@@ -106,7 +123,9 @@ def solve_partition(key, X, y, gamma, kernel_dict, config, level, threads, eval_
     With ``config["fit_share"]`` the stats also carry a seeded share of the rows (positions,
     ``fit_rows``) and the local model f_k on them (``fit_scores``), which the solve leaves in
     u = Qγ: the targets of a compression that needs no second pass over the level
-    (:func:`~sodm_spark.spark.level_model.compress_level`).
+    (:func:`~sodm_spark.spark.level_model.compress_level`); which of them are support vectors
+    (``fit_support``), and with ``config["fit_features"]`` the rows too (``fit_X``), so that
+    the compression's points can be drawn among them without any pass.
 
     ``threads`` BLAS threads: PySpark pins Python workers to spark.task.cpus (1) threads, which
     leaves cores idle at the top levels, where fewer partitions than cores remain. With
@@ -134,6 +153,11 @@ def solve_partition(key, X, y, gamma, kernel_dict, config, level, threads, eval_
              "eval_scores": eval_scores, "eval_seconds": scoring, "fit_rows": fit_rows,
              # f_k on its own rows is free: u = Qγ, so f_k(x_i) = y_i u_i (per class: s_ic u_ic)
              "fit_scores": None if fit_rows is None else _coefficients(y, result.u)[fit_rows],
+             # the rows themselves when the driver can take them: a compression of this level
+             # then needs no pass over it (its points are the support vectors among them)
+             "fit_X": None if fit_rows is None or not config.get("fit_features") else
+             X[fit_rows],
+             "fit_support": None if fit_rows is None else support_rows(result.gamma)[fit_rows],
              "kernel_mode": result.kernel_mode,
              "sweeps": result.n_sweeps, "n_sv": int(support_rows(result.gamma).sum()),
              "converged": result.converged,
@@ -191,11 +215,6 @@ def merge_key(item, p, scale, support_only):
         keep = support_rows(gamma)
         X, y, ids, gamma = X[keep], y[keep], ids[keep], gamma[keep]
     return key // p, Chunk((key % p, *chunk.order), X, y, ids, gamma * scale, None)
-
-
-def stats_of(item):
-    """The solve's stats on a partition's first chunk, else None."""
-    return item[1].stats
 
 
 def _scores(kernel, X_eval, X, y, gamma):

@@ -20,13 +20,15 @@ Row ids are int64, unique and deterministic for the same input:
 
 * LIBSVM: the 0-based line number over the input (files in Spark's listing order; blank and
   comment lines use up their number), so for one file ``row_id + 1`` is the line in the file.
-* CSV, Parquet, DataFrames: ``(partition_index << 40) + row number within the partition``.
+* CSV, Parquet, DataFrames: ``(partition_index << 40) + row number within the partition``;
+  local Parquet files read by pyarrow (:mod:`.parquet_files`): ``(row group number << 40) +
+  row number within the row group``, row groups numbered over the files in name order.
 
 Modules: ``blocks`` (the Block contract, errors, :func:`check_blocks`), ``read`` (the
 :func:`read_blocks` dispatcher: input listing, slicing, formats), ``libsvm``, ``csv``,
 ``text_lines`` (text input's rows named by file and 1-based line in every check: NaN, ±inf,
 values too large, CSV cells), ``arrow`` (DataFrames to blocks; the Arrow batch helpers the
-scorer shares).
+scorer shares), ``parquet_files`` (local Parquet array columns read by pyarrow in the tasks).
 
 Spark code here only moves arrays: the functions shipped to executors are module-level or
 closures over plain values, and nothing is random.
