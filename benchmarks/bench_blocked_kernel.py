@@ -24,14 +24,16 @@ from sodm_spark.kernels import Kernel, resolve_gamma
 from sodm_spark.solvers import solve_odm_dual
 
 
-def warm_start(X, y, kernel, args):
-    """γ/p of the p children solved separately (rows dealt round robin), as a merge gives."""
+def warm_start(X, y, kernel, args, children=None):
+    """γ/c of the c children (default p) solved separately (rows dealt round robin), as a
+    merge of c partitions gives."""
+    children = args.p if children is None else children
     gamma = np.zeros(X.shape[0])
-    for child in range(args.p):
-        rows = np.arange(child, X.shape[0], args.p)
+    for child in range(children):
+        rows = np.arange(child, X.shape[0], children)
         gamma[rows] = solve_odm_dual(X[rows], y[rows], kernel, args.lam, args.theta, args.v,
                                      tol=args.tol).gamma
-    return gamma / args.p
+    return gamma / children
 
 
 def main() -> None:

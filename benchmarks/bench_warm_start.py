@@ -1,6 +1,7 @@
 """What a merge's warm start saves: one partition's local ODM solved from scratch, and
 warm-started from the solutions of its p children (one level up) or p² grandchildren (two
-levels up), γ scaled as the job scales it (1/p per merge). A benchmark, not a test.
+levels up; rows dealt round robin), γ scaled as the job scales it (1/p per merge). A
+benchmark, not a test.
 
     python benchmarks/bench_warm_start.py --rows 22194 [--dataset fashion|tabular]
 
@@ -24,17 +25,7 @@ from sodm_spark.solvers import solve_odm_dual
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_at_scale import data_dir, load_rows  # noqa: E402
-
-
-def children_start(X, y, kernel, parts, scale, args):
-    """γ of ``parts`` consecutive pieces solved on their own, times ``scale``, and their
-    seconds."""
-    gamma = np.zeros(X.shape[0])
-    started = time.perf_counter()
-    for piece in np.array_split(np.arange(X.shape[0]), parts):
-        gamma[piece] = solve_odm_dual(X[piece], y[piece], kernel, args.lam, args.theta, args.v,
-                                      tol=args.tol).gamma
-    return gamma * scale, time.perf_counter() - started
+from bench_blocked_kernel import warm_start  # noqa: E402
 
 
 def main(argv=None):
@@ -56,13 +47,11 @@ def main(argv=None):
     kernel = Kernel.create("rbf", args.gamma_scale / (X.shape[1] * X.astype(np.float64).var()))
     print(f"{args.rows:,} rows × {X.shape[1]}, gamma {kernel.gamma:.4g}, lam {args.lam:g}")
     print(f"{'start':<34}{'children s':>11}{'solve s':>9}{'sweeps':>8}{'objective':>14}")
-    for name, parts, factor in [("from scratch", 1, 1.0),
-                                (f"{args.p} children, γ / {args.p}", args.p, 1 / args.p),
-                                (f"{args.p ** 2} grandchildren, γ / {args.p ** 2}",
-                                 args.p ** 2, 1 / args.p ** 2)]:
-        gamma0, children = (None, 0.0) if parts == 1 else \
-            children_start(X, y, kernel, parts, factor, args)
+    for name, parts in [("from scratch", 1), (f"{args.p} children, γ / {args.p}", args.p),
+                        (f"{args.p ** 2} grandchildren, γ / {args.p ** 2}", args.p ** 2)]:
         started = time.perf_counter()
+        gamma0 = None if parts == 1 else warm_start(X, y, kernel, args, parts)
+        children, started = time.perf_counter() - started, time.perf_counter()
         result = solve_odm_dual(X, y, kernel, args.lam, args.theta, args.v, tol=args.tol,
                                 gamma0=gamma0)
         print(f"{name:<34}{children:>11.1f}{time.perf_counter() - started:>9.1f}"

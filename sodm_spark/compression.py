@@ -244,7 +244,7 @@ def _conjugate_gradients(cross, gram, gram_factor, targets, rho, max_iter, tol):
     is kept)."""
     n, n_points = cross.shape
     first = gram_factor
-    second = _cholesky((n / n_points) * gram, 0.0, rho)
+    second = _cholesky(gram, 0.0, rho, scale=n / n_points)
 
     def precondition(residual):
         solved = scipy.linalg.cho_solve(first, residual, check_finite=False)
@@ -286,15 +286,16 @@ def _smallest_eigenvalue(factor, steps: int = 20) -> float:
     return 1.0 / float(np.linalg.norm(vector))
 
 
-def _cholesky(matrix, jitter, shift=0.0):
-    """cho_factor of ``matrix + (shift + jitter·mean diagonal)·I``, the jitter raised a
-    hundredfold until the factor exists (a kernel matrix of close points is singular in
-    floating point). The shift goes on a copy's diagonal: no N×N identity is made (8,000
-    points: 0.5 GB and a second of page faults each)."""
-    diagonal = np.diag(matrix).copy()
+def _cholesky(matrix, jitter, shift=0.0, scale=1.0):
+    """cho_factor of ``scale·matrix + (shift + jitter·mean diagonal)·I`` (the mean diagonal
+    of ``scale·matrix``), the jitter raised a hundredfold until the factor exists (a kernel
+    matrix of close points is singular in floating point). The product is the one N×N copy
+    made, the shift goes on its diagonal: no N×N identity (8,000 points: 0.5 GB and a second
+    of page faults each)."""
+    diagonal = scale * np.diag(matrix)
     mean_diagonal = float(np.mean(diagonal)) or 1.0
     while True:
-        shifted = matrix.copy()
+        shifted = np.multiply(matrix, scale)
         shifted[np.diag_indices_from(shifted)] = diagonal + (shift + jitter * mean_diagonal)
         try:
             return scipy.linalg.cho_factor(shifted, lower=True, overwrite_a=True,

@@ -117,24 +117,20 @@ def compress_level(sc, solved, kernel, classes, n_support: int, n_points: int,
     weights = np.concatenate([s[1] for s in samples])
     if method == "largest":
         candidates = candidates[np.argsort(-weights, kind="stable")[:n_points]]
-    elif candidates.shape[0] > wanted:
-        candidates = candidates[np.sort(rng.choice(candidates.shape[0], wanted, replace=False))]
+    else:
+        candidates = candidates[_at_most(candidates.shape[0], wanted, rng)]
     points = choose_points(as_float_rows(candidates, np.float64), n_points, method, kernel,
                            seed)
     projection = principal_projection(points, kernel)
     if local_fit is None:
         rows = stack_rows([s[2] for s in samples])
-        if rows.shape[0] > n_fit:
-            rows = rows[np.sort(rng.choice(rows.shape[0], n_fit, replace=False))]
+        rows = rows[_at_most(rows.shape[0], n_fit, rng)]
         targets = level_scores(sc, solved, rows, kernel_dict, "the compression's fit targets")
         if projection is not None:
             rows = projection.projected(rows)
     else:
-        order = np.argsort(local_fit.ids, kind="stable")
+        order = _fit_order(local_fit, n_fit, rng)
         fit_ids, local_targets = local_fit.ids[order], np.asarray(local_fit.targets)[order]
-        if fit_ids.size > n_fit:
-            keep = np.sort(rng.choice(fit_ids.size, n_fit, replace=False))
-            fit_ids, local_targets = fit_ids[keep], local_targets[keep]
         sc.setJobDescription("SODM: the compression's fit rows")
         shared = sc.broadcast((fit_ids, projection))
         try:
@@ -154,15 +150,11 @@ def _compress_local(local_fit: LocalFit, kernel, classes, n_points, method, seed
     level: the points are drawn among the fit rows that are support vectors (a uniform sample
     of the rows, so a uniform sample of the support vectors)."""
     rng = np.random.default_rng([seed, 12])
-    order = np.argsort(local_fit.ids, kind="stable")
-    n_fit = LOCAL_FIT_ROWS_PER_POINT * n_points
-    if order.size > n_fit:
-        order = order[np.sort(rng.choice(order.size, n_fit, replace=False))]
+    order = _fit_order(local_fit, LOCAL_FIT_ROWS_PER_POINT * n_points, rng)
     rows = as_float_rows(local_fit.rows, np.float32)[order]
     targets = np.asarray(local_fit.targets)[order]
     support = np.flatnonzero(local_fit.support[order])
-    if support.size > wanted:
-        support = support[np.sort(rng.choice(support.size, wanted, replace=False))]
+    support = support[_at_most(support.size, wanted, rng)]
     points = choose_points(as_float_rows(rows[support], np.float64), n_points, method, kernel,
                            seed)
     projection = principal_projection(points, kernel)
@@ -170,6 +162,18 @@ def _compress_local(local_fit: LocalFit, kernel, classes, n_points, method, seed
         rows = projection.projected(rows)
     model = _fitted(kernel, classes, points, rows, targets, ridge, projection)
     return model, rows.shape[0], "partitions", 0
+
+
+def _at_most(n: int, most: int, rng) -> np.ndarray:
+    """Sorted positions of a seeded sample of ``most`` of n items; all of them when n ≤ most
+    (no draw then)."""
+    return np.arange(n) if n <= most else np.sort(rng.choice(n, most, replace=False))
+
+
+def _fit_order(local_fit: LocalFit, n_fit: int, rng) -> np.ndarray:
+    """Positions of at most ``n_fit`` of the tasks' fit rows (seeded), in row-id order."""
+    order = np.argsort(local_fit.ids, kind="stable")
+    return order[_at_most(order.size, n_fit, rng)]
 
 
 def _fitted(kernel, classes, points, rows, targets, ridge, projection):

@@ -33,6 +33,7 @@ from .memory import MemoryBudgetError, executor_memory
 from .level_model import (LocalFit, collect_level, compress_level,
                           fit_rows_collectable, level_scores)
 from .plan import plan_level
+from .session import store
 from .sodm_params import PERSIST, LevelStats, SODMFit, SODMParams
 from .sodm_prepare import PreparedData, partition_prepared, prepare_sodm
 from .sodm_tasks import PartitionStats, checkpoint_layout, merge_key, solve_partitions
@@ -306,9 +307,7 @@ def _solve_level(sc, previous, level, params, kernel_dict, config, cores, eval_X
         records, kernel_dict, config, level, threads,
         None if eval_X is None else eval_X.value, sink.add),
         preservesPartitioning=True).persist(PERSIST)
-    # computed and stored by the JVM alone: the stats come through the accumulator, so no
-    # Python pass reads the solved chunks back for them
-    solved._jrdd.count()
+    store(solved)  # the stats came through the accumulator: no pass reads the chunks back
     stats = [sink.value[key] for key in sorted(sink.value)]
     previous.unpersist()
     entry = LevelStats(level=level, partitions=len(stats), seconds=0.0,

@@ -30,6 +30,7 @@ from ..stopping import holdout_mask, validation_share
 from .checkpoint import block_fingerprint, merge_fingerprints
 from .io import check_blocks
 from .plan import auto_levels, check_levels_fit_rows
+from .session import store
 from .sodm_params import PERSIST, SODMParams
 from .sodm_tasks import Chunk
 
@@ -385,9 +386,7 @@ def partition_blocks(sc, labelled, params: SODMParams, kernel: Kernel, n_rows: i
     records = indexed.flatMap(lambda item: _deal(item, strata_b.value[item[1]], offsets[item[1]],
                                                  n_partitions, direct, seed))
     parts = records.partitionBy(n_partitions, lambda key: key).persist(PERSIST)
-    # shuffled and stored by the JVM alone: PySpark's count would read every chunk back into
-    # Python (a pass over all the rows, 8-10 s at 600,000 × 784)
-    parts._jrdd.count()
+    store(parts)
     strata_b.unpersist(blocking=False)
     totals = counts.sum(axis=0)
     sizes = (np.bincount(np.arange(totals.size), weights=totals, minlength=n_partitions)

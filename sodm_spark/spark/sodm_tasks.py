@@ -10,9 +10,9 @@ is hundreds of MB. y is ±1, or class numbers for 3+ classes; γ is (m,) or (m, 
 i.e. the block-diagonal problem of Eqn 4) warm-started from its current γ and writes it back as
 chunks, the first carrying the solve's stats (or an accumulator takes them); :func:`merge_key`
 merges every p consecutive partitions (k → k // p) by re-keying their chunks and scaling γ, so
-a merge moves chunks and never concatenates them; the rest give a chunk's share of f and its support vectors. All
-numerics are in ``sodm_spark.solvers``; the functions are module-level and take plain values,
-so closures never capture a driver object.
+a merge moves chunks and never concatenates them; the rest give a chunk's share of f and its
+support vectors. All numerics are in ``sodm_spark.solvers``; the functions are module-level
+and take plain values, so closures never capture a driver object.
 """
 from __future__ import annotations
 
@@ -149,6 +149,7 @@ def solve_partition(key, X, y, gamma, kernel_dict, config, level, threads, eval_
         scoring = time.perf_counter() - scoring
     fit_rows = _sample_rows(X.shape[0], config.get("fit_share", 0.0),
                             [config["seed"], level, key, 23])
+    support = support_rows(result.gamma)
     stats = {"key": key, "rows": X.shape[0], "objective": result.objective,
              "eval_scores": eval_scores, "eval_seconds": scoring, "fit_rows": fit_rows,
              # f_k on its own rows is free: u = Qγ, so f_k(x_i) = y_i u_i (per class: s_ic u_ic)
@@ -157,9 +158,9 @@ def solve_partition(key, X, y, gamma, kernel_dict, config, level, threads, eval_
              # then needs no pass over it (its points are the support vectors among them)
              "fit_X": None if fit_rows is None or not config.get("fit_features") else
              X[fit_rows],
-             "fit_support": None if fit_rows is None else support_rows(result.gamma)[fit_rows],
+             "fit_support": None if fit_rows is None else support[fit_rows],
              "kernel_mode": result.kernel_mode,
-             "sweeps": result.n_sweeps, "n_sv": int(support_rows(result.gamma).sum()),
+             "sweeps": result.n_sweeps, "n_sv": int(support.sum()),
              "converged": result.converged,
              "warm_start_violation": result.history[0] if result.history else 0.0,
              "seconds": time.perf_counter() - start}

@@ -13,7 +13,8 @@ over the files in name order: the same whatever the cores.
 """
 from __future__ import annotations
 
-from urllib.parse import urlparse
+from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 import numpy as np
 
@@ -35,17 +36,16 @@ def local_parquet_files(statuses, features_col: str, label_col: str):
         uri = urlparse(str(status.getPath().toUri()))
         if uri.scheme not in ("file", ""):
             return None
-        if status.isDirectory():
-            fs = status.getPath().getFileSystem(_hadoop_conf())
-            for child in fs.listStatus(status.getPath()):
-                name = child.getPath().getName()
-                if name.startswith(("_", ".")):  # _SUCCESS, .crc: as Spark skips them
-                    continue
-                if child.isDirectory():
-                    return None
-                files.append(urlparse(str(child.getPath().toUri())).path)
-        else:
-            files.append(uri.path)
+        local = unquote(uri.path)  # a URI's path: spaces and the like are %-escaped
+        if not status.isDirectory():
+            files.append(local)
+            continue
+        for child in Path(local).iterdir():
+            if child.name.startswith(("_", ".")):  # _SUCCESS, .crc: as Spark skips them
+                continue
+            if child.is_dir():  # partition folders: Spark SQL reads their values
+                return None
+            files.append(str(child))
     if not files:
         return None
     files.sort()
@@ -67,12 +67,6 @@ def local_parquet_files(statuses, features_col: str, label_col: str):
     if not (pt.is_integer(element) or pt.is_floating(element)):
         return None
     return files
-
-
-def _hadoop_conf():
-    from pyspark import SparkContext
-
-    return SparkContext.getOrCreate()._jsc.hadoopConfiguration()
 
 
 def read_parquet_files(sc, files, features_col: str, label_col: str, dtype, where: str):
