@@ -32,11 +32,12 @@ from sodm_spark.spark.sodm_params import PARTITIONERS, PERSIST, SODMParams
 from sodm_spark.spark.sodm_prepare import checked_classes
 from sodm_spark.spark.train import (Progress, Search, check_classes, fit_params, sodm_params,
                                     train as train_on_spark)
-from sodm_spark.tuning import DEFAULT_SEARCH_GRID_TEXT, ParamGrid
+from sodm_spark.tuning import (DEFAULT_SEARCH_GRID_TEXT, SEARCH_PARTITION_ROWS, ParamGrid,
+                               search_pieces)
 from sodm_spark.compression import AUTO_ABOVE, AUTO_POINTS, METHODS as COMPRESSION_METHODS
 from sodm_spark.spark.memory import check_collectable, check_fit_resources, executor_memory
-from sodm_spark.spark.plan import (TOP_PARTITION_ROWS, auto_levels, check_levels_fit_rows,
-                                   kernel_mb)
+from sodm_spark.spark.plan import (KERNEL_BOUND_FEATURES, TOP_PARTITION_ROWS, auto_level_count,
+                                   check_levels_fit_rows, kernel_mb)
 from sodm_spark.stopping import ENTRY_COST, VALIDATION_WORK
 from sodm_spark.tuning_report import point_line, table, write_report
 from sodm_spark.errors import SETTINGS, reported, run_job
@@ -63,8 +64,9 @@ def parse_args(argv=None, prog="train_sodm.py", description=None,
     parser.add_argument("--format", choices=("libsvm", "csv", "parquet"), default="libsvm")
     parser.add_argument("--levels", type=levels_arg, default=defaults.levels,
                         help="L: start from K = p^L partitions (default 'auto': partitions of "
-                        f"about {TOP_PARTITION_ROWS:,} rows; automatic stopping decides how "
-                        "far down to go)")
+                        f"about {TOP_PARTITION_ROWS:,} rows, or for rows of "
+                        f"{KERNEL_BOUND_FEATURES}+ features the largest whose kernels are "
+                        "cached; automatic stopping decides how far down to go)")
     parser.add_argument("--p", type=int, default=defaults.p, help="partitions merged per level")
     parser.add_argument("--strata", type=int, default=defaults.strata, help="S landmark strata")
     parser.add_argument("--kernel", default=defaults.kernel)
@@ -289,11 +291,12 @@ def load_data(spark, args):
         params = sodm_params(vars(args))
         n_rows, dense = stats.n_rows, isinstance(stats.row_width, int)
         check_levels_fit_rows(n_rows, params.p, params.levels)
-        levels = auto_levels(n_rows, params.p) if params.levels is None else params.levels
+        memory = executor_memory(spark.sparkContext, args.memory_mb)
+        levels = params.levels if params.levels is not None else \
+            auto_level_count(n_rows, params.p, stats.row_width, memory, params)
         # dense rows are float32; a sparse row's memory width counts float64 columns
         check_fit_resources(spark.sparkContext, n_rows, stats.row_width, 4 if dense else 8,
-                            params.p ** levels, levels,
-                            executor_memory(spark.sparkContext, args.memory_mb), params)
+                            params.p ** levels, levels, memory, params)
     test = None if not args.test_data else read_driver_side(
         spark, args.test_data, args, n_features, sparse, "--test-data")
     return blocks, classes, test, n_features
@@ -323,8 +326,13 @@ def printed_progress(args) -> Progress:
             print("no ODM hyperparameters given (--gamma, --lam, --theta, --v): searching "
                   f"{DEFAULT_SEARCH_GRID_TEXT} first", flush=True)
         n_parts = prepared.parts.getNumPartitions()
-        where = f"{n_parts:,} partitions" if keys is None else \
-            f"{len(keys)} of the {n_parts:,} partitions"
+        rows = -(-prepared.n_rows // n_parts)
+        pieces = rows // SEARCH_PARTITION_ROWS if keys is None else \
+            search_pieces(len(keys), rows)
+        where = (f"{n_parts:,} partitions" if keys is None else
+                 f"{len(keys)} of the {n_parts:,} partitions") + (
+            f" ({pieces} × {SEARCH_PARTITION_ROWS:,} of their ~{rows:,} rows each)"
+            if rows > SEARCH_PARTITION_ROWS else "")
         base["gamma"] = prepared.kernel.gamma
         print(f"tuning {len(grid)} grid points on {where} of the top level, scored on "
               f"{len(prepared.validation_pair[1])} validation rows (base gamma "

@@ -18,7 +18,8 @@ from sodm_spark.kernels import Kernel, decision_values
 from sodm_spark.spark import level_model
 from sodm_spark.spark.io import MAX_BLOCK_BYTES, read_blocks
 from sodm_spark.spark.memory import ExecutorMemory, MemoryBudgetError, check_fit_resources
-from sodm_spark.spark.plan import auto_levels, largest_levels
+from sodm_spark.spark.plan import (KERNEL_BOUND_FEATURES, auto_level_count, auto_levels,
+                                  cached_level_count, largest_levels)
 from sodm_spark.spark.session import numpy_to_blocks
 from sodm_spark.spark.sodm import fit_sodm
 from sodm_spark.spark.sodm_params import SODMParams
@@ -75,6 +76,39 @@ def test_the_level_count_follows_the_rows():
     assert auto_levels(600_000, 2) == 8 and auto_levels(60_000, 3, top_rows=20_000) == 1
     for n in (3, 10, 100, 5000, 10**7):
         assert 3 ** auto_levels(n, 3) <= n and auto_levels(n, 3) <= largest_levels(n, 3)
+
+
+def test_wide_rows_start_at_the_deepest_cached_level():
+    # this machine's shape: 2 task slots, ~18 GB for Python; 600,000 rows of 784 features have
+    # cached kernels from level 3 (27 × 22,223 rows: 1.8 GB each), not level 2 (17 GB each)
+    memory, params = ExecutorMemory(memory_mb=18_000.0, cores=2), SODMParams()
+    assert cached_level_count(600_000, 3, 784, memory, params) == 3
+    assert auto_level_count(600_000, 3, KERNEL_BOUND_FEATURES, memory, params) == 3
+    # narrower rows keep the top partitions of about 2,500 rows, whose warm start pays
+    assert auto_level_count(600_000, 3, KERNEL_BOUND_FEATURES - 1, memory, params) == \
+        auto_levels(600_000, 3) == 5
+    # never more levels than the rows' size asks for: 3,000 wide rows are one partition
+    assert auto_level_count(3000, 3, 784, memory, params) == 0
+    # a tighter budget caches smaller partitions only: more levels
+    tight = ExecutorMemory(memory_mb=2_000.0, cores=2)
+    assert auto_level_count(600_000, 3, 784, tight, params) == 4 == \
+        cached_level_count(600_000, 3, 784, tight, params)
+    # no level cached at all (10 kB a task): the rows' size decides
+    hopeless = ExecutorMemory(memory_mb=0.01, cores=2)
+    assert cached_level_count(600_000, 3, 784, hopeless, params) is None
+    assert auto_level_count(600_000, 3, 784, hopeless, params) == 5
+
+
+def test_a_wide_fit_without_levels_solves_one_cached_partition(spark):
+    # 5,000 rows: about 2,500 a partition would mean one level (3 partitions), but 100
+    # features make the kernel dominate and the whole 95 MB kernel is cached: one partition
+    X, y = make_problem(m=5000, d=KERNEL_BOUND_FEATURES, seed=22)
+    sc = spark.sparkContext
+    params = SODMParams(gamma=0.01, lam=100.0, auto_stop=False)
+    assert auto_levels(5000, 3) == 1
+    fit = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, [-1.0, 1.0])
+    assert [(entry.level, entry.partitions, entry.kernel) for entry in fit.levels] == \
+        [(0, 1, "cached")]
 
 
 def test_a_fit_without_levels_starts_from_the_automatic_count(spark):

@@ -19,7 +19,9 @@ from sodm_spark.spark.sodm_params import SODMParams
 from sodm_spark.spark.sodm_prepare import prepare_sodm
 from sodm_spark.spark.sodm_tasks import whole_partitions
 from sodm_spark.spark.tune import tune_sodm
-from sodm_spark.tuning import ParamGrid, best_point, search_partition
+from sodm_spark.tuning import (SEARCH_PARTITION_ROWS, SEARCH_SAMPLE_ROWS, ParamGrid, best_point,
+                               search_partition, search_pieces, search_sample,
+                               search_subsets)
 
 from conftest import make_problem
 
@@ -236,3 +238,49 @@ def test_the_estimator_tunes_and_returns_itself_with_the_best_point(spark):
     assert model.transform(df).where("prediction = label").count() > 0.7 * 500
     with pytest.raises(ValueError, match="unknown grid keys"):
         estimator.tune(df, {"C": [1.0]})
+
+
+def test_a_sampled_search_cuts_large_partitions_into_seeded_pieces(spark, binary_prepared):
+    params, prepared = binary_prepared
+    parts = collected_parts(prepared)
+    keys, max_rows = [0, 2], 90
+    pieces = {key: search_subsets(len(parts[key][1]), max_rows, 2, params.seed, key)
+              for key in keys}
+    for key, subsets in pieces.items():
+        assert [len(rows) for rows in subsets] == [max_rows, max_rows]
+        together = np.concatenate(subsets)
+        assert len(np.unique(together)) == 2 * max_rows  # disjoint
+        assert together.min() >= 0 and together.max() < len(parts[key][1])
+        again = search_subsets(len(parts[key][1]), max_rows, 2, params.seed, key)  # a retry
+        assert all(np.array_equal(a, b) for a, b in zip(subsets, again))
+    assert len(search_subsets(200, 90, 5, params.seed, 0)) == 2  # as many as it holds
+    whole = search_subsets(80, 90, 2, params.seed, 0)  # not larger: searched whole
+    assert len(whole) == 1 and np.array_equal(whole[0], np.arange(80))
+    assert not np.array_equal(pieces[0][0], search_subsets(len(parts[0][1]), max_rows, 2,
+                                                           params.seed + 1, 0)[0])
+    result = tune_sodm(spark.sparkContext, prepared, params, SMALL_GRID, keys=keys,
+                       max_rows=max_rows, pieces=2)
+    X_val, y_val = prepared.validation_pair
+    cut = [(parts[key][0][rows], parts[key][1][rows]) for key in keys for rows in pieces[key]]
+    expected = brute_force(cut, X_val, y_val, prepared.kernel.gamma, SMALL_GRID)
+    np.testing.assert_allclose([p.validation_accuracy for p in result.points], expected,
+                               rtol=0, atol=1e-6)
+    whole = brute_force([parts[key] for key in keys], X_val, y_val, prepared.kernel.gamma,
+                        SMALL_GRID)
+    assert whole != expected  # the pieces are what was searched
+
+
+def test_the_search_sample_holds_about_its_rows_once_partitions_are_cut():
+    assert SEARCH_SAMPLE_ROWS // SEARCH_PARTITION_ROWS == 8
+    # large partitions count as SEARCH_PARTITION_ROWS rows each: 8 of 27, not 1
+    keys = search_sample(27, 22_194, 2, seed=0)
+    assert len(keys) == 8 and keys == sorted(set(keys)) and max(keys) < 27
+    assert len(search_sample(243, 2_466, 2, seed=0)) == 9  # ceil(20,000 / 2,466)
+    assert search_sample(3, 100, 2, seed=0) == [0, 1, 2]  # all of them
+    assert len(search_sample(27, 22_194, 16, seed=0)) == 16  # one per core at least
+    assert search_sample(27, 22_194, 2, seed=0) == keys != search_sample(27, 22_194, 2, seed=1)
+    # pieces of SEARCH_PARTITION_ROWS rows per sampled partition: one each when the sample
+    # has enough partitions, eight from the one partition of 60,000 rows, no more than it holds
+    assert search_pieces(8, 22_194) == 1 and search_pieces(9, 2_466) == 1
+    assert search_pieces(1, 60_000) == 8 and search_pieces(2, 60_000) == 4
+    assert search_pieces(1, 6_000) == 2 and search_pieces(1, 1_000) == 1

@@ -5,7 +5,10 @@
 per row here. Smaller partitions pay Spark's cost per task (tens of ms) for little kernel work;
 larger ones pay the m²·d kernel and the sweeps over it for every row. Every merge costs about p
 times the level before it, so the top level is a small share of a fit whatever its size, and
-automatic stopping decides how far down the fit goes.
+automatic stopping decides how far down the fit goes. Levels above the deepest one whose
+kernels are cached pay off only through their warm start, which saves sweeps but no kernel
+work: rows of :data:`KERNEL_BOUND_FEATURES` features or more (the kernel's m²·d GEMM dominates
+a solve) start at that cached level instead (:func:`auto_level_count`).
 
 **Each level's plan** (:func:`plan_level`): its shape, whether every partition's whole kernel
 matrix fits the kernel cache of a task (``cached``) or is computed on demand in every sweep
@@ -32,13 +35,24 @@ from .sodm_params import LevelPlan
 #: see docs/jobs.md, "The top partition size, measured".
 TOP_PARTITION_ROWS = 2500
 #: Sweeps a solve from scratch is assumed to need before any level is measured (the block
-#: solver needed 9-50 on Fashion-MNIST, letter and the sphere at λ = 1e3-1e6).
-PRIOR_SWEEPS = 20
-#: Seconds per row on one core besides the kernel GEMM (the sweeps over the cached kernel,
-#: Spark moving the rows in and out of the tasks): the top levels of 600,000 × 784 deformed
-#: Fashion-MNIST rows took 99 µs (243 × 2,466 rows), 127 µs (81 × 7,398) and 188 µs
-#: (729 × 824) a row and core more than their GEMM work.
-PRIOR_SECONDS_PER_ROW = 1e-4
+#: solver needed 15-37 on 600,000 deformed Fashion-MNIST rows at partitions of 824-22,194
+#: rows, 9-50 on letter and the sphere at λ = 1e3-1e6).
+PRIOR_SWEEPS = 30
+#: Seconds of one sweep per cached kernel entry on one core (reading float32 entries from
+#: memory), a task's fixed cost, and seconds per row besides: fitted with this machine's GEMM
+#: speed (87 GFLOP/s a core) to the top levels of 600,000 × 784 deformed Fashion-MNIST rows from
+#: scratch, local[2] (docs/jobs.md, "The top partition size, measured"): 729 × 824 rows 58.5 s
+#: (59.5 s by this rule), 243 × 2,466 35.9 s (39.7), 81 × 7,398 56.9 s (68), 27 × 22,194
+#: 177-209 s (185).
+PRIOR_SECONDS_PER_ENTRY_SWEEP = 0.56e-9
+PRIOR_SECONDS_PER_TASK, PRIOR_SECONDS_PER_ROW = 0.13, 15e-6
+#: Rows this wide start at the deepest cached level (:func:`auto_level_count`). Measured on
+#: 600,000 rows, local[2] (docs/jobs.md, "The top partition size, measured"): with 784
+#: features, levels 5 and 4 cost 148 s and left level 3 needing as many sweeps as from scratch
+#: (28 and 28 on one 22,194-row partition, benchmarks/bench_warm_start.py), so starting at
+#: level 3 saved them whole; with 12 features (2,000,000 rows) the warm start cut level 4's
+#: sweeps from 42 to 13, and the kernel work they saved is negligible at that width.
+KERNEL_BOUND_FEATURES = 100
 
 
 def largest_levels(n_rows: int, p: int) -> int:
@@ -70,6 +84,17 @@ def auto_levels(n_rows: int, p: int, top_rows: int = TOP_PARTITION_ROWS) -> int:
     return min(largest_levels(n_rows, p), max(0, round(math.log(n_rows / top_rows, p))))
 
 
+def auto_level_count(n_rows: int, p: int, n_features: int, memory, params) -> int:
+    """The level count of a fit given none: :func:`auto_levels` of the rows, or for rows of at
+    least :data:`KERNEL_BOUND_FEATURES` features the fewest levels whose kernels are cached
+    (:func:`cached_level_count`) when that is fewer (see the module docstring)."""
+    by_size = auto_levels(n_rows, p)
+    if n_features < KERNEL_BOUND_FEATURES:
+        return by_size
+    cached = cached_level_count(n_rows, p, n_features, memory, params)
+    return by_size if cached is None else min(by_size, cached)
+
+
 def kernel_mb(rows: int, itemsize: int = 4) -> float:
     """Megabytes of one partition's whole kernel matrix."""
     return rows * rows * itemsize / 2**20
@@ -97,16 +122,20 @@ def gemm_flops_per_second() -> float:
 
 def prior_seconds(partitions: int, rows: int, n_features: int, cores: int, mode: str,
                   cache_mb: float) -> float:
-    """A level's seconds before any level is measured: its kernel GEMM work on the cores that
-    run at once (m²·d flops per cached partition, half a symmetric product; blocked, 2·m²·d per
-    sweep for the share of rows the cache cannot hold, over :data:`PRIOR_SWEEPS` sweeps), and
-    :data:`PRIOR_SECONDS_PER_ROW` for every row."""
-    flops = float(rows) ** 2 * max(n_features, 1)
+    """A level's seconds before any level is measured, over the rounds of tasks the cores run:
+    a task's kernel GEMM work at this machine's measured speed (m²·d flops for a cached
+    partition, half a symmetric product; blocked, 2·m²·d more in every sweep for the share of
+    rows the cache cannot hold), :data:`PRIOR_SWEEPS` sweeps over the m² kernel entries, and
+    its fixed and per-row costs (the constants above)."""
+    entries = float(rows) ** 2
+    flops = entries * max(n_features, 1)
     if mode == "blocked":
         uncached = 1.0 - min(1.0, cache_mb / max(kernel_mb(rows), 1e-9))
         flops *= 1.0 + 2.0 * PRIOR_SWEEPS * uncached
-    rounds = math.ceil(partitions / max(1, min(partitions, cores)))
-    return rounds * (flops / gemm_flops_per_second() + rows * PRIOR_SECONDS_PER_ROW)
+    task = (flops / gemm_flops_per_second()
+            + PRIOR_SWEEPS * entries * PRIOR_SECONDS_PER_ENTRY_SWEEP
+            + PRIOR_SECONDS_PER_TASK + rows * PRIOR_SECONDS_PER_ROW)
+    return math.ceil(partitions / max(1, min(partitions, cores))) * task
 
 
 def cached_level_count(n_rows: int, p: int, n_features: int, memory, params) -> int | None:

@@ -29,7 +29,8 @@ from ..sparse_rows import as_float_rows, stack_rows
 from ..stopping import holdout_mask, validation_share
 from .checkpoint import block_fingerprint, merge_fingerprints
 from .io import check_blocks
-from .plan import auto_levels, check_levels_fit_rows
+from .memory import executor_memory
+from .plan import auto_level_count, check_levels_fit_rows
 from .session import store
 from .sodm_params import PERSIST, SODMParams
 from .sodm_tasks import Chunk
@@ -196,7 +197,7 @@ def prepare_sodm(sc, blocks, params: SODMParams, classes, test=None, validation=
                  hold_out: bool | None = None, partition: bool = True,
                  fingerprint: bool = False) -> PreparedData:
     """Label the rows, hold out the validation slice, resolve the kernel and the levels
-    (``params.levels=None``: :func:`~.plan.auto_levels` of the rows) and (``partition``) deal
+    (``params.levels=None``: :func:`~.plan.auto_level_count` of the rows) and (``partition``) deal
     the rows into the top level's p^L partitions; ``fingerprint``: hash the rows in the
     first pass too (:func:`.checkpoint.block_fingerprint`, for checkpoints).
 
@@ -226,9 +227,10 @@ def prepare_sodm(sc, blocks, params: SODMParams, classes, test=None, validation=
     else:
         stats, data_fingerprint = labelled.map(_column_stats).treeReduce(ColumnStats.merge), None
     n_all = stats.n
-    if params.levels is None:  # from the rows: top partitions of about TOP_PARTITION_ROWS
-        params = replace(params, levels=auto_levels(n_all, params.p),
-                         stop_level=min(params.stop_level, auto_levels(n_all, params.p)))
+    if params.levels is None:  # from the rows: their number, width and the memory
+        levels = auto_level_count(n_all, params.p, row_width(stats),
+                                  executor_memory(sc, params.memory_mb), params)
+        params = replace(params, levels=levels, stop_level=min(params.stop_level, levels))
     n_partitions = params.p ** params.levels
     check_levels_fit_rows(n_all, params.p, params.levels)
     if hold_out is None:  # one level to solve leaves nothing to choose between

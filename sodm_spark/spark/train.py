@@ -16,8 +16,8 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from ..tuning import (DEFAULT_SEARCH_GRID_TEXT, DEFAULT_SEARCH_POINT, GridPoint, ParamGrid,
-                      search_sample)
+from ..tuning import (DEFAULT_SEARCH_GRID_TEXT, DEFAULT_SEARCH_POINT, SEARCH_PARTITION_ROWS,
+                      GridPoint, ParamGrid, search_pieces, search_sample)
 from ..validation import shown_classes
 from .dsvrg import DSVRGFit, DSVRGParams, fit_dsvrg
 from .sodm import fit_sodm
@@ -82,7 +82,8 @@ class Search:
     """A grid search on the top level's partitions before the fit (:mod:`.tune`)."""
 
     grid: ParamGrid = field(default_factory=ParamGrid)
-    sample: bool = False  # a sample of the top level's partitions (tuning.search_sample)
+    sample: bool = False  # a sample of the top level's partitions (tuning.search_sample);
+    # either way partitions are searched in pieces of SEARCH_PARTITION_ROWS rows
     default: GridPoint | None = None  # kept unless another point beats it significantly
     then_fit: bool = True  # False: the search alone (the result has no fit)
 
@@ -169,14 +170,15 @@ def train(sc, blocks, n_features: int, params: SODMParams | DSVRGParams, classes
 
 def _search(sc, prepared, params: SODMParams, search: Search, progress: Progress) -> TuneResult:
     """The grid search on the prepared (partitioned) top level, or on a sample of it."""
-    keys = None
+    n_parts = prepared.parts.getNumPartitions()
+    rows = -(-prepared.n_rows // n_parts)
+    keys, pieces = None, max(1, rows // SEARCH_PARTITION_ROWS)  # every row, in pieces
     if search.sample:
-        n_parts = prepared.parts.getNumPartitions()
-        keys = search_sample(n_parts, -(-prepared.n_rows // n_parts), sc.defaultParallelism,
-                             params.seed)
+        keys = search_sample(n_parts, rows, sc.defaultParallelism, params.seed)
+        pieces = search_pieces(len(keys), rows)
     _call(progress.on_search, prepared, search.grid, keys)
     result = tune_sodm(sc, prepared, params, search.grid, on_point=progress.on_point, keys=keys,
-                       default=search.default)
+                       default=search.default, max_rows=SEARCH_PARTITION_ROWS, pieces=pieces)
     _call(progress.on_searched, result)
     return result
 

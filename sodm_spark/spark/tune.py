@@ -1,13 +1,16 @@
 """Hyperparameter search on the top level's partitions, on Spark (``--tune``, and the default
 search of a job given no hyperparameter).
 
-One Spark job per γ multiple: every task takes one top-level partition, computes its kernel
-matrix, solves the local ODM for every (λ, θ, v) of the grid warm-started along λ (to
-``SEARCH_TOL_FACTOR`` × the fit's tol), and returns
-its share of the validation rows' decision values per grid point
-(:func:`sodm_spark.tuning.search_partition`); the driver sums the shares (the top level's f)
-and scores them, so each grid point's accuracy is the one a fit with that point would report
-for its top level. Progress is printed per grid point as each γ multiple finishes.
+One Spark job per γ multiple: every task takes one top-level partition (cut into seeded
+pieces of ``SEARCH_PARTITION_ROWS`` rows when larger, each solved as a partition of its own:
+hyperparameters chosen on pieces of that size held at 22,000-row partitions, for a fraction of
+the kernel work), computes its kernel matrix, solves the local ODM for every (λ, θ, v) of the
+grid warm-started along λ (to ``SEARCH_TOL_FACTOR`` × the fit's tol), and returns its share of
+the validation rows' decision values per grid point
+(:func:`sodm_spark.tuning.search_partition`); the driver sums the shares (a level's f) and
+scores them, so on partitions no larger than the pieces each grid point's accuracy is the one
+a fit with that point would report for its top level. Progress is printed per grid point as
+each γ multiple finishes.
 """
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ from threadpoolctl import threadpool_limits
 from ..kernels import Kernel
 from ..sparse_rows import as_float_rows
 from ..tuning import (MAX_SEARCH_TOL, SEARCH_TOL_FACTOR, GridPoint, ParamGrid, accuracy_of_scores, best_point,
-                      correct_rows, search_partition, significantly_better)
+                      correct_rows, search_partition, search_subsets, significantly_better)
 from .sodm_params import SODMParams
 from .sodm_prepare import PreparedData
 from .sodm_tasks import assemble, partitions_by_key
@@ -87,21 +90,33 @@ class TuneResult:
 
 def _search_task(records, X_val, kernel_dict, grid_dict, config, scale):
     """``mapPartitions`` function: for each top-level partition, every grid point of one γ
-    multiple: (scores, stats)."""
+    multiple: (scores, stats), summed over the partition's pieces when it is cut
+    (:func:`~sodm_spark.tuning.search_subsets`)."""
     for key, chunks in partitions_by_key(records):
         X, y, _, _ = assemble(chunks)
-        with threadpool_limits(max(1, min(config["threads"], os.cpu_count() or 1))):
-            _, scores, stats = search_partition(
-                X, y, X_val, Kernel.from_dict(kernel_dict), ParamGrid.from_dict(grid_dict),
-                n_classes=config["n_classes"], tol=config["tol"], max_iter=config["max_iter"],
-                seed=[config["seed"], 97, key], scales=[scale])
-        yield scores, stats
+        total = merged = None
+        for rows in search_subsets(X.shape[0], config["max_rows"], config["pieces"],
+                                   config["seed"], key):
+            with threadpool_limits(max(1, min(config["threads"], os.cpu_count() or 1))):
+                _, scores, stats = search_partition(
+                    X[rows], y[rows], X_val, Kernel.from_dict(kernel_dict),
+                    ParamGrid.from_dict(grid_dict), n_classes=config["n_classes"],
+                    tol=config["tol"], max_iter=config["max_iter"],
+                    seed=[config["seed"], 97, key], scales=[scale])
+            total = scores if total is None else total + scores
+            merged = stats if merged is None else [
+                {"sweeps": max(a["sweeps"], b["sweeps"]), "objective": a["objective"] +
+                 b["objective"], "converged": a["converged"] and b["converged"],
+                 "seconds": a["seconds"] + b["seconds"]} for a, b in zip(merged, stats)]
+        yield total, merged
 
 
 def tune_sodm(sc, prepared: PreparedData, params: SODMParams, grid: ParamGrid,
-              on_point=None, keys=None, default: GridPoint | None = None) -> TuneResult:
+              on_point=None, keys=None, default: GridPoint | None = None,
+              max_rows: int | None = None, pieces: int = 1) -> TuneResult:
     """Score every point of ``grid`` on the prepared top level's partitions (see the module
-    docstring), or on those of ``keys`` only (a sample: the other partitions are not read);
+    docstring), or on those of ``keys`` only (a sample: the other partitions are not read),
+    each larger than ``max_rows`` cut to ``pieces`` disjoint seeded subsets of that many rows;
     ``on_point(PointResult, index, total)`` is called for each as it is known. With
     ``default`` (a grid point) the result's best is that point unless another beats it
     significantly on the validation rows (:func:`~sodm_spark.tuning.significantly_better`)."""
@@ -118,7 +133,7 @@ def tune_sodm(sc, prepared: PreparedData, params: SODMParams, grid: ParamGrid,
     cores = max(1, sc.defaultParallelism)
     config = {"n_classes": prepared.classes.size if prepared.multi else 0,
               "tol": min(params.tol * SEARCH_TOL_FACTOR, MAX_SEARCH_TOL),
-              "max_iter": params.max_iter, "seed": params.seed,
+              "max_iter": params.max_iter, "seed": params.seed, "max_rows": max_rows, "pieces": pieces,
               "threads": max(1, cores // min(n_parts, cores))}
     kernel_dict, grid_dict = prepared.kernel.to_dict(), grid.to_dict()
     X_val_b = sc.broadcast(as_float_rows(X_val, np.float64))
