@@ -32,8 +32,7 @@ from sodm_spark.spark.sodm_params import PARTITIONERS, PERSIST, SODMParams
 from sodm_spark.spark.sodm_prepare import checked_classes
 from sodm_spark.spark.train import (Progress, Search, check_classes, fit_params, sodm_params,
                                     train as train_on_spark)
-from sodm_spark.tuning import (DEFAULT_SEARCH_GRID_TEXT, SEARCH_PARTITION_ROWS, ParamGrid,
-                               search_pieces)
+from sodm_spark.tuning import DEFAULT_SEARCH_GRID_TEXT, SEARCH_PARTITION_ROWS, ParamGrid
 from sodm_spark.compression import AUTO_ABOVE, AUTO_POINTS, METHODS as COMPRESSION_METHODS
 from sodm_spark.spark.memory import check_collectable, check_fit_resources, executor_memory
 from sodm_spark.spark.plan import (KERNEL_BOUND_FEATURES, TOP_PARTITION_ROWS, auto_level_count,
@@ -321,14 +320,12 @@ def printed_progress(args) -> Progress:
     files), then the levels table with each level's plan, or one line per DSVRG epoch."""
     base = {}  # the resolved gamma the search's multiples apply to
 
-    def search_started(prepared, grid, keys):
+    def search_started(prepared, grid, keys, pieces):
         if not args.tune:  # no hyperparameters given: a small search on a sample of partitions
             print("no ODM hyperparameters given (--gamma, --lam, --theta, --v): searching "
                   f"{DEFAULT_SEARCH_GRID_TEXT} first", flush=True)
         n_parts = prepared.parts.getNumPartitions()
         rows = -(-prepared.n_rows // n_parts)
-        pieces = rows // SEARCH_PARTITION_ROWS if keys is None else \
-            search_pieces(len(keys), rows)
         where = (f"{n_parts:,} partitions" if keys is None else
                  f"{len(keys)} of the {n_parts:,} partitions") + (
             f" ({pieces} × {SEARCH_PARTITION_ROWS:,} of their ~{rows:,} rows each)"

@@ -47,10 +47,10 @@ DEFAULT_VS = (0.2, 0.8)
 # 1,000 rows is noisy (docs/jobs.md, "Choosing hyperparameters").
 DEFAULT_SEARCH_GRID_TEXT = "gamma=1,2 lam=1e3,1e4,1e5,1e6 theta=0.1 v=0.2"
 SEARCH_SAMPLE_ROWS = 20_000
-# A sampled partition larger than this is searched on a seeded subset of this many of its rows
-# (partitions are strata of the whole, and so is a uniform subset of one). On 600,000 deformed
-# Fashion-MNIST rows the search chose the same point (γ × 2, λ = 1e6) on 9 partitions of 2,466
-# rows in 7 s as on 2 whole partitions of 22,194 rows in 126.5 s.
+# A partition larger than this is searched as seeded disjoint pieces of this many of its rows
+# (search_subsets; partitions are strata of the whole, and so is a uniform subset of one). On
+# 600,000 deformed Fashion-MNIST rows the search chose the same point (γ × 2, λ = 1e6) on pieces
+# of 2,500 rows of 22,186-row partitions in 8-10 s as on 2 whole ones in 126.5 s.
 SEARCH_PARTITION_ROWS = 2_500
 # The search solves each point to this multiple of the fit's tol: it only needs the sign of f
 # on the validation rows. Measured on 36 points of a 2,186-row Fashion-MNIST partition (the

@@ -99,8 +99,8 @@ class Search:
 class Progress:
     """What :func:`train` reports as it goes; every callback is optional."""
 
-    on_search: Callable | None = None  # (PreparedData, grid, keys): before the search; keys
-    # are the sampled partitions, None for all of them
+    on_search: Callable | None = None  # (PreparedData, grid, keys, pieces): before the search;
+    # keys are the sampled partitions (None: all of them), pieces the pieces of each
     on_point: Callable | None = None  # (PointResult, index, total): each grid point scored
     on_searched: Callable | None = None  # (TuneResult): the search is done
     on_fit: Callable | None = None  # (params): the fit starts, after any search
@@ -176,7 +176,7 @@ def _search(sc, prepared, params: SODMParams, search: Search, progress: Progress
     if search.sample:
         keys = search_sample(n_parts, rows, sc.defaultParallelism, params.seed)
         pieces = search_pieces(len(keys), rows)
-    _call(progress.on_search, prepared, search.grid, keys)
+    _call(progress.on_search, prepared, search.grid, keys, pieces)
     result = tune_sodm(sc, prepared, params, search.grid, on_point=progress.on_point, keys=keys,
                        default=search.default, max_rows=SEARCH_PARTITION_ROWS, pieces=pieces)
     _call(progress.on_searched, result)

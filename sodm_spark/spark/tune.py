@@ -92,6 +92,7 @@ def _search_task(records, X_val, kernel_dict, grid_dict, config, scale):
     """``mapPartitions`` function: for each top-level partition, every grid point of one γ
     multiple: (scores, stats), summed over the partition's pieces when it is cut
     (:func:`~sodm_spark.tuning.search_subsets`)."""
+    kernel, grid = Kernel.from_dict(kernel_dict), ParamGrid.from_dict(grid_dict)
     for key, chunks in partitions_by_key(records):
         X, y, _, _ = assemble(chunks)
         total = merged = None
@@ -99,16 +100,19 @@ def _search_task(records, X_val, kernel_dict, grid_dict, config, scale):
                                    config["seed"], key):
             with threadpool_limits(max(1, min(config["threads"], os.cpu_count() or 1))):
                 _, scores, stats = search_partition(
-                    X[rows], y[rows], X_val, Kernel.from_dict(kernel_dict),
-                    ParamGrid.from_dict(grid_dict), n_classes=config["n_classes"],
+                    X[rows], y[rows], X_val, kernel, grid, n_classes=config["n_classes"],
                     tol=config["tol"], max_iter=config["max_iter"],
                     seed=[config["seed"], 97, key], scales=[scale])
             total = scores if total is None else total + scores
-            merged = stats if merged is None else [
-                {"sweeps": max(a["sweeps"], b["sweeps"]), "objective": a["objective"] +
-                 b["objective"], "converged": a["converged"] and b["converged"],
-                 "seconds": a["seconds"] + b["seconds"]} for a, b in zip(merged, stats)]
+            merged = stats if merged is None else list(map(_pieces_stats, merged, stats))
         yield total, merged
+
+
+def _pieces_stats(a: dict, b: dict) -> dict:
+    """One grid point's stats over two pieces of a partition: the most sweeps, both converged,
+    the objectives and seconds summed."""
+    return {"sweeps": max(a["sweeps"], b["sweeps"]), "objective": a["objective"] + b["objective"],
+            "converged": a["converged"] and b["converged"], "seconds": a["seconds"] + b["seconds"]}
 
 
 def tune_sodm(sc, prepared: PreparedData, params: SODMParams, grid: ParamGrid,
@@ -133,8 +137,8 @@ def tune_sodm(sc, prepared: PreparedData, params: SODMParams, grid: ParamGrid,
     cores = max(1, sc.defaultParallelism)
     config = {"n_classes": prepared.classes.size if prepared.multi else 0,
               "tol": min(params.tol * SEARCH_TOL_FACTOR, MAX_SEARCH_TOL),
-              "max_iter": params.max_iter, "seed": params.seed, "max_rows": max_rows, "pieces": pieces,
-              "threads": max(1, cores // min(n_parts, cores))}
+              "max_iter": params.max_iter, "seed": params.seed, "max_rows": max_rows,
+              "pieces": pieces, "threads": max(1, cores // min(n_parts, cores))}
     kernel_dict, grid_dict = prepared.kernel.to_dict(), grid.to_dict()
     X_val_b = sc.broadcast(as_float_rows(X_val, np.float64))
     result = TuneResult(grid=grid, base_gamma=prepared.kernel.gamma, kernel=prepared.kernel.name,
