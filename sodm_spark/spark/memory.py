@@ -78,9 +78,21 @@ def executor_memory(sc, configured_task_mb: float | None = None) -> ExecutorMemo
     if sc.master.startswith("local"):
         ram, heap = physical_memory_mb(), size_mb(conf.get("spark.driver.memory", "1g"))
     else:
-        ram = sc.parallelize([0], 1).map(lambda _: physical_memory_mb()).first()
+        ram = _executor_ram_mb(sc)
         heap = size_mb(conf.get("spark.executor.memory", "1g"))
     return ExecutorMemory(max(0.0, ram - heap - RESERVE_MB), cores, None, configured_task_mb)
+
+
+_EXECUTOR_RAM_MB = {}  # application id -> an executor host's RAM, probed once
+
+
+def _executor_ram_mb(sc) -> float:
+    """An executor host's physical memory, from one small job per application (the job's
+    resource check, the level count and the fit all ask)."""
+    app = sc.applicationId
+    if app not in _EXECUTOR_RAM_MB:
+        _EXECUTOR_RAM_MB[app] = sc.parallelize([0], 1).map(lambda _: physical_memory_mb()).first()
+    return _EXECUTOR_RAM_MB[app]
 
 
 def level_cache_mb(level: int, rows: int, n_features: int, budget_mb: float,
