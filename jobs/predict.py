@@ -130,7 +130,7 @@ def main(argv=None) -> int:
     with reported(prefix="--model: "):
         model = KernelExpansion.load(args.model)
     with job_session("sodm-spark: predict", args.master) as spark:
-        warming = start_python_workers(spark)
+        warming = start_python_workers(spark, model)
         rows = spark.sparkContext.accumulator(0)
         ignored = spark.sparkContext.accumulator(0)
         preparing = time.perf_counter()

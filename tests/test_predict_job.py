@@ -337,6 +337,43 @@ def test_the_rbf_slack_bounds_the_float32_error_of_every_row(d):
         assert np.all(slack < 0.2 * scoring.FLOAT32_SLACK)
 
 
+def test_float32_kernel_blocks_are_summed_in_float64():
+    # cancelling coefficients: a float32 sum of these products loses most digits of f
+    rng = np.random.default_rng(5)
+    K = rng.uniform(size=(300, 2000)).astype(np.float32)
+    coef = rng.normal(scale=1e4, size=(2000, 2))
+    coef[:, 0] -= (K.astype(np.float64).mean(axis=0) @ coef[:, 0]) / K.shape[1] \
+        / K.astype(np.float64).mean()
+    out = np.ones((300, 2))
+    scoring.add_float64_products(K, np.ascontiguousarray(coef.T), out)
+    exact = 1.0 + K.astype(np.float64) @ coef
+    np.testing.assert_allclose(out, exact, rtol=1e-12, atol=1e-12 * np.abs(exact).max())
+    in_float32 = K @ coef.astype(np.float32)
+    assert np.abs(in_float32 - (exact - 1.0)).max() > 1e3 * np.abs(out - exact).max()
+
+
+def test_the_input_map_folds_the_scaling_into_the_projection():
+    from sodm_spark.model import InputMap
+
+    rng = np.random.default_rng(6)
+    X = rng.uniform(0, 255, size=(50, 12))
+    full = InputMap(rng.normal(size=12), rng.uniform(0.5, 2.0, 12), None, rng.normal(size=12),
+                    rng.normal(size=(12, 5)))
+    for input_map in (full, dataclasses.replace(full, offset=None)):
+        stepwise = input_map.projected(input_map.scaled(X))
+        np.testing.assert_allclose(input_map(X), stepwise, rtol=1e-12,
+                                   atol=1e-12 * np.abs(stepwise).max())
+        assert input_map(X.astype(np.float32)).dtype == np.float32
+
+
+@pytest.mark.parametrize("name", ["rbf", "laplacian", "poly", "linear"])
+def test_the_warm_up_scores_a_tiny_support_set_of_the_model_s_kernel(name):
+    from sodm_spark.spark.predict import _warm_up_scoring
+
+    warm_up = _warm_up_scoring(Kernel.create(name, 0.5), 7)
+    assert list(warm_up(iter([object(), object()]))) == []
+
+
 def test_a_projected_model_scores_raw_rows_in_the_job_and_in_transform(spark, models, tmp_path,
                                                                        private_tmp):
     from pyspark.ml.linalg import Vectors

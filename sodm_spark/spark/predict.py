@@ -11,9 +11,11 @@ block whatever the model's size, and the workers of a host share the files' page
 The rows stay in the input's partitions (no shuffle) unless the model is expensive
 (:func:`scoring_partitions`); every core works all the same: the tasks of a last, partial wave
 (one Parquet file of a single row group is one busy partition) share the idle cores as BLAS
-threads (:func:`thread_plan`), and a job started before the scoring has the Python workers up
-and the scorer imported (:func:`start_python_workers`). The output has the key (the input's key column, or a row id ``(partition << 40) + row`` numbered
-on the input's own partitions before any repartition, so it follows the input's order), the
+threads (:func:`thread_plan`), a job started before the scoring has the Python workers up and
+the scorer warm (:func:`start_python_workers`), and Arrow batches of
+:data:`SCORING_BATCH_ROWS` rows let the JVM read while Python scores. The output has the key
+(the input's key column, or a row id ``(partition << 40) + row`` numbered on the input's own
+partitions before any repartition, so it follows the input's order), the
 prediction (the label value) and the raw scores (``rawPrediction`` as MLlib has it: [-f, f]
 for two classes, one score per class otherwise).
 
@@ -49,27 +51,61 @@ RAW_COLUMN, PREDICTION_COLUMN, ROW_ID_COLUMN = "rawPrediction", "prediction", "r
 # per task (about 10-30 s of one core), so that tasks stay short.
 SCORING_TASK_FLOPS = 1e12
 COUNT_ABOVE_FLOPS_PER_ROW = 1e7
+# Rows per Arrow batch while scoring: small batches let the JVM read and convert the next batch
+# while Python scores this one. The 10,000 test rows of Fashion-MNIST (one Parquet row group, one
+# busy task) with an 8,000-point model: 2.76-2.80 s at Spark's 10,000, 2.35-2.40 s at 2,500,
+# 2.23-2.67 s at 1,000, 3.14-3.42 s at 500.
+SCORING_BATCH_ROWS = 2_500
+ARROW_BATCH_CONF = "spark.sql.execution.arrow.maxRecordsPerBatch"
 
 
-def _import_scoring(batches):
-    """A warm-up ``mapInArrow`` task: import what a scoring task imports (the scorer, the
-    model's input map) and return nothing."""
-    from .. import scoring as _scoring  # noqa: F401
-    from ..model import InputMap  # noqa: F401
+def _warm_up_scoring(kernel, width: int):
+    """A warm-up ``mapInArrow`` function: score a tiny support set of ``kernel`` on ``width``
+    inputs in both precisions and build an output batch, as a scoring task does, and return
+    nothing, so that the worker has imported the scorer and pyarrow's pandas shim (0.5 s here)
+    and loaded the compiled kernels (0.7 s)."""
+    def warm_up(batches):
+        import pyarrow as pa  # noqa: F401
 
-    for _ in batches:
-        pass
-    return iter(())
+        from ..model import InputMap  # noqa: F401
+        from ..scoring import SupportSet
+
+        rows = np.linspace(0.0, 1.0, 4 * width).reshape(4, width)
+        support = SupportSet.from_arrays(rows[:2], np.array([1.0, -1.0]), kernel)
+        for precision in scoring.PRECISIONS:
+            scores, _ = support.raw_scores(rows, precision)
+            _output_batch(pa.array(np.arange(4)), scores, np.array([-1.0, 1.0]))
+        for _ in batches:
+            pass
+        return iter(())
+    return warm_up
 
 
-def start_python_workers(spark) -> threading.Thread:
-    """Start the Python workers of Arrow tasks on every core and import the scorer in them, in a
-    job run from a background thread while the driver reads the model and plans the scoring: a
-    worker's start and imports took 2.3-3.0 s of a 10,000-row scoring job here, and Spark
-    reuses the workers (``spark.python.worker.reuse``) for the scoring tasks, which run through
-    the same Arrow runner. Join the thread before the scoring job."""
+def _output_batch(keys, scores, classes):
+    """The Arrow batch a scoring task yields: key, prediction (the label) and rawPrediction."""
+    import pyarrow as pa
+
+    labels = scoring.predictions(scores, classes)
+    raw = np.concatenate([-scores, scores], axis=1) if scores.shape[1] == 1 else scores
+    offsets = pa.array(np.arange(0, raw.size + 1, raw.shape[1], dtype=np.int32))
+    return pa.RecordBatch.from_arrays(
+        [keys, pa.array(labels.astype(np.float64)),
+         pa.ListArray.from_arrays(offsets, pa.array(raw.ravel()))],
+        names=["key", PREDICTION_COLUMN, RAW_COLUMN])
+
+
+def start_python_workers(spark, model: KernelExpansion) -> threading.Thread:
+    """Start the Python workers of Arrow tasks on every core and warm the scorer up in them
+    (:func:`_warm_up_scoring`), in a job run from a background thread while the driver plans the
+    scoring: a worker's start, imports and first kernel block took 2.3-3.3 s of a 10,000-row
+    scoring job here, and Spark reuses the workers (``spark.python.worker.reuse``) for the
+    scoring tasks, which run through the same Arrow runner. Join the thread before the scoring
+    job."""
     cores = max(1, spark.sparkContext.defaultParallelism)
-    warm_up = spark.range(cores, numPartitions=cores).mapInArrow(_import_scoring, "id long")
+    width = 1 if sparse_rows.is_sparse(model.support_vectors) else \
+        max(1, int(model.support_vectors.shape[1]))
+    warm_up = spark.range(cores, numPartitions=cores).mapInArrow(
+        _warm_up_scoring(model.kernel, width), "id long")
     worker = threading.Thread(target=warm_up.collect, daemon=True)
     worker.start()
     return worker
@@ -182,10 +218,9 @@ def _score_batches(spec, kind, n_features, key_col, precision, classes, block_by
             yield from score_limited(batches)
 
     def score_limited(batches):
-        import pyarrow as pa
         from pyspark import SparkFiles
 
-        from ..scoring import SupportSet, predictions
+        from ..scoring import SupportSet
 
         current = precision
         support = SupportSet.open(spec, SparkFiles.get)
@@ -232,14 +267,7 @@ def _score_batches(spec, kind, n_features, key_col, precision, classes, block_by
             scores, rescored = support.raw_scores(X, current, block_bytes)
             if 2 * rescored > n:
                 current = "float64"
-            labels = predictions(scores, classes)
-            raw = np.concatenate([-scores, scores], axis=1) if scores.shape[1] == 1 else scores
-            values = pa.array(raw.ravel())
-            offsets = pa.array(np.arange(0, raw.size + 1, raw.shape[1], dtype=np.int32))
-            yield pa.RecordBatch.from_arrays(
-                [keys, pa.array(labels.astype(np.float64)),
-                 pa.ListArray.from_arrays(offsets, values)],
-                names=["key", PREDICTION_COLUMN, RAW_COLUMN])
+            yield _output_batch(keys, scores, classes)
             rows_scored.add(n)
     return score
 
@@ -317,10 +345,25 @@ def score_dataframe(df, model: KernelExpansion, features_col: str = "features",
             _score_batches(spec, kind, n_features, key_col, precision, classes,
                            block_bytes or scoring.SV_BLOCK_BYTES, rows_scored, threads,
                            any_vector_size, values_ignored), schema)
-        yield scored.withColumnRenamed("key", key_col or ROW_ID_COLUMN), partitions
+        with _arrow_batch_rows(df.sparkSession, SCORING_BATCH_ROWS):
+            yield scored.withColumnRenamed("key", key_col or ROW_ID_COLUMN), partitions
     finally:
         _release_files(folder, names)
         _remove_driver_copies(names)
+
+
+@contextmanager
+def _arrow_batch_rows(spark, rows: int):
+    """The session's Arrow batches at most ``rows`` rows inside the ``with`` block (never more
+    than the session's own setting), its own setting back after it."""
+    before = spark.conf.get(ARROW_BATCH_CONF)
+    if int(before) > 0:
+        rows = min(rows, int(before))
+    spark.conf.set(ARROW_BATCH_CONF, str(rows))
+    try:
+        yield
+    finally:
+        spark.conf.set(ARROW_BATCH_CONF, before)
 
 
 def _release_files(folder, names):
