@@ -312,10 +312,3 @@ def raw_scores(X: np.ndarray, support_vectors: np.ndarray, coef: np.ndarray, ker
     were re-scored in float64): :meth:`SupportSet.raw_scores` for in-memory arrays."""
     return SupportSet.from_arrays(support_vectors, coef, kernel, intercept).raw_scores(
         X, precision, block_bytes)
-
-
-def predictions(scores: np.ndarray, classes: np.ndarray) -> np.ndarray:
-    """Labels from (n, K) scores: the sign for K = 1, else the first largest score."""
-    if scores.shape[1] == 1:
-        return classes[(scores[:, 0] > 0).astype(np.int64)]
-    return classes[np.argmax(scores, axis=1)]

@@ -159,17 +159,26 @@ def submit_command(cluster, tmp_path, events, *job_args):
     return command, env
 
 
-def test_sodm_job_runs_on_five_executors(cluster, tmp_path):
-    assert cluster.status()["alive_workers"] == WORKERS
-    events = tmp_path / "events"
-    events.mkdir()
-    command, env = submit_command(
-        cluster, tmp_path, events, "--levels", "3", "--p", "3", "--rows", "4000", "--no-auto-stop",
-        "--model-out", str(tmp_path / "model"), "--metrics-out", str(tmp_path / "metrics.json"))
+# levels 2 → 0 of 9,000 rows: the uninterrupted run below, and the run whose executor is killed
+FAULT_JOB = ("--levels", "2", "--p", "3", "--rows", "9000", "--seed", "4", "--no-auto-stop")
+
+
+@pytest.fixture(scope="module")
+def reference_run(cluster, tmp_path_factory):
+    """The uninterrupted FAULT_JOB on the cluster: (its directory, its event log records)."""
+    directory = tmp_path_factory.mktemp("reference")
+    (directory / "events").mkdir()
+    command, env = submit_command(cluster, directory, directory / "events", *FAULT_JOB,
+                                  "--model-out", str(directory / "model"),
+                                  "--metrics-out", str(directory / "metrics.json"))
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    return directory, event_log_records(directory / "events")
 
-    records = event_log_records(events)
+
+def test_sodm_job_runs_on_five_executors(cluster, reference_run):
+    assert cluster.status()["alive_workers"] == WORKERS
+    directory, records = reference_run
     start = next(r for r in records if r["Event"] == "SparkListenerApplicationStart")
     assert start["App ID"].startswith("app-"), (  # standalone apps are app-*, local ones local-*
         f"application {start['App ID']} ran in local mode: the driver ignored spark-submit's "
@@ -182,11 +191,11 @@ def test_sodm_job_runs_on_five_executors(cluster, tmp_path):
     assert ran_tasks == set(added)  # the work spread over all five executors
     assert "driver" not in ran_tasks
 
-    metrics = json.loads((tmp_path / "metrics.json").read_text())
-    assert [entry["level"] for entry in metrics["levels"]] == [3, 2, 1, 0]
-    assert [entry["partitions"] for entry in metrics["levels"]] == [27, 9, 3, 1]
+    metrics = json.loads((directory / "metrics.json").read_text())
+    assert [entry["level"] for entry in metrics["levels"]] == [2, 1, 0]
+    assert [entry["partitions"] for entry in metrics["levels"]] == [9, 3, 1]
     assert metrics["test_accuracy"] > 0.8
-    model = KernelExpansion.load(tmp_path / "model")
+    model = KernelExpansion.load(directory / "model")
     assert model.support_vectors.shape[0] == metrics["n_sv"] > 0
 
 
@@ -243,9 +252,6 @@ def test_dsvrg_on_five_executors_equals_local_mode_and_leaves_no_blocks(cluster,
     assert not list(Path(cluster.state_dir).rglob("sodm-dsvrg-*"))
 
 
-FAULT_JOB = ("--levels", "2", "--p", "3", "--rows", "9000", "--seed", "4")
-
-
 def application_id(events_dir) -> str | None:
     """The id of the one application logging into ``events_dir`` (the event log's name)."""
     names = [p.name.split(".")[0] for p in Path(events_dir).iterdir()
@@ -271,17 +277,11 @@ def executor_pids(app_id, worker_root):
     return mine
 
 
-def test_a_killed_executor_costs_time_not_the_model(cluster, tmp_path):
+def test_a_killed_executor_costs_time_not_the_model(cluster, reference_run, tmp_path):
     """Kill one executor JVM while level 1 runs: Spark re-runs its tasks (and recomputes the
     cached levels it held) and the model equals an uninterrupted run's, bit for bit."""
-    reference_dir, faulty_dir = tmp_path / "reference", tmp_path / "faulty"
-    for directory in (reference_dir, faulty_dir):
-        (directory / "events").mkdir(parents=True)
-    command, env = submit_command(cluster, reference_dir, reference_dir / "events", *FAULT_JOB,
-                                  "--model-out", str(reference_dir / "model"))
-    reference = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
-    assert reference.returncode == 0, reference.stderr[-3000:]
-
+    faulty_dir = tmp_path / "faulty"
+    (faulty_dir / "events").mkdir(parents=True)
     command, env = submit_command(cluster, faulty_dir, faulty_dir / "events", *FAULT_JOB,
                                   "--model-out", str(faulty_dir / "model"))
     # another application's executor on the same machine (older, so the lowest pid): the
@@ -317,7 +317,7 @@ def test_a_killed_executor_costs_time_not_the_model(cluster, tmp_path):
     records = event_log_records(faulty_dir / "events")
     removed = [r for r in records if r["Event"] == "SparkListenerExecutorRemoved"]
     assert removed, "Spark never noticed the lost executor"
-    expected = KernelExpansion.load(reference_dir / "model")
+    expected = KernelExpansion.load(reference_run[0] / "model")
     model = KernelExpansion.load(faulty_dir / "model")
     np.testing.assert_array_equal(model.support_vectors, expected.support_vectors)
     np.testing.assert_array_equal(model.coef, expected.coef)

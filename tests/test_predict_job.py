@@ -14,8 +14,8 @@ from sklearn.datasets import dump_svmlight_file
 
 from sodm_spark import ODMClassifier, scoring
 from sodm_spark.kernels import Kernel
-from sodm_spark.model import KernelExpansion
-from sodm_spark.scoring import NpyRows, SupportSet, predictions, raw_scores
+from sodm_spark.model import KernelExpansion, labels_from_scores
+from sodm_spark.scoring import NpyRows, SupportSet, raw_scores
 from sodm_spark.spark.predict import score_dataframe, scoring_partitions, thread_plan
 
 from conftest import make_problem
@@ -39,11 +39,11 @@ def test_float32_scores_give_float64_predictions_also_at_the_boundary():
                               intercept=np.array([0.3]) - f[:1] + 1e-10 * np.abs(coef).sum())
     scores, rescored = raw_scores(X, sv, coef, kernel, model.intercept)
     np.testing.assert_allclose(scores[:, 0], f, rtol=0, atol=1e-4 * np.abs(coef).sum())
-    assert np.array_equal(predictions(scores, model.classes), model.predict(X))
+    assert np.array_equal(labels_from_scores(scores, model.classes), model.predict(X))
     edge_scores, edge_rescored = raw_scores(X_edge, sv, coef, kernel, shifted.intercept)
     assert edge_rescored >= 1  # row 0 sits on the boundary, to float32
     assert shifted.predict(X_edge)[0] == 1.0
-    assert np.array_equal(predictions(edge_scores, model.classes), shifted.predict(X_edge))
+    assert np.array_equal(labels_from_scores(edge_scores, model.classes), shifted.predict(X_edge))
     assert rescored < 2000  # most rows are far from the boundary: float32 only
 
 
@@ -207,7 +207,7 @@ def test_support_set_files_summed_block_by_block_score_as_decision_function(tmp_
     np.testing.assert_allclose(exact, f, rtol=0, atol=1e-12 * np.abs(coef).sum())
     fast, _ = opened.raw_scores(X, "float32", block_bytes=1024)
     np.testing.assert_allclose(fast, f, rtol=0, atol=1e-4 * np.abs(coef).sum())
-    np.testing.assert_array_equal(predictions(fast, model.classes), model.predict(X))
+    np.testing.assert_array_equal(labels_from_scores(fast, model.classes), model.predict(X))
 
 
 def test_csv_columns_and_libsvm_give_the_same_predictions(spark, models, tmp_path):

@@ -40,7 +40,7 @@ import scipy.sparse
 from .. import scoring, sparse_rows
 from ..errors import reported_to_driver
 from ..sparse_rows import memory_width
-from ..model import KernelExpansion
+from ..model import KernelExpansion, labels_from_scores
 from .io import ROW_ID_SHIFT, batch_matrix, dense_enough, numeric_array_column
 from .io.arrow import is_vector_type, vector_rows
 from .memory import executor_cores
@@ -85,7 +85,7 @@ def _output_batch(keys, scores, classes):
     """The Arrow batch a scoring task yields: key, prediction (the label) and rawPrediction."""
     import pyarrow as pa
 
-    labels = scoring.predictions(scores, classes)
+    labels = labels_from_scores(scores, classes)
     raw = np.concatenate([-scores, scores], axis=1) if scores.shape[1] == 1 else scores
     offsets = pa.array(np.arange(0, raw.size + 1, raw.shape[1], dtype=np.int32))
     return pa.RecordBatch.from_arrays(
@@ -168,15 +168,24 @@ def _features(df, features_col, exclude, n_features):
     return [F.col(c).cast("double").alias(f"f{j}") for j, c in enumerate(columns)], "columns"
 
 
-def _rows_per_partition(selected, partitions: int) -> list[int]:
-    """Rows of each of the ``partitions`` partitions of ``selected`` (no Python task: counts
-    of a file source come from its metadata where it has them)."""
+def _rows_per_partition(selected, partitions: int, sized: bool = False):
+    """(rows of each of the ``partitions`` partitions of ``selected``, and with ``sized`` the
+    fewest and most values of a non-null ``features`` array over every row, else None), in one
+    job of the JVM alone (no Python task; counts of a file source come from its metadata where
+    it has them)."""
     from pyspark.sql import functions as F
 
-    counts = [0] * partitions
-    for row in selected.groupBy(F.spark_partition_id().alias("p")).count().collect():
+    aggregates = [F.count(F.lit(1)).alias("count")]
+    if sized:
+        size = F.when(F.col("features").isNotNull(), F.size("features"))
+        aggregates += [F.min(size).alias("low"), F.max(size).alias("high")]
+    counts, lows, highs = [0] * partitions, [], []
+    for row in selected.groupBy(F.spark_partition_id().alias("p")).agg(*aggregates).collect():
         counts[row["p"]] = int(row["count"])
-    return counts
+        if sized and row["low"] is not None:
+            lows.append(int(row["low"]))
+            highs.append(int(row["high"]))
+    return counts, ((min(lows), max(highs)) if lows else None)
 
 
 def _row_ids():
@@ -305,18 +314,17 @@ def score_dataframe(df, model: KernelExpansion, features_col: str = "features",
     feature_columns, kind = _features(df, features_col, exclude, n_features)
     key = df[key_col] if key_col else _row_ids()  # numbered before any repartition
     selected = df.select(key.alias("key"), *feature_columns)
-    if kind == "array":  # the first row says it before any scoring (the tasks check every row)
-        first = selected.limit(1).collect()
-        if first and first[0]["features"] is not None and len(first[0]["features"]) != n_features:
-            raise ValueError(f"the rows have {len(first[0]['features'])} features in "
-                             f"{features_col!r}; the model was trained on {n_features}. Score "
-                             "data with the training data's feature columns, in the same order.")
     current = selected.rdd.getNumPartitions()
     # a kernel entry costs a product over the support set's width (the projected inputs of a
     # compressed model), or over a sparse row's values
     cost_width = memory_width(model.support_vectors) if sparse_rows.is_sparse(
         model.support_vectors) else int(model.support_vectors.shape[1])
-    counts = _rows_per_partition(selected, current)  # one job of the JVM alone
+    counts, sizes = _rows_per_partition(selected, current, sized=kind == "array")
+    if sizes is not None and sizes[0] == sizes[1] != n_features:  # said before any scoring;
+        # rows of mixed lengths, and nulls, are named by the tasks, which check every row
+        raise ValueError(f"the rows have {sizes[0]} features in {features_col!r}; the model "
+                         f"was trained on {n_features}. Score data with the training data's "
+                         "feature columns, in the same order.")
     partitions = scoring_partitions(current, n_support, cost_width, sum(counts))
     if partitions > current:  # round robin; the row ids were fixed above
         selected = selected.repartition(partitions)
