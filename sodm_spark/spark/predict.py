@@ -65,7 +65,7 @@ def _warm_up_scoring(kernel, width: int):
     nothing, so that the worker has imported the scorer and pyarrow's pandas shim (0.5 s here)
     and loaded the compiled kernels (0.7 s)."""
     def warm_up(batches):
-        import pyarrow as pa  # noqa: F401
+        import pyarrow as pa
 
         from ..model import InputMap  # noqa: F401
         from ..scoring import SupportSet
