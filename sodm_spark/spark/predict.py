@@ -32,6 +32,7 @@ import shutil
 import tempfile
 import threading
 import uuid
+from collections import deque
 from contextlib import contextmanager, suppress
 
 import numpy as np
@@ -75,8 +76,7 @@ def _warm_up_scoring(kernel, width: int):
         for precision in scoring.PRECISIONS:
             scores, _ = support.raw_scores(rows, precision)
             _output_batch(pa.array(np.arange(4)), scores, np.array([-1.0, 1.0]))
-        for _ in batches:
-            pass
+        deque(batches, maxlen=0)  # the input's rows are read and dropped
         return iter(())
     return warm_up
 
