@@ -193,6 +193,20 @@ def test_train_job_tunes_then_fits_the_best_point(spark, job_files, capsys):
     assert (report / "tuning.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_tune_searches_a_seeded_sample_of_many_partitions(spark, job_files, capsys,
+                                                          monkeypatch):
+    # a sample of about SEARCH_SAMPLE_ROWS rows, as the default search: here 2 of 9 partitions
+    monkeypatch.setattr("sodm_spark.tuning.SEARCH_SAMPLE_ROWS", 100)
+    metrics = job_files / "metrics.json"
+    assert train_sodm.main(["--data", str(job_files / "train.svm"), "--levels", "2", "--tune",
+                            "--grid", "gamma=0.5,2 lam=10 theta=0.1 v=0.5", "--metrics-out",
+                            str(metrics), "--no-auto-stop", "--stop-level", "1"]) == 0
+    out = capsys.readouterr().out
+    tuning = json.loads(metrics.read_text())["tuning"]
+    assert tuning["partitions"] == 2
+    assert "tuning 2 grid points on 2 of the 9 partitions of the top level" in out
+
+
 def test_tune_job_writes_the_report_and_no_model(spark, job_files, capsys, monkeypatch):
     monkeypatch.chdir(job_files)
     assert tune.main(["--data", str(job_files / "train.svm"), "--levels", "1", "--grid",

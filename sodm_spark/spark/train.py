@@ -82,8 +82,9 @@ class Search:
     """A grid search on the top level's partitions before the fit (:mod:`.tune`)."""
 
     grid: ParamGrid = field(default_factory=ParamGrid)
-    sample: bool = False  # a sample of the top level's partitions (tuning.search_sample);
-    # either way partitions are searched in pieces of SEARCH_PARTITION_ROWS rows
+    sample: bool = True  # a seeded sample of the top level's partitions holding about
+    # SEARCH_SAMPLE_ROWS rows (tuning.search_sample), else every partition; either way
+    # partitions are searched in pieces of SEARCH_PARTITION_ROWS rows
     default: GridPoint | None = None  # kept unless another point beats it significantly
     then_fit: bool = True  # False: the search alone (the result has no fit)
 
@@ -91,8 +92,8 @@ class Search:
     def of_defaults(cls, then_fit: bool = True) -> "Search":
         """The search of a fit given no ODM hyperparameter: γ and λ on a sample of the
         partitions, the default point kept unless beaten (sodm_spark.tuning explains why)."""
-        return cls(ParamGrid.parse(DEFAULT_SEARCH_GRID_TEXT), sample=True,
-                   default=DEFAULT_SEARCH_POINT, then_fit=then_fit)
+        return cls(ParamGrid.parse(DEFAULT_SEARCH_GRID_TEXT), default=DEFAULT_SEARCH_POINT,
+                   then_fit=then_fit)
 
 
 @dataclass(frozen=True)
