@@ -13,15 +13,15 @@ import pytest
 from sklearn.datasets import dump_svmlight_file
 
 from sodm_spark import ODMClassifier
-from sodm_spark.kernels import Kernel
+from sodm_spark.core.kernels import Kernel
+from sodm_spark.selection.tuning import (SEARCH_PARTITION_ROWS, SEARCH_SAMPLE_ROWS, ParamGrid,
+                                         best_point, search_partition, search_pieces, search_sample,
+                                         search_subsets)
+from sodm_spark.spark.partitioning import whole_partitions
 from sodm_spark.spark.session import numpy_to_blocks
-from sodm_spark.spark.sodm_params import SODMParams
-from sodm_spark.spark.sodm_prepare import prepare_sodm
-from sodm_spark.spark.sodm_tasks import whole_partitions
+from sodm_spark.spark.sodm.params import SODMParams
+from sodm_spark.spark.sodm.prepare import prepare_sodm
 from sodm_spark.spark.tune import tune_sodm
-from sodm_spark.tuning import (SEARCH_PARTITION_ROWS, SEARCH_SAMPLE_ROWS, ParamGrid, best_point,
-                               search_partition, search_pieces, search_sample,
-                               search_subsets)
 
 from conftest import make_problem
 
@@ -221,7 +221,7 @@ def test_the_job_refuses_tuning_flags_that_cannot_work(argv, message, capsys):
 def test_the_estimator_tunes_and_returns_itself_with_the_best_point(spark):
     from pyspark.ml.linalg import Vectors
 
-    from sodm_spark.ml import SODMClassifier
+    from sodm_spark.estimators.ml import SODMClassifier
 
     X, y = make_problem(m=500, d=4, seed=61)
     df = spark.createDataFrame([(float(label), Vectors.dense(row)) for row, label in zip(X, y)],
