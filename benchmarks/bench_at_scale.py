@@ -148,7 +148,7 @@ def run_in_process(method: str, folder: Path, args, job: dict | None) -> dict:
                 "test_accuracy": float(model.score(X_test.astype(np.float64), y_test)),
                 "n_sv": int(model.n_support_.sum())}
     from sodm_spark import ODMClassifier
-    from sodm_spark.spark.sodm_prepare import ColumnStats
+    from sodm_spark.spark.sodm.prepare import ColumnStats
 
     best = (job or {}).get("tuning") or {}
     low, scale = ColumnStats(X).minmax()  # as the job scales: every column onto [0, 1]
@@ -206,7 +206,7 @@ def spark_peer(method: str, folder: Path, seed: int, components: int) -> dict:
 
         from sodm_spark.baselines.nystroem import normalization
         from sodm_spark.benchmarking.spark_methods import nystroem_frame
-        from sodm_spark.kernels import Kernel
+        from sodm_spark.core.kernels import Kernel
 
         sample = np.stack(train.sample(fraction=min(1.0, 3 * components / n_rows), seed=seed)
                           .limit(components).toPandas()["features"].map(lambda v: v.toArray()))

@@ -19,8 +19,8 @@ import time
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from sodm_spark.datasets import load_fashion_mnist
-from sodm_spark.kernels import Kernel, resolve_gamma
+from sodm_spark.core.kernels import Kernel, resolve_gamma
+from sodm_spark.data.datasets import load_fashion_mnist
 from sodm_spark.solvers import solve_odm_dual
 
 

@@ -55,7 +55,7 @@ def load(name: str, fmnist_rows: int):
         X, labels = load_digits(return_X_y=True)
         return X.astype(float), np.where(labels == 9, 1.0, -1.0)
     if name == "fmnist":
-        from sodm_spark.datasets import load_fashion_mnist
+        from sodm_spark.data.datasets import load_fashion_mnist
         X, y = load_fashion_mnist("train")
         return X[:fmnist_rows], y[:fmnist_rows].astype(float)
     raise SystemExit(f"unknown data set {name!r}; pick synthetic, digits or fmnist")

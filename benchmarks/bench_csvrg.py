@@ -2,7 +2,7 @@
 
     python benchmarks/bench_csvrg.py --repeats 3 [--json-out FILE]
 
-Data: UCI letter from Debian's r-cran-mlbench (``sodm_spark.datasets.load_letter``),
+Data: UCI letter from Debian's r-cran-mlbench (``sodm_spark.data.datasets.load_letter``),
 the binary task A-M vs N-Z, the first 16,000 rows for training and the last 4,000 for
 testing, standardized with the training rows' mean and deviation (16 features). Both methods
 get the same RBF gamma and ODM hyperparameters. The defaults are the best exact-ODM setting
@@ -24,7 +24,7 @@ from pathlib import Path
 
 from sodm_spark import ODMClassifier
 from sodm_spark.baselines.csvrg import CSVRGClassifier
-from sodm_spark.datasets import LETTER_TRAIN_ROWS, load_letter
+from sodm_spark.data.datasets import LETTER_TRAIN_ROWS, load_letter
 
 
 def timed_fit(make, X, y):

@@ -24,7 +24,7 @@ from sklearn.datasets import dump_svmlight_file
 sys.path.insert(0, str(Path(__file__).parent))
 from job_runs import submit  # noqa: E402
 
-from sodm_spark.datasets import DatasetUnavailable, load_dataset  # noqa: E402
+from sodm_spark.data.datasets import DatasetUnavailable, load_dataset  # noqa: E402
 
 DATASETS = ("fashion-mnist", "fashion-mnist-10", "letter", "satellite", "shuttle", "nonlinear")
 TUNE_GRID = "gamma=0.5,1,2 lam=1e3,1e4,1e5,1e6 theta=0.1,0.3 v=0.2,0.8"

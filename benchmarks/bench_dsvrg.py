@@ -4,7 +4,7 @@ the exact optimum, in one Spark session. A benchmark, not a test.
     python benchmarks/bench_dsvrg.py --problem dense    # 1,000,000 x 50 generated rows
     python benchmarks/bench_dsvrg.py --problem sparse   # LIBSVM file, 100,000+ feature columns
 
-The data are generated (sodm_spark.datasets.make_linear) and written once to --work-dir: dense
+The data are generated (sodm_spark.data.datasets.make_linear) and written once to --work-dir: dense
 as Parquet (an array column), sparse as a LIBSVM text file, read back by Spark (MLlib through
 its own libsvm/parquet readers, DSVRG through sodm_spark.spark.io, sparse rows staying CSR).
 "Time to LinearSVC's accuracy" is DSVRG's elapsed time (partitioning included, test scoring
@@ -22,10 +22,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from sklearn.datasets import dump_svmlight_file
 
-from sodm_spark.datasets import make_linear
+from sodm_spark.data.datasets import make_linear
 from sodm_spark.solvers.odm_primal import newton_primal
 from sodm_spark.solvers.svrg import primal_objective, svrg
-from sodm_spark.spark.dsvrg import DSVRGParams, fit_dsvrg
+from sodm_spark.spark.dsvrg.fit import DSVRGParams, fit_dsvrg
 from sodm_spark.spark.io import dataframe_to_blocks, read_blocks, read_libsvm_local
 from sodm_spark.spark.session import get_session
 

@@ -4,7 +4,7 @@ the ODM authors' C++ libodm — on real data in LIBSVM format. A benchmark, not 
     python benchmarks/bench_exact_odm.py --rows 5000,20000 --repeats 3 [--libodm-dir DIR]
 
 Without --train/--test it writes the binary Fashion-MNIST task (Debian's dataset-fashion-mnist,
-see sodm_spark.datasets) to LIBSVM files in --work-dir and reads them back. Every method gets
+see sodm_spark.data.datasets) to LIBSVM files in --work-dir and reads them back. Every method gets
 the same rows, the same numeric gamma and the same ODM hyperparameters (libodm's λ is half of
 ours); seconds are medians over --repeats runs; "fit s" excludes reading the file except for
 libodm, whose training binary parses the LIBSVM text itself (a few seconds at 20,000 rows).
@@ -23,8 +23,8 @@ from sklearn.datasets import dump_svmlight_file, load_svmlight_file
 from sklearn.svm import SVC
 
 from sodm_spark import ODMClassifier
-from sodm_spark.datasets import load_fashion_mnist
-from sodm_spark.kernels import resolve_gamma
+from sodm_spark.core.kernels import resolve_gamma
+from sodm_spark.data.datasets import load_fashion_mnist
 
 
 def default_files(work_dir: Path) -> tuple[Path, Path]:

@@ -3,7 +3,7 @@ non-centred LIBSVM file. A benchmark, not a test.
 
     python benchmarks/bench_linear_job.py --repeats 3          # 1,000,000 x 50 train, 100,000 test
 
-The data (sodm_spark.datasets.make_linear(centred=False): features uniform in [0, 1], classes
+The data (sodm_spark.data.datasets.make_linear(centred=False): features uniform in [0, 1], classes
 split at the cube's centre, 5% labels flipped; labels 0/1) are written once to --work-dir.
 "job" is ``spark-submit --master local[2] jobs/train_sodm.py --kernel linear --data F
 --test-data F`` with every default (intercept on); "job-no-intercept" adds ``--no-intercept``
@@ -32,7 +32,7 @@ def write_files(work_dir: Path, rows: int, test_rows: int, features: int, seed: 
     """Train and test LIBSVM files (written once; labels 0/1)."""
     from sklearn.datasets import dump_svmlight_file
 
-    from sodm_spark.datasets import make_linear
+    from sodm_spark.data.datasets import make_linear
 
     work_dir.mkdir(parents=True, exist_ok=True)
     stem = work_dir / f"linear_uncentred_{rows}x{features}_s{seed}"

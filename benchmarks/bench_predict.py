@@ -55,8 +55,8 @@ def write_parquet(X: np.ndarray, rows: int, path: Path, files: int = 8) -> None:
 def main() -> None:
     from sklearn.datasets import load_svmlight_file
 
-    from sodm_spark.compression import METHODS, compare
-    from sodm_spark.model import KernelExpansion
+    from sodm_spark.models.compression import METHODS, compare
+    from sodm_spark.models.expansion import KernelExpansion
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--work-dir", type=Path, default=Path.home() / ".cache" / "sodm_spark")

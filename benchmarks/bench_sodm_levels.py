@@ -24,11 +24,11 @@ import numpy as np
 from sklearn.svm import SVC
 
 from sodm_spark import ODMClassifier
-from sodm_spark.kernels import resolve_gamma
+from sodm_spark.core.kernels import resolve_gamma
 from sodm_spark.spark.io import read_blocks, read_libsvm_local
 from sodm_spark.spark.session import get_session
-from sodm_spark.spark.sodm import fit_sodm
-from sodm_spark.spark.sodm_params import SODMParams
+from sodm_spark.spark.sodm.fit import fit_sodm
+from sodm_spark.spark.sodm.params import SODMParams
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_exact_odm import default_files  # noqa: E402

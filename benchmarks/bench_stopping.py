@@ -10,7 +10,7 @@ Each (data set, seed) is one in-process run of the job (jobs/train_sodm.py, loca
 settings of conf/) with no hyperparameters (the default search), automatic levels,
 ``--no-auto-stop --test-every-level`` and ``--seed``: it solves every level down to level 0 and
 records each level's seconds, the validation rows it gets wrong (the held-out slice automatic
-stopping scores) and its test accuracy. The rule (:func:`sodm_spark.stopping.replay`: the
+stopping scores) and its test accuracy. The rule (:func:`sodm_spark.selection.stopping.replay`: the
 same StopRule and choose_level a fit with automatic stopping calls) is then replayed on those
 records. Per data set: the level the rule stopped after and the model it returned, the best
 level in hindsight by test accuracy, the accuracy lost against it, and the training seconds
@@ -30,10 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "jobs"))
 from bench_defaults import files_for  # noqa: E402
 import train_sodm  # noqa: E402
 
-from sodm_spark.datasets import DatasetUnavailable  # noqa: E402
+from sodm_spark.data.datasets import DatasetUnavailable  # noqa: E402
+from sodm_spark.selection.stopping import StopRule, replay  # noqa: E402
 from sodm_spark.spark.session import get_session  # noqa: E402
-from sodm_spark.spark.sodm_params import SODMParams  # noqa: E402
-from sodm_spark.stopping import StopRule, replay  # noqa: E402
+from sodm_spark.spark.sodm.params import SODMParams  # noqa: E402
 
 DATASETS = ("fashion-mnist", "fashion-mnist-10", "letter", "satellite", "shuttle", "nonlinear")
 # the ten-class split on 20,000 training rows: its level 0 solves ten duals of all rows at once

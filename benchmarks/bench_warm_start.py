@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from sodm_spark.column_stats import ColumnStats
-from sodm_spark.kernels import Kernel
+from sodm_spark.core.column_stats import ColumnStats
+from sodm_spark.core.kernels import Kernel
 from sodm_spark.solvers import solve_odm_dual
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -1,7 +1,8 @@
 """Write the data of the benchmarks at scale as Parquet: Fashion-MNIST grown by elastic
-deformations (the MNIST8M / infiMNIST recipe, :func:`sodm_spark.big_data.deformed_fashion_mnist`)
-or a low-dimensional table in raw units (:func:`sodm_spark.big_data.make_tabular`); or a sparse
-bag-of-words text set as LIBSVM files (:func:`sodm_spark.big_data.make_text`).
+deformations (the MNIST8M / infiMNIST recipe,
+:func:`sodm_spark.data.big_data.deformed_fashion_mnist`) or a low-dimensional table in raw units
+(:func:`sodm_spark.data.big_data.make_tabular`); or a sparse bag-of-words text set as LIBSVM
+files (:func:`sodm_spark.data.big_data.make_text`).
 
     python benchmarks/make_big_data.py --rows 600000 --out ~/.cache/sodm_spark/fmnist-600k
     python benchmarks/make_big_data.py --dataset tabular --rows 2000000 --out DIR
@@ -32,8 +33,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from sodm_spark.big_data import TEXT_CHUNK, deformed_fashion_mnist, make_tabular, make_text
-from sodm_spark.datasets import DatasetUnavailable, load_fashion_mnist
+from sodm_spark.data.big_data import TEXT_CHUNK, deformed_fashion_mnist, make_tabular, make_text
+from sodm_spark.data.datasets import DatasetUnavailable, load_fashion_mnist
 
 TABULAR_TEST_ROWS = 50_000
 

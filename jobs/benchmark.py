@@ -29,8 +29,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from sodm_spark.errors import SETTINGS, reported, run_job
-from sodm_spark.jobconf import check_output_paths, parse_with_defaults
+from sodm_spark.core.errors import SETTINGS, reported, run_job
+from sodm_spark.ops.jobconf import check_output_paths, parse_with_defaults
 
 
 def _names(text):
@@ -59,7 +59,7 @@ def _cache_mb(text):
 def parse_args(argv=None) -> argparse.Namespace:
     from sodm_spark.benchmarking.methods import METHODS, PARTITIONERS, describe_methods, \
         parse_names
-    from sodm_spark.datasets import DATASETS
+    from sodm_spark.data.datasets import DATASETS
 
     parser = argparse.ArgumentParser(prog="benchmark.py", description=__doc__.split("\n\n")[0],
                                      epilog="methods: " + describe_methods())
@@ -185,7 +185,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def main(argv=None) -> int:
-    """The job; a failure raises sodm_spark.errors.JobExit (its one line and exit code)."""
+    """The job; a failure raises sodm_spark.core.errors.JobExit (its one line and exit code)."""
     from sodm_spark.benchmarking.run import rewrite_reports, run_benchmark
 
     args = parse_args(argv)

@@ -13,7 +13,7 @@ id), `prediction` (the label) and `rawPrediction` (the scores), written to a tem
 directory beside --out and renamed into place when complete. The last line, and --metrics-out,
 give the rows scored, the seconds of the scoring job and rows/s. A bad row (found by a task, or
 by the check of text input's lines) or setting ends the job with one `error: ...` line and its
-kind's exit code, --out as it was (sodm_spark.errors; docs/operations.md, "When a job fails").
+kind's exit code, --out as it was (sodm_spark.core.errors; docs/operations.md, "When a job fails").
 """
 from __future__ import annotations
 
@@ -25,11 +25,11 @@ import time
 import uuid
 from pathlib import Path
 
-from sodm_spark.errors import SETTINGS, SettingsError, reported, run_job
-from sodm_spark.jobconf import check_output_paths, parse_with_defaults, write_outputs
-from sodm_spark.model import KernelExpansion
-from sodm_spark.storage import move_into_place
-from sodm_spark.scoring import PRECISIONS
+from sodm_spark.core.errors import SETTINGS, SettingsError, reported, run_job
+from sodm_spark.data.storage import move_into_place
+from sodm_spark.models.expansion import KernelExpansion
+from sodm_spark.models.scoring import PRECISIONS
+from sodm_spark.ops.jobconf import check_output_paths, parse_with_defaults, write_outputs
 from sodm_spark.spark.io import check_csv_cells, input_statuses, read_blocks, spark_read
 from sodm_spark.spark.predict import score_dataframe, start_python_workers
 from sodm_spark.spark.session import job_session
@@ -105,7 +105,7 @@ def report_progress(accumulator, started, every, stop):
 def score_and_write(frame, out: Path, args, rows) -> float:
     """Run the scoring job (writing ``out``) with a progress line every --progress-seconds;
     its seconds. A row the tasks refuse fails the job with the tasks' own message
-    (sodm_spark.errors)."""
+    (sodm_spark.core.errors)."""
     started = time.perf_counter()
     stop = threading.Event()
     ticker = threading.Thread(target=report_progress,
@@ -119,7 +119,7 @@ def score_and_write(frame, out: Path, args, rows) -> float:
 
 
 def main(argv=None) -> int:
-    """The job; a failure raises sodm_spark.errors.JobExit (its one line and exit code)."""
+    """The job; a failure raises sodm_spark.core.errors.JobExit (its one line and exit code)."""
     args = parse_args(argv)
     out = Path(args.out)
     with reported(value_errors=SETTINGS):

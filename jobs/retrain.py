@@ -10,7 +10,7 @@ moved atomically, so a crash at any point leaves the previous `latest` intact. E
 0 promoted (the only code after which `latest` changed); 1 kept the production model (the new
 one was worse by more than --max-drop); 3 another retrain holds the lock; a failure leaves
 `latest` as it was, prints a one-line reason on stderr and exits with its kind's code
-(sodm_spark.errors): 2 bad settings (flags, also the training flags after --; a --models-dir
+(sodm_spark.core.errors): 2 bad settings (flags, also the training flags after --; a --models-dir
 that is a file; levels the rows cannot fill), 4 unexpected (a bug or Spark failing; the trace
 goes to the log file), 5 bad input (no snapshot, malformed or non-finite data, a holdout with
 other features), 6 resources (memory, disk). A failure after `latest` moved (pruning old
@@ -27,12 +27,12 @@ from pathlib import Path
 import numpy as np
 
 import train_sodm
-from sodm_spark.errors import (EXIT_CODES, INPUT, InputError, JobExit, describe_failure,
-                               full_trace, reported)
-from sodm_spark.jobconf import add_verbose, check_output_paths, refuse_in_one_line
-from sodm_spark.model import KernelExpansion
-from sodm_spark.retrain import (KEPT, LOCKED, PROMOTED, USAGE, LockedError, ModelStore,
-                                RetrainLock, decide, newest_snapshot)
+from sodm_spark.core.errors import (EXIT_CODES, INPUT, InputError, JobExit, describe_failure,
+                                    full_trace, reported)
+from sodm_spark.models.expansion import KernelExpansion
+from sodm_spark.ops.jobconf import add_verbose, check_output_paths, refuse_in_one_line
+from sodm_spark.ops.retrain import (KEPT, LOCKED, PROMOTED, USAGE, LockedError, ModelStore,
+                                    RetrainLock, decide, newest_snapshot)
 from sodm_spark.spark.io import error_text, read_libsvm_local
 from sodm_spark.spark.session import collect_checked, job_session
 

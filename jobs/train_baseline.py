@@ -18,17 +18,16 @@ import time
 import numpy as np
 from sklearn.datasets import make_friedman1
 
-from sodm_spark.datasets import make_nonlinear
-from sodm_spark.errors import SETTINGS, reported, run_job
-from sodm_spark.jobconf import (check_output_paths, gamma_arg, parse_with_defaults,
-                                write_outputs)
-from sodm_spark.kernels import Kernel, gamma_value
-from sodm_spark.model import KernelExpansion
+from sodm_spark.core.errors import SETTINGS, reported, run_job
+from sodm_spark.core.kernels import Kernel, gamma_value
+from sodm_spark.core.validation import check_two_classes
+from sodm_spark.data.datasets import make_nonlinear
+from sodm_spark.models.expansion import KernelExpansion
+from sodm_spark.ops.jobconf import check_output_paths, gamma_arg, parse_with_defaults, write_outputs
 from sodm_spark.spark.io import read_blocks, read_libsvm_local
 from sodm_spark.spark.session import collect_checked, job_session, numpy_to_blocks
 from sodm_spark.spark.single import ESTIMATORS, fit_coreset_svm_partitioned, fit_in_one_task
-from sodm_spark.spark.sodm_prepare import checked_classes, row_count_and_variance
-from sodm_spark.validation import check_two_classes
+from sodm_spark.spark.sodm.prepare import checked_classes, row_count_and_variance
 
 # flag (argparse dest) -> estimator parameter, per method; flags left at None are not passed
 METHOD_PARAMS = {
@@ -163,7 +162,7 @@ def test_metrics(model: KernelExpansion, test, regression: bool) -> dict:
 
 
 def main(argv=None) -> int:
-    """The job; a failure raises sodm_spark.errors.JobExit (its one line and exit code)."""
+    """The job; a failure raises sodm_spark.core.errors.JobExit (its one line and exit code)."""
     args = parse_args(argv)
     with reported(value_errors=SETTINGS):
         check_output_paths({"--model-out": args.model_out}, {"--metrics-out": args.metrics_out})

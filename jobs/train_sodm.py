@@ -5,13 +5,13 @@
         --model-out models/sodm --metrics-out metrics.json
 
 Without --data it trains on a built-in, seeded, generated nonlinear data set
-(sodm_spark.datasets.make_nonlinear: 60,000 training and 10,000 test rows; with
---kernel linear, sodm_spark.datasets.make_linear). With --kernel linear the job runs DSVRG
+(sodm_spark.data.datasets.make_nonlinear: 60,000 training and 10,000 test rows; with
+--kernel linear, sodm_spark.data.datasets.make_linear). With --kernel linear the job runs DSVRG
 (SODM Algorithm 2) on the primal instead of the kernel levels. LIBSVM input stays sparse (CSR)
 unless at least half its cells hold a value, for DSVRG and for the kernel levels alike (their
 kernel blocks are then sparse products; --scale minmax divides each column by its largest
 magnitude instead, so zeros stay zeros); only the laplacian kernel needs dense rows. A bad input
-or setting ends the job with one `error: ...` line and its kind's exit code (sodm_spark.errors;
+or setting ends the job with one `error: ...` line and its kind's exit code (sodm_spark.core.errors;
 docs/operations.md, "When a job fails").
 """
 from __future__ import annotations
@@ -24,25 +24,25 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse
 
-from sodm_spark.datasets import make_linear, make_nonlinear
-from sodm_spark.spark.dsvrg import DSVRGParams
+from sodm_spark.core.errors import SETTINGS, reported, run_job
+from sodm_spark.core.validation import check_two_classes, shown_classes
+from sodm_spark.data.datasets import make_linear, make_nonlinear
+from sodm_spark.models.compression import AUTO_ABOVE, AUTO_POINTS, METHODS as COMPRESSION_METHODS
+from sodm_spark.ops.jobconf import check_output_paths, gamma_arg, parse_with_defaults, write_outputs
+from sodm_spark.selection.stopping import ENTRY_COST, VALIDATION_WORK
+from sodm_spark.selection.tuning import DEFAULT_SEARCH_GRID_TEXT, SEARCH_PARTITION_ROWS, ParamGrid
+from sodm_spark.selection.tuning_report import point_line, table, write_report
+from sodm_spark.spark.dsvrg.fit import DSVRGParams
 from sodm_spark.spark.io import check_blocks, read_blocks, read_libsvm_local
-from sodm_spark.spark.session import job_session, numpy_to_blocks, collect_blocks
-from sodm_spark.spark.sodm_params import PARTITIONERS, PERSIST, SODMParams
-from sodm_spark.spark.sodm_prepare import checked_classes
+from sodm_spark.spark.memory import check_collectable, check_fit_resources, executor_memory
+from sodm_spark.spark.partitioning import PARTITIONERS
+from sodm_spark.spark.session import PERSIST, collect_blocks, job_session, numpy_to_blocks
+from sodm_spark.spark.sodm.params import SODMParams
+from sodm_spark.spark.sodm.plan import (KERNEL_BOUND_FEATURES, TOP_PARTITION_ROWS, auto_level_count,
+                                        check_levels_fit_rows, kernel_mb)
+from sodm_spark.spark.sodm.prepare import checked_classes
 from sodm_spark.spark.train import (Progress, Search, check_classes, fit_params, sodm_params,
                                     train as train_on_spark)
-from sodm_spark.tuning import DEFAULT_SEARCH_GRID_TEXT, SEARCH_PARTITION_ROWS, ParamGrid
-from sodm_spark.compression import AUTO_ABOVE, AUTO_POINTS, METHODS as COMPRESSION_METHODS
-from sodm_spark.spark.memory import check_collectable, check_fit_resources, executor_memory
-from sodm_spark.spark.plan import (KERNEL_BOUND_FEATURES, TOP_PARTITION_ROWS, auto_level_count,
-                                   check_levels_fit_rows, kernel_mb)
-from sodm_spark.stopping import ENTRY_COST, VALIDATION_WORK
-from sodm_spark.tuning_report import point_line, table, write_report
-from sodm_spark.errors import SETTINGS, reported, run_job
-from sodm_spark.jobconf import (check_output_paths, gamma_arg, parse_with_defaults,
-                                write_outputs)
-from sodm_spark.validation import check_two_classes, shown_classes
 
 DEFAULT_ROWS, DEFAULT_TEST_ROWS = 60000, 10000
 
@@ -516,7 +516,7 @@ def check_settings(args) -> None:
 
 
 def main(argv=None, prog="train_sodm.py", description=None, tune_only=False) -> int:
-    """The job; a failure raises sodm_spark.errors.JobExit (its one line and exit code)."""
+    """The job; a failure raises sodm_spark.core.errors.JobExit (its one line and exit code)."""
     args = parse_args(argv, prog, description, tune_only)
     with reported(value_errors=SETTINGS):
         check_settings(args)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 
 import train_sodm
-from sodm_spark.errors import run_job
+from sodm_spark.core.errors import run_job
 
 
 def main(argv=None) -> int:

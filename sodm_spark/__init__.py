@@ -13,26 +13,26 @@ short names (full entries in docs/design.md §9):
 - *the coreset SVM paper*: "Small Coresets to Represent Large Training Data for Support Vector
   Machines" (anonymous authors, a manuscript under double-blind review).
 
-The layers, top to bottom (an import only ever runs downwards; numerics never import Spark):
+The package is folders, one concept each; the layers, top to bottom (an import only ever runs
+downwards; nothing below :mod:`.spark` imports Spark; docs/design.md §5):
 
 - ``jobs/`` (outside the package): thin argparse front-ends for ``spark-submit``.
-- :mod:`.benchmarking`: every method and its peers side by side (``jobs/benchmark.py``).
-- :mod:`.ml` (+ :mod:`.ml_persistence`): ``SODMClassifier``, the pyspark.ml Estimator/Model.
-  :mod:`.retrain`, :mod:`.jobconf`, :mod:`.cluster`: scheduled retraining, the jobs' TOML
-  defaults, the loopback standalone cluster.
-- :mod:`.spark`: the Spark layer, moving numpy blocks between tasks: ``io/`` (files and
-  DataFrames to blocks), the SODM levels, DSVRG, one-task comparators, tuning, batch scoring.
-- :mod:`.sklearn` (``ODMClassifier``) and :mod:`.baselines` (the comparators, numerics beside
-  each estimator), sharing :mod:`.estimator_inputs` (the scikit-learn fit preamble).
-- Numerics, pure numpy/numba: :mod:`.solvers` (the product's ODM and SVRG solvers),
-  :mod:`.partition` (landmarks, strata, k-means), :mod:`.model` (``KernelExpansion``),
-  :mod:`.compression` and :mod:`.scoring` (serving), :mod:`.stopping` (the stop rule),
-  :mod:`.tuning` (+ :mod:`.tuning_report`), :mod:`.datasets` (named data sets and generators),
-  :mod:`.formats` (text parsers).
-- Foundations: :mod:`.kernels` (GEMM kernel blocks), :mod:`.sparse_rows` (dense or CSR rows,
-  the sparse products of their kernel blocks), :mod:`.column_stats` (per-column statistics,
-  the feature scaling), :mod:`.validation` (input checks and their messages), :mod:`.storage`
-  (versioned model folders), :mod:`.resources` (memory).
+- :mod:`.benchmarking`: every method and its peers side by side (``jobs/benchmark.py``);
+  :mod:`.ops`: the jobs' TOML defaults, scheduled retraining, the loopback standalone cluster
+  (``python -m sodm_spark.cluster``, the one module beside the folders).
+- :mod:`.estimators`: ``SODMClassifier`` (pyspark.ml) and ``ODMClassifier`` (scikit-learn).
+- :mod:`.spark`: the Spark layer, moving numpy blocks between tasks: ``sodm/`` (Algorithm 1,
+  the levels) and ``dsvrg/`` (Algorithm 2) over the shared ``io/`` (files and DataFrames to
+  blocks), ``partitioning.py`` (rows dealt into partitions), sessions and memory; one-task
+  comparators, tuning, batch scoring.
+- :mod:`.baselines`: the comparators, numerics beside each estimator.
+- :mod:`.models` (``KernelExpansion``, compression, scoring) and :mod:`.selection` (the stop
+  rule, the hyperparameter search).
+- :mod:`.solvers` (the product's ODM and SVRG solvers), :mod:`.partition` (landmarks, strata,
+  k-means) and :mod:`.data` (named data sets and generators, text parsers, versioned model
+  folders).
+- :mod:`.core`: the foundations: GEMM kernel blocks, dense or CSR rows, per-column statistics
+  and the feature scaling, input checks, how a job fails, memory.
 
 The public classes are imported lazily, so that Spark's Python workers, which import
 ``sodm_spark.solvers`` and friends, do not pay for scikit-learn or pyspark.ml imports.
@@ -40,8 +40,9 @@ The public classes are imported lazily, so that Spark's Python workers, which im
 from importlib import import_module
 
 __version__ = "0.1.0"
-_PUBLIC = {"ODMClassifier": "sodm_spark.sklearn", "SODMClassifier": "sodm_spark.ml",
-           "SODMClassificationModel": "sodm_spark.ml",
+_PUBLIC = {"ODMClassifier": "sodm_spark.estimators.sklearn",
+           "SODMClassifier": "sodm_spark.estimators.ml",
+           "SODMClassificationModel": "sodm_spark.estimators.ml",
            "CSVRGClassifier": "sodm_spark.baselines.csvrg",
            "CVMClassifier": "sodm_spark.baselines.cvm",
            "CVRRegressor": "sodm_spark.baselines.cvm",

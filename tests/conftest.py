@@ -12,7 +12,7 @@ def make_problem(m=60, d=5, seed=0, noise=0.5):
 
 @pytest.fixture(scope="session", autouse=True)
 def jobs_log_file(tmp_path_factory):
-    """Jobs a test starts log (sodm_spark.errors.log_file, conf/log4j2.properties) into a
+    """Jobs a test starts log (sodm_spark.core.errors.log_file, conf/log4j2.properties) into a
     temporary directory, not into logs/ of the working directory."""
     import os
 
@@ -51,7 +51,7 @@ def model_files(path):
     """The folder holding a saved model directory's current files (its newest version)."""
     from pathlib import Path
 
-    from sodm_spark.storage import LocalStore, resolve_version
+    from sodm_spark.data.storage import LocalStore, resolve_version
 
     folder = resolve_version(LocalStore(), str(path), "metadata.json") or \
         resolve_version(LocalStore(), str(path), "metadata")

@@ -6,17 +6,17 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from sodm_spark.resources import share_per_task
+from sodm_spark.core.resources import share_per_task
+from sodm_spark.selection.stopping import (REACHED_STOP_LEVEL, SMALL_IMPROVEMENT, TIME_BUDGET,
+                                           LevelCost, StopRule, best_level, choose_level,
+                                           holdout_mask, paired_gain, predict_seconds,
+                                           predicted_gain, replay, validation_share, work_per_core)
 from sodm_spark.solvers.kernel_rows import solver_memory_mb
 from sodm_spark.spark.memory import (ExecutorMemory, MemoryBudgetError, executor_memory,
                                      level_cache_mb)
 from sodm_spark.spark.session import numpy_to_blocks
-from sodm_spark.spark.sodm import fit_sodm
-from sodm_spark.spark.sodm_params import SODMParams
-from sodm_spark.stopping import (REACHED_STOP_LEVEL, SMALL_IMPROVEMENT, TIME_BUDGET, LevelCost,
-                                 StopRule, best_level, choose_level, holdout_mask, paired_gain,
-                                 predict_seconds, predicted_gain, replay,
-                                 validation_share, work_per_core)
+from sodm_spark.spark.sodm.fit import fit_sodm
+from sodm_spark.spark.sodm.params import SODMParams
 
 from conftest import make_problem
 
@@ -38,7 +38,7 @@ def test_a_level_shares_the_executor_memory_among_the_tasks_that_run_at_once():
 
 
 def test_local_mode_budget_is_the_ram_less_the_driver_heap_over_running_tasks(spark):
-    from sodm_spark.resources import RESERVE_MB, physical_memory_mb, size_mb
+    from sodm_spark.core.resources import RESERVE_MB, physical_memory_mb, size_mb
 
     sc = spark.sparkContext
     memory = executor_memory(sc)
@@ -342,7 +342,7 @@ def test_too_few_rows_left_after_the_hold_out_names_it(spark):
 
 
 def test_memory_readings_and_spark_size_strings():
-    from sodm_spark.resources import available_memory_mb, physical_memory_mb, size_mb
+    from sodm_spark.core.resources import available_memory_mb, physical_memory_mb, size_mb
 
     assert 0 < available_memory_mb() <= physical_memory_mb()
     assert [size_mb(text) for text in ("2g", "512m", "1024k", "100", "1t", "3gb")] == \

@@ -5,7 +5,7 @@ scikit-learn's LIBSVM reader, the brute-force ODM dual of ``reference.py``, a ±
 refused; a refusal's message must say what is wrong, where (file, line, row, column, flag) and
 what to do, and each of the three is asserted separately.
 
-Decisions taken here (see sodm_spark.validation.MAX_ABS_VALUE for the numbers):
+Decisions taken here (see sodm_spark.core.validation.MAX_ABS_VALUE for the numbers):
 
 * |value| > 1e100 is refused naming the row: kernels square the features and 1e300 overflows
   to inf - inf = NaN (an RBF block, the variance of gamma='scale'); rescaling inside would
@@ -18,7 +18,7 @@ Decisions taken here (see sodm_spark.validation.MAX_ABS_VALUE for the numbers):
   numeric labels and say so.
 
 The last section runs jobs/train_sodm.py and jobs/predict.py as a user does, one bad input or
-setting each: its exit code (sodm_spark.errors), exactly one ``error:`` line, no Python or
+setting each: its exit code (sodm_spark.core.errors), exactly one ``error:`` line, no Python or
 Java trace on the console, and the outputs of earlier runs untouched.
 """
 import gzip
@@ -36,8 +36,8 @@ from sklearn.datasets import dump_svmlight_file, load_svmlight_file
 from sklearn.svm import SVC
 
 from sodm_spark import CoresetSVMClassifier, CSVRGClassifier, ODMClassifier
-from sodm_spark.errors import INPUT, RESOURCES, SETTINGS
-from sodm_spark.model import KernelExpansion
+from sodm_spark.core.errors import INPUT, RESOURCES, SETTINGS
+from sodm_spark.models.expansion import KernelExpansion
 from sodm_spark.spark.io import check_blocks, read_blocks, read_libsvm_local
 from sodm_spark.spark.single import build_estimator
 
@@ -669,7 +669,7 @@ JobCase = namedtuple("JobCase", "id job argv kind message kept runs")
 kind (its exit code), ``message`` a regex of its one ``error:`` line, ``kept(files)`` the
 outputs already in place that it must leave as they were. ``runs``: "python" (a process of its
 own, refused before Spark starts), "spark-submit" (a Spark application of its own, whose
-console is the user's), or "in-process" (the job's entry point, sodm_spark.errors.run_job,
+console is the user's), or "in-process" (the job's entry point, sodm_spark.core.errors.run_job,
 inside this test process and its Spark session, the console read from the file descriptors:
 for refusals on the driver, where no task fails; a Spark start per case would take the matrix
 past its time)."""
@@ -824,7 +824,7 @@ def run_as_user(case, argv, cwd):
 @pytest.mark.parametrize("case", job_cases())
 def test_a_job_fails_with_its_exit_code_one_error_line_and_nothing_lost(case, job_files,
                                                                         tmp_path, request):
-    from sodm_spark.errors import EXIT_CODES, run_job
+    from sodm_spark.core.errors import EXIT_CODES, run_job
 
     argv = [str(arg) for arg in case.argv(job_files)]
     kept = {str(path): contents(path) for path in case.kept(job_files)}

@@ -13,8 +13,8 @@ from sodm_spark import ODMClassifier
 from sodm_spark.benchmarking import budget, report
 from sodm_spark.benchmarking.plots import plot_seconds_vs_rows, plot_speedup_vs_cores
 from sodm_spark.benchmarking.scaling import levels_for_rows, speedups
-from sodm_spark.datasets import DatasetUnavailable, load_dataset
-from sodm_spark.kernels import resolve_gamma
+from sodm_spark.core.kernels import resolve_gamma
+from sodm_spark.data.datasets import DatasetUnavailable, load_dataset
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "jobs"))
@@ -304,7 +304,7 @@ def test_multiclass_data_run_the_multiclass_methods_and_skip_the_binary_ones(spa
     assert "two classes only" in rows[("dsvrg", None)]["note"]
 
     # the same split as the job (seeded hold-out), references fitted on the raw labels
-    from sodm_spark.datasets import seeded_split as _seeded_split
+    from sodm_spark.data.datasets import seeded_split as _seeded_split
     X_train, y_train, X_test, y_test = _seeded_split(X, y.astype(float), 270, 4)
     gamma = resolve_gamma("scale", X_train)
     assert document["gamma"] == pytest.approx(gamma)
@@ -384,7 +384,7 @@ def test_xgboost_peers_on_three_classes(spark, tmp_path):
                            "--methods", "xgboost,xgboost-spark", "--xgb-trees", "20",
                            "--xgb-depth", "3", "--out-dir", str(out)]) == 0
     rows = {r["method"]: r for r in json.loads((out / "benchmark.json").read_text())["results"]}
-    from sodm_spark.datasets import seeded_split as _seeded_split
+    from sodm_spark.data.datasets import seeded_split as _seeded_split
     X_train, y_train, X_test, y_test = _seeded_split(X, y.astype(float), 270, 4)
     classes = np.unique(y_train)
     trees = xgboost.XGBClassifier(tree_method="hist", n_estimators=20, max_depth=3,

@@ -4,12 +4,13 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from sodm_spark import ODMClassifier, compression
-from sodm_spark.big_data import make_tabular
-from sodm_spark.compression import (METHODS, compare, compress, fit_coefficients,
-                                    principal_projection)
-from sodm_spark.kernels import Kernel
-from sodm_spark.model import KernelExpansion
+from sodm_spark import ODMClassifier
+from sodm_spark.core.kernels import Kernel
+from sodm_spark.data.big_data import make_tabular
+from sodm_spark.models import compression
+from sodm_spark.models.compression import (METHODS, compare, compress, fit_coefficients,
+                                           principal_projection)
+from sodm_spark.models.expansion import KernelExpansion
 
 from conftest import make_problem
 

@@ -16,7 +16,7 @@ from sodm_spark.baselines.coreset_svm_solver import (build_coreset, merge_and_re
                                                      sample_coreset, sensitivity_bounds,
                                                      solve_weighted_svm, svm_objective,
                                                      uniform_coreset)
-from sodm_spark.kernels import Kernel
+from sodm_spark.core.kernels import Kernel
 
 
 def imbalanced_problem(seed=0, n=2000, n_minority=40, n_flipped=10, d=3):
@@ -355,7 +355,7 @@ def test_bad_input_is_refused_with_a_clear_message(call, message):
 
 def test_classifier_model_is_a_saved_and_reloaded_kernel_expansion(tmp_path):
     from sodm_spark.baselines.coreset_svm import CoresetSVMClassifier
-    from sodm_spark.model import KernelExpansion
+    from sodm_spark.models.expansion import KernelExpansion
 
     rng = np.random.default_rng(4)
     X = rng.normal(size=(400, 3))

@@ -8,14 +8,14 @@ from sklearn.svm import LinearSVC
 from conftest import make_problem
 from sodm_spark.baselines.csvrg import CSVRGClassifier
 from sodm_spark.baselines.csvrg_solver import build_coreset, csvrg
-from sodm_spark.kernels import Kernel
-from sodm_spark.model import KernelExpansion
-from sodm_spark.sklearn import ODMClassifier
+from sodm_spark.core.kernels import Kernel
+from sodm_spark.estimators.sklearn import ODMClassifier
+from sodm_spark.models.expansion import KernelExpansion
 from sodm_spark.solvers import solve_odm_dual
 
 
 def rbf(A, B, gamma):
-    """Plain numpy RBF kernel (independent of sodm_spark.kernels)."""
+    """Plain numpy RBF kernel (independent of sodm_spark.core.kernels)."""
     return np.exp(-gamma * ((A[:, None, :] - B[None, :, :]) ** 2).sum(-1))
 
 
@@ -191,7 +191,7 @@ def test_bad_data_is_refused():
 
 
 def test_letter_loader(tmp_path):
-    from sodm_spark.datasets import load_letter
+    from sodm_spark.data.datasets import load_letter
 
     with pytest.raises(FileNotFoundError, match="r-cran-mlbench"):
         load_letter(data_dir=tmp_path)

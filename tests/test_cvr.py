@@ -19,8 +19,8 @@ from sklearn.utils.estimator_checks import check_estimator
 from sodm_spark.baselines.cvm import (CVMClassifier, CVRRegressor, mean_relative_error,
                                       rmse_over_max)
 from sodm_spark.baselines.cvm_solver import solve_l2_svm, solve_l2_svr
-from sodm_spark.kernels import Kernel
-from sodm_spark.model import KernelExpansion
+from sodm_spark.core.kernels import Kernel
+from sodm_spark.models.expansion import KernelExpansion
 
 from conftest import make_problem
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sodm_spark.datasets import FASHION_MNIST_DIR, load_fashion_mnist
+from sodm_spark.data.datasets import FASHION_MNIST_DIR, load_fashion_mnist
 
 ROOT = Path(__file__).resolve().parents[1]
 

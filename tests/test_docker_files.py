@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from sodm_spark.cluster import health, main as cluster_cli
+from sodm_spark.ops.cluster import health, main as cluster_cli
 
 yaml = pytest.importorskip("yaml", reason="pip install pyyaml (in the test extra)")
 

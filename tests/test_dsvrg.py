@@ -3,11 +3,11 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from sodm_spark.kernels import Kernel
+from sodm_spark.core.kernels import Kernel
 from sodm_spark.solvers import solve_odm_dual
 from sodm_spark.solvers.odm_primal import newton_primal
 from sodm_spark.solvers.svrg import primal_objective, svrg
-from sodm_spark.spark.dsvrg import DSVRGParams, fit_dsvrg
+from sodm_spark.spark.dsvrg.fit import DSVRGParams, fit_dsvrg
 from sodm_spark.spark.io import Block
 from sodm_spark.spark.session import numpy_to_blocks
 
@@ -53,7 +53,7 @@ def test_dsvrg_with_intercept_reaches_the_exact_primal_on_uncentred_rows(spark, 
     """Rows in [2, 3]^12 split at the cube's centre: DSVRG (steps on centred rows) reaches
     the exact primal objective with the unpenalized bias within 1e-3, the model carries the
     intercept through save/load, and the same fit without a bias is visibly worse."""
-    from sodm_spark.model import KernelExpansion
+    from sodm_spark.models.expansion import KernelExpansion
     rng = np.random.default_rng(8)
     X = 2.0 + rng.random((900, 12))
     y = np.where((X - 2.5) @ rng.normal(size=12) + 0.05 * rng.normal(size=900) > 0, 1.0, -1.0)
@@ -165,7 +165,7 @@ def test_resident_blocks_give_the_same_w_as_reading_the_rdd(spark, linear_data, 
 
 def test_a_block_resident_for_another_fit_or_with_other_rows_is_not_used(tmp_path,
                                                                          monkeypatch):
-    from sodm_spark.spark import dsvrg_blocks as dsvrg
+    from sodm_spark.spark.dsvrg import blocks as dsvrg
 
     monkeypatch.setattr(dsvrg, "_resident_root", lambda: str(tmp_path))
     rng = np.random.default_rng(0)
@@ -230,7 +230,7 @@ def test_turns_over_several_input_partitions_give_the_same_w(spark, linear_data)
 def test_csr_blocks_without_zeros_are_solved_dense(spark):
     """A CSR block at least half full is stacked dense (io.DENSE_FROM_DENSITY): the fit
     from CSR rows with no zeros is then the fit from the same dense rows, bit for bit."""
-    from sodm_spark.spark.dsvrg_blocks import _dense_if_full
+    from sodm_spark.spark.dsvrg.blocks import _dense_if_full
     rng = np.random.default_rng(12)
     X = 1.0 + rng.random((400, 6))
     y = np.where(X @ rng.normal(size=6) > np.median(X @ rng.normal(size=6)), 1.0, -1.0)
@@ -248,7 +248,7 @@ def test_csr_blocks_without_zeros_are_solved_dense(spark):
 def test_input_chunks_are_named_by_their_rows_not_by_where_spark_put_them():
     """Keys (seeds, round-robin order) follow the rows: the same blocks give the same keyed
     chunks whether Spark hands them over in one task or in several, in any order."""
-    from sodm_spark.spark.dsvrg_blocks import CHUNK_BYTES, input_chunks as _input_chunks
+    from sodm_spark.spark.dsvrg.blocks import CHUNK_BYTES, input_chunks as _input_chunks
     from sodm_spark.spark.io import Block
 
     rng = np.random.default_rng(0)

@@ -1,13 +1,13 @@
-"""How a job fails (sodm_spark.errors): kinds and exit codes, errors marked inside real Spark
+"""How a job fails (sodm_spark.core.errors): kinds and exit codes, errors marked inside real Spark
 tasks and found again on the driver, one line on the console, the trace of an unexpected
 failure in the log file. The jobs' own bad-input matrix is in test_bad_inputs.py."""
 import re
 
 import pytest
 
-from sodm_spark.errors import (EXIT_CODES, INPUT, INTERNAL, RESOURCES, SETTINGS, InputError,
-                               JobExit, SettingsError, failure_of, reported, reported_to_driver,
-                               run_job)
+from sodm_spark.core.errors import (EXIT_CODES, INPUT, INTERNAL, RESOURCES, SETTINGS, InputError,
+                                    JobExit, SettingsError, failure_of, reported,
+                                    reported_to_driver, run_job)
 
 
 def test_every_kind_has_its_own_code_apart_from_retrains_outcomes():

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from sodm_spark.kernels import Kernel
-from sodm_spark.model import KernelExpansion
+from sodm_spark.core.kernels import Kernel
+from sodm_spark.models.expansion import KernelExpansion
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "jobs"))

@@ -11,10 +11,9 @@ import pytest
 import scipy.sparse
 from numba import njit
 
-from sodm_spark.formats.decimal import parse_decimal
-from sodm_spark.formats.libsvm import (
-    LineProblem, csr_to_dense, parse_libsvm_line, parse_libsvm_text,
-)
+from sodm_spark.data.formats.decimal import parse_decimal
+from sodm_spark.data.formats.libsvm import (LineProblem, csr_to_dense, parse_libsvm_line,
+                                            parse_libsvm_text)
 
 
 @njit(cache=True)

@@ -1,4 +1,4 @@
-"""TOML job defaults (sodm_spark.jobconf): the file's values, flags over them, a typo refused,
+"""TOML job defaults (sodm_spark.ops.jobconf): the file's values, flags over them, a typo refused,
 and the ``config:`` line a training job prints."""
 import json
 import sys
@@ -57,7 +57,7 @@ def test_the_training_job_prints_the_config_it_ran_with(spark, tmp_path, capsys)
 
 
 def test_outputs_that_could_not_be_written_are_refused_before_the_work(tmp_path):
-    from sodm_spark.jobconf import check_output_paths
+    from sodm_spark.ops.jobconf import check_output_paths
 
     existing = tmp_path / "taken"
     existing.write_text("keep me")

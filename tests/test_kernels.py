@@ -4,7 +4,7 @@ from sklearn.metrics.pairwise import (laplacian_kernel, linear_kernel, polynomia
                                       rbf_kernel)
 from sklearn.svm import SVC
 
-from sodm_spark.kernels import Kernel, decision_values, iter_kernel_blocks, kernel_matrix
+from sodm_spark.core.kernels import Kernel, decision_values, iter_kernel_blocks, kernel_matrix
 
 rng = np.random.default_rng(1)
 X = rng.normal(size=(37, 6))

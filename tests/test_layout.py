@@ -1,11 +1,18 @@
-"""The package layout docs/design.md and the package docstrings promise.
+"""The package layout docs/design.md §5 and the package docstrings promise.
 
-Read from the files, not imported: each module named in the table of docs/design.md §5 ("Layers
-of the package") exists and each module is named there; numerics never import Spark; no import
-runs up a layer; modules read in one sitting (about 400 lines) or say in their docstring why not.
+Read from the files, not imported (but for one test, which imports what Spark's workers import
+in a fresh interpreter): the top of the package holds folders only, besides ``__init__.py`` and
+the ``cluster.py`` that keeps ``python -m sodm_spark.cluster``; the folders are layers
+(:data:`LAYERS`) and no import runs up a layer, nor between SODM and DSVRG inside ``spark/``;
+nothing below the Spark layer imports Spark; each module named in the table of docs/design.md
+§5 exists and each module is named there; modules read in one sitting (about 400 lines) or say
+in their docstring why not.
 """
 import ast
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,19 +26,39 @@ def _relative(path: Path) -> str:
 
 
 MODULES = sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
+FOLDERS = sorted(p for p in PACKAGE.iterdir() if p.is_dir() and any(p.rglob("*.py")))
+# What sits beside the folders: the package and the `python -m sodm_spark.cluster` name of
+# ops/cluster.py (docker/docker-compose.yml's health checks, the guides).
+TOP_LEVEL_FILES = ["__init__.py", "cluster.py"]
 
-# Packages whose modules must never import Spark (docs/design.md §5: numerics free of Spark).
-# (storage.py is not among them: it reaches hdfs:// and other URIs through the running
-# Spark session's Hadoop FileSystem, imported only when such a path is given.)
-SPARK_FREE = ("solvers", "partition", "formats", "baselines", "kernels.py", "model.py",
-              "validation.py", "datasets.py", "compression.py", "scoring.py", "stopping.py",
-              "tuning.py", "estimator_inputs.py", "sklearn.py", "sparse_rows.py",
-              "column_stats.py", "big_data.py")
-# Lower layers never import the layers above them.
-UPWARD = {"spark": ("sodm_spark.ml", "sodm_spark.benchmarking"),
-          "solvers": ("sodm_spark.spark", "sodm_spark.baselines", "sodm_spark.sklearn",
-                      "sodm_spark.ml", "sodm_spark.benchmarking"),
-          "baselines": ("sodm_spark.spark", "sodm_spark.ml", "sodm_spark.benchmarking")}
+# The layers, bottom to top: a module imports its own folder and the folders of lower layers,
+# never a folder of its own layer or above.
+LAYERS = (("core",),
+          ("solvers", "partition", "data"),
+          ("models", "selection"),
+          ("baselines",),
+          ("spark",),
+          ("estimators",),
+          ("ops", "benchmarking"))
+LAYER = {folder: rank for rank, folders in enumerate(LAYERS) for folder in folders}
+# The one import that runs up the layers, lazily: a model path with a scheme (hdfs://, s3a://)
+# is reached through the running Spark session's Hadoop FileSystem, imported only when such a
+# path is given.
+UPWARD_EXCEPTIONS = {"data/storage.py": ("sodm_spark.spark.hadoop_store",)}
+
+# Folders that never import Spark (docs/design.md §5): every layer below spark/. And the
+# scikit-learn estimator, which sits above it.
+SPARK_FREE = ("core", "solvers", "partition", "data", "models", "selection", "baselines")
+SPARK_FREE_MODULES = ("estimators/sklearn.py",)
+
+# Inside spark/: train.py and tune.py over the two algorithms, over the shared modules.
+SPARK_ENTRY = ("spark.train", "spark.tune")
+SPARK_ALGORITHMS = ("spark.sodm", "spark.dsvrg")
+
+# What Spark's Python workers import to run our tasks: never scikit-learn or pyspark.ml.
+WORKER_IMPORTS = ("sodm_spark.solvers.odm_dcd", "sodm_spark.solvers.odm_multiclass",
+                  "sodm_spark.solvers.svrg", "sodm_spark.partition", "sodm_spark.models.scoring",
+                  "sodm_spark.models.expansion", "sodm_spark.core.kernels")
 MAX_LINES = 420  # "about 400"
 
 
@@ -48,6 +75,16 @@ def _imports(path: Path):
             yield from (f"{name}.{alias.name}" for alias in node.names)
 
 
+def _folder(relative: str) -> str:
+    return relative.split("/")[0]
+
+
+def _spark_part(name: str) -> str:
+    """``spark.sodm`` for sodm_spark.spark.sodm.fit (or spark/sodm/fit.py), ``spark.train``
+    for spark/train.py, ``spark.io`` for spark/io/arrow.py."""
+    return ".".join(name.removesuffix(".py").replace("/", ".").split(".")[:2])
+
+
 DESIGN = ROOT / "docs" / "design.md"
 LAYERS_HEADING = "## 5. Layers of the package"
 
@@ -56,6 +93,22 @@ def _what_is_here() -> str:
     """The section of docs/design.md that names every module (the README links to it)."""
     text = DESIGN.read_text()
     return text.split(LAYERS_HEADING, 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_top_of_the_package_holds_folders_only():
+    files = sorted(p.name for p in PACKAGE.iterdir() if p.is_file() and p.suffix == ".py")
+    assert files == TOP_LEVEL_FILES, "a module beside the folders: move it into one"
+    assert {folder.name for folder in FOLDERS} == set(LAYER), \
+        "every folder of sodm_spark/ is a layer of LAYERS (and docs/design.md §5)"
+    for folder in {p.parent for p in MODULES}:
+        assert (folder / "__init__.py").is_file(), f"{folder} is not a package"
+
+
+def test_the_cluster_module_is_the_command_line_of_ops_cluster_only():
+    shim = PACKAGE / "cluster.py"
+    assert {name for name in _imports(shim) if name.startswith("sodm_spark")} <= {
+        "sodm_spark.ops.cluster", "sodm_spark.ops.cluster.*", "sodm_spark.ops.cluster.main"}
+    assert len(shim.read_text().splitlines()) <= 15
 
 
 def test_design_table_names_every_module_and_only_modules_that_exist():
@@ -72,21 +125,52 @@ def test_design_table_names_every_module_and_only_modules_that_exist():
         assert f"{folder.name}/" in section, f"docs/design.md §5 does not name {folder.name}/"
 
 
-@pytest.mark.parametrize("path", [p for p in MODULES if _relative(p).startswith(SPARK_FREE)],
-                         ids=_relative)
+@pytest.mark.parametrize("path", [p for p in MODULES if _folder(_relative(p)) in SPARK_FREE
+                                  or _relative(p) in SPARK_FREE_MODULES], ids=_relative)
 def test_numerics_never_import_spark(path):
     relative = _relative(path)
     spark = [name for name in _imports(path)
-             if name.split(".")[0] in ("pyspark", "py4j") or name.startswith("sodm_spark.spark")]
+             if (name.split(".")[0] in ("pyspark", "py4j") or name.startswith("sodm_spark.spark"))
+             and not name.startswith(UPWARD_EXCEPTIONS.get(relative, ()))]
     assert not spark, f"{relative} imports {spark}"
 
 
-@pytest.mark.parametrize("path", [p for p in MODULES if _relative(p).split("/")[0] in UPWARD],
-                         ids=_relative)
+@pytest.mark.parametrize("path", [p for p in MODULES if "/" in _relative(p)], ids=_relative)
 def test_no_import_runs_up_a_layer(path):
-    layer = _relative(path).split("/")[0]
-    upward = [name for name in _imports(path) if name.startswith(UPWARD[layer])]
-    assert not upward, f"{_relative(path)} imports {upward} from a layer above"
+    relative = _relative(path)
+    layer = LAYER[_folder(relative)]
+    upward = [name for name in _imports(path)
+              if name.startswith("sodm_spark.") and name.split(".")[1] in LAYER
+              and name.split(".")[1] != _folder(relative)
+              and LAYER[name.split(".")[1]] >= layer
+              and not name.startswith(UPWARD_EXCEPTIONS.get(relative, ()))]
+    assert not upward, f"{relative} imports {upward} from its own layer or one above"
+
+
+@pytest.mark.parametrize("path", [p for p in MODULES if _folder(_relative(p)) == "spark"],
+                         ids=_relative)
+def test_sodm_and_dsvrg_stand_apart_on_the_shared_spark_modules(path):
+    part = _spark_part(_relative(path))
+    if part in SPARK_ENTRY:
+        forbidden = ("spark.train",) if part != "spark.train" else ()
+    elif part in SPARK_ALGORITHMS:
+        forbidden = SPARK_ENTRY + tuple(a for a in SPARK_ALGORITHMS if a != part)
+    else:  # io/, partitioning.py, session.py, memory.py and the rest
+        forbidden = SPARK_ENTRY + SPARK_ALGORITHMS
+    wrong = [name for name in _imports(path) if name.startswith("sodm_spark.spark.")
+             and _spark_part(name.removeprefix("sodm_spark.")) in forbidden]
+    assert not wrong, f"{_relative(path)} imports {wrong}"
+
+
+def test_what_spark_workers_import_loads_neither_scikit_learn_nor_pyspark_ml():
+    code = ("import sys\n" + "".join(f"import {name}\n" for name in WORKER_IMPORTS)
+            + "print(' '.join(sorted(m for m in sys.modules\n"
+              "                      if m.split('.')[0] in ('sklearn', 'pyspark'))))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True, cwd=ROOT, env=env, timeout=300).stdout.split()
+    assert not loaded, f"importing {WORKER_IMPORTS} loads {loaded}"
 
 
 @pytest.mark.parametrize("path", MODULES, ids=_relative)

@@ -1,4 +1,4 @@
-"""sodm_spark.cluster: a real standalone Master + Workers on loopback, and SODM submitted to it.
+"""sodm_spark.ops.cluster: a real standalone Master + Workers on loopback, and SODM submitted to it.
 
 The daemons are real JVMs from pyspark's bundled spark-class; every fixture stops what it
 started, also when a test fails.
@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sodm_spark.cluster import (LIGHT_DAEMON_JAVA_OPTS as LIGHT_JVM, ClusterError, LoopbackCluster,
-                                _alive, read_state, start_cluster)
-from sodm_spark.model import KernelExpansion
+from sodm_spark.models.expansion import KernelExpansion
+from sodm_spark.ops.cluster import (LIGHT_DAEMON_JAVA_OPTS as LIGHT_JVM, ClusterError,
+                                    LoopbackCluster, _alive, read_state, start_cluster)
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKERS = 5

@@ -99,7 +99,7 @@ def test_array_features_and_bad_input(spark, frames):
 
 
 def test_linear_kernel_fits_dsvrg_with_an_intercept(spark, tmp_path):
-    from sodm_spark.datasets import make_linear
+    from sodm_spark.data.datasets import make_linear
     X, y = make_linear(1500, 6, seed=9, centred=False)
     frame = spark.createDataFrame([(Vectors.dense(x), float(label > 0)) for x, label in zip(X, y)],
                                   ["features", "label"])

@@ -6,10 +6,10 @@ from contextlib import suppress
 import numpy as np
 import pytest
 
-from sodm_spark.kernels import Kernel
-from sodm_spark.model import MODEL_FILES, KernelExpansion
-from sodm_spark.retrain import ModelStore
-from sodm_spark.storage import LocalStore, replace_versioned, resolve_version
+from sodm_spark.core.kernels import Kernel
+from sodm_spark.data.storage import LocalStore, replace_versioned, resolve_version
+from sodm_spark.models.expansion import MODEL_FILES, KernelExpansion
+from sodm_spark.ops.retrain import ModelStore
 
 from conftest import model_files
 

@@ -3,7 +3,7 @@ import numpy as np
 from sklearn.kernel_approximation import Nystroem
 
 from sodm_spark.baselines.nystroem import features, normalization, sample_landmarks
-from sodm_spark.kernels import Kernel
+from sodm_spark.core.kernels import Kernel
 
 
 def test_features_equal_scikit_learns_for_the_same_landmarks_and_approximate_k():

@@ -3,7 +3,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from sodm_spark.kernels import Kernel, kernel_matrix
+from sodm_spark.core.kernels import Kernel, kernel_matrix
 from sodm_spark.solvers import solve_odm_dual
 
 from conftest import make_problem

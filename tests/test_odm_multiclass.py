@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy.optimize import minimize
 
-from sodm_spark.kernels import Kernel
+from sodm_spark.core.kernels import Kernel
 from sodm_spark.solvers.odm_dcd import ODMProblem, solve_odm_dual
 from sodm_spark.solvers.odm_multiclass import one_vs_rest_signs, solve_odm_multiclass
 

@@ -5,7 +5,7 @@ from scipy.spatial.distance import cdist
 from sklearn.cluster import KMeans
 from sklearn.datasets import make_blobs
 
-from sodm_spark.kernels import Kernel, kernel_matrix
+from sodm_spark.core.kernels import Kernel, kernel_matrix
 from sodm_spark.partition import (deal_positions, kmeans, nearest_center, nearest_landmark,
                                   partitions_look_like_whole,
                                   select_landmarks, stratum_offsets)

@@ -12,10 +12,11 @@ import pyarrow.parquet as pq
 import pytest
 from sklearn.datasets import dump_svmlight_file
 
-from sodm_spark import ODMClassifier, scoring
-from sodm_spark.kernels import Kernel
-from sodm_spark.model import KernelExpansion, labels_from_scores
-from sodm_spark.scoring import NpyRows, SupportSet, raw_scores
+from sodm_spark import ODMClassifier
+from sodm_spark.core.kernels import Kernel
+from sodm_spark.models import scoring
+from sodm_spark.models.expansion import KernelExpansion, labels_from_scores
+from sodm_spark.models.scoring import NpyRows, SupportSet, raw_scores
 from sodm_spark.spark.predict import score_dataframe, scoring_partitions, thread_plan
 
 from conftest import make_problem
@@ -250,7 +251,7 @@ def test_wrong_feature_counts_and_an_existing_output_are_refused(spark, models, 
 def test_the_pyspark_model_transforms_and_compresses_through_the_same_scoring(spark):
     from pyspark.ml.linalg import Vectors
 
-    from sodm_spark.ml import SODMClassificationModel
+    from sodm_spark.estimators.ml import SODMClassificationModel
 
     X, y = make_problem(m=300, d=4, seed=75)
     expansion = ODMClassifier(gamma=0.5, lam=100.0).fit(X, y).model_
@@ -353,7 +354,7 @@ def test_float32_kernel_blocks_are_summed_in_float64():
 
 
 def test_the_input_map_folds_the_scaling_into_the_projection():
-    from sodm_spark.model import InputMap
+    from sodm_spark.models.expansion import InputMap
 
     rng = np.random.default_rng(6)
     X = rng.uniform(0, 255, size=(50, 12))
@@ -378,7 +379,7 @@ def test_a_projected_model_scores_raw_rows_in_the_job_and_in_transform(spark, mo
                                                                        private_tmp):
     from pyspark.ml.linalg import Vectors
 
-    from sodm_spark.ml import SODMClassificationModel
+    from sodm_spark.estimators.ml import SODMClassificationModel
 
     # a compressed model's shape: raw rows of 7 features scaled, then projected onto 4
     # orthonormal directions, where the binary model's support vectors live

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from sklearn.datasets import dump_svmlight_file
 
-from sodm_spark.model import KernelExpansion
-from sodm_spark.errors import EXIT_CODES, INPUT, INTERNAL, SETTINGS
-from sodm_spark.retrain import (KEPT, LOCKED, PROMOTED, LockedError, ModelStore,
-                                RetrainLock, decide, newest_snapshot)
+from sodm_spark.core.errors import EXIT_CODES, INPUT, INTERNAL, SETTINGS
+from sodm_spark.models.expansion import KernelExpansion
+from sodm_spark.ops.retrain import (KEPT, LOCKED, PROMOTED, LockedError, ModelStore, RetrainLock,
+                                    decide, newest_snapshot)
 
 from conftest import make_problem
 
@@ -117,7 +117,7 @@ def test_empty_snapshot_directory_fails_clearly(spark, tmp_path, capsys):
 
 HOLD_LOCK = """
 import sys, time
-from sodm_spark.retrain import RetrainLock
+from sodm_spark.ops.retrain import RetrainLock
 with RetrainLock(sys.argv[1]):
     print("holding", flush=True)
     time.sleep(60)
@@ -209,7 +209,7 @@ def test_decide_and_newest_snapshot(tmp_path):
 
 TAKE_OVER = """
 import json, sys, time
-from sodm_spark.retrain import LockedError, RetrainLock
+from sodm_spark.ops.retrain import LockedError, RetrainLock
 directory, start = sys.argv[1], float(sys.argv[2])
 time.sleep(max(0.0, start - time.time()))  # all contenders wake together
 try:

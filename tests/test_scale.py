@@ -11,20 +11,20 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import make_problem
-from sodm_spark import compression
-from sodm_spark.big_data import deformed_fashion_mnist
-from sodm_spark.datasets import FASHION_MNIST_DIR, load_fashion_mnist
-from sodm_spark.kernels import Kernel, decision_values
-from sodm_spark.spark import level_model
+from sodm_spark.core.kernels import Kernel, decision_values
+from sodm_spark.data.big_data import deformed_fashion_mnist
+from sodm_spark.data.datasets import FASHION_MNIST_DIR, load_fashion_mnist
+from sodm_spark.models import compression
 from sodm_spark.spark.io import MAX_BLOCK_BYTES, read_blocks
 from sodm_spark.spark.memory import ExecutorMemory, MemoryBudgetError, check_fit_resources
-from sodm_spark.spark.plan import (KERNEL_BOUND_FEATURES, auto_level_count, auto_levels,
-                                  cached_level_count, largest_levels)
+from sodm_spark.spark.partitioning import CHUNK_BYTES, Chunk, as_chunks, assemble
 from sodm_spark.spark.session import numpy_to_blocks
-from sodm_spark.spark.sodm import fit_sodm
-from sodm_spark.spark.sodm_params import SODMParams
-from sodm_spark.spark.sodm_tasks import (CHUNK_BYTES, Chunk, PartitionStats, as_chunks,
-                                         assemble, solve_partitions)
+from sodm_spark.spark.sodm import level_model
+from sodm_spark.spark.sodm.fit import fit_sodm
+from sodm_spark.spark.sodm.params import SODMParams
+from sodm_spark.spark.sodm.plan import (KERNEL_BOUND_FEATURES, auto_level_count, auto_levels,
+                                        cached_level_count, largest_levels)
+from sodm_spark.spark.sodm.tasks import PartitionStats, solve_partitions
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "jobs"))
@@ -144,7 +144,7 @@ def test_the_job_names_the_memory_setting_in_one_line(spark, tmp_path):
 
 
 def test_rows_are_scaled_onto_the_unit_interval_and_the_model_takes_raw_rows(spark, tmp_path):
-    from sodm_spark.model import KernelExpansion
+    from sodm_spark.models.expansion import KernelExpansion
     from sodm_spark.solvers import solve_odm_dual
 
     X, y = make_problem(m=600, d=4, seed=13)
@@ -299,13 +299,13 @@ def test_the_job_scores_only_the_final_model_when_scoring_every_level_is_dear(sp
                                                                               monkeypatch):
     from sklearn.datasets import dump_svmlight_file
 
-    from sodm_spark.spark import sodm
+    from sodm_spark.spark.sodm import fit as sodm_fit
 
     X, y = make_problem(m=1500, d=5, seed=11)
     X_test, y_test = make_problem(m=300, d=5, seed=12)
     dump_svmlight_file(X, y, str(tmp_path / "train.svm"), zero_based=False)
     dump_svmlight_file(X_test, y_test, str(tmp_path / "test.svm"), zero_based=False)
-    monkeypatch.setattr(sodm, "CHEAP_SCORING_WORK", 1.0)
+    monkeypatch.setattr(sodm_fit, "CHEAP_SCORING_WORK", 1.0)
     assert train_sodm.main(["--data", str(tmp_path / "train.svm"), "--test-data",
                             str(tmp_path / "test.svm"), "--levels", "2", "--gamma", "0.3",
                             "--lam", "100", "--metrics-out", str(tmp_path / "m.json")]) == 0
@@ -347,7 +347,7 @@ def test_deformed_fashion_mnist_is_seeded_and_keeps_the_labels():
 
 
 def test_the_tabular_generator_is_seeded_in_raw_units_and_its_labels_follow_the_latent_sphere():
-    from sodm_spark.big_data import TABULAR_CHUNK, TABULAR_UNITS, make_tabular
+    from sodm_spark.data.big_data import TABULAR_CHUNK, TABULAR_UNITS, make_tabular
 
     X, y = make_tabular(TABULAR_CHUNK - 50, TABULAR_CHUNK + 50, seed=5)
     assert X.shape == (100, 12) and X.dtype == np.float32 and set(np.unique(y)) == {-1, 1}

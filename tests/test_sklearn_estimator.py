@@ -10,7 +10,7 @@ from sklearn.svm import SVC
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from sodm_spark import ODMClassifier
-from sodm_spark.model import KernelExpansion
+from sodm_spark.models.expansion import KernelExpansion
 
 from conftest import make_problem, model_files
 
@@ -206,7 +206,7 @@ def test_linear_default_has_an_intercept_and_matches_sklearn_linearsvc():
 
 
 def test_linear_intercept_round_trips_and_multiclass(tmp_path):
-    from sodm_spark.model import KernelExpansion
+    from sodm_spark.models.expansion import KernelExpansion
     X, y = far_from_origin_problem(m=600)
     labels = np.where(X[:, 0] > 2.66, "c", np.where(y == 1, "a", "b"))
     model = ODMClassifier(kernel="linear").fit(X, labels)

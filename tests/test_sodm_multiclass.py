@@ -7,11 +7,11 @@ on all training rows; merged to one partition, SODM must reach each class's opti
 import numpy as np
 import pytest
 
-from sodm_spark.kernels import Kernel
+from sodm_spark.core.kernels import Kernel
 from sodm_spark.solvers import solve_odm_dual
 from sodm_spark.spark.session import numpy_to_blocks
-from sodm_spark.spark.sodm import fit_sodm
-from sodm_spark.spark.sodm_params import SODMParams
+from sodm_spark.spark.sodm.fit import fit_sodm
+from sodm_spark.spark.sodm.params import SODMParams
 
 GAMMA, LAM = 0.3, 100.0
 LABELS = np.array([3.0, 7.0, 9.0, 11.0])

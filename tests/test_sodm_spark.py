@@ -5,14 +5,13 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from sodm_spark.kernels import Kernel
+from sodm_spark.core.kernels import Kernel
 from sodm_spark.partition import nearest_landmark
 from sodm_spark.solvers import solve_odm_dual
+from sodm_spark.spark.partitioning import partition_blocks, whole_partitions
 from sodm_spark.spark.session import numpy_to_blocks
-from sodm_spark.spark.sodm import fit_sodm
-from sodm_spark.spark.sodm_params import SODMParams
-from sodm_spark.spark.sodm_prepare import partition_blocks
-from sodm_spark.spark.sodm_tasks import whole_partitions
+from sodm_spark.spark.sodm.fit import fit_sodm
+from sodm_spark.spark.sodm.params import SODMParams
 
 from conftest import make_problem
 
@@ -89,8 +88,8 @@ def test_stratified_partitions_hold_every_stratum_evenly(spark):
     sc = spark.sparkContext
     params = SODMParams(scale="none", auto_stop=False, gamma=GAMMA, levels=2, p=3, strata=7, seed=1)
     kernel = Kernel.create("rbf", GAMMA)
-    parts, landmarks, _ = partition_blocks(sc, numpy_to_blocks(sc, X, y, n_slices=5), params,
-                                        kernel, n_rows=2000, n_partitions=9)
+    parts, landmarks, _ = partition_blocks(sc, numpy_to_blocks(sc, X, y, n_slices=5), kernel,
+                                           n_rows=2000, n_partitions=9, **params.partitioning())
     collected = dict(parts.mapPartitions(whole_partitions).map(lambda kv: (kv[0], kv[1][0])).collect())
     assert sorted(collected) == list(range(9)) and landmarks.shape == (7, 4)
     totals = np.bincount(nearest_landmark(X, landmarks, kernel), minlength=7)
@@ -175,8 +174,8 @@ def test_label_strata_deal_every_class_of_every_stratum_evenly(spark):
     sc = spark.sparkContext
     params = SODMParams(scale="none", auto_stop=False, gamma=GAMMA, levels=2, p=3, strata=5, seed=2, label_strata=True)
     kernel = Kernel.create("rbf", GAMMA)
-    parts, landmarks, _ = partition_blocks(sc, numpy_to_blocks(sc, X, y, n_slices=4), params,
-                                        kernel, n_rows=1800, n_partitions=9)
+    parts, landmarks, _ = partition_blocks(sc, numpy_to_blocks(sc, X, y, n_slices=4), kernel,
+                                           n_rows=1800, n_partitions=9, **params.partitioning())
     code = lambda X_, y_: 2 * nearest_landmark(X_, landmarks, kernel) + (y_ > 0)
     totals = np.bincount(code(X, y), minlength=10)
     for X_part, y_part in parts.mapPartitions(whole_partitions).map(lambda kv: kv[1][:2]).collect():
@@ -185,8 +184,8 @@ def test_label_strata_deal_every_class_of_every_stratum_evenly(spark):
 
 
 def test_resume_from_a_checkpoint_equals_the_uninterrupted_run(spark, tmp_path):
-    from sodm_spark.spark.sodm import fit_sodm
-    from sodm_spark.spark.sodm_params import SODMParams
+    from sodm_spark.spark.sodm.fit import fit_sodm
+    from sodm_spark.spark.sodm.params import SODMParams
 
     X, y = make_problem(m=900, d=5, seed=31)
     sc = spark.sparkContext
@@ -243,7 +242,7 @@ def test_memory_budget_switches_to_on_demand_kernels_then_names_the_level_that_c
 
 
 def test_data_fingerprint_ignores_slicing_and_sees_every_change():
-    from sodm_spark.spark.checkpoint import block_fingerprint, merge_fingerprints
+    from sodm_spark.spark.sodm.checkpoint import block_fingerprint, merge_fingerprints
 
     rng = np.random.default_rng(8)
     X, y = rng.normal(size=(300, 7)), np.where(rng.random(300) < 0.5, 1.0, -1.0)

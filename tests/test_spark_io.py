@@ -346,8 +346,8 @@ def _write_parquet(path, X, y, row_group_size, element="float32"):
 
 
 def test_local_parquet_arrays_are_read_by_pyarrow_in_file_order(spark, tmp_path):
-    from sodm_spark.spark.io.arrow import dataframe_to_blocks
     from sodm_spark.spark.io import input_statuses
+    from sodm_spark.spark.io.arrow import dataframe_to_blocks
     from sodm_spark.spark.io.parquet_files import local_parquet_files
 
     rng = np.random.default_rng(5)
@@ -397,7 +397,7 @@ def test_a_bad_row_of_a_local_parquet_file_is_named_by_file_and_row(spark, tmp_p
     from pyspark.errors import PySparkException
     from py4j.protocol import Py4JJavaError
 
-    from sodm_spark.errors import INPUT, failure_of
+    from sodm_spark.core.errors import INPUT, failure_of
 
     rows = [list(np.arange(6, dtype=float) + k) for k in range(5)]
     rows[2] = {"short": rows[2][:5], "null": None, "nan": rows[2][:5] + [float("nan")],

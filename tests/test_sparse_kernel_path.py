@@ -13,12 +13,12 @@ from scipy.spatial.distance import cdist
 from sklearn.datasets import dump_svmlight_file
 
 from sodm_spark import ODMClassifier
-from sodm_spark.column_stats import ColumnStats, scale_rows
-from sodm_spark.kernels import Kernel, decision_values, kernel_matrix
-from sodm_spark.model import KernelExpansion
+from sodm_spark.core.column_stats import ColumnStats, scale_rows
+from sodm_spark.core.kernels import Kernel, decision_values, kernel_matrix
+from sodm_spark.core.sparse_rows import DENSE_COLUMN_MIN_ROWS, SparseOperand, inner_products
+from sodm_spark.models.expansion import KernelExpansion
+from sodm_spark.models.scoring import SupportSet
 from sodm_spark.partition import nearest_landmark, select_landmarks
-from sodm_spark.scoring import SupportSet
-from sodm_spark.sparse_rows import DENSE_COLUMN_MIN_ROWS, SparseOperand, inner_products
 
 from conftest import model_files
 
@@ -181,8 +181,8 @@ def test_exact_odm_on_sparse_rows_is_the_dense_fit(kernel):
 @pytest.mark.parametrize("kernel", ["rbf", "linear"])
 def test_sodm_on_sparse_rows_is_the_dense_fit(spark, kernel):
     from sodm_spark.spark.session import numpy_to_blocks
-    from sodm_spark.spark.sodm import fit_sodm
-    from sodm_spark.spark.sodm_params import SODMParams
+    from sodm_spark.spark.sodm.fit import fit_sodm
+    from sodm_spark.spark.sodm.params import SODMParams
 
     sc = spark.sparkContext
     X, y = text_like(900, seed=10)
@@ -214,8 +214,8 @@ def test_a_sparse_fit_resumed_from_its_checkpoint_is_the_uninterrupted_fit(spark
     from dataclasses import replace
 
     from sodm_spark.spark.session import numpy_to_blocks
-    from sodm_spark.spark.sodm import fit_sodm
-    from sodm_spark.spark.sodm_params import SODMParams
+    from sodm_spark.spark.sodm.fit import fit_sodm
+    from sodm_spark.spark.sodm.params import SODMParams
 
     sc = spark.sparkContext
     X, y = text_like(600, seed=16)
@@ -233,8 +233,8 @@ def test_a_sparse_fit_resumed_from_its_checkpoint_is_the_uninterrupted_fit(spark
 
 def test_sparse_models_compress_among_their_sparse_support_vectors(spark):
     from sodm_spark.spark.session import numpy_to_blocks
-    from sodm_spark.spark.sodm import fit_sodm
-    from sodm_spark.spark.sodm_params import SODMParams
+    from sodm_spark.spark.sodm.fit import fit_sodm
+    from sodm_spark.spark.sodm.params import SODMParams
 
     X, y = text_like(500, seed=17)
     X_test, y_test = text_like(200, seed=18)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from sodm_spark.kernels import Kernel
+from sodm_spark.core.kernels import Kernel
 from sodm_spark.solvers import solve_odm_dual
 from sodm_spark.solvers.svrg import (SVRGResult, default_step, loss_gradient_sum, penalized,
                                      primal_objective, sample_rows, smoothness, svrg,

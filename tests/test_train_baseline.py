@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from sodm_spark.model import KernelExpansion
+from sodm_spark.models.expansion import KernelExpansion
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "jobs"))

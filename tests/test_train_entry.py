@@ -19,7 +19,7 @@ import train_sodm  # noqa: E402
 def linear_frame(spark):
     from pyspark.ml.linalg import Vectors
 
-    from sodm_spark.datasets import make_linear
+    from sodm_spark.data.datasets import make_linear
 
     X, y = make_linear(600, 5, seed=13, centred=False)
     return spark.createDataFrame([(Vectors.dense(x), float(label > 0))
@@ -27,7 +27,7 @@ def linear_frame(spark):
 
 
 def test_the_linear_estimator_honours_max_iter_and_tol(linear_frame):
-    from sodm_spark.ml import SODMClassifier
+    from sodm_spark.estimators.ml import SODMClassifier
 
     def fitted(**params):
         model = SODMClassifier(kernel="linear", lam=100.0, **params).fit(linear_frame)
@@ -43,8 +43,8 @@ def test_the_linear_estimator_honours_max_iter_and_tol(linear_frame):
 
 
 def test_the_job_and_the_estimator_build_the_same_parameters():
-    from sodm_spark.ml import SODMClassifier
-    from sodm_spark.spark.dsvrg import DSVRGParams
+    from sodm_spark.estimators.ml import SODMClassifier
+    from sodm_spark.spark.dsvrg.fit import DSVRGParams
     from sodm_spark.spark.train import fit_params
 
     job = fit_params(vars(train_sodm.parse_args(["--kernel", "linear", "--epochs", "7",
@@ -56,8 +56,8 @@ def test_the_job_and_the_estimator_build_the_same_parameters():
 
 
 def test_settings_left_unset_keep_the_defaults():
-    from sodm_spark.spark.dsvrg import DSVRGParams
-    from sodm_spark.spark.sodm_params import SODMParams
+    from sodm_spark.spark.dsvrg.fit import DSVRGParams
+    from sodm_spark.spark.sodm.params import SODMParams
     from sodm_spark.spark.train import fit_params
 
     assert fit_params({"gamma": None, "lam": None, "levels": None, "rows": 9}) == SODMParams()
@@ -70,7 +70,7 @@ def test_settings_left_unset_keep_the_defaults():
 
 
 def test_the_linear_kernel_takes_no_search_nor_level_options():
-    from sodm_spark.spark.dsvrg import DSVRGParams
+    from sodm_spark.spark.dsvrg.fit import DSVRGParams
     from sodm_spark.spark.train import Search, train
 
     # refused before any pass over the data (no Spark context needed)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from sklearn.datasets import dump_svmlight_file
 
-from sodm_spark.model import KernelExpansion
+from sodm_spark.models.expansion import KernelExpansion
 
 from conftest import make_problem
 
@@ -102,7 +102,7 @@ def test_bad_input_is_refused_with_what_and_where(spark, libsvm_files):
 
 
 def test_linear_kernel_runs_dsvrg_on_sparse_libsvm(spark, tmp_path, capsys):
-    from sodm_spark.datasets import make_linear
+    from sodm_spark.data.datasets import make_linear
     X, y = make_linear(1200, 3000, seed=3, density=0.01)
     dump_svmlight_file(X[:1000], (y[:1000] > 0).astype(int), str(tmp_path / "train.svm"),
                        zero_based=False)
@@ -125,7 +125,7 @@ def test_linear_kernel_runs_dsvrg_on_sparse_libsvm(spark, tmp_path, capsys):
 def test_linear_kernel_fits_an_intercept_unless_told_not_to(spark, tmp_path):
     """Rows in [0, 1]^8 split at the cube's centre: the default job (intercept on) writes b into
     the model and the metrics and beats --no-intercept (a hyperplane through the origin)."""
-    from sodm_spark.datasets import make_linear
+    from sodm_spark.data.datasets import make_linear
     X, y = make_linear(3000, 8, seed=5, centred=False)
     for name, part in (("train.svm", slice(0, 2000)), ("test.svm", slice(2000, None))):
         dump_svmlight_file(X[part], (y[part] > 0).astype(int), str(tmp_path / name),

@@ -13,15 +13,15 @@ import pytest
 from sklearn.datasets import dump_svmlight_file
 
 from sodm_spark import ODMClassifier
-from sodm_spark.kernels import Kernel
+from sodm_spark.core.kernels import Kernel
+from sodm_spark.selection.tuning import (SEARCH_PARTITION_ROWS, SEARCH_SAMPLE_ROWS, ParamGrid,
+                                         best_point, search_partition, search_pieces, search_sample,
+                                         search_subsets)
+from sodm_spark.spark.partitioning import whole_partitions
 from sodm_spark.spark.session import numpy_to_blocks
-from sodm_spark.spark.sodm_params import SODMParams
-from sodm_spark.spark.sodm_prepare import prepare_sodm
-from sodm_spark.spark.sodm_tasks import whole_partitions
+from sodm_spark.spark.sodm.params import SODMParams
+from sodm_spark.spark.sodm.prepare import prepare_sodm
 from sodm_spark.spark.tune import tune_sodm
-from sodm_spark.tuning import (SEARCH_PARTITION_ROWS, SEARCH_SAMPLE_ROWS, ParamGrid, best_point,
-                               search_partition, search_pieces, search_sample,
-                               search_subsets)
 
 from conftest import make_problem
 
@@ -196,7 +196,7 @@ def test_train_job_tunes_then_fits_the_best_point(spark, job_files, capsys):
 def test_tune_searches_a_seeded_sample_of_many_partitions(spark, job_files, capsys,
                                                           monkeypatch):
     # a sample of about SEARCH_SAMPLE_ROWS rows, as the default search: here 2 of 9 partitions
-    monkeypatch.setattr("sodm_spark.tuning.SEARCH_SAMPLE_ROWS", 100)
+    monkeypatch.setattr("sodm_spark.selection.tuning.SEARCH_SAMPLE_ROWS", 100)
     metrics = job_files / "metrics.json"
     assert train_sodm.main(["--data", str(job_files / "train.svm"), "--levels", "2", "--tune",
                             "--grid", "gamma=0.5,2 lam=10 theta=0.1 v=0.5", "--metrics-out",
@@ -235,7 +235,7 @@ def test_the_job_refuses_tuning_flags_that_cannot_work(argv, message, capsys):
 def test_the_estimator_tunes_and_returns_itself_with_the_best_point(spark):
     from pyspark.ml.linalg import Vectors
 
-    from sodm_spark.ml import SODMClassifier
+    from sodm_spark.estimators.ml import SODMClassifier
 
     X, y = make_problem(m=500, d=4, seed=61)
     df = spark.createDataFrame([(float(label), Vectors.dense(row)) for row, label in zip(X, y)],

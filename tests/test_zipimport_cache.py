@@ -4,7 +4,7 @@ import zipimport
 
 import pytest
 
-from sodm_spark.spark import sodm_prepare
+from sodm_spark.spark import partitioning
 from sodm_spark.spark.zipimport_cache import install
 
 
@@ -52,7 +52,7 @@ def test_install_is_idempotent():
 def test_spark_workers_stop_rereading_pyspark_zips(spark):
     # defined here so that cloudpickle ships it by value; its default argument makes the
     # worker import sodm_spark.spark, as unpickling any of our task functions does
-    def _worker_rereads(_, uses=sodm_prepare._deal):
+    def _worker_rereads(_, uses=partitioning._deal):
         """Runs in a Python worker that unpickled a sodm_spark.spark function (``uses``):
         (zip importers on its path, archives read by a second import-cache reset)."""
         import importlib as imp

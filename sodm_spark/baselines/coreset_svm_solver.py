@@ -42,8 +42,8 @@ from dataclasses import dataclass
 import numpy as np
 from sklearn.svm import SVC
 
-from ..kernels import Kernel, decision_values, iter_kernel_blocks
-from ..validation import check_finite_rows, describe_rows
+from ..core.kernels import Kernel, decision_values, iter_kernel_blocks
+from ..core.validation import check_finite_rows, describe_rows
 
 __all__ = ["SVMSolution", "WeightedCoreset", "build_coreset", "check_weighted_data",
            "merge_and_reduce", "sample_coreset", "sensitivity_bounds", "solve_weighted_svm",

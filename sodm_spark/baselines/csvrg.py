@@ -13,11 +13,11 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.exceptions import ConvergenceWarning
 
-from ..estimator_inputs import (check_fit_data, check_predict_data, encode_classes,
-                                keep_params, predict_labels)
-from ..kernels import Kernel
-from ..model import KernelExpansion
-from ..validation import seed_from
+from ..core.estimator_inputs import (check_fit_data, check_predict_data, encode_classes,
+                                     keep_params, predict_labels)
+from ..core.kernels import Kernel
+from ..core.validation import seed_from
+from ..models.expansion import KernelExpansion
 from .csvrg_solver import csvrg
 
 

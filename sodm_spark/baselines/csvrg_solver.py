@@ -36,8 +36,8 @@ import numpy as np
 from numba import njit
 from threadpoolctl import threadpool_limits
 
-from ..kernels import Kernel, iter_kernel_blocks, kernel_matrix
-from ..validation import check_odm_params
+from ..core.kernels import Kernel, iter_kernel_blocks, kernel_matrix
+from ..core.validation import check_odm_params
 from ..solvers.svrg import epoch_rng, sample_rows
 
 LOSSES = {"odm": 0, "hinge": 1, "squared_hinge": 2}

@@ -15,16 +15,16 @@ from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import check_is_fitted
 
-from ..estimator_inputs import (check_fit_data, check_predict_data, encode_classes,
-                                keep_params, predict_labels)
-from ..kernels import Kernel
-from ..model import KernelExpansion
-from ..validation import describe_rows, seed_from
+from ..core.estimator_inputs import (check_fit_data, check_predict_data, encode_classes,
+                                     keep_params, predict_labels)
+from ..core.kernels import Kernel
+from ..core.validation import describe_rows, seed_from
+from ..models.expansion import KernelExpansion
 from .cvm_solver import PROBABILISTIC_SAMPLE, solve_l2_svm, solve_l2_svr
 
 _SHARED_PARAMETERS = """
     kernel, gamma, degree, coef0 : as in ``ODMClassifier`` (gamma 'scale' = 1/(d·Var X)); any
-        kernel of :class:`sodm_spark.kernels.Kernel`, laplacian included (Sec. 3.2 lifts the
+        kernel of :class:`sodm_spark.core.kernels.Kernel`, laplacian included (Sec. 3.2 lifts the
         constant-k(x,x) condition)
     tol : the MEB tolerance ε: stop when no sampled row lies outside the (1+ε)-ball (the
         paper's ε, 1e-6 in its experiments). It is relative to R² ≈ 2 + 1/C, so the core set

@@ -33,7 +33,7 @@ import numpy as np
 from numba import njit
 from threadpoolctl import threadpool_limits
 
-from ..kernels import Kernel, iter_kernel_blocks
+from ..core.kernels import Kernel, iter_kernel_blocks
 
 PROBABILISTIC_SAMPLE = 59  # Smola & Schölkopf (2000): 0.95^59 < 0.05
 

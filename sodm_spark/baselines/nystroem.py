@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels import Kernel, kernel_matrix
+from ..core.kernels import Kernel, kernel_matrix
 
 
 def sample_landmarks(X: np.ndarray, n_components: int, seed: int = 0) -> np.ndarray:

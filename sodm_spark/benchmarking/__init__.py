@@ -6,6 +6,6 @@ Modules: :mod:`.run` (the job's steps, and the user's files read through Spark),
 (time budgets), :mod:`.methods` (the registry), :mod:`.spark_methods` and :mod:`.driver_fit`
 (the runners), :mod:`.results` (the shared context and result rows), :mod:`.scaling` (rows
 and cores), :mod:`.report` and :mod:`.plots` (outputs). The named data sets live one level
-down, in :mod:`sodm_spark.datasets`. No numerics here: every runner calls the project's
+down, in :mod:`sodm_spark.data.datasets`. No numerics here: every runner calls the project's
 solvers and estimators.
 """

@@ -29,7 +29,7 @@ def build_estimator(method: str, settings: dict, gamma: float):
     """The estimator ``method`` names, configured from the shared ``settings``."""
     from sklearn.svm import SVC, LinearSVC
 
-    from ..sklearn import ODMClassifier
+    from ..estimators.sklearn import ODMClassifier
 
     odm = {k: settings[k] for k in ("lam", "theta", "v")}
     if method == "exact-odm":

@@ -8,7 +8,7 @@ import os
 import platform
 from pathlib import Path
 
-from ..storage import replace_file
+from ..data.storage import replace_file
 from .budget import OK
 from .scaling import speedups
 

@@ -48,7 +48,7 @@ class BenchContext:
     rows (persisted once, before any clock starts), the shared numeric gamma and settings."""
 
     spark: object
-    data: object  # sodm_spark.datasets.BenchData
+    data: object  # sodm_spark.data.datasets.BenchData
     blocks: object  # RDD[Block] of the training rows, labels as in ``data``
     gamma: float
     settings: dict

@@ -1,5 +1,5 @@
 """The benchmark job's steps, in order: load the split (a named set of
-:mod:`sodm_spark.datasets`, or the user's files read through Spark by :func:`load_files`), run
+:mod:`sodm_spark.data.datasets`, or the user's files read through Spark by :func:`load_files`), run
 the methods side by side, the rows scaling, the cores scaling (fresh sessions), then write
 JSON, Markdown, PNGs and the results region of docs/benchmarks.md. Outputs are rewritten after
 every part, so a long run leaves usable results."""
@@ -13,9 +13,9 @@ import sys
 import time
 from pathlib import Path
 
-from ..datasets import BenchData, as_bench_data, load_dataset, seeded_split, subsample
-from ..errors import SettingsError
-from ..kernels import resolve_gamma
+from ..core.errors import SettingsError
+from ..core.kernels import resolve_gamma
+from ..data.datasets import BenchData, as_bench_data, load_dataset, seeded_split, subsample
 from . import plots, report
 from .methods import run_methods
 from .results import BenchContext

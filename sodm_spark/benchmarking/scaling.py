@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..datasets import load_dataset
-from ..kernels import resolve_gamma
+from ..core.kernels import resolve_gamma
+from ..data.datasets import load_dataset
 from .budget import NOT_FINISHED, OK
 from .methods import _run_one
 from .results import BenchContext, make_row, tag_budget

@@ -228,7 +228,7 @@ def nystroem_frame(frame, kernel_dict, landmarks_b, norm_b):
     @F.pandas_udf(ArrayType(DoubleType()))
     def nystroem_udf(rows: pd.Series) -> pd.Series:
         from sodm_spark.baselines.nystroem import features
-        from sodm_spark.kernels import Kernel
+        from sodm_spark.core.kernels import Kernel
         X = np.stack(rows.to_numpy()) if len(rows) else np.zeros((0, landmarks_b.value.shape[1]))
         phi = features(Kernel.from_dict(kernel_dict), X, landmarks_b.value, norm_b.value,
                        dtype=np.float32)
@@ -243,7 +243,7 @@ def run_nystroem_spark(ctx) -> list[dict]:
     Arrow batches, then MLlib's LinearSVC with ``regParam = 1/(C·M)``. The fit time includes
     choosing the landmarks, K_ZZ^{-1/2} and the training rows' features."""
     from ..baselines.nystroem import normalization, sample_landmarks
-    from ..kernels import Kernel
+    from ..core.kernels import Kernel
 
     s = ctx.settings
     train, test = ctx.frame("train"), ctx.frame("test")

@@ -6,7 +6,7 @@ import numbers
 import numpy as np
 import scipy.sparse
 
-from ..validation import check_finite_rows
+from ..core.validation import check_finite_rows
 
 
 def as_rows(X, what: str = "X", allow_empty: bool = False, sparse: bool = False):

@@ -11,14 +11,14 @@ form in Eqn (8); for linear/poly kernels the residual also accounts for ``k(z,z)
 determinant-maximizing rule. The residuals are the diagonal of ``K - L Lᵀ`` for the partial
 Cholesky factor ``L`` of the kernel matrix, so each step costs one kernel block (the pivot
 against all candidates) plus an O(n·s) update — never the n×n matrix. Candidates may be CSR
-rows: the kernel column of a pivot is then a sparse product (:mod:`sodm_spark.sparse_rows`)
+rows: the kernel column of a pivot is then a sparse product (:mod:`sodm_spark.core.sparse_rows`)
 and nothing is ever as wide as the features.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ..kernels import Kernel
+from ..core.kernels import Kernel
 from ._checks import as_count, as_rows
 
 #: a residual at or below this fraction of the largest k(x,x) counts as "already spanned"

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels import Kernel, iter_kernel_blocks, rows_per_block
-from ..sparse_rows import as_float_rows
+from ..core.kernels import Kernel, iter_kernel_blocks, rows_per_block
+from ..core.sparse_rows import as_float_rows
 from ._checks import as_rows, check_same_features
 
 
@@ -24,7 +24,7 @@ def nearest_landmark(X, landmarks, kernel: Kernel, block_mb: float = 64.0) -> np
     every s, so the argmin only needs ``k(z_s,z_s) - 2k(x,z_s)``, computed from kernel blocks of
     at most ``block_mb`` MB (one GEMM each). Ties go to the first landmark. ``X`` may have 0
     rows (an empty Spark partition); ``landmarks`` (the landmark rows, not indices) may not.
-    Either may be CSR (sparse products, :mod:`sodm_spark.sparse_rows`).
+    Either may be CSR (sparse products, :mod:`sodm_spark.core.sparse_rows`).
     """
     X = as_rows(X, "X", allow_empty=True, sparse=True)
     landmarks = as_rows(landmarks, "landmarks", sparse=True)

@@ -1,15 +1,15 @@
 """Rows of the signed kernel matrix Q = diag(y) K diag(y) for the dual coordinate descent of
 :mod:`.odm_dcd`: the whole matrix by blocked GEMM (its RBF epilogue fused), or rows on demand
 behind an LRU cache of single rows; and the memory either needs. Rows may be dense or CSR
-(:mod:`sodm_spark.sparse_rows`): sparse rows are laid out once for all their products, and
+(:mod:`sodm_spark.core.sparse_rows`): sparse rows are laid out once for all their products, and
 their memory is charged by stored values, not by the width."""
 from __future__ import annotations
 
 import numpy as np
 
-from ..kernels import Kernel, operand_rows, rows_per_block
-from ..sparse_rows import as_float_rows, squared_norms
-from ..resources import RESERVE_MB, available_memory_mb
+from ..core.kernels import Kernel, operand_rows, rows_per_block
+from ..core.resources import RESERVE_MB, available_memory_mb
+from ..core.sparse_rows import as_float_rows, squared_norms
 from . import _dcd_kernels as loops
 
 
@@ -152,7 +152,7 @@ def kernel_fits_cache(m: int, n_features: float, cache_mb: float | None = None,
 
 def auto_cache_mb(m: int, n_features: int) -> float:
     """The kernel cache a solve on this machine can afford: the memory available now, less
-    the solver's own arrays and :data:`~sodm_spark.resources.RESERVE_MB`."""
+    the solver's own arrays and :data:`~sodm_spark.core.resources.RESERVE_MB`."""
     room = available_memory_mb() - RESERVE_MB - solver_memory_mb(m, n_features)
     return max(0.0, room)
 
@@ -161,6 +161,6 @@ def solver_memory_mb(m: int, n_features: float, block_size: int = 1024,
                      itemsize: int = 4) -> float:
     """Memory (MB) a blocked solve of m rows needs besides its kernel cache: the rows (float64),
     about six m-vectors, one block of kernel rows and its float64 GEMM scratch. For sparse rows
-    ``n_features`` is their :func:`~sodm_spark.sparse_rows.memory_width`, not their width."""
+    ``n_features`` is their :func:`~sodm_spark.core.sparse_rows.memory_width`, not their width."""
     rows = min(block_size, m)
     return (m * n_features * 8 + 6 * m * 8 + rows * m * (itemsize + 8)) / 2**20

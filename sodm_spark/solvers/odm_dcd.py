@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..kernels import Kernel
-from ..sparse_rows import as_float_rows, memory_width
-from ..validation import check_odm_params
+from ..core.kernels import Kernel
+from ..core.sparse_rows import as_float_rows, memory_width
+from ..core.validation import check_odm_params
 from . import _dcd_kernels as loops
 from .kernel_rows import (KernelRows, auto_cache_mb, full_q_matrix, kernel_mode_for,
                           signed_kernel)

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from ..kernels import Kernel
-from ..sparse_rows import as_float_rows
-from ..validation import check_odm_params
+from ..core.kernels import Kernel
+from ..core.sparse_rows import as_float_rows
+from ..core.validation import check_odm_params
 from ._dcd_kernels import _point_optimum, _point_violation
 from .kernel_rows import full_q_matrix
 from .odm_dcd import ODMProblem, next_shrink_threshold

@@ -18,8 +18,8 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.linalg import LinearOperator, cg
 
+from ..core.validation import check_odm_params
 from .svrg import loss_gradient_sum, penalized
-from ..validation import check_odm_params
 
 # Added to the bias's Hessian entry so that a step stays defined when no row is active
 # (every margin inside the band: the objective is then flat in b).

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
-from ..validation import check_odm_params
+from ..core.validation import check_odm_params
 from ._svrg_kernels import inner_csr, inner_dense
 
 __all__ = ["SVRGResult", "column_means", "default_step", "epoch_rng", "loss_gradient_sum",

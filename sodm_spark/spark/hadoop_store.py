@@ -1,5 +1,5 @@
 """Model files on any Hadoop file system (HDFS, S3A, GCS, ``file://``...) through the running
-Spark session's JVM: the same operations as :class:`sodm_spark.storage.LocalStore`, so a model
+Spark session's JVM: the same operations as :class:`sodm_spark.data.storage.LocalStore`, so a model
 is saved and loaded whole on the cluster's store, never split with the driver's disk."""
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ the top levels (many partitions) split the executor's memory between its cores w
   divided by the executor's cores (a hard limit), so no task may plan beyond it;
 * else, in local mode, this machine's RAM less the driver's JVM heap (``spark.driver.memory``:
   Spark's own bookkeeping, the persisted levels are on disk) and a reserve
-  (:data:`~sodm_spark.resources.RESERVE_MB`);
+  (:data:`~sodm_spark.core.resources.RESERVE_MB`);
 * else (a cluster), an executor host's RAM, asked once by a one-task job, less the executor's
   JVM heap (``spark.executor.memory``) and the reserve.
 """
@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import ResourceError
-from ..resources import RESERVE_MB, physical_memory_mb, share_per_task, size_mb
+from ..core.errors import ResourceError
+from ..core.resources import RESERVE_MB, physical_memory_mb, share_per_task, size_mb
 from ..solvers.kernel_rows import solver_memory_mb
 
 
@@ -33,7 +33,7 @@ class MemoryBudgetError(ResourceError):
 def rows_text(rows: int, n_features, dense_text: str | None = None) -> str:
     """'rows × d features' (or ``dense_text``) for dense rows, whose ``n_features`` is an int;
     for sparse ones, whose ``n_features`` is their memory width (a float, see
-    :func:`sodm_spark.sparse_rows.memory_width`), the memory a row takes."""
+    :func:`sodm_spark.core.sparse_rows.memory_width`), the memory a row takes."""
     if isinstance(n_features, (int, np.integer)):
         return dense_text or f"{rows:,} rows × {n_features:,} features"
     return f"{rows:,} sparse rows (each the memory of {n_features:,.0f} float64 values)"

@@ -1,12 +1,12 @@
 """Batch scoring of a DataFrame with a kernel model through Arrow (``jobs/predict.py``).
 
 The driver writes the model's support vectors and coefficients as ``.npy`` files
-(:meth:`sodm_spark.scoring.SupportSet.save`) to a temporary directory and ships them with
+(:meth:`sodm_spark.models.scoring.SupportSet.save`) to a temporary directory and ships them with
 ``SparkContext.addFile``; every ``mapInArrow`` task maps them a block at a time and scores its
 Arrow batches (one float64 matrix each, no Python object per row) against one block of support
 vectors after another: float32 kernel blocks, boundary rows again in float64
-(:mod:`sodm_spark.scoring`). A task so holds one batch, one support-vector block and one kernel
-block whatever the model's size, and the workers of a host share the files' pages.
+(:mod:`sodm_spark.models.scoring`). A task so holds one batch, one support-vector block and one
+kernel block whatever the model's size, and the workers of a host share the files' pages.
 
 The rows stay in the input's partitions (no shuffle) unless the model is expensive
 (:func:`scoring_partitions`); every core works all the same: the tasks of a last, partial wave
@@ -38,10 +38,11 @@ from contextlib import contextmanager, suppress
 import numpy as np
 import scipy.sparse
 
-from .. import scoring, sparse_rows
-from ..errors import reported_to_driver
-from ..sparse_rows import memory_width
-from ..model import KernelExpansion, labels_from_scores
+from ..core import sparse_rows
+from ..core.errors import reported_to_driver
+from ..core.sparse_rows import memory_width
+from ..models import scoring
+from ..models.expansion import KernelExpansion, labels_from_scores
 from .io import ROW_ID_SHIFT, batch_matrix, dense_enough, numeric_array_column
 from .io.arrow import is_vector_type, vector_rows
 from .memory import executor_cores
@@ -68,8 +69,8 @@ def _warm_up_scoring(kernel, width: int):
     def warm_up(batches):
         import pyarrow as pa
 
-        from ..model import InputMap  # noqa: F401
-        from ..scoring import SupportSet
+        from ..models.expansion import InputMap  # noqa: F401
+        from ..models.scoring import SupportSet
 
         rows = np.linspace(0.0, 1.0, 4 * width).reshape(4, width)
         support = SupportSet.from_arrays(rows[:2], np.array([1.0, -1.0]), kernel)
@@ -229,7 +230,7 @@ def _score_batches(spec, kind, n_features, key_col, precision, classes, block_by
     def score_limited(batches):
         from pyspark import SparkFiles
 
-        from ..scoring import SupportSet
+        from ..models.scoring import SupportSet
 
         current = precision
         support = SupportSet.open(spec, SparkFiles.get)
@@ -297,7 +298,7 @@ def score_dataframe(df, model: KernelExpansion, features_col: str = "features",
     Features: ``features_col`` (vector or array) if ``df`` has it, else every numeric column
     except ``key_col`` and ``label_col``. ``rows_scored`` is an optional accumulator the tasks
     add their rows to (progress); ``block_bytes`` caps a support-vector block (default
-    :data:`sodm_spark.scoring.SV_BLOCK_BYTES`). Use ``scored`` inside the ``with`` block: the
+    :data:`sodm_spark.models.scoring.SV_BLOCK_BYTES`). Use ``scored`` inside the ``with`` block: the
     model's files are removed when it ends, also on an error.
     """
     from pyspark.sql.types import (ArrayType, DoubleType, LongType, StructField, StructType)

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import numpy as np
 import scipy.sparse
-from pyspark import SparkConf, SparkContext
+from pyspark import SparkConf, SparkContext, StorageLevel
 from pyspark.sql import SparkSession
 
-from ..sparse_rows import stack_rows
+from ..core.sparse_rows import stack_rows
 from .io import Block
 
 #: The jobs' logging (conf/log4j2.properties beside the package, when it is installed from the
@@ -76,6 +76,13 @@ def job_session(app_name: str, master: str | None = None, config: dict | None = 
     finally:
         if created:
             spark.stop()
+
+
+#: Persisted rows (the input, every solved level) go to the executors' local disks, never to the
+#: JVM heap: at 10^6 rows they are gigabytes (600,000 × 784 rows killed a 4 GB driver heap cached
+#: in memory), and the operating system's page cache serves them as fast as memory while it has
+#: room. Solved levels are expensive to recompute, so they are persisted, not dropped.
+PERSIST = StorageLevel.DISK_ONLY
 
 
 def store(rdd) -> None:

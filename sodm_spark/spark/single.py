@@ -15,7 +15,7 @@ from importlib import import_module
 import numpy as np
 import scipy.sparse
 
-from ..errors import reported_to_driver
+from ..core.errors import reported_to_driver
 
 ESTIMATORS = {
     "csvrg": "sodm_spark.baselines.csvrg:CSVRGClassifier",
@@ -63,8 +63,8 @@ def fit_in_one_task(blocks, method: str, params: dict):
 def _coreset_task(index, blocks, positive, size, C, kernel_dict, seed):
     """Algorithm 1 of the coreset SVM paper on one partition: its weighted coreset (global row
     ids)."""
-    from ..kernels import Kernel
     from ..baselines.coreset_svm_solver import build_coreset
+    from ..core.kernels import Kernel
 
     blocks = [b for b in blocks if b.X.shape[0]]
     if not blocks:
@@ -82,11 +82,11 @@ def fit_coreset_svm_partitioned(blocks, classes, kernel, coreset_size: int, C: f
     """Merge-and-reduce over Spark partitions (the coreset SVM paper, Sec. 4.2): one coreset per
     partition in parallel, then pairwise reduction and the weighted SVM (Eqn 2) on the driver.
 
-    ``kernel`` is a resolved :class:`~sodm_spark.kernels.Kernel` (numeric gamma). Returns
+    ``kernel`` is a resolved :class:`~sodm_spark.core.kernels.Kernel` (numeric gamma). Returns
     (KernelExpansion with intercept, the final WeightedCoreset).
     """
-    from ..model import KernelExpansion
     from ..baselines.coreset_svm_solver import merge_and_reduce, solve_weighted_svm
+    from ..models.expansion import KernelExpansion
 
     classes = np.asarray(classes)
     if classes.size != 2:

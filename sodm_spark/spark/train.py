@@ -1,12 +1,12 @@
 """One way into a fit on Spark: the label values checked, DSVRG or the SODM levels chosen by the
 kernel, a grid search first when one is asked for, then the fit (docs/design.md §6).
 
-``jobs/train_sodm.py``, :class:`~sodm_spark.ml.SODMClassifier` and the benchmark's Spark
-methods all fit through :func:`train`, with parameters built from their own settings by
+``jobs/train_sodm.py``, :class:`~sodm_spark.estimators.ml.SODMClassifier` and the benchmark's
+Spark methods all fit through :func:`train`, with parameters built from their own settings by
 :func:`fit_params` (a job's flags as ``vars(args)``, an estimator's Params in snake_case, a
 benchmark's settings), so a setting means the same on every path. The linear kernel runs DSVRG
-on the primal (SODM paper, Algorithm 2; :mod:`.dsvrg`), every other kernel the levels of
-Algorithm 1 (:mod:`.sodm`), after a search of :mod:`.tune` if asked. Callers print or record
+on the primal (SODM paper, Algorithm 2; :mod:`.dsvrg.fit`), every other kernel the levels of
+Algorithm 1 (:mod:`.sodm.fit`), after a search of :mod:`.tune` if asked. Callers print or record
 progress through :class:`Progress`; nothing here prints.
 """
 from __future__ import annotations
@@ -16,13 +16,14 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from ..tuning import (DEFAULT_SEARCH_GRID_TEXT, DEFAULT_SEARCH_POINT, SEARCH_PARTITION_ROWS,
-                      GridPoint, ParamGrid, search_pieces, search_sample)
-from ..validation import shown_classes
-from .dsvrg import DSVRGFit, DSVRGParams, fit_dsvrg
-from .sodm import fit_sodm
-from .sodm_params import SODMFit, SODMParams
-from .sodm_prepare import checked_classes, prepare_sodm
+from ..core.validation import shown_classes
+from ..selection.tuning import (DEFAULT_SEARCH_GRID_TEXT, DEFAULT_SEARCH_POINT,
+                                SEARCH_PARTITION_ROWS, GridPoint, ParamGrid, search_pieces,
+                                search_sample)
+from .dsvrg.fit import DSVRGFit, DSVRGParams, fit_dsvrg
+from .sodm.fit import fit_sodm
+from .sodm.params import SODMFit, SODMParams
+from .sodm.prepare import checked_classes, prepare_sodm
 from .tune import TuneResult, tune_sodm
 
 # The settings only the linear path (DSVRG) reads, and the DSVRGParams field each sets; λ, θ,
@@ -91,7 +92,8 @@ class Search:
     @classmethod
     def of_defaults(cls, then_fit: bool = True) -> "Search":
         """The search of a fit given no ODM hyperparameter: γ and λ on a sample of the
-        partitions, the default point kept unless beaten (sodm_spark.tuning explains why)."""
+        partitions, the default point kept unless beaten (sodm_spark.selection.tuning explains
+        why)."""
         return cls(ParamGrid.parse(DEFAULT_SEARCH_GRID_TEXT), default=DEFAULT_SEARCH_POINT,
                    then_fit=then_fit)
 
@@ -125,7 +127,7 @@ def train(sc, blocks, n_features: int, params: SODMParams | DSVRGParams, classes
           progress: Progress = Progress(), refuse_classes: Callable | None = None,
           **level_options) -> Trained:
     """Fit ``params`` (from :func:`fit_params`) on ``blocks``, an RDD of (X, y, row_ids) with
-    ``n_features`` columns: DSVRG for DSVRGParams, else the levels of :func:`.sodm.fit_sodm`.
+    ``n_features`` columns: DSVRG for DSVRGParams, else the levels of :func:`.sodm.fit.fit_sodm`.
 
     ``classes``: the label values, when the caller has counted them (else one checking job
     does); :func:`check_classes` refuses what the fit cannot take, through ``refuse_classes``

@@ -7,7 +7,7 @@ hyperparameters chosen on pieces of that size held at 22,000-row partitions, for
 the kernel work), computes its kernel matrix, solves the local ODM for every (λ, θ, v) of the
 grid warm-started along λ (to ``SEARCH_TOL_FACTOR`` × the fit's tol), and returns its share of
 the validation rows' decision values per grid point
-(:func:`sodm_spark.tuning.search_partition`); the driver sums the shares (a level's f) and
+(:func:`sodm_spark.selection.tuning.search_partition`); the driver sums the shares (a level's f) and
 scores them, so on partitions no larger than the pieces each grid point's accuracy is the one
 a fit with that point would report for its top level. Progress is printed per grid point as
 each γ multiple finishes.
@@ -21,13 +21,14 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from ..kernels import Kernel
-from ..sparse_rows import as_float_rows
-from ..tuning import (MAX_SEARCH_TOL, SEARCH_TOL_FACTOR, GridPoint, ParamGrid, accuracy_of_scores, best_point,
-                      correct_rows, search_partition, search_subsets, significantly_better)
-from .sodm_params import SODMParams
-from .sodm_prepare import PreparedData
-from .sodm_tasks import assemble, partitions_by_key
+from ..core.kernels import Kernel
+from ..core.sparse_rows import as_float_rows
+from ..selection.tuning import (MAX_SEARCH_TOL, SEARCH_TOL_FACTOR, GridPoint, ParamGrid,
+                                accuracy_of_scores, best_point, correct_rows, search_partition,
+                                search_subsets, significantly_better)
+from .partitioning import assemble, partitions_by_key
+from .sodm.params import SODMParams
+from .sodm.prepare import PreparedData
 
 
 @dataclass
@@ -91,7 +92,7 @@ class TuneResult:
 def _search_task(records, X_val, kernel_dict, grid_dict, config, scale):
     """``mapPartitions`` function: for each top-level partition, every grid point of one γ
     multiple: (scores, stats), summed over the partition's pieces when it is cut
-    (:func:`~sodm_spark.tuning.search_subsets`)."""
+    (:func:`~sodm_spark.selection.tuning.search_subsets`)."""
     kernel, grid = Kernel.from_dict(kernel_dict), ParamGrid.from_dict(grid_dict)
     for key, chunks in partitions_by_key(records):
         X, y, _, _ = assemble(chunks)
@@ -123,7 +124,8 @@ def tune_sodm(sc, prepared: PreparedData, params: SODMParams, grid: ParamGrid,
     each larger than ``max_rows`` cut to ``pieces`` disjoint seeded subsets of that many rows;
     ``on_point(PointResult, index, total)`` is called for each as it is known. With
     ``default`` (a grid point) the result's best is that point unless another beats it
-    significantly on the validation rows (:func:`~sodm_spark.tuning.significantly_better`)."""
+    significantly on the validation rows
+    (:func:`~sodm_spark.selection.tuning.significantly_better`)."""
     grid.validate(prepared.kernel.name)
     if prepared.parts is None:
         raise ValueError("tune_sodm needs the prepared data partitioned (prepare_sodm with "

@@ -7,7 +7,7 @@ is the only place that knows about file formats:
 
 * ``read_blocks(spark, path, "libsvm")`` — LIBSVM/SVMlight text (``label idx:val ...``, 1-based
   indices, the exchange format of every data set in the papers), parsed a partition at a time
-  by :mod:`sodm_spark.formats.libsvm` straight into blocks; :func:`read_libsvm_local` is the
+  by :mod:`sodm_spark.data.formats.libsvm` straight into blocks; :func:`read_libsvm_local` is the
   same parser for small files on the driver.
 * ``read_blocks(spark, path, "csv")`` — a label column and numeric feature columns.
 * ``read_blocks(spark, path, "parquet")`` and :func:`dataframe_to_blocks` — a ``features``
@@ -33,7 +33,7 @@ scorer shares), ``parquet_files`` (local Parquet array columns read by pyarrow i
 Spark code here only moves arrays: the functions shipped to executors are module-level or
 closures over plain values, and nothing is random.
 """
-from ...formats.libsvm import parse_libsvm_line
+from ...data.formats.libsvm import parse_libsvm_line
 from .arrow import (CHUNK_ROWS, batch_matrix, dataframe_to_blocks, numbered_batches,
                     numeric_array_column)
 from .blocks import (DENSE_FROM_DENSITY, MAX_BLOCK_BYTES, ROW_ID_SHIFT, Block, BlockStats,

@@ -8,15 +8,14 @@ message helpers the readers share live here too, so that each reader words its e
 """
 from __future__ import annotations
 
-import contextlib
 from collections import deque, namedtuple
 
 import numpy as np
 import scipy.sparse
 
-from ...errors import InputError
-from ...formats.libsvm import csr_to_dense
-from ...validation import max_abs_value
+from ...core.errors import InputError, error_text
+from ...core.validation import max_abs_value
+from ...data.formats.libsvm import csr_to_dense
 
 Block = namedtuple("Block", "X y row_ids")
 Block.__doc__ = """Rows of one partition: ``X`` (n, d) C-contiguous float64 or float32 (or CSR),
@@ -28,7 +27,7 @@ BlockStats.__doc__ = """Result of :func:`check_blocks`: ``label_counts`` maps ea
 value (float) to its number of rows (``None`` when there are more than ``max_labels`` distinct
 values), ``n_rows`` is the total number of rows, ``row_width`` the memory of a row in float64
 columns: the width for dense rows (an int), 1.5 per stored value of sparse ones (a float; see
-:func:`sodm_spark.sparse_rows.memory_width`)."""
+:func:`sodm_spark.core.sparse_rows.memory_width`)."""
 
 #: Row ids of CSV/Parquet/DataFrame rows: ``(partition_index << ROW_ID_SHIFT) + local row``.
 ROW_ID_SHIFT = 40
@@ -53,7 +52,7 @@ FEATURE_DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
 
 class DataFormatError(InputError):
     """The input is readable but its content is wrong; ``path``/``line``/``token`` say where.
-    A ValueError (through :class:`~sodm_spark.errors.InputError`)."""
+    A ValueError (through :class:`~sodm_spark.core.errors.InputError`)."""
 
     def __init__(self, message, path=None, line=None, token=None):
         super().__init__(message)
@@ -62,19 +61,6 @@ class DataFormatError(InputError):
 
 class DataPathError(FileNotFoundError, InputError):
     """The input path does not exist (or cannot be listed); also a ``ValueError``."""
-
-
-def error_text(exc, limit=300):
-    """The most telling line of a Spark/py4j error: the root Java cause when there is one."""
-    java = getattr(exc, "java_exception", None)
-    # the JVM object may be gone or not what we think: then the Python text says it
-    with contextlib.suppress(Exception):
-        while java is not None and java.getCause() is not None:
-            java = java.getCause()
-        if java is not None:
-            return str(java.toString()).strip()[:limit]
-    lines = [t.strip() for t in str(exc).strip().splitlines() if t.strip()]
-    return (lines[0] if lines else type(exc).__name__)[:limit]
 
 
 def spark_read(where, reader):
@@ -299,7 +285,7 @@ def check_blocks(blocks_rdd, n_features, max_labels=1000, where=None):
     distinct label to its row count (``None`` if more than ``max_labels`` distinct values, e.g.
     regression targets). Raises ``ValueError`` when a row holds NaN or ±inf (in X or y) or a feature
     beyond ±``MAX_ABS_VALUE`` (1e100; 1e15 for float32 rows: kernels would overflow, see
-    :data:`sodm_spark.validation.MAX_ABS_VALUE`), naming the first 10 rows by partition and
+    :data:`sodm_spark.core.validation.MAX_ABS_VALUE`), naming the first 10 rows by partition and
     row (the readers of text input refuse such lines first, naming them); when a block
     is malformed (dtype, shape, contiguity, ``n_features``); or when there are no rows.
     """

@@ -1,6 +1,6 @@
 """LIBSVM/SVMlight text (``label idx:val ...``, 1-based indices) into blocks, on the driver or Spark.
 
-Both readers hand whole text buffers to :func:`sodm_spark.formats.libsvm.parse_libsvm_text`
+Both readers hand whole text buffers to :func:`sodm_spark.data.formats.libsvm.parse_libsvm_text`
 (numpy + numba), so the driver and the executors parse alike. Errors name the file, the exact
 1-based line and the token, and so do the refusals of NaN, ±inf and too large values
 (:mod:`.text_lines`). Row ids are 0-based line numbers over the input (files in Spark's
@@ -19,10 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ...errors import reported_to_driver
-from ...formats.libsvm import parse_libsvm_text
-from ...resources import available_memory_mb
-from ...validation import MAX_ABS_VALUE, max_abs_value
+from ...core.errors import reported_to_driver
+from ...core.resources import available_memory_mb
+from ...core.validation import MAX_ABS_VALUE, max_abs_value
+from ...data.formats.libsvm import parse_libsvm_text
 from .blocks import (DataFormatError, DataPathError, block_from_parsed, blocks_from_parsed,
                      check_n_features, dense_enough, dense_width_problem, empty_message,
                      too_wide_error)

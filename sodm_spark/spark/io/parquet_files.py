@@ -18,8 +18,8 @@ from urllib.parse import unquote, urlparse
 
 import numpy as np
 
-from ...errors import reported_to_driver
-from ...validation import max_abs_value
+from ...core.errors import reported_to_driver
+from ...core.validation import max_abs_value
 from .blocks import MAX_BLOCK_BYTES, ROW_ID_SHIFT, Block, DataFormatError, to_feature_dtype
 
 

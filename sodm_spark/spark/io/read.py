@@ -11,7 +11,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from ...validation import max_abs_value
+from ...core.validation import max_abs_value
 from .arrow import dataframe_to_blocks
 from .blocks import (DataFormatError, DataPathError, check_n_features, check_positive,
                      empty_message, error_text, spark_read)

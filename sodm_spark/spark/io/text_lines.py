@@ -4,7 +4,7 @@
 job that counts each partition's lines gives every line its file and number
 (:func:`line_locations`). The readers' validation jobs refuse, besides lines that do not parse,
 the lines whose values cannot be trained on or scored — NaN, ±inf, magnitudes beyond
-:func:`~sodm_spark.validation.max_abs_value` (LIBSVM: :func:`value_summary` in the task,
+:func:`~sodm_spark.core.validation.max_abs_value` (LIBSVM: :func:`value_summary` in the task,
 :func:`refuse_bad_values` on the driver) and, for CSV, empty or non-numeric cells and missing
 columns (:func:`check_csv_cells`) — so no such row reaches a block, whose rows only a partition
 and a row number could name.
@@ -16,7 +16,7 @@ import warnings
 
 import numpy as np
 
-from ...validation import bad_value_rows
+from ...core.validation import bad_value_rows
 from .blocks import DataFormatError
 
 #: Lines named in a refusal besides the first.

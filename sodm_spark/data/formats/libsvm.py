@@ -1,0 +1,289 @@
+"""LIBSVM text -> arrays, pure numpy + numba (no Spark): one line, or a whole buffer of lines.
+
+* :func:`parse_libsvm_line` parses one line in Python and explains what is wrong with a bad one
+  (which token, why, what to do).
+* :func:`parse_libsvm_text` parses a buffer of many lines in a numba loop (numbers through
+  :mod:`sodm_spark.data.formats.decimal`, correctly rounded), about 20x faster than line by line.
+  Any line the loop does not accept as plain ASCII ``label index:value ...`` (an error, ``nan``,
+  a non-ASCII byte, a 20-digit mantissa) goes to :func:`parse_libsvm_line`, so the two agree
+  on every line: same values to the bit, same errors.
+"""
+from __future__ import annotations
+
+from collections import namedtuple
+from itertools import repeat
+from operator import contains
+
+import numpy as np
+from numba import njit
+
+from .decimal import parse_decimal
+
+__all__ = ["parse_libsvm_line", "parse_libsvm_text", "ParsedText", "LineProblem",
+           "NOT_TEXT", "described"]
+
+_EMPTY_COLS = np.empty(0, dtype=np.int64)
+_EMPTY_VALS = np.empty(0, dtype=np.float64)
+_EMPTY_COLS.setflags(write=False)
+_EMPTY_VALS.setflags(write=False)
+
+
+
+class LineProblem(ValueError):
+    """A problem with one LIBSVM line, before we know which file and line it came from."""
+
+    def __init__(self, token, problem, advice):
+        super().__init__(f"{problem}. {advice}")
+        self.token, self.problem, self.advice = token, problem, advice
+
+    def as_tuple(self):  # plain, picklable description to send from a task to the driver
+        return self.token, self.problem, self.advice
+
+
+_ADVICE_PAIR = ("Write every feature as index:value with no spaces around ':' "
+                "(e.g. '1 3:0.5 7:1'), or remove the line")
+_ADVICE_ZERO = ("LIBSVM indices are 1-based (the first feature is 1:...). If the file was "
+                "written 0-based (e.g. scikit-learn's dump_svmlight_file with its default "
+                "zero_based=True), rewrite it with zero_based=False or add 1 to every index")
+_ADVICE_ORDER = ("Indices within a line must be strictly increasing: sort each line's "
+                 "index:value pairs and merge duplicated indices")
+
+
+def _diagnose_pairs(tokens):
+    """Find the first malformed ``index:value`` token and raise a :class:`LineProblem`."""
+    for tok in tokens:
+        parts = tok.split(":")
+        if len(parts) != 2 or not parts[0] or not parts[1]:
+            if tok.startswith("qid:"):
+                raise LineProblem(tok, f"token {tok!r} is a ranking query id",
+                                   "qid:... fields are not supported; remove them")
+            raise LineProblem(tok, f"token {tok!r} is not of the form index:value",
+                               _ADVICE_PAIR)
+        index, value = parts
+        try:
+            int(index)
+        except ValueError:
+            raise LineProblem(tok, f"index {index!r} in token {tok!r} is not an integer",
+                               "Indices must be positive integers (1-based)") from None
+        try:
+            float(value)
+        except ValueError:
+            raise LineProblem(tok, f"value {value!r} in token {tok!r} is not a number",
+                               "Fix the value (a decimal number such as 0.5 or 1e-3) or "
+                               "remove the line") from None
+    raise LineProblem(" ".join(tokens), "the index:value pairs could not be parsed",
+                       _ADVICE_PAIR)
+
+
+def parse_libsvm_line(line, n_features=None):
+    """Parse one LIBSVM line ``label idx:val idx:val ...`` (1-based, increasing indices).
+
+    Returns ``None`` for a blank or comment-only line (anything after ``#`` is a comment), else
+    ``(label, cols, vals)`` with ``cols`` the 0-based column numbers (``index - 1``, int64,
+    strictly increasing) and ``vals`` float64. Raises ``ValueError`` (an internal subclass with
+    ``token``/``problem``/``advice``; callers add the file and line) for a non-numeric label or
+    value, a token that is not ``index:value``, an index < 1, unsorted or duplicated indices,
+    or an index above ``n_features``. ``nan``/``inf`` values parse; :func:`check_blocks`
+    refuses them later. Shared by :func:`read_libsvm_local` and the Spark reader.
+    """
+    cut = line.find("#")
+    if cut >= 0:
+        line = line[:cut]
+    tokens = line.split()
+    if not tokens:
+        return None
+    label_token = tokens[0]
+    try:
+        label = float(label_token)
+    except ValueError:
+        if ":" in label_token:
+            raise LineProblem(label_token, f"the line starts with {label_token!r} instead of "
+                               "a label", "Every LIBSVM line starts with a numeric label "
+                               "(e.g. '+1 3:0.5'); add the label or remove the line") from None
+        raise LineProblem(label_token, f"the label {label_token!r} is not a number",
+                           "Labels must be numbers (e.g. 0/1 or -1/+1); map class names "
+                           "to numbers first") from None
+    rest = tokens[1:]
+    n = len(rest)
+    if n == 0:
+        return label, _EMPTY_COLS, _EMPTY_VALS
+    # Fast path: split all pairs at once and let numpy parse the numbers; any failure falls
+    # through to a token-by-token diagnosis that names the culprit.
+    pieces = " ".join(rest).replace(":", " ").split()
+    try:
+        if len(pieces) != 2 * n or not all(map(contains, rest, repeat(":"))):
+            raise ValueError("malformed pairs")
+        index = np.array(pieces[0::2], dtype=np.int64)
+        vals = np.array(pieces[1::2], dtype=np.float64)
+    except (ValueError, OverflowError):
+        _diagnose_pairs(rest)
+        raise  # unreachable: _diagnose_pairs always raises
+    # Index checks; report the first offending token in line order.
+    low = np.flatnonzero(index < 1)
+    order = np.flatnonzero(np.diff(index) <= 0) + 1
+    high = (np.flatnonzero(index > n_features) if n_features is not None
+            else _EMPTY_COLS)
+    first = min(a[0] if a.size else n for a in (low, order, high))
+    if first < n:
+        tok, i = rest[first], int(index[first])
+        if low.size and low[0] == first:
+            if i == 0:
+                raise LineProblem(tok, f"index 0 in token {tok!r}", _ADVICE_ZERO)
+            raise LineProblem(tok, f"negative index {i} in token {tok!r}",
+                               "Indices must be positive integers (1-based)")
+        if order.size and order[0] == first:
+            prev = int(index[first - 1])
+            what = (f"index {i} in token {tok!r} repeats the previous index" if prev == i
+                    else f"index {i} in token {tok!r} comes after index {prev}")
+            raise LineProblem(tok, what, _ADVICE_ORDER)
+        raise LineProblem(tok, f"index {i} in token {tok!r} exceeds n_features={n_features}, "
+                           "the features expected",
+                           "Give rows with the expected features (a model scores the ones it "
+                           "was trained on), or pass n_features=None to read the largest index")
+    return label, index - 1, vals
+
+
+NOT_TEXT = ("the line is not UTF-8 text", "Is the file compressed or binary? Decompress it "
+            "(or give it a .gz/.bz2 name), or re-save it as UTF-8 text")
+
+
+def described(problem, line):
+    """The problem tuple of a bad line; Hadoop replaces undecodable bytes by U+FFFD, so a line
+    holding one is reported as not being text rather than by the token it garbled."""
+    return (None, *NOT_TEXT) if "\ufffd" in line else problem.as_tuple()
+
+
+# ----------------------------------------------------------------------------------------------
+# A buffer of lines
+# ----------------------------------------------------------------------------------------------
+
+ParsedText = namedtuple("ParsedText", "labels indptr indices values row_lines n_lines error")
+ParsedText.__doc__ = """Rows of a LIBSVM buffer in CSR form: ``labels`` float64 (n,), ``indptr``
+int64 (n + 1,), ``indices`` int64 0-based columns (strictly increasing within a row), ``values``
+float64, ``row_lines`` int64 0-based line of each row in the buffer (blank and comment lines
+have a number but no row), ``n_lines`` lines read, ``error`` ``None`` or ``(line, (token,
+problem, advice))`` for the first bad line (parsing stops there)."""
+
+
+@njit(cache=True, inline="always")
+def _is_space(c):
+    """ASCII whitespace as ``str.split()`` sees it, other than the line end."""
+    return c == 32 or 9 <= c <= 13 and c != 10 or 28 <= c <= 31
+
+
+@njit(cache=True, inline="always")
+def _ends_token(buf, i, n):
+    return i >= n or buf[i] == 10 or buf[i] == 35 or _is_space(buf[i])
+
+
+@njit(cache=True)
+def _parse_rows(buf, pos, line, limit, labels, indptr, indices, values, row_lines, n_rows,
+                nnz):
+    """Parse lines from ``buf[pos]`` on, appending rows; stop at the end or at a line the
+    loop does not take. Returns ``(pos, line, n_rows, nnz, handed_over)``; when
+    ``handed_over`` the line starting at ``pos`` is for :func:`parse_libsvm_line`."""
+    n = buf.size
+    while pos < n:
+        start = pos
+        while pos < n and _is_space(buf[pos]):
+            pos += 1
+        if pos >= n or buf[pos] == 10 or buf[pos] == 35:  # blank or comment-only line
+            while pos < n and buf[pos] != 10:
+                pos += 1
+            pos += 1
+            line += 1
+            continue
+        label, pos, ok = parse_decimal(buf, pos, n)
+        if not ok or not _ends_token(buf, pos, n):
+            return start, line, n_rows, nnz, True
+        row_start, previous = nnz, 0
+        while True:
+            while pos < n and _is_space(buf[pos]):
+                pos += 1
+            if pos >= n or buf[pos] == 10 or buf[pos] == 35:
+                break
+            index, digits = 0, 0
+            while pos < n and 48 <= buf[pos] <= 57 and digits < 18:
+                index = index * 10 + (buf[pos] - 48)
+                digits += 1
+                pos += 1
+            if digits == 0 or pos >= n or buf[pos] != 58 or index <= previous \
+                    or (limit > 0 and index > limit):  # not ':', unsorted, 0, too large
+                return start, line, n_rows, row_start, True
+            value, pos, ok = parse_decimal(buf, pos + 1, n)
+            if not ok or not _ends_token(buf, pos, n):
+                return start, line, n_rows, row_start, True
+            indices[nnz] = index - 1
+            values[nnz] = value
+            nnz += 1
+            previous = index
+        while pos < n and buf[pos] != 10:  # the rest is a comment
+            pos += 1
+        labels[n_rows] = label
+        row_lines[n_rows] = line
+        n_rows += 1
+        indptr[n_rows] = nnz
+        pos += 1
+        line += 1
+    return pos, line, n_rows, nnz, False
+
+
+def parse_libsvm_text(data, n_features=None):
+    """Parse ``data`` (bytes: UTF-8 lines joined by ``\\n``) into a :class:`ParsedText`.
+
+    Same rules as :func:`parse_libsvm_line` (1-based increasing indices, ``#`` comments, an
+    index above ``n_features`` is an error); the first bad line stops parsing and is reported
+    in ``error`` with its 0-based line number, as :func:`parse_libsvm_line` describes it.
+    """
+    data = bytes(data)
+    buf = np.frombuffer(data, dtype=np.uint8)
+    row_capacity = data.count(b"\n") + 1
+    nnz_capacity = data.count(b":")
+    labels = np.empty(row_capacity)
+    indptr = np.zeros(row_capacity + 1, dtype=np.int64)
+    indices = np.empty(nnz_capacity, dtype=np.int64)
+    values = np.empty(nnz_capacity)
+    row_lines = np.empty(row_capacity, dtype=np.int64)
+    limit = 0 if n_features is None else int(n_features)
+    pos = line = n_rows = nnz = 0
+    error = None
+    while True:
+        pos, line, n_rows, nnz, handed_over = _parse_rows(
+            buf, pos, line, limit, labels, indptr, indices, values, row_lines, n_rows, nnz)
+        if not handed_over:
+            break
+        end = data.find(b"\n", pos)
+        end = len(data) if end < 0 else end
+        try:
+            text = data[pos:end].decode("utf-8")
+        except UnicodeDecodeError:
+            error = (line, (None, *NOT_TEXT))
+            break
+        try:
+            parsed = parse_libsvm_line(text, n_features)
+        except LineProblem as problem:
+            error = (line, described(problem, text))
+            break
+        if parsed is not None:
+            label, cols, vals = parsed
+            indices[nnz:nnz + cols.size] = cols
+            values[nnz:nnz + cols.size] = vals
+            nnz += cols.size
+            labels[n_rows] = label
+            row_lines[n_rows] = line
+            n_rows += 1
+            indptr[n_rows] = nnz
+        pos, line = end + 1, line + 1
+    return ParsedText(labels[:n_rows], indptr[:n_rows + 1], indices[:nnz], values[:nnz],
+                      row_lines[:n_rows], line, error)
+
+
+@njit(cache=True)
+def csr_to_dense(indptr, indices, values, d):
+    """Dense C-contiguous float64 (n, d) from CSR arrays (no scipy round trip)."""
+    n = indptr.size - 1
+    X = np.zeros((n, d))
+    for r in range(n):
+        for k in range(indptr[r], indptr[r + 1]):
+            X[r, indices[k]] = values[k]
+    return X

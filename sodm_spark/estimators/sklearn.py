@@ -1,0 +1,293 @@
+"""ODMClassifier: the exact ODM as a scikit-learn estimator (docs/design.md §7)."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import scipy.sparse
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils.validation import check_is_fitted
+
+from ..core.estimator_inputs import (check_fit_data, check_predict_data, encode_classes,
+                                     keep_params, predict_labels)
+from ..core.kernels import LAPLACIAN_SPARSE, Kernel
+from ..core.sparse_rows import memory_width
+from ..core.validation import check_odm_params, seed_from
+from ..models.expansion import KernelExpansion
+from ..solvers import solve_odm_dual
+from ..solvers.kernel_rows import kernel_fits_cache
+from ..solvers.odm_multiclass import one_vs_rest_signs, solve_odm_multiclass
+from ..solvers.odm_primal import newton_primal
+from ..solvers.svrg import svrg
+
+
+SOLVERS = ("auto", "dcd", "newton", "svrg")
+PRIMAL_SOLVERS = ("newton", "svrg")  # linear kernel only; they fit the intercept
+
+
+class ODMClassifier(ClassifierMixin, BaseEstimator):
+    """Optimal margin Distribution Machine solved exactly by dual coordinate descent.
+
+    Minimizes ``½‖w‖² + λ/(2M) Σ (ξ_i² + v ε_i²)/(1-θ)²`` (SODM paper Sec. 2.1) through its dual
+    (Eqn 1); see :func:`sodm_spark.solvers.solve_odm_dual`. With the linear kernel the primal is
+    solved directly and has an unpenalized intercept by default (``fit_intercept``, as
+    scikit-learn's LinearSVC and MLlib); the kernel dual has no bias term, as in the paper, and
+    ``kernel_offset`` c gives it one through the kernel k + c.
+
+    Parameters
+    ----------
+    kernel : {'rbf', 'linear', 'poly', 'laplacian'}
+    gamma : 'scale' (1/(d·Var X)), 'auto' (1/d) or a positive float
+    degree, coef0 : polynomial kernel ``(gamma x·z + coef0) ** degree``
+    lam : λ > 0, weight of the margin loss (λ here = 2 × libodm's λ)
+    theta : θ ∈ [0, 1), half-width of the zero-loss margin band [1-θ, 1+θ]
+    v : v ∈ (0, 1] (libodm's μ), weight of margins above 1+θ
+    tol : stop when every point's projected-gradient violation is at most ``tol``
+    max_iter : most sweeps over the data (a ConvergenceWarning says when it stopped the solve)
+    cache_mb : memory for kernel rows; the whole kernel matrix is cached when it fits, else
+        kernel rows are computed on demand in blocks with an LRU cache of this size. None
+        (default): what the machine has available when the fit starts, less a reserve
+    dtype : 'float32' (default, half the memory, ~7 digits) or 'float64' for the kernel cache
+    random_state : int seed for the sweep order (None means 0: the optimum does not depend on it)
+    solver : 'auto' (default: 'newton' for the linear kernel, 'dcd' otherwise), 'dcd' (dual
+        coordinate descent, any kernel, no intercept), 'newton' (linear kernel: the exact primal
+        by generalized Newton, stopped at relative gradient norm min(tol, 1e-8)) or 'svrg'
+        (linear kernel: SVRG on the primal, the paper's ODM_svrg comparator; ``max_iter``
+        counts epochs, ``tol`` is the relative objective change). The primal solvers' model is
+        f(x) = wᵀx + b: ``support_vectors_`` holds w (one row per output), ``dual_coef_`` the
+        identity and ``intercept_`` b. Every solver accepts scipy sparse X (kept CSR: the dual
+        computes its kernel blocks from sparse products, and ``support_vectors_`` are then CSR
+        rows), except the laplacian kernel, whose L1 distances need dense rows.
+    fit_intercept : bool, default True. Linear kernel, primal solvers: fit an unpenalized bias b
+        (only ‖w‖² is penalized, as MLlib's LinearSVC; the fit then does not depend on where
+        the data's origin lies). Other kernels have no bias; use ``kernel_offset``.
+    kernel_offset : c ≥ 0, default 0: solve with the kernel k + c, i.e. a penalized bias
+        c·Σ_i γ_i y_i (see :mod:`sodm_spark.core.kernels`). Measured on Fashion-MNIST, letter and
+        satellite with the RBF kernel, c = 1 changed test accuracy by at most a few rows
+        (docs/jobs.md, "Intercepts"), hence the default 0, the paper's model.
+
+    Binary labels may be any two values; more than two classes are fitted one-vs-rest.
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (n_classes,)
+        The sorted label values; with two, ``classes_[1]`` is the positive class (f > 0).
+    n_features_in_ : int
+        Features seen during ``fit``.
+    kernel_ : Kernel
+        The kernel with ``gamma`` resolved to a number (:class:`sodm_spark.core.kernels.Kernel`).
+    support_ : ndarray of shape (n_SV,)
+        Indices of the training rows with a nonzero dual coefficient in any output (empty for
+        the primal solvers).
+    support_vectors_ : ndarray or CSR matrix of shape (n_SV, n_features)
+        Those rows (CSR when X was sparse). The primal solvers store w here instead, one row
+        per output.
+    dual_coef_ : ndarray of shape (n_outputs, n_SV)
+        ``γ_i y_i`` of each support vector, one row per output (one for two classes, else one
+        per class, one-vs-rest); the identity for the primal solvers.
+    intercept_ : ndarray of shape (n_outputs,)
+        The bias b of the primal solvers with ``fit_intercept``; zeros otherwise.
+    n_iter_ : ndarray of shape (n_outputs,)
+        Sweeps (dual), Newton iterations or SVRG epochs of each output's solve.
+    objective_ : ndarray of shape (n_outputs,)
+        The final objective of each output's problem (the dual of Eqn 1, or the primal).
+    converged_ : bool
+        Whether every solve met ``tol`` within ``max_iter``.
+    model_ : KernelExpansion
+        The decision function as a model that saves, loads and compresses
+        (:class:`sodm_spark.models.expansion.KernelExpansion`).
+    n_support_ : int
+        The number of support vectors (a property).
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_breast_cancer
+    >>> from sklearn.preprocessing import minmax_scale
+    >>> from sodm_spark import ODMClassifier
+    >>> X, y = load_breast_cancer(return_X_y=True)
+    >>> X = minmax_scale(X)
+    >>> clf = ODMClassifier(kernel="rbf", lam=1e5, theta=0.1, v=0.2).fit(X[:400], y[:400])
+    >>> clf.classes_
+    array([0, 1])
+    >>> clf.dual_coef_.shape[0]  # one output for two classes
+    1
+    >>> clf.predict(X[400:405]).shape
+    (5,)
+    >>> accuracy = clf.score(X[400:], y[400:])
+    >>> clf.model_.save("odm-model")  # arrays.npz + metadata.json, no pickles
+
+    The linear kernel solves the primal, with an unpenalized intercept:
+
+    >>> linear = ODMClassifier(kernel="linear").fit(X[:400], y[:400])
+    >>> linear.support_vectors_.shape, linear.intercept_.shape  # w and b
+    ((1, 30), (1,))
+    """
+
+    def __init__(self, kernel="rbf", gamma="scale", degree=3, coef0=0.0, lam=1000.0, theta=0.1,
+                 v=0.5, tol=1e-3, max_iter=1000, cache_mb=None, dtype="float32",
+                 random_state=None, solver="auto", fit_intercept=True, kernel_offset=0.0):
+        keep_params(self, locals())
+
+    def _solver(self):
+        if self.solver not in SOLVERS:
+            raise ValueError(f"solver must be one of {', '.join(map(repr, SOLVERS))}, "
+                             f"got {self.solver!r}.")
+        if self.solver == "auto":
+            return "newton" if self.kernel == "linear" else "dcd"
+        return self.solver
+
+    def _accept_sparse(self):
+        return "csr"
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = self.kernel != "laplacian"  # L1 distances need dense rows
+        return tags
+
+    def fit(self, X, y):
+        solver = self._solver()
+        if solver in PRIMAL_SOLVERS and self.kernel != "linear":
+            raise ValueError(f"solver={solver!r} works on the primal and needs kernel='linear', "
+                             f"got kernel={self.kernel!r}; use solver='dcd' for other kernels.")
+        if solver == "dcd" and self.kernel == "linear" and self.fit_intercept:
+            raise ValueError("solver='dcd' solves the ODM dual (SODM Eqn 1), which has no "
+                             "intercept; pass fit_intercept=False for the paper's model, or "
+                             "solver='newton' / 'svrg' (the primal, with an intercept).")
+        if solver in PRIMAL_SOLVERS and self.kernel_offset:
+            raise ValueError(f"kernel_offset applies to the kernel dual (solver='dcd'); "
+                             f"solver={solver!r} fits an unpenalized intercept instead "
+                             "(fit_intercept). Pass kernel_offset=0.")
+        X, y = check_fit_data(self, X, y, accept_sparse=self._accept_sparse())
+        if self.kernel == "laplacian" and scipy.sparse.issparse(X):
+            raise ValueError(f"X is sparse: {LAPLACIAN_SPARSE}.")
+        check_odm_params(self.lam, self.theta, self.v)
+        if np.dtype(self.dtype) not in (np.float32, np.float64):
+            raise ValueError(f"dtype must be 'float32' or 'float64', got {self.dtype!r}.")
+        y_index = encode_classes(self, y)
+        kernel = Kernel.create(self.kernel, self.gamma, self.degree, self.coef0, X,
+                               self.kernel_offset)
+        self.kernel_ = kernel
+        self._gamma = kernel.gamma
+        # Binary: one problem with classes_[1] as +1. More classes: one-vs-rest.
+        targets = [1] if self.classes_.size == 2 else range(self.classes_.size)
+        gammas, n_iter, objectives, converged = [], [], [], []
+        if solver in PRIMAL_SOLVERS:
+            return self._fit_primal(solver, X, y_index, targets, kernel)
+        if len(targets) > 2 and kernel_fits_cache(X.shape[0], memory_width(X), self.cache_mb,
+                                                  np.dtype(self.dtype).itemsize):
+            return self._fit_joint(X, y_index, kernel)
+        for target in targets:
+            y_pm = np.where(y_index == target, 1.0, -1.0)
+            result = solve_odm_dual(X, y_pm, kernel, self.lam, self.theta, self.v, tol=self.tol,
+                                    max_iter=self.max_iter, seed=seed_from(self.random_state),
+                                    cache_mb=self.cache_mb, dtype=np.dtype(self.dtype))
+            gammas.append(result.gamma * y_pm)
+            n_iter.append(result.n_sweeps)
+            objectives.append(result.objective)
+            converged.append(result.converged)
+            self._warn_unless_converged(result)
+        return self._store_dual(X, np.stack(gammas, axis=1), kernel, n_iter, objectives,
+                                all(converged))
+
+    def _warn_unless_converged(self, result):
+        if not result.converged:
+            warnings.warn(
+                f"ODMClassifier stopped at max_iter={self.max_iter} sweeps with largest "
+                f"violation {result.violation:.3g} > tol={self.tol}; increase max_iter or tol.",
+                ConvergenceWarning)
+
+    def _store_dual(self, X, coef, kernel, n_iter, objectives, converged):
+        """The fitted attributes of a dual fit from its coefficients γ_i y_i, (m, outputs)."""
+        self.support_ = np.flatnonzero(np.any(coef != 0.0, axis=1))
+        self.support_vectors_ = X[self.support_]
+        self.dual_coef_ = coef[self.support_].T
+        self.n_iter_ = np.asarray(n_iter)
+        self.objective_ = np.asarray(objectives)
+        self.converged_ = bool(converged)
+        self.intercept_ = np.zeros(coef.shape[1])
+        self.model_ = KernelExpansion(self.support_vectors_, coef[self.support_], kernel,
+                                      self.classes_)
+        return self
+
+    def _fit_joint(self, X, y_index, kernel):
+        """All one-vs-rest duals in one solve against one kernel matrix
+        (:mod:`sodm_spark.solvers.odm_multiclass`): the same optimum as a solve per class."""
+        result = solve_odm_multiclass(X, y_index, self.classes_.size, kernel, self.lam,
+                                      self.theta, self.v, tol=self.tol, max_iter=self.max_iter,
+                                      seed=seed_from(self.random_state),
+                                      dtype=np.dtype(self.dtype))
+        self._warn_unless_converged(result)
+        return self._store_dual(X, result.gamma * one_vs_rest_signs(y_index, self.classes_.size),
+                                kernel, np.full(self.classes_.size, result.n_sweeps),
+                                result.objectives, result.converged)
+
+    def _fit_primal(self, solver, X, y_index, targets, kernel):
+        """The linear primal by Newton (exact) or SVRG (ODM_svrg): one (w, b) per output,
+        stored as a linear expansion with intercepts."""
+        weights, intercepts, n_iter, objectives, converged = [], [], [], [], []
+        bias = bool(self.fit_intercept)
+        for target in targets:
+            y_pm = np.where(y_index == target, 1.0, -1.0)
+            if solver == "svrg":
+                result = svrg(X, y_pm, self.lam, self.theta, self.v, epochs=self.max_iter,
+                              tol=self.tol, seed=seed_from(self.random_state),
+                              fit_intercept=bias)
+                n_iter.append(result.epochs)
+                done = result.converged
+            else:
+                result = newton_primal(X, y_pm, self.lam, self.theta, self.v,
+                                       tol=min(float(self.tol), 1e-8), max_iter=self.max_iter,
+                                       fit_intercept=bias)
+                n_iter.append(result.iterations)
+                done = result.iterations < self.max_iter
+            weights.append(result.w)
+            intercepts.append(result.intercept)
+            objectives.append(result.objective)
+            converged.append(done)
+            if not done:
+                warnings.warn(f"ODMClassifier(solver={solver!r}) stopped at max_iter="
+                              f"{self.max_iter} {'epochs' if solver == 'svrg' else 'iterations'}"
+                              "; increase max_iter or tol.", ConvergenceWarning)
+        self.support_vectors_ = np.stack(weights)
+        self.dual_coef_ = np.eye(len(weights))
+        self.support_ = np.arange(0)
+        self.intercept_ = np.asarray(intercepts, dtype=np.float64)
+        self.n_iter_ = np.asarray(n_iter)
+        self.objective_ = np.asarray(objectives)
+        self.converged_ = bool(all(converged))
+        self.model_ = KernelExpansion(self.support_vectors_, self.dual_coef_, kernel,
+                                      self.classes_, self.intercept_ if bias else None)
+        return self
+
+    @classmethod
+    def from_expansion(cls, expansion: KernelExpansion) -> "ODMClassifier":
+        """A fitted predictor from a saved or Spark-trained binary model (no refit)."""
+        kernel = expansion.kernel
+        model = cls(kernel=kernel.name, gamma=kernel.gamma, degree=kernel.degree,
+                    coef0=kernel.coef0, kernel_offset=kernel.offset,
+                    fit_intercept=expansion.intercept is not None)
+        model.classes_ = np.asarray(expansion.classes)
+        model.kernel_, model._gamma = kernel, kernel.gamma
+        model.support_ = np.arange(expansion.support_vectors.shape[0])
+        model.support_vectors_ = expansion.support_vectors
+        model.dual_coef_ = expansion.coef.T
+        model.intercept_ = (np.zeros(expansion.coef.shape[1]) if expansion.intercept is None
+                            else np.asarray(expansion.intercept, dtype=np.float64))
+        model.n_features_in_ = expansion.n_features_in
+        model.model_ = expansion
+        return model
+
+    @property
+    def n_support_(self) -> int:
+        check_is_fitted(self)
+        return int(self.support_.size)
+
+    def decision_function(self, X):
+        """``f(x) = Σ_i γ_i y_i k(x_i, x)`` (+ b with an intercept): (n,) for two classes,
+        (n, n_classes) otherwise."""
+        X = check_predict_data(self, X, accept_sparse=self._accept_sparse())
+        return self.model_.decision_function(X)
+
+    def predict(self, X):
+        return predict_labels(self, X)

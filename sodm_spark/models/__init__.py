@@ -1,0 +1,9 @@
+"""The model, its compression and its scoring, free of Spark: ``expansion.py``
+(``KernelExpansion``, ``InputMap``, labels from scores; saved as arrays + JSON), ``compression.py``
+(reduced-set compression of kernel models) and ``scoring.py`` (float32 scoring with float64
+re-checks, the batch scorer's numerics).
+
+Imports only the layers below it (docs/design.md §5): ``core/``, ``partition/`` (compression's
+landmarks and k-means) and ``data/`` (model folders, ``storage.py``); never Spark,
+``selection/`` beside it or a layer above. This ``__init__`` imports nothing.
+"""

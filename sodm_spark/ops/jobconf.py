@@ -1,0 +1,154 @@
+"""Job defaults from a TOML file, overridden by command-line flags.
+
+Every job reads the table named after it (``[train_sodm]``, ``[train_baseline]``, ...) plus
+``[common]`` from the first file found of: ``--config PATH``; ``$SODM_JOBS_CONF``;
+``$SPARK_CONF_DIR/sodm-jobs.toml``; the repository's ``conf/sodm-jobs.toml``. Keys are flag
+names without the leading dashes (``stop-level`` or ``stop_level``). A key in the job's own
+table that the job does not take is an error naming the file and the key, so a typo never
+passes silently.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tomllib
+from pathlib import Path
+
+from ..core.errors import EXIT_CODES, SETTINGS, JobExit, SettingsError
+from ..data.storage import replace_file
+
+CONF_NAME = "sodm-jobs.toml"
+REPO_CONF = Path(__file__).resolve().parents[1] / "conf" / CONF_NAME
+
+
+def gamma_arg(text):
+    """argparse type of ``--gamma``: 'scale', 'auto' or a number (kept a float)."""
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        if text in ("scale", "auto"):
+            return text
+        raise argparse.ArgumentTypeError(f"--gamma must be 'scale', 'auto' or a number, "
+                                         f"got {text!r}")
+
+
+def find_config(explicit: str | None = None) -> Path | None:
+    """The TOML file a job reads (see the module docstring), or None."""
+    if explicit:
+        path = Path(explicit)
+        if not path.is_file():
+            raise JobExit(SETTINGS, f"--config {explicit}: no such file")
+        return path
+    candidates = [os.environ.get("SODM_JOBS_CONF")]
+    if os.environ.get("SPARK_CONF_DIR"):
+        candidates.append(str(Path(os.environ["SPARK_CONF_DIR"]) / CONF_NAME))
+    candidates.append(str(REPO_CONF))
+    for candidate in candidates:
+        if candidate and Path(candidate).is_file():
+            return Path(candidate)
+    return None
+
+
+def job_defaults(job: str, path: Path | None) -> tuple[dict, dict]:
+    """(``[common]``, ``[job]``) tables of ``path``, keys normalized to argparse dests."""
+    if path is None:
+        return {}, {}
+    try:
+        document = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as error:
+        raise JobExit(SETTINGS, f"job config {path} is unreadable: {error}")
+
+    def table(name):
+        return {key.replace("-", "_"): value for key, value in document.get(name, {}).items()}
+
+    return table("common"), table(job)
+
+
+def parse_with_defaults(parser: argparse.ArgumentParser, job: str, argv=None):
+    """Parse ``argv`` after loading the job's TOML defaults; returns (args, config path).
+
+    Adds ``--config`` and ``--verbose``. Flags given on the command line win over the file.
+    """
+    parser.add_argument("--config", help=f"TOML job defaults (default: {CONF_NAME} in "
+                        "$SPARK_CONF_DIR or the repository's conf/)")
+    add_verbose(parser)
+    refuse_in_one_line(parser)
+    early, _ = parser.parse_known_args(argv)
+    path = find_config(early.config)
+    common, own = job_defaults(job, path)
+    known = {action.dest for action in parser._actions}
+    unknown = sorted(set(own) - known)
+    if unknown:
+        raise JobExit(SETTINGS, f"{path} sets {', '.join(unknown)} for [{job}], which {job} "
+                      f"does not take; see `{job} --help` for its flags.")
+    # [common] keys a job does not take are skipped: they are meant for the other jobs
+    parser.set_defaults(**{**{k: v for k, v in common.items() if k in known}, **own})
+    return parser.parse_args(argv), path
+
+
+def refuse_in_one_line(parser: argparse.ArgumentParser) -> None:
+    """A flag argparse refuses ends the job like any bad setting: one ``error: ...`` line and
+    exit code 2, without the usage text (``--help`` shows it)."""
+    def error(message):
+        parser.exit(EXIT_CODES[SETTINGS], f"error: {message}; see {parser.prog} --help\n")
+
+    parser.error = error
+
+
+def add_verbose(parser: argparse.ArgumentParser) -> None:
+    """``--verbose``: a failure prints its full trace (Python and Java) before its one line;
+    sodm_spark.core.errors.run_job reads it from the command line."""
+    parser.add_argument("--verbose", action="store_true",
+                        help="on a failure, print the full trace too (it always goes to the "
+                        "log file, $SODM_LOG_FILE or logs/sodm-spark.log, for an unexpected one)")
+
+
+def _writable_ancestor(path: Path) -> Path | None:
+    """The nearest existing ancestor of ``path`` if it is a directory this process may write
+    into, else None."""
+    for parent in path.absolute().parents:
+        if parent.exists():
+            return parent if parent.is_dir() and os.access(parent, os.W_OK | os.X_OK) else None
+    return None
+
+
+def check_output_paths(directories: dict, files: dict) -> None:
+    """Refuse, before any data is read, outputs a job could not write at the end:
+    ``directories`` and ``files`` map a flag (``"--model-out"``) to its path or None. A
+    directory output must not be an existing file, a file output not an existing directory,
+    and the nearest existing directory above each must be writable (missing directories are
+    created at the end). Paths with a URI scheme (hdfs://, s3a://, ...) are left to their
+    file system.
+    Raises SettingsError (a ValueError) naming the flag, the path and what to do."""
+    for flag, value in {**directories, **files}.items():
+        if not value or "://" in str(value):
+            continue
+        path = Path(value)
+        is_directory = flag in directories
+        if is_directory and path.exists() and not path.is_dir():
+            raise SettingsError(f"{flag} {value} is a file; this output is a directory. Choose "
+                             "another path or remove the file.")
+        if not is_directory and path.is_dir():
+            raise SettingsError(f"{flag} {value} is a directory; this output is a file. Give a "
+                             "file name.")
+        # a file is replaced through a sibling; a directory gets new entries inside it
+        where = path / "entry" if is_directory and path.exists() else path
+        if _writable_ancestor(where) is None:
+            raise SettingsError(f"{flag} {value} cannot be written by this user (no write "
+                             "permission where it would go); choose a writable location.")
+
+
+def write_outputs(model, summary: dict, model_out: str | None, metrics_out: str | None) -> None:
+    """Write the model directory and the metrics JSON of a training job, each atomically.
+
+    The metrics go to a temporary file beside the target that is renamed over it, so a
+    scheduler polling the file never reads half a JSON document.
+    """
+    if model_out:
+        model.save(model_out)
+        print(f"model written to {model_out}")
+    if metrics_out:
+        replace_file(metrics_out,
+                     lambda staging: staging.write_text(json.dumps(summary, indent=2, default=str)))
+        print(f"metrics written to {metrics_out}")

@@ -1,0 +1,362 @@
+"""SODM (SODM paper, Algorithm 1) on Spark: partition, solve locally, merge level by level.
+
+The SODM paper: Wang, Cao, Zhang, Shi & Jin, "Scalable Optimal Margin Distribution Machine"
+(docs/design.md §2 describes this module's algorithm in the package's terms).
+
+The data live in an RDD of numpy blocks. Partitioning (landmark strata of Eqns 7-8 dealt
+evenly, or a comparator's partitions; :mod:`.prepare`) shuffles sub-blocks to K = p^L
+partitions; every level solves each partition's local ODM (Eqn 1 with the partition's own m·c,
+i.e. the block-diagonal problem of Eqn 4) in one task, warm-started from its current γ, then
+merges every p consecutive partitions with one shuffle of blocks (:mod:`.tasks`). The
+levels stop when the warm start is already optimal (Algorithm 1, line 5), at ``stop_level``,
+or by the automatic stopping rule; finished levels can be checkpointed and resumed. All
+numerics are in ``sodm_spark.solvers`` and ``sodm_spark.partition``.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, replace
+
+import numpy as np
+
+from ...core.errors import SettingsError
+from ...core.sparse_rows import as_float_rows, stack_rows
+from ...models.compression import (SPARSE_KMEANS, compare_scores, local_fit_share, most_points,
+                                   resolve_max_sv)
+from ...models.expansion import labels_from_scores
+from ...selection.stopping import (NEXT_LEVEL_BLOCKED, REACHED_STOP_LEVEL, WARM_START_OPTIMAL,
+                                   choose_level, next_level_blocked, rows_right)
+from ...selection.tuning import accuracy_of_scores, correct_rows
+from ..memory import MemoryBudgetError, executor_memory
+from ..session import PERSIST, store
+from .checkpoint import (LevelCheckpoint, assemble_partition, block_fingerprint, deal_by_layout,
+                         merge_fingerprints)
+from .level_model import (LocalFit, collect_level, compress_level,
+                          fit_rows_collectable, level_scores)
+from .params import LevelStats, SODMFit, SODMParams
+from .plan import plan_level
+from .prepare import PreparedData, partition_prepared, prepare_sodm
+from .tasks import PartitionStats, checkpoint_layout, merge_key, solve_partitions
+
+#: With a compressed model, the uncompressed one is scored on the test rows too (the report's
+#: "before") when that costs at most this many kernel multiply-adds (test rows × support
+#: vectors × features: a few seconds here); beyond, only with ``test_every_level``.
+CHEAP_SCORING_WORK = 1e12
+
+
+def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
+             checkpoint_dir=None, resume: bool = False, validation=None,
+             on_plan=None, prepared: PreparedData | None = None, max_sv=None,
+             compress_method: str = "random", test_every_level: bool | None = None) -> SODMFit:
+    """Fit SODM on ``blocks`` (RDD of (X, y, row_ids) with raw labels from ``classes``).
+
+    Two classes: one ODM (``classes[1]`` is +1). More: the one-vs-rest ODMs of every class,
+    solved together in each partition against one kernel matrix, with the same partitions,
+    merges and stopping for all; the model has one coefficient column per class.
+
+    ``test`` is an optional (X_test, y_test) pair on the driver: the final model's test
+    accuracy is ``SODMFit.test_accuracy``, and with ``test_every_level`` every level's model is
+    scored too (inside the level's tasks, as the validation rows are: it costs test rows ×
+    training rows kernel entries per level; None: when that is at most
+    :data:`CHEAP_SCORING_WORK`). ``on_plan(LevelPlan)`` is called before each
+    level (its predicted seconds) and ``on_level(LevelStats)`` as each level finishes (the job
+    prints both). ``max_sv`` ("auto", "none"/None or N,
+    :func:`~sodm_spark.models.compression.resolve_max_sv`) compresses the model before it
+    reaches the driver (:mod:`.level_model`); the report is ``SODMFit.compression``.
+    With ``params.auto_stop`` a validation slice — ``validation`` = (X, y) if given, else rows
+    held out of ``blocks`` (``validation_fraction``, at most ``validation_max_rows``) — is
+    scored after every level, the fit stops by :class:`~sodm_spark.selection.stopping.StopRule` or
+    before a level whose kernels would not be cached (on-demand kernel blocks cost the kernel
+    work again in every sweep), and the model is the level
+    :func:`~sodm_spark.selection.stopping.choose_level` keeps. With ``checkpoint_dir`` every
+    finished level is recorded there
+    (:mod:`.checkpoint`); ``resume=True`` continues from the last recorded level instead of
+    starting over, and gives the model (and the stopping decisions) an uninterrupted run
+    would have given. ``prepared`` (from :func:`prepare_sodm`, partitioned; its kernel may
+    differ from ``params``' after a search) skips the preparation: ``blocks``, ``classes``,
+    ``test`` and ``validation`` are then ignored, and the fit's clock started with it.
+    """
+    params.validate()
+    if prepared is None:
+        prepared = prepare_sodm(sc, blocks, params, classes, test, validation, partition=False,
+                                fingerprint=checkpoint_dir is not None)
+    if params.levels is None:  # as the preparation resolved them from the rows
+        params = replace(params, levels=prepared.params.levels,
+                         stop_level=prepared.params.stop_level)
+    elif params.levels != prepared.params.levels:
+        raise ValueError(f"the prepared data hold levels={prepared.params.levels}, the fit "
+                         f"asks for levels={params.levels}; prepare with the same levels.")
+    if prepared.sparse and compress_method == "kmeans" and most_points(max_sv) is not None:
+        raise ValueError(SPARSE_KMEANS + ".")
+    classes, multi, kernel = prepared.classes, prepared.multi, prepared.kernel
+    n_rows, n_features = prepared.n_rows, prepared.n_features
+    # what a row costs in memory and per kernel entry: its width, or for sparse rows its values
+    width = prepared.row_width or n_features
+    training, started = prepared.training, prepared.started
+    test_pair, validation_pair = prepared.test_pair, prepared.validation_pair
+    config = {"lam": params.lam, "theta": params.theta, "v": params.v, "tol": params.tol,
+              "max_iter": params.max_iter, "seed": params.seed,
+              "n_classes": classes.size if multi else 0,
+              "fit_share": local_fit_share(max_sv, n_rows)}
+    # the fit rows travel with the stats when they fit the driver's result limit
+    config["fit_features"] = fit_rows_collectable(
+        sc, config["fit_share"] * n_rows, _row_bytes(prepared))
+    kernel_dict = kernel.to_dict()
+
+    checkpoint = None
+    if checkpoint_dir is not None:
+        if prepared.fingerprint is None:  # prepared elsewhere (a search): one more pass
+            sc.setJobDescription("SODM checkpoint: fingerprint the data")
+            prepared.fingerprint = prepared.labelled.map(block_fingerprint).treeReduce(
+                merge_fingerprints)
+        checkpoint = LevelCheckpoint(checkpoint_dir, asdict(params), n_rows, n_features,
+                                     classes, prepared.fingerprint)
+        if checkpoint.exists() and not resume:
+            raise SettingsError(f"{checkpoint_dir} already holds a checkpoint; pass resume=True "
+                                "(--resume) to continue it, or choose an empty checkpoint_dir "
+                                "(--checkpoint-dir).")
+    restored = None
+    if resume and checkpoint is not None and checkpoint.exists():
+        sc.setJobDescription("SODM resume: deal rows to their checkpointed partitions")
+        restored = _restore(sc, training, checkpoint)
+        parts = None
+        prepared.labelled.unpersist()
+    else:
+        if prepared.parts is None:
+            partition_prepared(sc, prepared, params)
+        parts, sizes = prepared.parts, prepared.sizes
+    partition_seconds = prepared.partition_seconds or time.perf_counter() - started
+
+    n_validation = 0 if validation_pair is None else len(validation_pair[1])
+    scored = [] if validation_pair is None else [validation_pair[0]]
+    if test_every_level is None:
+        test_every_level = test_pair is not None and \
+            len(test_pair[1]) * n_rows * width <= CHEAP_SCORING_WORK
+    if test_every_level and test_pair is not None:
+        scored.append(test_pair[0])
+    eval_X = sc.broadcast(as_float_rows(stack_rows(scored), np.float32)) if scored else None
+    levels, solved, previous = [], None, parts
+    cores = max(1, sc.defaultParallelism)
+    level = params.levels
+    memory = executor_memory(sc, params.memory_mb)
+    kept = {}  # level -> its solved RDD: the last two, for the best-level model
+    kept_scores = {}  # level -> its decision values on the eval rows (validation, test)
+    kept_fits = {}  # level -> its LocalFit for a compression, from its tasks
+    if restored is not None:
+        level, levels, solved, sizes = restored
+        kept[level] = solved
+        entry = levels[-1]
+        started -= entry.elapsed  # the time budget counts the interrupted run's levels too
+    plan = None if restored is not None else plan_level(level, sizes, width, params,
+                                                         memory, levels, cores)
+    stop_reason = ""
+    while True:
+        if restored is None:
+            if on_plan is not None:
+                on_plan(plan)
+            solved, entry, sizes, scores, kept_fits[level] = _solve_level(
+                sc, previous, level, params, kernel_dict, dict(config, cache_mb=plan.cache_mb),
+                cores, eval_X, plan.tasks)
+            entry.memory_mb, entry.predicted_seconds = plan.memory_mb, plan.predicted_seconds
+            entry.tasks = plan.tasks
+            if validation_pair is not None:
+                correct = correct_rows(scores[:n_validation], validation_pair[1])
+                entry.validation_accuracy = float(np.mean(correct))
+                entry.validation_wrong = np.flatnonzero(~correct).tolist()
+            if test_every_level and test_pair is not None:
+                entry.test_accuracy = accuracy_of_scores(scores[n_validation:], test_pair[1])
+            entry.elapsed = time.perf_counter() - started
+            levels.append(entry)
+            kept[level], kept_scores[level] = solved, scores
+            for older in [key for key in kept if key > level + 1]:
+                kept.pop(older).unpersist()
+                kept_scores.pop(older, None)
+                kept_fits.pop(older, None)
+            if checkpoint is not None:
+                sc.setJobDescription(f"SODM level {level}: checkpoint")
+                checkpoint.save_level(level, solved.map(checkpoint_layout).collect(), entry.to_dict())
+            if on_level is not None:
+                on_level(entry)
+        restored = None
+        warm_started = level < params.levels
+        plan = None
+        if warm_started and entry.warm_start_violation <= params.tol:
+            stop_reason = WARM_START_OPTIMAL  # Algorithm 1, line 5
+        elif level <= params.stop_level:
+            stop_reason = REACHED_STOP_LEVEL
+        else:
+            merged = np.bincount(np.arange(sizes.size) // params.p, weights=sizes).astype(np.int64)
+            try:
+                plan = plan_level(level - 1, merged, width, params, memory, levels, cores)
+            except MemoryBudgetError as error:
+                if not params.auto_stop:
+                    raise
+                stop_reason = f"next level does not fit the memory budget: {error}"
+            if plan is not None and params.auto_stop:
+                stop_reason = params.stop_rule().reason_to_stop(
+                    _validated(levels, n_validation)[1], time.perf_counter() - started,
+                    plan.predicted_seconds) or ""
+                if not stop_reason and next_level_blocked(plan.kernel, plan.tasks,
+                                                          plan.partitions, cores):
+                    stop_reason = (f"{NEXT_LEVEL_BLOCKED} (level {plan.level}: {plan.advice}; "
+                                   f"predicted {plan.predicted_seconds:,.0f} s; auto_stop=False "
+                                   "(--no-auto-stop) runs it)")
+        if stop_reason:
+            break
+        n_level_partitions = params.p ** level
+        sizes = merged
+        sc.setJobDescription(f"SODM level {level}: merge into {n_level_partitions // params.p}")
+        scale = 1.0 / params.p if params.warm_start == "scaled" else 1.0
+        support_only = params.partitioner == "cascade"
+        previous = (solved.map(lambda item: merge_key(item, params.p, scale, support_only))
+                    .partitionBy(n_level_partitions // params.p, lambda key: key))
+        level -= 1
+    chosen = level
+    validated_levels, validated_correct = _validated(levels, n_validation)
+    if params.auto_stop and validated_levels:
+        chosen = choose_level(validated_levels, validated_correct, params.confidence)
+    if chosen not in kept:  # resumed right after the best level: read it back
+        _, _, kept[chosen], _ = _restore(sc, training, checkpoint, chosen)
+    if eval_X is not None:
+        eval_X.unpersist()
+    best = next(e for e in levels if e.level == chosen)
+    model, compression = _level_model(sc, kept[chosen], best, prepared, max_sv, compress_method,
+                                      params.seed, kept_fits.get(chosen))
+    if prepared.scaling is not None:  # the model takes raw rows
+        offset, scale, columns = prepared.scaling
+        model = replace(model, feature_offset=offset, feature_scale=scale,
+                        feature_columns=columns)
+    train_seconds = time.perf_counter() - started
+    full = kept_scores.get(chosen)  # the chosen level's own scores on the eval rows
+    full_test = None if full is None or not test_every_level else full[n_validation:]
+    test_accuracy = None
+    if test_pair is not None:
+        X_test, y_test = test_pair[0], _raw_labels(test_pair[1], classes)
+        cheap = len(y_test) * best.n_sv * width <= CHEAP_SCORING_WORK
+        if full_test is None and (compression is None or cheap):
+            full_test = level_scores(sc, kept[chosen], X_test, kernel_dict, "score the test set")
+        if full_test is not None:  # the chosen level's own model
+            best.test_accuracy = float(np.mean(labels_from_scores(full_test, classes) == y_test))
+        scores = full_test if compression is None else model.input_scores(X_test)
+        test_accuracy = float(np.mean(labels_from_scores(scores, classes) == y_test))
+        if compression is not None:
+            compression["test"] = {"accuracy_after": test_accuracy, "rows": len(y_test)} \
+                if full_test is None else compare_scores(full_test, scores, y_test, classes)
+    if compression is not None and full is not None and n_validation:
+        compression["validation"] = compare_scores(
+            full[:n_validation], model.input_scores(validation_pair[0]),
+            _raw_labels(validation_pair[1], classes), classes)
+    for rdd in kept.values():
+        rdd.unpersist()
+    sc.setJobDescription(None)
+    return SODMFit(model=model, levels=levels, train_seconds=train_seconds,
+                   partition_seconds=partition_seconds, n_rows=n_rows, stopped_at=level,
+                   stop_reason=stop_reason, best_level=chosen,
+                   validation_rows=n_validation,
+                   test_accuracy=test_accuracy, compression=compression)
+
+
+def _level_model(sc, solved, entry, prepared, max_sv, method, seed, local_fit=None):
+    """(the model of the chosen level, the compression report or None)."""
+    n_points = resolve_max_sv(max_sv, entry.n_sv)
+    if n_points is None:
+        return collect_level(sc, solved, prepared.kernel, prepared.classes, entry.n_sv,
+                             prepared.n_features, _row_bytes(prepared), prepared.multi), None
+    start = time.perf_counter()
+    model, fit_rows, targets, passes = compress_level(
+        sc, solved, prepared.kernel, prepared.classes, entry.n_sv, n_points, method, seed,
+        local_fit=local_fit)
+    return model, {"max_sv": max_sv, "method": method, "support_vectors_before": entry.n_sv,
+                   "support_vectors_after": int(model.support_vectors.shape[0]),
+                   "fit_rows": fit_rows, "fit_targets": targets, "passes_over_level": passes,
+                   "seconds": time.perf_counter() - start}
+
+
+def _row_bytes(prepared) -> float:
+    """Bytes of a training row on the way to the driver: dense rows are float32, a sparse
+    row's values 12 bytes each (8 a memory column)."""
+    return 8 * prepared.row_width if prepared.sparse else 4 * prepared.n_features
+
+
+def _raw_labels(y, classes):
+    """±1 (binary) or class numbers (3+ classes) back to the label values."""
+    return classes[(y > 0).astype(np.int64)] if classes.size == 2 else classes[y.astype(np.int64)]
+
+
+def _validated(levels, n_validation):
+    """(levels, their per-row validation correctness) of the levels that were validated, in
+    the order solved (a resumed fit has them from its checkpoint)."""
+    kept = [e for e in levels if e.validation_wrong is not None and n_validation]
+    return [e.level for e in kept], [rows_right(e.validation_wrong, n_validation) for e in kept]
+
+
+def _solve_level(sc, previous, level, params, kernel_dict, config, cores, eval_X=None,
+                 tasks=None):
+    """Solve every partition of one level (one task each, or ``tasks`` tasks each solving
+    several in turn): (solved RDD, LevelStats, partition sizes, the level's decision values on
+    the ``eval_X`` rows or None, the level's LocalFit or None)."""
+    level_start = time.perf_counter()
+    n_level_partitions = params.p ** level
+    sc.setJobDescription(f"SODM level {level}: solve {n_level_partitions} partitions")
+    running = min(n_level_partitions, cores)
+    if tasks is not None and tasks < running:
+        previous, running = previous.coalesce(tasks), tasks  # partitions stay in key order
+    threads = max(1, cores // running)
+    sink = sc.accumulator({}, PartitionStats())
+    solved = previous.mapPartitions(lambda records: solve_partitions(
+        records, kernel_dict, config, level, threads,
+        None if eval_X is None else eval_X.value, sink.add),
+        preservesPartitioning=True).persist(PERSIST)
+    store(solved)  # the stats came through the accumulator: no pass reads the chunks back
+    stats = [sink.value[key] for key in sorted(sink.value)]
+    previous.unpersist()
+    entry = LevelStats(level=level, partitions=len(stats), seconds=0.0,
+                       objective=float(sum(s["objective"] for s in stats)),
+                       n_sv=int(sum(s["n_sv"] for s in stats)),
+                       sweeps_max=int(max(s["sweeps"] for s in stats)),
+                       sweeps_total=int(sum(s["sweeps"] for s in stats)),
+                       rows=int(sum(s["rows"] for s in stats)),
+                       warm_start_violation=float(max(s["warm_start_violation"] for s in stats)),
+                       kernel="+".join(sorted({s["kernel_mode"] for s in stats})),
+                       max_rows=int(max(s["rows"] for s in stats)),
+                       scoring_seconds=float(sum(s["eval_seconds"] for s in stats)))
+    scores = None if eval_X is None else np.sum([s["eval_scores"] for s in stats], axis=0)
+    fits = [s for s in stats if s.get("fit_rows") is not None]
+    # the level's f is the sum of its partitions' models, each a model of the whole data
+    local_fit = None if not fits else LocalFit(
+        np.concatenate([s["fit_rows"] for s in fits]),
+        len(stats) * np.concatenate([s["fit_scores"] for s in fits]),
+        None if fits[0]["fit_X"] is None else stack_rows([s["fit_X"] for s in fits]),
+        np.concatenate([s["fit_support"] for s in fits]))
+    entry.seconds = time.perf_counter() - level_start
+    sizes = np.zeros(n_level_partitions, dtype=np.int64)
+    sizes[[st["key"] for st in stats]] = [st["rows"] for st in stats]
+    return solved, entry, sizes, scores, local_fit
+
+
+def _restore(sc, labelled, checkpoint: LevelCheckpoint, level: int | None = None):
+    """(level, the LevelStats list, solved RDD, partition sizes) rebuilt from a checkpointed
+    level (default: the last)."""
+    level, finished, pieces = checkpoint.load_level(level)
+    keys = np.concatenate([np.full(ids.size, key, dtype=np.int64) for key, ids, _ in pieces])
+    positions = np.concatenate([np.arange(ids.size) for _, ids, _ in pieces])
+    ids = np.concatenate([ids for _, ids, _ in pieces])
+    order = np.argsort(ids)
+    lookup = sc.broadcast((ids[order], keys[order], positions[order]))
+    gammas = sc.broadcast({key: gamma for key, _, gamma in pieces})
+    n_partitions = max(key for key, _, _ in pieces) + 1
+    solved = (labelled.flatMap(lambda item: deal_by_layout(item, *lookup.value))
+              .partitionBy(n_partitions, lambda key: key)
+              .mapPartitions(lambda records: assemble_partition(records, gammas.value),
+                             preservesPartitioning=True)
+              .persist(PERSIST))
+    restored_rows = solved.map(lambda item: item[1].ids.size).sum()
+    if restored_rows != ids.size:
+        raise ValueError(f"checkpoint {checkpoint.directory}: {ids.size - restored_rows} of its "
+                         "rows are missing from the data; resume with the same data.")
+    stats = [LevelStats(**{k: v for k, v in entry.items() if k in LevelStats.__dataclass_fields__})
+             for entry in finished]
+    sizes = np.zeros(n_partitions, dtype=np.int64)
+    for key, ids_of_key, _ in pieces:
+        sizes[key] = ids_of_key.size
+    return level, stats, solved, sizes

@@ -1,0 +1,185 @@
+"""The knobs and records of one SODM fit (SODM paper, Algorithm 1; docs/design.md §2).
+
+:class:`SODMParams` holds every parameter (p, L, the S strata of Eqns 7-8, the partitioner,
+the warm start, automatic stopping); :class:`LevelPlan` announces a level before it runs,
+:class:`LevelStats` records it after (a row of the metrics JSON, a
+:class:`~sodm_spark.spark.records.StatsRecord` as DSVRG's records are) and :class:`SODMFit` is
+the result of :func:`.fit.fit_sodm`.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ...core.kernels import Kernel
+from ...core.validation import check_odm_params
+from ...models.expansion import KernelExpansion
+from ...selection.stopping import StopRule
+from ..partitioning import LANDMARK_CANDIDATES, PARTITIONERS
+from ..records import StatsRecord
+
+WARM_STARTS = ("scaled", "concat")
+SCALINGS = ("minmax", "none")
+
+
+@dataclass(frozen=True)
+class SODMParams:
+    """Every knob of one SODM fit; defaults are what ``jobs/train_sodm.py`` uses."""
+
+    kernel: str = "rbf"
+    gamma: object = "scale"
+    degree: int = 3
+    coef0: float = 0.0
+    kernel_offset: float = 0.0  # c in the kernel k + c: a penalized bias (kernels.py)
+    # every column mapped onto [0, 1] before the kernel ("none": the rows as they are), as
+    # LIBSVM's guide advises (Hsu, Chang & Lin, "A practical guide to support vector
+    # classification"). Exact ODM, λ = 1e5/1e6: shuttle 0.9818/0.9934 → 0.9968/0.9989 (its
+    # columns span 2 to 26,739), Fashion-MNIST, letter and satellite within ±0.1 points.
+    # Sparse (CSR) rows are divided by each column's largest magnitude instead (max-abs, as
+    # scikit-learn's MaxAbsScaler): subtracting a column's least value would store every zero
+    # of a text row. On data whose columns all have 0 as their least value (counts, tf-idf)
+    # both maps are the same; on others a sparse and a dense copy of the rows are scaled
+    # differently (sodm_spark.core.column_stats)
+    scale: str = "minmax"
+    # λ = 1e5 and v = 0.2 with γ = 'scale': the values SODMClassifier and a job given only
+    # some hyperparameters fall back on; 9.0 points above the former λ = 1e3, v = 0.5 on letter,
+    # 5.6 on shuttle (docs/jobs.md, "Default hyperparameters"). A job given none searches γ and λ
+    # first. tol = 1e-2: the same test accuracy as 1e-3 on Fashion-MNIST partitions with a
+    # third fewer sweeps
+    lam: float = 1e5
+    theta: float = 0.1
+    v: float = 0.2
+    tol: float = 1e-2
+    max_iter: int = 1000
+    p: int = 3
+    levels: int | None = None  # None: chosen from the rows (plan.auto_levels)
+    # S = 20: 200 strata gave the same accuracy per level on Fashion-MNIST (8 seeds, within
+    # one standard error of random partitions; even an oracle stratification ties) and cost
+    # 5-8 s more partitioning at 20k-60k rows
+    strata: int = 20
+    stop_level: int = 0
+    partitioner: str = "stratified"
+    warm_start: str = "scaled"
+    seed: int = 0
+    cache_mb: float | None = None  # kernel cache per task; None: what the memory budget allows
+    landmark_candidates: int = LANDMARK_CANDIDATES  # per stratum, Eqn 8 (docs/design.md §2.1)
+    label_strata: bool = False  # stratified: split each landmark stratum by class too
+    memory_mb: float | None = None  # per task; None: the executor's memory / running tasks
+    # automatic stopping (sodm_spark.selection.stopping): a validation slice scored after every
+    # level
+    auto_stop: bool = True
+    # 10% of the rows, at most 10,000, and fewer when scoring them would cost more than
+    # sodm_spark.selection.stopping.VALIDATION_WORK a level (n_val × M × (d + ENTRY_COST))
+    validation_fraction: float = 0.1
+    validation_max_rows: int = 10_000
+    min_improvement: float = 0.002
+    time_budget: float | None = None
+    confidence: float = 1.0  # standard errors of the stop rule's paired comparisons
+
+    def validate(self) -> None:
+        check_odm_params(self.lam, self.theta, self.v)
+        if int(self.p) != self.p or self.p < 2:
+            raise ValueError(f"p (partitions merged per level) must be an integer >= 2, got {self.p!r}.")
+        if self.levels is not None and (int(self.levels) != self.levels or self.levels < 0):
+            raise ValueError(f"levels must be an integer >= 0, or None ('auto': chosen from "
+                             f"the rows), got {self.levels!r}.")
+        if int(self.stop_level) != self.stop_level or self.stop_level < 0 or (
+                self.levels is not None and self.stop_level > self.levels):
+            raise ValueError(f"stop_level must lie in [0, levels={self.levels}], got "
+                             f"{self.stop_level!r}.")
+        if int(self.strata) != self.strata or self.strata < 1:
+            raise ValueError(f"strata must be a positive integer, got {self.strata!r}.")
+        if int(self.landmark_candidates) != self.landmark_candidates or self.landmark_candidates < 1:
+            raise ValueError(f"landmark_candidates must be a positive integer, got "
+                             f"{self.landmark_candidates!r}.")
+        if self.partitioner not in PARTITIONERS:
+            raise ValueError(f"Unknown partitioner {self.partitioner!r}; known: {', '.join(PARTITIONERS)}.")
+        if self.memory_mb is not None and not 0.0 < self.memory_mb < math.inf:
+            raise ValueError(f"memory_mb (--memory-mb) must be a positive number of MB, got "
+                             f"{self.memory_mb!r}.")
+        if self.cache_mb is not None and not 0.0 <= self.cache_mb < math.inf:
+            raise ValueError(f"cache_mb (--cache-mb) must be a number of MB >= 0, got "
+                             f"{self.cache_mb!r}.")
+        if self.scale not in SCALINGS:
+            raise ValueError(f"scale must be one of {', '.join(SCALINGS)}, got {self.scale!r}.")
+        if self.warm_start not in WARM_STARTS:
+            raise ValueError(f"warm_start must be one of {', '.join(WARM_STARTS)}, got {self.warm_start!r}.")
+        # names the known kernels, checks the offset
+        Kernel.create(self.kernel, 1.0, self.degree, self.coef0, offset=self.kernel_offset)
+        if not 0.0 < self.validation_fraction < 1.0:
+            raise ValueError(f"validation_fraction must lie in (0, 1), got "
+                             f"{self.validation_fraction!r}.")
+        if int(self.validation_max_rows) != self.validation_max_rows or self.validation_max_rows < 1:
+            raise ValueError(f"validation_max_rows must be a positive integer, got "
+                             f"{self.validation_max_rows!r}.")
+        self.stop_rule().validate()
+
+    def stop_rule(self) -> StopRule:
+        return StopRule(self.min_improvement, self.time_budget, self.confidence)
+
+    def partitioning(self) -> dict:
+        """The settings :func:`~sodm_spark.spark.partitioning.partition_blocks` reads, as its
+        keyword arguments."""
+        return {"partitioner": self.partitioner, "strata": self.strata, "seed": self.seed,
+                "landmark_candidates": self.landmark_candidates,
+                "label_strata": self.label_strata}
+
+
+@dataclass
+class LevelStats(StatsRecord):
+    """One solved level: what the job prints and writes to the metrics JSON."""
+
+    level: int
+    partitions: int
+    seconds: float
+    objective: float
+    n_sv: int
+    sweeps_max: int
+    sweeps_total: int
+    rows: int
+    warm_start_violation: float
+    kernel: str = ""  # 'cached', 'blocked' (on-demand kernel blocks) or both
+    elapsed: float = 0.0  # since the fit started, partitioning included, test scoring excluded
+    max_rows: int = 0  # rows of the largest partition
+    memory_mb: float | None = None  # budget of one task at this level
+    predicted_seconds: float | None = None  # announced before the level ran
+    tasks: int | None = None  # partitions solved at once
+    # task seconds scoring the validation (and test) rows inside the level, part of `seconds`
+    # once divided by the tasks that ran at once
+    scoring_seconds: float | None = None
+    validation_accuracy: float | None = None
+    # positions of the validation rows this level's model gets wrong: the stop rule compares
+    # levels row by row (sodm_spark.selection.stopping.paired_gain), also after a resume
+    validation_wrong: list | None = None
+    test_accuracy: float | None = None
+
+
+@dataclass
+class LevelPlan:
+    """The next level, announced before it runs: its shape, kernel mode and predicted cost."""
+
+    level: int
+    partitions: int
+    rows: int  # rows of its largest partition
+    kernel: str  # 'cached' or 'blocked'
+    memory_mb: float  # budget of one task
+    cache_mb: float  # kernel cache of one task
+    predicted_seconds: float | None
+    estimated: bool = False  # predicted from the GEMM speed, before any level was measured
+    advice: str = ""  # what a blocked level costs, and the level count that would be cached
+    tasks: int | None = None  # solves at once (fewer than the cores when that keeps it cached)
+
+
+@dataclass
+class SODMFit:
+    model: KernelExpansion
+    levels: list = field(default_factory=list)
+    train_seconds: float = 0.0
+    partition_seconds: float = 0.0
+    n_rows: int = 0
+    stopped_at: int | None = None  # the last level solved
+    stop_reason: str = ""
+    best_level: int | None = None  # the level whose model was returned
+    validation_rows: int = 0
+    test_accuracy: float | None = None  # of ``model`` (compressed or not) on the test rows
+    compression: dict | None = None  # max_sv, method, support vectors and accuracies before/after

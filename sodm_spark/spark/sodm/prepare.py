@@ -1,0 +1,287 @@
+"""SODM's rows made ready for the levels (SODM paper, Algorithm 1; docs/design.md §2.1-2.3).
+
+Labels become ±1 (two classes) or class numbers (3+); one pass counts the rows and the
+variance ``gamma="scale"`` needs; a seeded slice of rows is held out for validation. Then the
+partitioning (:mod:`sodm_spark.spark.partitioning`, shared with DSVRG): landmark strata of
+Eqns 7-8 dealt evenly, or a comparator's partitions (k-means, DiP, random, cascade), shuffle
+sub-blocks to the top level's K = p^L partitions. The functions shipped to tasks are
+module-level and take plain values, so closures never capture a driver object.
+
+Rows are dense or CSR: if any block holds CSR rows, all are made CSR, the feature scaling is
+max-abs instead of min-max (:mod:`sodm_spark.core.column_stats`: zeros stay zeros), and the
+landmarks and strata are computed on the sparse rows; the k-means partitioners refuse them (a
+centre of sparse rows is a dense vector as wide as the features).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+
+import numpy as np
+import scipy.sparse
+
+from ...core.column_stats import ColumnStats, scale_rows
+from ...core.errors import SettingsError
+from ...core.kernels import Kernel, gamma_value
+from ...core.sparse_rows import as_float_rows, stack_rows
+from ...selection.stopping import holdout_mask, validation_share
+from ..io import check_blocks
+from ..memory import executor_memory
+from ..partitioning import landmark_candidates_wanted, partition_blocks
+from ..session import PERSIST
+from .checkpoint import block_fingerprint, merge_fingerprints
+from .params import SODMParams
+from .plan import auto_level_count, check_levels_fit_rows
+
+
+# --- task functions (module level: shipped to executors without driver state) ----------------
+
+def _map_labels(block, positive):
+    """Raw labels → ±1 with ``positive`` as +1."""
+    return block.X, np.where(block.y == positive, 1.0, -1.0), block.row_ids
+
+
+def _class_numbers(block, classes):
+    """Raw labels → class numbers 0..C-1 (float) in the order of ``classes`` (3+ classes)."""
+    return block.X, np.searchsorted(classes, block.y).astype(np.float64), block.row_ids
+
+
+def _held_out_rows(block, seed, fraction, candidate_fraction):
+    """(X, ±1 y) of the rows of a (X, ±1 y, ids) block held out for validation, and a seeded
+    sample of its other rows as landmark candidates (one pass for both)."""
+    X, y, ids = block
+    rows = holdout_mask(ids, seed, fraction)
+    held = X[rows]
+    kept = X[~rows]
+    key = int(ids[0]) if ids.size else 0  # stable per block, whatever the block layout
+    candidates = kept[np.random.default_rng([seed, 7, key]).random(kept.shape[0])
+                      < candidate_fraction]
+    return held, y[rows], candidates
+
+
+def _kept_rows(block, seed, fraction):
+    X, y, ids = block
+    rows = ~holdout_mask(ids, seed, fraction)
+    return X[rows], y[rows], ids[rows]
+
+
+def _moments(block):
+    """(rows, cells, Σx, Σx²) of a block, summed in float64 whatever the rows' dtype."""
+    X = block[0]
+    if scipy.sparse.issparse(X):
+        return np.array([X.shape[0], X.shape[0] * X.shape[1], X.sum(dtype=np.float64),
+                         X.multiply(X).sum(dtype=np.float64)])
+    return np.array([X.shape[0], X.size, X.sum(dtype=np.float64),
+                     np.einsum("ij,ij->", X, X, dtype=np.float64)])
+
+
+def _column_stats(block):
+    return ColumnStats(block[0])
+
+
+def _scaled(block, scaling):
+    """(X mapped by the feature scaling (offset, scale, columns) in its own float dtype, y,
+    ids): :func:`sodm_spark.core.column_stats.scale_rows`."""
+    X, y, ids = block
+    return scale_rows(X, *scaling), y, ids
+
+
+def _as_csr(block):
+    """The block with CSR rows (dense ones converted: a fit with any sparse block is sparse)."""
+    X, y, ids = block
+    return (X if scipy.sparse.issparse(X) else scipy.sparse.csr_matrix(X, dtype=np.float64)), \
+        y, ids
+
+
+# --- driver -----------------------------------------------------------------------------------
+
+def checked_classes(blocks, n_features: int, with_rows: bool = False,
+                    with_stats: bool = False, where=None):
+    """The sorted label values of ``blocks`` after one checking job (NaN/inf rows are named,
+    after ``where`` when given); with ``with_rows``, (the label values, the number of rows);
+    with ``with_stats``, (the label values, the :class:`~sodm_spark.spark.io.BlockStats`)."""
+    stats = check_blocks(blocks, n_features, max_labels=100, where=where)
+    if stats.label_counts is None:
+        raise ValueError("the label column holds more than 100 distinct values; SODM is a "
+                         "classifier (is the label column the right one, or is it a "
+                         "regression target?).")
+    classes = np.array(list(stats.label_counts), dtype=np.float64)
+    if with_stats:
+        return classes, stats
+    return (classes, stats.n_rows) if with_rows else classes
+
+
+def row_count_and_variance(blocks) -> tuple[int, int, float]:
+    """(rows, features, variance over all entries) of a Block RDD in one pass — what
+    ``gamma="scale"`` needs, without collecting the data."""
+    n_rows, count, total, squares = blocks.map(_moments).treeReduce(np.add)
+    n_rows = int(n_rows)
+    return n_rows, int(round(count / n_rows)), float(squares / count - (total / count) ** 2)
+
+
+@dataclass
+class PreparedData:
+    """What every fit of the same rows shares (:func:`prepare_sodm`): the labelled training
+    rows, the validation and test pairs, the resolved kernel and, once partitioned, the top
+    level's partitions. A hyperparameter search and the fit after it use one of these."""
+
+    params: SODMParams  # as given, with the levels resolved (``levels=None``: from the rows)
+    labelled: object  # RDD of (X, y, ids): ±1 y, or class numbers for 3+ classes
+    training: object  # the same without the held-out validation rows
+    classes: np.ndarray
+    kernel: Kernel
+    n_rows: int  # training rows (validation rows excluded)
+    n_features: int
+    validation_pair: tuple | None  # (X, ±1 y or class numbers) on the driver
+    test_pair: tuple | None
+    started: float  # perf_counter when preparation began (the fit's clock)
+    candidates: np.ndarray | None = None  # sampled rows for landmarks / k-means centers
+    parts: object = None  # RDD of the top level's partitions, once partitioned
+    sizes: np.ndarray | None = None
+    partition_seconds: float = 0.0
+    fingerprint: dict | None = None  # of all rows, for checkpoints (.checkpoint)
+    scaling: tuple | None = None  # (offset, scale, columns): the rows given to the kernel are
+    # scale_rows(x, ...) (min-max onto [0, 1], or max-abs of sparse rows); test and validation
+    # pairs are mapped
+    row_width: float = 0.0  # memory of a row in float64 columns (sparse_rows.memory_width)
+    sparse: bool = False  # the rows are CSR
+
+    @property
+    def multi(self) -> bool:
+        return self.classes.size > 2
+
+
+def prepare_sodm(sc, blocks, params: SODMParams, classes, test=None, validation=None,
+                 hold_out: bool | None = None, partition: bool = True,
+                 fingerprint: bool = False) -> PreparedData:
+    """Label the rows, hold out the validation slice, resolve the kernel and the levels
+    (``params.levels=None``: :func:`~.plan.auto_level_count` of the rows) and (``partition``) deal
+    the rows into the top level's p^L partitions; ``fingerprint``: hash the rows in the
+    first pass too (:func:`.checkpoint.block_fingerprint`, for checkpoints).
+
+    Rows are held out (``validation_fraction`` of them, at most ``validation_max_rows``, by a
+    seeded hash of the row id) when ``validation`` is not given and ``hold_out`` is true
+    (default: automatic stopping has more than one level to choose between).
+    """
+    started = time.perf_counter()
+    params.validate()
+    classes = np.asarray(classes)
+    if classes.size < 2:
+        raise ValueError(f"SODM needs at least two classes; the labels hold {classes.size} "
+                         f"class ({', '.join(map(str, classes[:10]))}): check the label "
+                         "column.")
+    multi = classes.size > 2
+    if multi:
+        classes = np.unique(classes)  # class numbers follow the sorted labels
+    positive = classes[1]
+    labelled = blocks.map(lambda b: _class_numbers(b, classes)) if multi else \
+        blocks.map(lambda b: _map_labels(b, positive))
+    if not blocks.is_cached:  # several passes follow: parse the input once
+        labelled.persist(PERSIST)
+    if fingerprint:  # the same pass hashes the rows for the checkpoint
+        stats, data_fingerprint = labelled.map(
+            lambda b: (_column_stats(b), block_fingerprint(b))).treeReduce(
+            lambda a, b: (ColumnStats.merge(a[0], b[0]), merge_fingerprints(a[1], b[1])))
+    else:
+        stats, data_fingerprint = labelled.map(_column_stats).treeReduce(ColumnStats.merge), None
+    n_all = stats.n
+    if params.levels is None:  # from the rows: their number, width and the memory
+        levels = auto_level_count(n_all, params.p, row_width(stats),
+                                  executor_memory(sc, params.memory_mb), params)
+        params = replace(params, levels=levels, stop_level=min(params.stop_level, levels))
+    n_partitions = params.p ** params.levels
+    check_levels_fit_rows(n_all, params.p, params.levels)
+    if hold_out is None:  # one level to solve leaves nothing to choose between
+        hold_out = params.auto_stop and params.levels > params.stop_level
+    training, validation_pair, candidates = labelled, validation, None
+    if validation is None and hold_out:
+        fraction = validation_share(params.validation_fraction, params.validation_max_rows,
+                                    n_all, row_width(stats))
+        seed = params.seed
+        wanted = landmark_candidates_wanted(params.partitioner, params.strata, n_all,
+                                            params.p ** params.levels,
+                                            params.landmark_candidates)
+        candidate_fraction = min(1.0, 1.2 * wanted / n_all)
+        sc.setJobDescription("SODM: hold out the validation rows, sample landmark candidates")
+        pieces = labelled.map(
+            lambda b: _held_out_rows(b, seed, fraction, candidate_fraction)).collect()
+        X_val = stack_rows([piece[0] for piece in pieces])
+        if 0 < X_val.shape[0] < n_all:
+            y_val = np.concatenate([piece[1] for piece in pieces])
+            validation_pair = (X_val, classes[y_val.astype(np.int64)] if multi
+                               else np.where(y_val > 0, positive, classes[0]))
+            stats = stats.without(X_val)
+            training = labelled.map(lambda b: _kept_rows(b, seed, fraction))
+            candidates = stack_rows([piece[2] for piece in pieces]) if wanted else None
+    n_rows = stats.n
+    # enough rows in all, maybe too few once the validation rows are out
+    check_levels_fit_rows(n_rows, params.p, params.levels, held_out=n_all - n_rows)
+    n_features = stats.d
+    if stats.sparse:  # any CSR block: every block CSR, so that partitions stack alike
+        training = training.map(_as_csr)
+        if params.partitioner in ("kmeans", "dip"):
+            raise SettingsError(
+                f"partitioner {params.partitioner!r} clusters rows by k-means, whose centres "
+                f"of sparse rows are dense vectors of all {n_features:,} features; use "
+                "'stratified' (its landmarks are rows, kept sparse), 'random' or 'cascade'.")
+    scaling = None
+    if params.scale == "minmax" and params.kernel != "linear":
+        scaling = stats.scaling()  # min-max, or max-abs for sparse rows
+        training = training.map(lambda b: _scaled(b, scaling))
+        if candidates is not None:
+            candidates = scale_rows(candidates, *scaling)
+    gamma = 1.0 if params.kernel == "linear" else gamma_value(
+        params.gamma, n_features, stats.variance(*(scaling[:2] if scaling else (None, None))))
+    kernel = Kernel.create(params.kernel, gamma, params.degree, params.coef0,
+                           offset=params.kernel_offset)
+    prepared = PreparedData(
+        params=params, labelled=labelled, training=training, classes=classes, kernel=kernel,
+        n_rows=n_rows, n_features=n_features, started=started, candidates=candidates,
+        fingerprint=data_fingerprint, scaling=scaling, row_width=row_width(stats),
+        sparse=stats.sparse,
+        test_pair=None if test is None else _plus_minus(test, classes, n_features, "test",
+                                                        scaling),
+        validation_pair=None if validation_pair is None else _plus_minus(
+            validation_pair, classes, n_features, "validation", scaling))
+    if partition:
+        partition_prepared(sc, prepared, params)
+    return prepared
+
+
+def partition_prepared(sc, prepared: PreparedData, params: SODMParams) -> None:
+    """Deal the prepared training rows into the top level's partitions (in place)."""
+    n_partitions = params.p ** params.levels
+    sc.setJobDescription(f"SODM partition: {params.partitioner} into {n_partitions}")
+    prepared.parts, _, prepared.sizes = partition_blocks(
+        sc, prepared.training, prepared.kernel, prepared.n_rows, n_partitions,
+        candidates=prepared.candidates, n_classes=prepared.classes.size, **params.partitioning())
+    prepared.partition_seconds = time.perf_counter() - prepared.started
+    prepared.labelled.unpersist()
+
+
+def row_width(stats: ColumnStats) -> int | float:
+    """The memory of a training row, in float64 columns: the width of dense rows (an int); for
+    sparse ones, as :func:`sodm_spark.core.sparse_rows.memory_width` charges their stored values (a
+    float: :func:`sodm_spark.spark.memory.rows_text` tells them apart)."""
+    if not stats.sparse:
+        return int(stats.d)
+    return 1.5 * float(stats.stored.sum()) / max(1, stats.n) + 1.0
+
+
+def _plus_minus(pair, classes, n_features, what, scaling=None):
+    """(float64 X, ±1 y) of a driver-side (X, raw y) pair checked against the training data
+    (class numbers instead of ±1 for 3+ classes), X (dense or CSR) mapped by ``scaling``
+    (offset, scale, columns)."""
+    X, y = as_float_rows(pair[0], np.float64), np.asarray(pair[1])
+    unknown = np.setdiff1d(y, classes)
+    if unknown.size:
+        raise ValueError(f"the {what} labels hold {unknown[:5].tolist()}, which the training "
+                         f"labels {classes.tolist()} do not; use the same label coding.")
+    if X.shape[1] != n_features:
+        raise ValueError(f"the {what} data have {X.shape[1]} features, the training "
+                         f"data {n_features}.")
+    if scaling is not None:
+        X = scale_rows(X, *scaling)
+    if classes.size > 2:
+        return X, np.searchsorted(classes, y).astype(np.float64)
+    return X, np.where(y == classes[1], 1.0, -1.0)

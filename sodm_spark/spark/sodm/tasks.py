@@ -1,0 +1,201 @@
+"""What one Spark task runs on SODM partitions (SODM paper, Algorithm 1, the levels).
+
+A level's RDD holds ``(key, Chunk)`` records, as :mod:`sodm_spark.spark.partitioning` deals
+them: partition ``key`` (in Spark partition ``key``) is all the chunks with that key, each of at
+most :data:`~sodm_spark.spark.partitioning.CHUNK_BYTES` of rows; y is ±1, or class numbers for
+3+ classes; γ is (m,) or (m, C).
+
+:func:`solve_partitions` solves each partition's local ODM (Eqn 1 with the partition's own m·c,
+i.e. the block-diagonal problem of Eqn 4) warm-started from its current γ and writes it back as
+chunks, the first carrying the solve's stats (or an accumulator takes them); :func:`merge_key`
+merges every p consecutive partitions (k → k // p) by re-keying their chunks and scaling γ, so
+a merge moves chunks and never concatenates them; the rest give a chunk's share of f and its
+support vectors. All numerics are in ``sodm_spark.solvers``; the functions are module-level
+and take plain values, so closures never capture a driver object.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+from pyspark.accumulators import AccumulatorParam
+from threadpoolctl import threadpool_limits
+
+from ...core.kernels import Kernel, decision_values
+from ...core.sparse_rows import memory_width
+from ...solvers import solve_odm_dual
+from ...solvers.kernel_rows import kernel_fits_cache
+from ...solvers.odm_dcd import DCDResult
+from ...solvers.odm_multiclass import one_vs_rest_signs, solve_odm_multiclass
+from ..partitioning import Chunk, as_chunks, assemble, partitions_by_key
+
+
+def support_rows(gamma):
+    """Rows with dual weight: γ_i ≠ 0 (binary) or any class's γ_ic ≠ 0 (multi-class)."""
+    return gamma != 0.0 if gamma.ndim == 1 else np.any(gamma != 0.0, axis=1)
+
+
+def _coefficients(y, gamma):
+    """The expansion's coefficients: γ_i y_i (binary, ±1 y) or γ_ic y_ic with y_ic = ±1 one
+    class against the rest (multi-class, y the class numbers): (m,) or (m, C)."""
+    if gamma.ndim == 1:
+        return gamma * y
+    return gamma * one_vs_rest_signs(y.astype(np.int64), gamma.shape[1])
+
+
+def solve_partitions(records, kernel_dict, config, level, threads, eval_X=None, report=None):
+    """``mapPartitions`` function: every partition of the records solved
+    (:func:`solve_partition`) and written back as chunks, its stats on the first — or, with
+    ``report``, handed to ``report({key: stats})`` (an accumulator's ``add``: the stats then
+    reach the driver without a pass over the solved chunks)."""
+    for key, chunks in partitions_by_key(records):
+        X, y, ids, gamma = assemble(chunks)
+        gamma, stats = solve_partition(key, X, y, gamma, kernel_dict, config, level, threads,
+                                       eval_X)
+        if stats.get("fit_rows") is not None:  # positions -> the rows' ids
+            stats["fit_rows"] = ids[stats["fit_rows"]]
+        if report is not None:
+            report({key: stats})
+            stats = None
+        yield from as_chunks(key, X, y, ids, gamma, stats)
+
+
+class PartitionStats(AccumulatorParam):
+    """An accumulator of ``{key: stats}``: a retried task's stats replace its first attempt's."""
+
+    def zero(self, value):
+        return {}
+
+    def addInPlace(self, value1, value2):
+        value1.update(value2)
+        return value1
+
+
+def solve_partition(key, X, y, gamma, kernel_dict, config, level, threads, eval_X=None):
+    """One local ODM (Eqn 1 on the partition's m rows), warm-started from ``gamma``: (γ, stats).
+
+    With ``config["fit_share"]`` the stats also carry a seeded share of the rows (positions,
+    ``fit_rows``) and the local model f_k on them (``fit_scores``), which the solve leaves in
+    u = Qγ: the targets of a compression that needs no second pass over the level
+    (:func:`~sodm_spark.spark.sodm.level_model.compress_level`); which of them are support vectors
+    (``fit_support``), and with ``config["fit_features"]`` the rows too (``fit_X``), so that
+    the compression's points can be drawn among them without any pass.
+
+    ``threads`` BLAS threads: PySpark pins Python workers to spark.task.cpus (1) threads, which
+    leaves cores idle at the top levels, where fewer partitions than cores remain. With
+    ``eval_X`` (the validation rows, and the test rows when every level is scored) the stats
+    also hold this partition's share of their decision values (the level's f is the sum over
+    partitions), while its rows are at hand: no job, no second read of the level.
+    """
+    start = time.perf_counter()
+    kernel = Kernel.from_dict(kernel_dict)
+    with threadpool_limits(max(1, min(threads, os.cpu_count() or 1))):
+        if config.get("n_classes"):
+            result = _solve_classes(X, y, gamma, kernel, config, [config["seed"], level, key])
+        else:
+            result = solve_odm_dual(X, y, kernel, config["lam"],
+                                    config["theta"], config["v"], tol=config["tol"],
+                                    max_iter=config["max_iter"], gamma0=gamma,
+                                    seed=[config["seed"], level, key],
+                                    cache_mb=config["cache_mb"])
+        scoring = time.perf_counter()
+        eval_scores = None if eval_X is None else _scores(kernel, eval_X, X, y, result.gamma)
+        scoring = time.perf_counter() - scoring
+    fit_rows = _sample_rows(X.shape[0], config.get("fit_share", 0.0),
+                            [config["seed"], level, key, 23])
+    support = support_rows(result.gamma)
+    stats = {"key": key, "rows": X.shape[0], "objective": result.objective,
+             "eval_scores": eval_scores, "eval_seconds": scoring, "fit_rows": fit_rows,
+             # f_k on its own rows is free: u = Qγ, so f_k(x_i) = y_i u_i (per class: s_ic u_ic)
+             "fit_scores": None if fit_rows is None else _coefficients(y, result.u)[fit_rows],
+             # the rows themselves when the driver can take them: a compression of this level
+             # then needs no pass over it (its points are the support vectors among them)
+             "fit_X": None if fit_rows is None or not config.get("fit_features") else
+             X[fit_rows],
+             "fit_support": None if fit_rows is None else support[fit_rows],
+             "kernel_mode": result.kernel_mode,
+             "sweeps": result.n_sweeps, "n_sv": int(support.sum()),
+             "converged": result.converged,
+             "warm_start_violation": result.history[0] if result.history else 0.0,
+             "seconds": time.perf_counter() - start}
+    return result.gamma, stats
+
+
+def _sample_rows(m, share, seed):
+    """Sorted positions of a seeded ``share`` of m rows (at least one when share > 0), or None."""
+    if share <= 0.0 or m == 0:
+        return None
+    count = min(m, max(1, int(round(share * m))))
+    return np.sort(np.random.default_rng(seed).choice(m, count, replace=False))
+
+
+def _solve_classes(X, y, gamma, kernel, config, seed):
+    """The C one-vs-rest duals of one partition (y: class numbers), warm-started from γ (m, C):
+    together against one kernel matrix when it fits the cache
+    (:func:`~sodm_spark.solvers.odm_multiclass.solve_odm_multiclass`), else one on-demand
+    binary solve per class. Returns a DCDResult whose objective is the classes' sum."""
+    n_classes, m = config["n_classes"], X.shape[0]
+    if gamma.ndim == 1:  # a fresh partition: no warm start yet
+        gamma = np.zeros((m, n_classes))
+    y_index = y.astype(np.int64)
+    if kernel_fits_cache(m, memory_width(X), config["cache_mb"]):
+        joint = solve_odm_multiclass(X, y_index, n_classes, kernel, config["lam"],
+                                     config["theta"], config["v"], tol=config["tol"],
+                                     max_iter=config["max_iter"], gamma0=gamma, seed=seed)
+        return DCDResult(gamma=joint.gamma, u=joint.u, objective=float(joint.objectives.sum()),
+                         n_sweeps=joint.n_sweeps, violation=joint.violation,
+                         converged=joint.converged, kernel_mode="cached",
+                         history=joint.history, kernel_rows_computed=m)
+    results = [solve_odm_dual(X, np.where(y_index == c, 1.0, -1.0), kernel, config["lam"],
+                              config["theta"], config["v"], tol=config["tol"],
+                              max_iter=config["max_iter"], gamma0=gamma[:, c],
+                              seed=[*seed, c], cache_mb=config["cache_mb"], mode="blocked")
+               for c in range(n_classes)]
+    return DCDResult(gamma=np.stack([r.gamma for r in results], axis=1),
+                     u=np.stack([r.u for r in results], axis=1),
+                     objective=float(sum(r.objective for r in results)),
+                     n_sweeps=max(r.n_sweeps for r in results),
+                     violation=max(r.violation for r in results),
+                     converged=all(r.converged for r in results), kernel_mode="blocked",
+                     history=[max(r.history[0] if r.history else 0.0 for r in results)],
+                     kernel_rows_computed=sum(r.kernel_rows_computed for r in results))
+
+
+def merge_key(item, p, scale, support_only):
+    """A chunk of partition k as a chunk of k // p (placed after the chunks of lower
+    children), γ multiplied by ``scale``; ``support_only`` (Ca-ODM) keeps its support rows."""
+    key, chunk = item
+    X, y, ids, gamma = chunk.X, chunk.y, chunk.ids, chunk.gamma
+    if support_only:
+        keep = support_rows(gamma)
+        X, y, ids, gamma = X[keep], y[keep], ids[keep], gamma[keep]
+    return key // p, Chunk((key % p, *chunk.order), X, y, ids, gamma * scale, None)
+
+
+def _scores(kernel, X_eval, X, y, gamma):
+    """This partition's share of f on ``X_eval``, in float32: a level's accuracy only needs
+    the sign of f, and float32 halves the GEMM time (the saved model predicts in float64)."""
+    support = support_rows(gamma)
+    return decision_values(kernel, X_eval, X[support], _coefficients(y, gamma)[support],
+                           dtype=np.float32)
+
+
+def partial_scores(item, X_eval, kernel_dict):
+    """A chunk's share of f on ``X_eval``."""
+    chunk = item[1]
+    return _scores(Kernel.from_dict(kernel_dict), X_eval, chunk.X, chunk.y, chunk.gamma)
+
+
+def chunk_support_vectors(item):
+    """(row ids, rows, coefficients) of a chunk's support vectors."""
+    chunk = item[1]
+    support = support_rows(chunk.gamma)
+    return (chunk.ids[support], chunk.X[support],
+            _coefficients(chunk.y, chunk.gamma)[support])
+
+
+def checkpoint_layout(item):
+    """(key, order, row ids, γ) of a chunk: a checkpoint records each partition's rows in order."""
+    key, chunk = item
+    return key, chunk.order, chunk.ids, chunk.gamma
