@@ -175,15 +175,17 @@ def _scaled_kernels(kernel: Kernel, scales, X: np.ndarray, X_val: np.ndarray):
 
 
 def search_partition(X, y, X_val, kernel: Kernel, grid: ParamGrid, *, n_classes: int = 0,
-                     tol: float = 1e-3, max_iter: int = 1000, seed=0,
+                     violation_tol: float = 1e-3, max_iter: int = 1000, seed=0,
                      scales=None, on_point=None):
     """Solve one partition's local ODM for every grid point (or those with a γ multiple in
     ``scales``) and return its share of the validation decision values.
 
     ``y`` is ±1 (binary) or class numbers in [0, n_classes) (one-vs-rest duals of every class,
-    solved together); ``X_val`` the validation rows. Returns (points, scores, stats): scores
-    (n_points, n_val) or (n_points, n_val, C) in float64 — summed over partitions they are the
-    top level's f — and per point a dict of sweeps, objective, convergence and seconds.
+    solved together); ``X_val`` the validation rows; every point is solved until its largest
+    projected-gradient violation is at most ``violation_tol`` (or ``max_iter`` sweeps).
+    Returns (points, scores, stats): scores (n_points, n_val) or (n_points, n_val, C) in
+    float64 — summed over partitions they are the top level's f — and per point a dict of
+    sweeps, objective, convergence and seconds.
     ``on_point(index, point)`` is called after each point.
     """
     X = as_float_rows(X, np.float64)  # dense, or CSR (sparse_rows)
@@ -213,13 +215,14 @@ def search_partition(X, y, X_val, kernel: Kernel, grid: ParamGrid, *, n_classes:
             if n_classes:
                 result = solve_odm_multiclass(
                     X, y.astype(np.int64), n_classes, scaled, point.lam, point.theta, point.v,
-                    tol=tol, max_iter=max_iter, gamma0=previous, seed=point_seed,
+                    tol=violation_tol, max_iter=max_iter, gamma0=previous, seed=point_seed,
                     kernel_values=K)
                 coef = result.gamma * signs
                 objective = float(result.objectives.sum())
             else:
-                result = solve_odm_dual(X, y, scaled, point.lam, point.theta, point.v, tol=tol,
-                                        max_iter=max_iter, gamma0=previous, seed=point_seed,
+                result = solve_odm_dual(X, y, scaled, point.lam, point.theta, point.v,
+                                        tol=violation_tol, max_iter=max_iter, gamma0=previous,
+                                        seed=point_seed,
                                         kernel_values=K)
                 coef = result.gamma * y
                 objective = float(result.objective)

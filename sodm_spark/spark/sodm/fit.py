@@ -36,7 +36,8 @@ from .level_model import (LocalFit, collect_level, compress_level,
 from .params import LevelStats, SODMFit, SODMParams
 from .plan import plan_level
 from .prepare import PreparedData, partition_prepared, prepare_sodm
-from .tasks import PartitionStats, checkpoint_layout, merge_key, solve_partitions
+from .tasks import (FitTargets, LevelTaskSettings, PartitionStats, checkpoint_layout, merge_key,
+                    solve_partitions)
 
 #: With a compressed model, the uncompressed one is scored on the test rows too (the report's
 #: "before") when that costs at most this many kernel multiply-adds (test rows × support
@@ -94,14 +95,13 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
     width = prepared.row_width or n_features
     training, started = prepared.training, prepared.started
     test_pair, validation_pair = prepared.test_pair, prepared.validation_pair
-    config = {"lam": params.lam, "theta": params.theta, "v": params.v, "tol": params.tol,
-              "max_iter": params.max_iter, "seed": params.seed,
-              "n_classes": classes.size if multi else 0,
-              "fit_share": local_fit_share(max_sv, n_rows)}
-    # the fit rows travel with the stats when they fit the driver's result limit
-    config["fit_features"] = fit_rows_collectable(
-        sc, config["fit_share"] * n_rows, _row_bytes(prepared))
-    kernel_dict = kernel.to_dict()
+    fit_share = local_fit_share(max_sv, n_rows)
+    # what every level's tasks read (the kernel cache is set per level, by its plan); the fit
+    # rows travel with the stats when they fit the driver's result limit
+    task_settings = LevelTaskSettings(
+        params.local_solve(), n_classes=classes.size if multi else 0, seed=params.seed,
+        fit_targets=FitTargets(fit_share, fit_rows_collectable(sc, fit_share * n_rows,
+                                                               _row_bytes(prepared))))
 
     checkpoint = None
     if checkpoint_dir is not None:
@@ -155,7 +155,7 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
             if on_plan is not None:
                 on_plan(plan)
             solved, entry, sizes, scores, kept_fits[level] = _solve_level(
-                sc, previous, level, params, kernel_dict, dict(config, cache_mb=plan.cache_mb),
+                sc, previous, level, params, kernel, task_settings.with_cache(plan.cache_mb),
                 cores, eval_X, plan.tasks)
             entry.memory_mb, entry.predicted_seconds = plan.memory_mb, plan.predicted_seconds
             entry.tasks = plan.tasks
@@ -234,7 +234,7 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
         X_test, y_test = test_pair[0], _raw_labels(test_pair[1], classes)
         cheap = len(y_test) * best.n_sv * width <= CHEAP_SCORING_WORK
         if full_test is None and (compression is None or cheap):
-            full_test = level_scores(sc, kept[chosen], X_test, kernel_dict, "score the test set")
+            full_test = level_scores(sc, kept[chosen], X_test, kernel, "score the test set")
         if full_test is not None:  # the chosen level's own model
             best.test_accuracy = float(np.mean(labels_from_scores(full_test, classes) == y_test))
         scores = full_test if compression is None else model.input_scores(X_test)
@@ -290,7 +290,7 @@ def _validated(levels, n_validation):
     return [e.level for e in kept], [rows_right(e.validation_wrong, n_validation) for e in kept]
 
 
-def _solve_level(sc, previous, level, params, kernel_dict, config, cores, eval_X=None,
+def _solve_level(sc, previous, level, params, kernel, task_settings, cores, eval_X=None,
                  tasks=None):
     """Solve every partition of one level (one task each, or ``tasks`` tasks each solving
     several in turn): (solved RDD, LevelStats, partition sizes, the level's decision values on
@@ -304,7 +304,7 @@ def _solve_level(sc, previous, level, params, kernel_dict, config, cores, eval_X
     threads = max(1, cores // running)
     sink = sc.accumulator({}, PartitionStats())
     solved = previous.mapPartitions(lambda records: solve_partitions(
-        records, kernel_dict, config, level, threads,
+        records, kernel, task_settings, level, threads,
         None if eval_X is None else eval_X.value, sink.add),
         preservesPartitioning=True).persist(PERSIST)
     store(solved)  # the stats came through the accumulator: no pass reads the chunks back

@@ -15,6 +15,7 @@ from ...core.kernels import Kernel
 from ...core.validation import check_odm_params
 from ...models.expansion import KernelExpansion
 from ...selection.stopping import StopRule
+from ...solvers.local_solve import LocalSolve
 from ..partitioning import LANDMARK_CANDIDATES, PARTITIONERS
 from ..records import StatsRecord
 
@@ -113,6 +114,12 @@ class SODMParams:
             raise ValueError(f"validation_max_rows must be a positive integer, got "
                              f"{self.validation_max_rows!r}.")
         self.stop_rule().validate()
+
+    def local_solve(self, cache_mb: float | None = None) -> LocalSolve:
+        """What each partition's solve reads (``cache_mb``: a level's kernel cache per task,
+        which its plan sets; None until then)."""
+        return LocalSolve(self.lam, self.theta, self.v, violation_tol=self.tol,
+                          max_iter=self.max_iter, cache_mb=cache_mb)
 
     def stop_rule(self) -> StopRule:
         return StopRule(self.min_improvement, self.time_budget, self.confidence)
