@@ -29,8 +29,8 @@ import scipy.sparse
 from ..core.kernels import Kernel, operand_rows
 from ..core.sparse_rows import as_float_rows
 from ..core.validation import check_odm_params
-from ..solvers.odm_dcd import solve_odm_dual
-from ..solvers.odm_multiclass import kernel_matrix, one_vs_rest_signs, solve_odm_multiclass
+from ..solvers.local_solve import LocalSolve, expansion_coefficients
+from ..solvers.odm_multiclass import kernel_matrix
 
 # γ as multiples of "scale" (1/(d·Var x)) two octaves around it; λ over the decades where
 # accuracy moves on real data (the linear path is flat from 100 up, docs/jobs.md "λ for the
@@ -196,8 +196,6 @@ def search_partition(X, y, X_val, kernel: Kernel, grid: ParamGrid, *, n_classes:
     n_val, m = X_val.shape[0], X.shape[0]
     scores = np.zeros((len(points), n_val) + ((n_classes,) if n_classes else ()))
     stats = []
-    if n_classes:
-        signs = one_vs_rest_signs(y.astype(np.int64), n_classes)
     index = 0
     for scale, scaled, K, K_val in _scaled_kernels(kernel, wanted, X, X_val):
         K_val = K_val.astype(np.float64)
@@ -211,24 +209,13 @@ def search_partition(X, y, X_val, kernel: Kernel, grid: ParamGrid, *, n_classes:
                 # than the unscaled γ on 2,200 Fashion-MNIST rows
                 last_lam, last_gamma = warm[(point.theta, point.v)]
                 previous = last_gamma * math.sqrt(point.lam / last_lam)
-            point_seed = [*np.atleast_1d(seed).tolist(), index]
-            if n_classes:
-                result = solve_odm_multiclass(
-                    X, y.astype(np.int64), n_classes, scaled, point.lam, point.theta, point.v,
-                    tol=violation_tol, max_iter=max_iter, gamma0=previous, seed=point_seed,
-                    kernel_values=K)
-                coef = result.gamma * signs
-                objective = float(result.objectives.sum())
-            else:
-                result = solve_odm_dual(X, y, scaled, point.lam, point.theta, point.v,
-                                        tol=violation_tol, max_iter=max_iter, gamma0=previous,
-                                        seed=point_seed,
-                                        kernel_values=K)
-                coef = result.gamma * y
-                objective = float(result.objective)
+            solve = LocalSolve(point.lam, point.theta, point.v, violation_tol=violation_tol,
+                               max_iter=max_iter)
+            result = solve.solve(X, y, scaled, n_classes, warm_start=previous,
+                                 seed=[*np.atleast_1d(seed).tolist(), index], kernel_values=K)
             warm[(point.theta, point.v)] = (point.lam, result.gamma)
-            scores[index] = K_val @ coef if m else 0.0
-            stats.append({"sweeps": int(result.n_sweeps), "objective": objective,
+            scores[index] = K_val @ expansion_coefficients(y, result.gamma) if m else 0.0
+            stats.append({"sweeps": int(result.n_sweeps), "objective": float(result.objective),
                           "converged": bool(result.converged),
                           "seconds": time.perf_counter() - start})
             if on_point is not None:

@@ -27,12 +27,7 @@ from pyspark.accumulators import AccumulatorParam
 from threadpoolctl import threadpool_limits
 
 from ...core.kernels import Kernel, decision_values
-from ...core.sparse_rows import memory_width
-from ...solvers import solve_odm_dual
-from ...solvers.kernel_rows import kernel_fits_cache
-from ...solvers.local_solve import LocalSolve
-from ...solvers.odm_dcd import DCDResult
-from ...solvers.odm_multiclass import one_vs_rest_signs, solve_odm_multiclass
+from ...solvers.local_solve import LocalSolve, expansion_coefficients
 from ..partitioning import Chunk, as_chunks, assemble, partitions_by_key
 
 
@@ -63,14 +58,6 @@ class LevelTaskSettings:
 def support_rows(gamma):
     """Rows with dual weight: γ_i ≠ 0 (binary) or any class's γ_ic ≠ 0 (multi-class)."""
     return gamma != 0.0 if gamma.ndim == 1 else np.any(gamma != 0.0, axis=1)
-
-
-def _coefficients(y, gamma):
-    """The expansion's coefficients: γ_i y_i (binary, ±1 y) or γ_ic y_ic with y_ic = ±1 one
-    class against the rest (multi-class, y the class numbers): (m,) or (m, C)."""
-    if gamma.ndim == 1:
-        return gamma * y
-    return gamma * one_vs_rest_signs(y.astype(np.int64), gamma.shape[1])
 
 
 def solve_partitions(records, kernel: Kernel, settings: LevelTaskSettings, level, threads,
@@ -120,14 +107,12 @@ def solve_partition(key, X, y, gamma, kernel: Kernel, settings: LevelTaskSetting
     partitions), while its rows are at hand: no job, no second read of the level.
     """
     start = time.perf_counter()
-    solve, seed = settings.solve, [settings.seed, level, key]
+    seed = [settings.seed, level, key]
+    # a fresh partition of 3+ classes has no warm start yet (its γ is a column of zeros)
+    warm_start = None if settings.n_classes and gamma.ndim == 1 else gamma
     with threadpool_limits(max(1, min(threads, os.cpu_count() or 1))):
-        if settings.n_classes:
-            result = _solve_classes(X, y, gamma, kernel, solve, settings.n_classes, seed)
-        else:
-            result = solve_odm_dual(X, y, kernel, solve.lam, solve.theta, solve.v,
-                                    tol=solve.violation_tol, max_iter=solve.max_iter,
-                                    gamma0=gamma, seed=seed, cache_mb=solve.cache_mb)
+        result = settings.solve.solve(X, y, kernel, settings.n_classes, warm_start=warm_start,
+                                      seed=seed)
         scoring = time.perf_counter()
         eval_scores = None if eval_X is None else _scores(kernel, eval_X, X, y, result.gamma)
         scoring = time.perf_counter() - scoring
@@ -136,7 +121,8 @@ def solve_partition(key, X, y, gamma, kernel: Kernel, settings: LevelTaskSetting
     stats = {"key": key, "rows": X.shape[0], "objective": result.objective,
              "eval_scores": eval_scores, "eval_seconds": scoring, "fit_rows": fit_rows,
              # f_k on its own rows is free: u = Qγ, so f_k(x_i) = y_i u_i (per class: s_ic u_ic)
-             "fit_scores": None if fit_rows is None else _coefficients(y, result.u)[fit_rows],
+             "fit_scores": None if fit_rows is None else
+             expansion_coefficients(y, result.u)[fit_rows],
              # the rows themselves when the driver can take them: a compression of this level
              # then needs no pass over it (its points are the support vectors among them)
              "fit_X": None if fit_rows is None or not settings.fit_targets.with_rows else
@@ -145,7 +131,7 @@ def solve_partition(key, X, y, gamma, kernel: Kernel, settings: LevelTaskSetting
              "kernel_mode": result.kernel_mode,
              "sweeps": result.n_sweeps, "n_sv": int(support.sum()),
              "converged": result.converged,
-             "warm_start_violation": result.history[0] if result.history else 0.0,
+             "warm_start_violation": result.warm_start_violation,
              "seconds": time.perf_counter() - start}
     return result.gamma, stats
 
@@ -156,38 +142,6 @@ def _sample_rows(m, share, seed):
         return None
     count = min(m, max(1, int(round(share * m))))
     return np.sort(np.random.default_rng(seed).choice(m, count, replace=False))
-
-
-def _solve_classes(X, y, gamma, kernel, solve: LocalSolve, n_classes, seed):
-    """The C one-vs-rest duals of one partition (y: class numbers), warm-started from γ (m, C):
-    together against one kernel matrix when it fits the cache
-    (:func:`~sodm_spark.solvers.odm_multiclass.solve_odm_multiclass`), else one on-demand
-    binary solve per class. Returns a DCDResult whose objective is the classes' sum."""
-    m = X.shape[0]
-    if gamma.ndim == 1:  # a fresh partition: no warm start yet
-        gamma = np.zeros((m, n_classes))
-    y_index = y.astype(np.int64)
-    if kernel_fits_cache(m, memory_width(X), solve.cache_mb):
-        joint = solve_odm_multiclass(X, y_index, n_classes, kernel, solve.lam, solve.theta,
-                                     solve.v, tol=solve.violation_tol, max_iter=solve.max_iter,
-                                     gamma0=gamma, seed=seed)
-        return DCDResult(gamma=joint.gamma, u=joint.u, objective=float(joint.objectives.sum()),
-                         n_sweeps=joint.n_sweeps, violation=joint.violation,
-                         converged=joint.converged, kernel_mode="cached",
-                         history=joint.history, kernel_rows_computed=m)
-    results = [solve_odm_dual(X, np.where(y_index == c, 1.0, -1.0), kernel, solve.lam,
-                              solve.theta, solve.v, tol=solve.violation_tol,
-                              max_iter=solve.max_iter, gamma0=gamma[:, c],
-                              seed=[*seed, c], cache_mb=solve.cache_mb, mode="blocked")
-               for c in range(n_classes)]
-    return DCDResult(gamma=np.stack([r.gamma for r in results], axis=1),
-                     u=np.stack([r.u for r in results], axis=1),
-                     objective=float(sum(r.objective for r in results)),
-                     n_sweeps=max(r.n_sweeps for r in results),
-                     violation=max(r.violation for r in results),
-                     converged=all(r.converged for r in results), kernel_mode="blocked",
-                     history=[max(r.history[0] if r.history else 0.0 for r in results)],
-                     kernel_rows_computed=sum(r.kernel_rows_computed for r in results))
 
 
 def merge_key(item, p, scale, support_only):
@@ -205,7 +159,8 @@ def _scores(kernel, X_eval, X, y, gamma):
     """This partition's share of f on ``X_eval``, in float32: a level's accuracy only needs
     the sign of f, and float32 halves the GEMM time (the saved model predicts in float64)."""
     support = support_rows(gamma)
-    return decision_values(kernel, X_eval, X[support], _coefficients(y, gamma)[support],
+    return decision_values(kernel, X_eval, X[support],
+                           expansion_coefficients(y, gamma)[support],
                            dtype=np.float32)
 
 
@@ -220,7 +175,7 @@ def chunk_support_vectors(item):
     chunk = item[1]
     support = support_rows(chunk.gamma)
     return (chunk.ids[support], chunk.X[support],
-            _coefficients(chunk.y, chunk.gamma)[support])
+            expansion_coefficients(chunk.y, chunk.gamma)[support])
 
 
 def checkpoint_layout(item):
