@@ -81,7 +81,9 @@ def parse_args(argv=None, prog="train_sodm.py", description=None,
     parser.add_argument("--lam", type=float, help=f"λ (default {defaults.lam:g})")
     parser.add_argument("--theta", type=float, help=f"θ (default {defaults.theta:g})")
     parser.add_argument("--v", type=float, help=f"v (default {defaults.v:g})")
-    parser.add_argument("--tol", type=float, default=defaults.tol)
+    parser.add_argument("--tol", type=float, default=defaults.tol,
+                        help="kernel levels: a partition's solve stops when the largest "
+                        "projected-gradient violation over its rows is at most this")
     parser.add_argument("--max-iter", type=int, default=defaults.max_iter)
     parser.add_argument("--stop-level", type=int, default=defaults.stop_level)
     parser.add_argument("--partitioner", choices=PARTITIONERS, default=defaults.partitioner)

@@ -209,17 +209,20 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
         stored as a linear expansion with intercepts."""
         weights, intercepts, n_iter, objectives, converged = [], [], [], [], []
         bias = bool(self.fit_intercept)
+        # the public tol, as each primal solver reads it: SVRG stops when an epoch changes the
+        # objective by at most this share of it; Newton when ‖∇P‖ ≤ gradient_tol·max(1, ‖∇P(0)‖)
+        relative_change_tol, gradient_tol = self.tol, min(float(self.tol), 1e-8)
         for target in targets:
             y_pm = np.where(y_index == target, 1.0, -1.0)
             if solver == "svrg":
                 result = svrg(X, y_pm, self.lam, self.theta, self.v, epochs=self.max_iter,
-                              tol=self.tol, seed=seed_from(self.random_state),
+                              tol=relative_change_tol, seed=seed_from(self.random_state),
                               fit_intercept=bias)
                 n_iter.append(result.epochs)
                 done = result.converged
             else:
                 result = newton_primal(X, y_pm, self.lam, self.theta, self.v,
-                                       tol=min(float(self.tol), 1e-8), max_iter=self.max_iter,
+                                       tol=gradient_tol, max_iter=self.max_iter,
                                        fit_intercept=bias)
                 n_iter.append(result.iterations)
                 done = result.iterations < self.max_iter

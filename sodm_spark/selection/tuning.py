@@ -14,7 +14,8 @@ Per partition the work is shared: the kernel matrix is computed once (one GEMM) 
 further γ multiple of the RBF and Laplacian kernels is an element-wise power of it
 (exp(-sγ·d) = exp(-γ·d)^s); the duals are warm-started along increasing λ for each (γ, θ, v)
 (the optimum moves continuously with λ). Every dual is strongly convex, so warm starts change
-the sweeps, not the solution: each point's scores equal a cold solve's up to ``tol``.
+the sweeps, not the solution: each point's scores equal a cold solve's up to the violation
+bound.
 """
 from __future__ import annotations
 
@@ -52,10 +53,10 @@ SEARCH_SAMPLE_ROWS = 20_000
 # 600,000 deformed Fashion-MNIST rows the search chose the same point (γ × 2, λ = 1e6) on pieces
 # of 2,500 rows of 22,186-row partitions in 8-10 s as on 2 whole ones in 126.5 s.
 SEARCH_PARTITION_ROWS = 2_500
-# The search solves each point to this multiple of the fit's tol: it only needs the sign of f
-# on the validation rows. Measured on 36 points of a 2,186-row Fashion-MNIST partition (the
-# 0-4 vs 5-9 task): 10× tol took 40% fewer sweeps, and the same validation accuracy on 34
-# points (the other two one row apart).
+# The search solves each point to this multiple of the fit's violation bound (SODMParams.tol,
+# LocalSolve.violation_tol): it only needs the sign of f on the validation rows. Measured on 36
+# points of a 2,186-row Fashion-MNIST partition (the 0-4 vs 5-9 task): 10× the bound took 40%
+# fewer sweeps, and the same validation accuracy on 34 points (the other two one row apart).
 SEARCH_TOL_FACTOR = 10.0
 MAX_SEARCH_TOL = 1e-2  # the fit's own default: no looser than what was measured
 # kernels whose matrix at s·γ is the element-wise s-th power of the matrix at γ

@@ -5,10 +5,10 @@ One Spark job per γ multiple: every task takes one top-level partition (cut int
 pieces of ``SEARCH_PARTITION_ROWS`` rows when larger, each solved as a partition of its own:
 hyperparameters chosen on pieces of that size held at 22,000-row partitions, for a fraction of
 the kernel work), computes its kernel matrix, solves the local ODM for every (λ, θ, v) of the
-grid warm-started along λ (to ``SEARCH_TOL_FACTOR`` × the fit's tol), and returns its share of
-the validation rows' decision values per grid point
-(:func:`sodm_spark.selection.tuning.search_partition`); the driver sums the shares (a level's f) and
-scores them, so on partitions no larger than the pieces each grid point's accuracy is the one
+grid warm-started along λ (to ``SEARCH_TOL_FACTOR`` × the fit's violation bound), and returns
+its share of the validation rows' decision values per grid point
+(:func:`sodm_spark.selection.tuning.search_partition`); the driver sums the shares (a level's f)
+and scores them, so on partitions no larger than the pieces each grid point's accuracy is the one
 a fit with that point would report for its top level. Progress is printed per grid point as
 each γ multiple finishes.
 """
@@ -36,7 +36,7 @@ class PointResult:
     point: GridPoint
     validation_accuracy: float
     sweeps_max: int  # most sweeps any partition needed (warm-started along λ)
-    converged: bool  # every partition reached tol
+    converged: bool  # every partition reached the search's violation bound
     seconds: float  # summed over partitions (task time)
     correct: np.ndarray | None = field(default=None, repr=False)  # per validation row
 

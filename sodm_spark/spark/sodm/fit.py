@@ -180,7 +180,7 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
         restored = None
         warm_started = level < params.levels
         plan = None
-        if warm_started and entry.warm_start_violation <= params.tol:
+        if warm_started and entry.warm_start_violation <= task_settings.solve.violation_tol:
             stop_reason = WARM_START_OPTIMAL  # Algorithm 1, line 5
         elif level <= params.stop_level:
             stop_reason = REACHED_STOP_LEVEL

@@ -50,6 +50,8 @@ class SODMParams:
     lam: float = 1e5
     theta: float = 0.1
     v: float = 0.2
+    # the partitions' violation bound (LocalSolve.violation_tol): a solve stops when the largest
+    # projected-gradient violation over its rows is at most this
     tol: float = 1e-2
     max_iter: int = 1000
     p: int = 3
