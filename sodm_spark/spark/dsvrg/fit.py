@@ -56,7 +56,11 @@ class DSVRGParams:
     resident: bool = True  # keep partitions' blocks in executor scratch files between jobs
     fit_intercept: bool = True  # unpenalized bias b, f(x) = wᵀx + b (solvers.svrg docstring)
 
+    def __post_init__(self):
+        self.validate()
+
     def validate(self) -> None:
+        """Refuse a bad setting, naming it (run once, as the parameters are built)."""
         check_odm_params(self.lam, self.theta, self.v)
         if int(self.epochs) != self.epochs or self.epochs < 1:
             raise ValueError(f"epochs must be a positive integer, got {self.epochs!r}.")
@@ -203,7 +207,6 @@ def fit_dsvrg(sc, blocks, params: DSVRGParams, classes, n_features: int, test=No
     the intercept the steps run on centred rows x - μ (μ: the column means, summed in the
     survey pass; see solvers.svrg) and (w, b' = b + wᵀμ) is turned back into (w, b) at the end.
     """
-    params.validate()
     classes = np.asarray(classes)
     if classes.size != 2:
         raise ValueError(f"DSVRG is a binary classifier; the labels hold {classes.size} classes "

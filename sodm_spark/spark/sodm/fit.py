@@ -77,7 +77,6 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
     differ from ``params``' after a search) skips the preparation: ``blocks``, ``classes``,
     ``test`` and ``validation`` are then ignored, and the fit's clock started with it.
     """
-    params.validate()
     if prepared is None:
         prepared = prepare_sodm(sc, blocks, params, classes, test, validation, partition=False,
                                 fingerprint=checkpoint_dir is not None)

@@ -79,7 +79,12 @@ class SODMParams:
     time_budget: float | None = None
     confidence: float = 1.0  # standard errors of the stop rule's paired comparisons
 
+    def __post_init__(self):
+        self.validate()
+
     def validate(self) -> None:
+        """Refuse a bad setting, naming it (run once, as the parameters are built: every
+        SODMParams is valid, so no later step checks them again)."""
         check_odm_params(self.lam, self.theta, self.v)
         if int(self.p) != self.p or self.p < 2:
             raise ValueError(f"p (partitions merged per level) must be an integer >= 2, got {self.p!r}.")

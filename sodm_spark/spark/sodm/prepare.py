@@ -164,7 +164,6 @@ def prepare_sodm(sc, blocks, params: SODMParams, classes, test=None, validation=
     (default: automatic stopping has more than one level to choose between).
     """
     started = time.perf_counter()
-    params.validate()
     classes = np.asarray(classes)
     if classes.size < 2:
         raise ValueError(f"SODM needs at least two classes; the labels hold {classes.size} "
