@@ -12,6 +12,7 @@ from sklearn.utils.validation import check_is_fitted
 from ..core.estimator_inputs import (check_fit_data, check_predict_data, encode_classes,
                                      keep_params, predict_labels)
 from ..core.kernels import LAPLACIAN_SPARSE, Kernel
+from ..core.labels import plus_minus
 from ..core.validation import check_odm_params, seed_from
 from ..models.expansion import KernelExpansion
 from ..solvers.local_solve import LocalSolve, expansion_coefficients
@@ -171,7 +172,7 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
         if solver in PRIMAL_SOLVERS:
             return self._fit_primal(solver, X, y_index, targets, kernel)
         n_classes = 0 if self.classes_.size == 2 else self.classes_.size
-        y_solved = y_index if n_classes else np.where(y_index == 1, 1.0, -1.0)
+        y_solved = y_index if n_classes else plus_minus(y_index, 1)
         solve = LocalSolve(self.lam, self.theta, self.v, violation_tol=self.tol,
                            max_iter=self.max_iter, cache_mb=self.cache_mb,
                            dtype=np.dtype(self.dtype).name)
@@ -213,7 +214,7 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
         # objective by at most this share of it; Newton when ‖∇P‖ ≤ gradient_tol·max(1, ‖∇P(0)‖)
         relative_change_tol, gradient_tol = self.tol, min(float(self.tol), 1e-8)
         for target in targets:
-            y_pm = np.where(y_index == target, 1.0, -1.0)
+            y_pm = plus_minus(y_index, target)
             if solver == "svrg":
                 result = svrg(X, y_pm, self.lam, self.theta, self.v, epochs=self.max_iter,
                               tol=relative_change_tol, seed=seed_from(self.random_state),

@@ -31,7 +31,7 @@ from ..core.kernels import Kernel, operand_rows
 from ..core.sparse_rows import as_float_rows
 from ..core.validation import check_odm_params
 from ..solvers.local_solve import LocalSolve, expansion_coefficients
-from ..solvers.odm_multiclass import kernel_matrix
+from ..solvers.kernel_rows import full_q_matrix
 
 # γ as multiples of "scale" (1/(d·Var x)) two octaves around it; λ over the decades where
 # accuracy moves on real data (the linear path is flat from 100 up, docs/jobs.md "λ for the
@@ -160,7 +160,7 @@ def _scaled_kernels(kernel: Kernel, scales, X: np.ndarray, X_val: np.ndarray):
         if first_K is None or kernel.name not in _POWER_KERNELS:
             first_scale = scale
             plain = replace(base, gamma=kernel.gamma * scale)
-            first_K = kernel_matrix(plain, X)
+            first_K = full_q_matrix(plain, X, None)  # the m×m kernel matrix, float32
             first_val = plain.block(as_float_rows(X_val, np.float32),
                                     operand_rows(X, np.float32, scipy.sparse.issparse(X_val)),
                                     out=np.empty((X_val.shape[0], X.shape[0]), np.float32))
@@ -256,19 +256,6 @@ def search_subsets(n_rows: int, max_rows: int | None, pieces: int, seed, key: in
     order = rng.permutation(n_rows)
     return [np.sort(order[i * max_rows:(i + 1) * max_rows])
             for i in range(max(1, min(pieces, n_rows // max_rows)))]
-
-
-def correct_rows(scores: np.ndarray, y_val: np.ndarray) -> np.ndarray:
-    """Which validation rows are right: sign of f against ±1 y, or the largest score against
-    the class numbers (multi-class)."""
-    if scores.ndim == 2:
-        return np.argmax(scores, axis=1) == y_val
-    return np.where(scores > 0, 1.0, -1.0) == y_val
-
-
-def accuracy_of_scores(scores: np.ndarray, y_val: np.ndarray) -> float:
-    """Share of validation rows right (:func:`correct_rows`)."""
-    return float(np.mean(correct_rows(scores, y_val)))
 
 
 def significantly_better(candidate: np.ndarray, reference: np.ndarray) -> bool:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..core.labels import plus_minus
 from ..core.sparse_rows import memory_width
 from .kernel_rows import kernel_fits_cache
 from .odm_dcd import solve_odm_dual
@@ -115,7 +116,7 @@ class LocalSolve:
                                  joint.objectives, np.full(n_classes, joint.n_sweeps),
                                  "cached", [joint])
         results = [solve_odm_dual(
-            X, np.where(y_index == c, 1.0, -1.0), kernel, *problem, **run,
+            X, plus_minus(y_index, c), kernel, *problem, **run,
             gamma0=None if warm_start is None else warm_start[:, c],
             seed=[*np.atleast_1d(seed).tolist(), c] if seed_each_class else seed,
             cache_mb=self.cache_mb, dtype=dtype) for c in range(n_classes)]

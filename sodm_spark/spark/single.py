@@ -16,6 +16,7 @@ import numpy as np
 import scipy.sparse
 
 from ..core.errors import reported_to_driver
+from ..core.labels import plus_minus
 
 ESTIMATORS = {
     "csvrg": "sodm_spark.baselines.csvrg:CSVRGClassifier",
@@ -71,7 +72,7 @@ def _coreset_task(index, blocks, positive, size, C, kernel, seed):
     X, y, ids = (np.concatenate([b.X for b in blocks]), np.concatenate([b.y for b in blocks]),
                  np.concatenate([b.row_ids for b in blocks]))
     order = np.argsort(ids, kind="stable")
-    y_pm = np.where(y[order] == positive, 1.0, -1.0)
+    y_pm = plus_minus(y[order], positive)
     yield build_coreset(X[order], y_pm, size, C, kernel=kernel,
                         seed=[seed, 1, index], indices=ids[order])
 

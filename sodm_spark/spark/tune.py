@@ -22,10 +22,11 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from ..core.kernels import Kernel
+from ..core.labels import accuracy_of_scores, coded_classes, correct_rows
 from ..core.sparse_rows import as_float_rows
 from ..selection.tuning import (MAX_SEARCH_TOL, SEARCH_TOL_FACTOR, GridPoint, ParamGrid,
-                                accuracy_of_scores, best_point, correct_rows, search_partition,
-                                search_subsets, significantly_better)
+                                best_point, search_partition, search_subsets,
+                                significantly_better)
 from .partitioning import assemble, partitions_by_key
 from .sodm.params import SODMParams
 from .sodm.prepare import PreparedData
@@ -150,7 +151,8 @@ def tune_sodm(sc, prepared: PreparedData, params: SODMParams, grid: ParamGrid,
         raise ValueError("tuning needs validation rows: prepare with hold_out=True or give "
                          "validation data.")
     started = time.perf_counter()
-    X_val, y_val = prepared.validation_pair
+    X_val, y_val = prepared.validation_pair  # labels coded: ±1, or class numbers
+    coded = coded_classes(prepared.classes.size)
     n_parts = prepared.parts.getNumPartitions() if keys is None else len(keys)
     cores = max(1, sc.defaultParallelism)
     fit_solve = params.local_solve()
@@ -176,11 +178,11 @@ def tune_sodm(sc, prepared: PreparedData, params: SODMParams, grid: ParamGrid,
             scores = np.sum([share[0] for share in shares], axis=0)
             for j, point in enumerate(points):
                 stats = [share[1][j] for share in shares]
-                entry = PointResult(point, accuracy_of_scores(scores[j], y_val),
+                entry = PointResult(point, accuracy_of_scores(scores[j], y_val, coded),
                                     max(s["sweeps"] for s in stats),
                                     all(s["converged"] for s in stats),
                                     float(sum(s["seconds"] for s in stats)),
-                                    correct_rows(scores[j], y_val))
+                                    correct_rows(scores[j], y_val, coded))
                 result.points.append(entry)
                 if on_point is not None:
                     on_point(entry, len(result.points), total)

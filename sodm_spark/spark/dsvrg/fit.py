@@ -29,6 +29,7 @@ import scipy.sparse
 
 from ...core.errors import SettingsError
 from ...core.kernels import Kernel
+from ...core.labels import accuracy_of_scores, coded_classes, plus_minus
 from ...core.validation import check_odm_params
 from ...models.expansion import KernelExpansion
 from ...partition import nearest_landmark, partitions_look_like_whole, select_landmarks
@@ -285,7 +286,7 @@ def fit_dsvrg(sc, blocks, params: DSVRGParams, classes, n_features: int, test=No
         def raw_intercept(w):
             return float(w[n_features] - w[:n_features] @ mu) if bias else 0.0
 
-        test_y = None if test is None else np.where(np.asarray(test[1]) == positive, 1.0, -1.0)
+        test_y = None if test is None else plus_minus(test[1], positive)
         scoring = 0.0
         sc.setJobDescription("DSVRG epoch 0: full gradient")
         objective, mean_grad, max_sq_norm = full_pass(w, with_norm=True)
@@ -312,7 +313,7 @@ def fit_dsvrg(sc, blocks, params: DSVRGParams, classes, n_features: int, test=No
             if test is not None:
                 scoring_start = time.perf_counter()
                 scores = test[0] @ w[:n_features] + raw_intercept(w)
-                entry.test_accuracy = float(np.mean(np.where(scores > 0, 1.0, -1.0) == test_y))
+                entry.test_accuracy = accuracy_of_scores(scores, test_y, coded_classes(2))
                 scoring += time.perf_counter() - scoring_start
             history.append(entry)
             if on_epoch is not None:

@@ -20,13 +20,12 @@ from dataclasses import asdict, replace
 import numpy as np
 
 from ...core.errors import SettingsError
+from ...core.labels import accuracy_of_scores, coded_classes, correct_rows, raw_labels
 from ...core.sparse_rows import as_float_rows, stack_rows
 from ...models.compression import (SPARSE_KMEANS, compare_scores, local_fit_share, most_points,
                                    resolve_max_sv)
-from ...models.expansion import labels_from_scores
 from ...selection.stopping import (NEXT_LEVEL_BLOCKED, REACHED_STOP_LEVEL, WARM_START_OPTIMAL,
                                    choose_level, next_level_blocked, rows_right)
-from ...selection.tuning import accuracy_of_scores, correct_rows
 from ..memory import MemoryBudgetError, executor_memory
 from ..session import PERSIST, store
 from .checkpoint import (LevelCheckpoint, assemble_partition, block_fingerprint, deal_by_layout,
@@ -127,6 +126,7 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
     partition_seconds = prepared.partition_seconds or time.perf_counter() - started
 
     n_validation = 0 if validation_pair is None else len(validation_pair[1])
+    coded = coded_classes(classes.size)  # the labels of the validation and test pairs
     scored = [] if validation_pair is None else [validation_pair[0]]
     if test_every_level is None:
         test_every_level = test_pair is not None and \
@@ -159,11 +159,12 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
             entry.memory_mb, entry.predicted_seconds = plan.memory_mb, plan.predicted_seconds
             entry.tasks = plan.tasks
             if validation_pair is not None:
-                correct = correct_rows(scores[:n_validation], validation_pair[1])
+                correct = correct_rows(scores[:n_validation], validation_pair[1], coded)
                 entry.validation_accuracy = float(np.mean(correct))
                 entry.validation_wrong = np.flatnonzero(~correct).tolist()
             if test_every_level and test_pair is not None:
-                entry.test_accuracy = accuracy_of_scores(scores[n_validation:], test_pair[1])
+                entry.test_accuracy = accuracy_of_scores(scores[n_validation:], test_pair[1],
+                                                         coded)
             entry.elapsed = time.perf_counter() - started
             levels.append(entry)
             kept[level], kept_scores[level] = solved, scores
@@ -230,21 +231,21 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
     full_test = None if full is None or not test_every_level else full[n_validation:]
     test_accuracy = None
     if test_pair is not None:
-        X_test, y_test = test_pair[0], _raw_labels(test_pair[1], classes)
+        X_test, y_test = test_pair[0], raw_labels(test_pair[1], classes)
         cheap = len(y_test) * best.n_sv * width <= CHEAP_SCORING_WORK
         if full_test is None and (compression is None or cheap):
             full_test = level_scores(sc, kept[chosen], X_test, kernel, "score the test set")
         if full_test is not None:  # the chosen level's own model
-            best.test_accuracy = float(np.mean(labels_from_scores(full_test, classes) == y_test))
+            best.test_accuracy = accuracy_of_scores(full_test, y_test, classes)
         scores = full_test if compression is None else model.input_scores(X_test)
-        test_accuracy = float(np.mean(labels_from_scores(scores, classes) == y_test))
+        test_accuracy = accuracy_of_scores(scores, y_test, classes)
         if compression is not None:
             compression["test"] = {"accuracy_after": test_accuracy, "rows": len(y_test)} \
                 if full_test is None else compare_scores(full_test, scores, y_test, classes)
     if compression is not None and full is not None and n_validation:
         compression["validation"] = compare_scores(
             full[:n_validation], model.input_scores(validation_pair[0]),
-            _raw_labels(validation_pair[1], classes), classes)
+            raw_labels(validation_pair[1], classes), classes)
     for rdd in kept.values():
         rdd.unpersist()
     sc.setJobDescription(None)
@@ -275,11 +276,6 @@ def _row_bytes(prepared) -> float:
     """Bytes of a training row on the way to the driver: dense rows are float32, a sparse
     row's values 12 bytes each (8 a memory column)."""
     return 8 * prepared.row_width if prepared.sparse else 4 * prepared.n_features
-
-
-def _raw_labels(y, classes):
-    """±1 (binary) or class numbers (3+ classes) back to the label values."""
-    return classes[(y > 0).astype(np.int64)] if classes.size == 2 else classes[y.astype(np.int64)]
 
 
 def _validated(levels, n_validation):
