@@ -87,39 +87,41 @@ class LocalSolve:
 
     def solve(self, X, y, kernel, n_classes: int = 0, *, warm_start=None, seed=0,
               seed_each_class: bool = True, kernel_values=None) -> LocalSolution:
-        """Solve the local ODM dual(s) of ``X`` (m rows, dense or CSR) with ``kernel``.
+        """Solve the local ODM dual(s) (Eqn 1) of ``X`` (m rows, dense or CSR) with ``kernel``.
 
         ``n_classes`` 0: ``y`` is ±1, one binary dual. C ≥ 3: ``y`` holds class numbers in
         [0, C), and the C one-vs-rest duals are solved together when ``kernel_values`` (the
         m×m kernel matrix, already computed) is given or the matrix fits ``cache_mb`` in
-        ``dtype``, else one after the other with kernel rows on demand (each seeded
-        ``[*seed, c]``, or ``seed`` itself when not ``seed_each_class``). ``warm_start``: γ of
-        the shape solved ((m,) or (m, C)) or None; ``seed`` fixes every shuffle.
+        ``dtype``, else one binary solve after the other (the matrix did not fit: in practice
+        kernel rows on demand), each seeded ``[*seed, c]``, or ``seed`` itself when not
+        ``seed_each_class``. ``warm_start``: γ of the shape solved ((m,) or (m, C)) or None;
+        ``seed`` fixes every shuffle.
         """
         dtype = np.dtype(self.dtype)
-        problem = (self.lam, self.theta, self.v)
-        run = {"tol": self.violation_tol, "max_iter": self.max_iter}
         if not n_classes:
-            result = solve_odm_dual(X, y, kernel, *problem, **run, gamma0=warm_start,
-                                    seed=seed, cache_mb=self.cache_mb, dtype=dtype,
-                                    kernel_values=kernel_values)
+            result = solve_odm_dual(X, y, kernel, self.lam, self.theta, self.v,
+                                    tol=self.violation_tol, max_iter=self.max_iter,
+                                    gamma0=warm_start, seed=seed, cache_mb=self.cache_mb,
+                                    dtype=dtype, kernel_values=kernel_values)
             return LocalSolution(result.gamma, result.u, result.objective,
                                  np.array([result.objective]), np.array([result.n_sweeps]),
                                  result.kernel_mode, [result])
         y_index = np.asarray(y).astype(np.int64)
         if kernel_values is not None or kernel_fits_cache(X.shape[0], memory_width(X),
                                                           self.cache_mb, dtype.itemsize):
-            joint = solve_odm_multiclass(X, y_index, n_classes, kernel, *problem, **run,
-                                         gamma0=warm_start, seed=seed, dtype=dtype,
-                                         kernel_values=kernel_values)
+            joint = solve_odm_multiclass(X, y_index, n_classes, kernel, self.lam, self.theta,
+                                         self.v, tol=self.violation_tol,
+                                         max_iter=self.max_iter, gamma0=warm_start, seed=seed,
+                                         dtype=dtype, kernel_values=kernel_values)
             return LocalSolution(joint.gamma, joint.u, float(joint.objectives.sum()),
                                  joint.objectives, np.full(n_classes, joint.n_sweeps),
                                  "cached", [joint])
-        results = [solve_odm_dual(
-            X, plus_minus(y_index, c), kernel, *problem, **run,
-            gamma0=None if warm_start is None else warm_start[:, c],
-            seed=[*np.atleast_1d(seed).tolist(), c] if seed_each_class else seed,
-            cache_mb=self.cache_mb, dtype=dtype) for c in range(n_classes)]
+        results = [solve_odm_dual(X, plus_minus(y_index, c), kernel, self.lam, self.theta,
+                                  self.v, tol=self.violation_tol, max_iter=self.max_iter,
+                                  gamma0=None if warm_start is None else warm_start[:, c],
+                                  seed=[*np.atleast_1d(seed).tolist(), c] if seed_each_class
+                                  else seed, cache_mb=self.cache_mb, dtype=dtype)
+                   for c in range(n_classes)]
         return LocalSolution(np.stack([r.gamma for r in results], axis=1),
                              np.stack([r.u for r in results], axis=1),
                              float(sum(r.objective for r in results)),
