@@ -41,7 +41,7 @@ from sodm_spark.spark.sodm.params import SODMParams
 from sodm_spark.spark.sodm.plan import (KERNEL_BOUND_FEATURES, TOP_PARTITION_ROWS, auto_level_count,
                                         check_levels_fit_rows, kernel_mb)
 from sodm_spark.spark.sodm.prepare import checked_classes
-from sodm_spark.spark.train import (Progress, Search, check_classes, fit_params, sodm_params,
+from sodm_spark.spark.train import (Progress, Search, check_classes, fit_params,
                                     train as train_on_spark)
 
 DEFAULT_ROWS, DEFAULT_TEST_ROWS = 60000, 10000
@@ -81,7 +81,9 @@ def parse_args(argv=None, prog="train_sodm.py", description=None,
     parser.add_argument("--lam", type=float, help=f"λ (default {defaults.lam:g})")
     parser.add_argument("--theta", type=float, help=f"θ (default {defaults.theta:g})")
     parser.add_argument("--v", type=float, help=f"v (default {defaults.v:g})")
-    parser.add_argument("--tol", type=float, default=defaults.tol)
+    parser.add_argument("--tol", type=float, default=defaults.tol,
+                        help="kernel levels: a partition's solve stops when the largest "
+                        "projected-gradient violation over its rows is at most this")
     parser.add_argument("--max-iter", type=int, default=defaults.max_iter)
     parser.add_argument("--stop-level", type=int, default=defaults.stop_level)
     parser.add_argument("--partitioner", choices=PARTITIONERS, default=defaults.partitioner)
@@ -266,8 +268,9 @@ def read_driver_side(spark, path, args, n_features, sparse, flag):
     return pair
 
 
-def load_data(spark, args):
-    """(training blocks RDD, classes, test (X, y) or None, n_features) for the flags given."""
+def load_data(spark, args, params=None):
+    """(training blocks RDD, classes, test (X, y) or None, n_features) for the flags given
+    (``params``: the fit's, :func:`check_settings`'; None: built from ``args``)."""
     linear = args.kernel == "linear"
     if args.data is None:
         make = make_linear if linear else make_nonlinear
@@ -287,7 +290,7 @@ def load_data(spark, args):
     # up front: labels no fit takes are refused before the resource checks and the test rows
     check_classes(classes, linear, lambda found: refuse_classes(found, args))
     if not linear:  # the levels must fit the rows, their top partitions and the resources
-        params = sodm_params(vars(args))
+        params = fit_params(vars(args)) if params is None else params
         n_rows, dense = stats.n_rows, isinstance(stats.row_width, int)
         check_levels_fit_rows(n_rows, params.p, params.levels)
         memory = executor_memory(spark.sparkContext, args.memory_mb)
@@ -483,11 +486,13 @@ def requested_search(args) -> Search | None:
     return Search.of_defaults(then_fit)
 
 
-def train(spark, args):
-    """Load the data the flags name and fit: (fit, metrics summary). Raises ValueError on bad
-    input and FileNotFoundError on a missing file (the jobs turn both into messages)."""
-    blocks, classes, test, n_features = load_data(spark, args)
-    params = fit_params(vars(args))
+def train(spark, args, params=None):
+    """Load the data the flags name and fit: (fit, metrics summary). ``params``: the fit's, as
+    :func:`check_settings` built them (None: built from ``args`` here, before any data is
+    read). Raises ValueError on bad input and FileNotFoundError on a missing file (the jobs
+    turn both into messages)."""
+    params = fit_params(vars(args)) if params is None else params
+    blocks, classes, test, n_features = load_data(spark, args, params)
     linear = isinstance(params, DSVRGParams)
     validation = None if linear or not args.validation_data else read_driver_side(
         spark, args.validation_data, args, n_features, row_layout(args)[0], "--validation-data")
@@ -505,26 +510,28 @@ def train(spark, args):
     return trained.fit, {**summary, **tuning}
 
 
-def check_settings(args) -> None:
-    """Everything that can be refused before Spark starts: the parameters, the output paths,
-    and the levels the built-in data's rows allow (a SettingsError)."""
-    params = sodm_params(vars(args))
+def check_settings(args):
+    """Everything that can be refused before Spark starts: the parameters (built and checked
+    here, once: the fit's SODMParams or DSVRGParams are returned), the output paths, and the
+    levels the built-in data's rows allow (a SettingsError)."""
+    params = fit_params(vars(args))
     check_output_paths({"--model-out": args.model_out, "--checkpoint-dir": args.checkpoint_dir,
                         "--tune-report": args.tune_report}, {"--metrics-out": args.metrics_out})
     if args.data is None and args.kernel != "linear":
         check_levels_fit_rows(args.rows, params.p, params.levels)
+    return params
 
 
 def main(argv=None, prog="train_sodm.py", description=None, tune_only=False) -> int:
     """The job; a failure raises sodm_spark.core.errors.JobExit (its one line and exit code)."""
     args = parse_args(argv, prog, description, tune_only)
     with reported(value_errors=SETTINGS):
-        check_settings(args)
+        params = check_settings(args)
     with job_session("sodm-spark: train_sodm", args.master) as spark:
         print("config: " + json.dumps({k: v for k, v in vars(args).items()}, default=str),
               flush=True)
         with reported():
-            fit, summary = train(spark, args)
+            fit, summary = train(spark, args, params)
         with reported(value_errors=SETTINGS):  # the outputs were checked before the work
             write_outputs(None if fit is None else fit.model, summary, args.model_out,
                           args.metrics_out)

@@ -15,6 +15,7 @@ from sodm_spark.core.kernels import Kernel, decision_values
 from sodm_spark.data.big_data import deformed_fashion_mnist
 from sodm_spark.data.datasets import FASHION_MNIST_DIR, load_fashion_mnist
 from sodm_spark.models import compression
+from sodm_spark.solvers.local_solve import LocalSolve
 from sodm_spark.spark.io import MAX_BLOCK_BYTES, read_blocks
 from sodm_spark.spark.memory import ExecutorMemory, MemoryBudgetError, check_fit_resources
 from sodm_spark.spark.partitioning import CHUNK_BYTES, Chunk, as_chunks, assemble
@@ -24,7 +25,8 @@ from sodm_spark.spark.sodm.fit import fit_sodm
 from sodm_spark.spark.sodm.params import SODMParams
 from sodm_spark.spark.sodm.plan import (KERNEL_BOUND_FEATURES, auto_level_count, auto_levels,
                                         cached_level_count, largest_levels)
-from sodm_spark.spark.sodm.tasks import PartitionStats, solve_partitions
+from sodm_spark.spark.sodm.tasks import (FitTargets, LevelTaskSettings, PartitionStats,
+                                         solve_partitions)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "jobs"))
@@ -240,11 +242,12 @@ def test_a_partition_leaves_its_own_model_s_scores_on_a_sample_of_rows(n_classes
         y = np.digitize(X[:, 0], [-0.5, 0.5]).astype(np.float64)
     ids = np.arange(1000, 1400)
     kernel = Kernel.create("rbf", 0.5)
-    config = {"lam": 100.0, "theta": 0.1, "v": 0.2, "tol": 1e-3, "max_iter": 200, "seed": 0,
-              "n_classes": n_classes, "cache_mb": 64.0, "fit_share": 0.1, "fit_features": True}
+    settings = LevelTaskSettings(
+        LocalSolve(100.0, 0.1, 0.2, violation_tol=1e-3, max_iter=200, cache_mb=64.0),
+        n_classes=n_classes, seed=0, fit_targets=FitTargets(share=0.1, with_rows=True))
     gamma = np.zeros((400, n_classes)) if n_classes else np.zeros(400)
     records = list(as_chunks(2, X, y, ids, gamma))
-    solved = list(solve_partitions(records, kernel.to_dict(), config, level=1, threads=1))
+    solved = list(solve_partitions(records, kernel, settings, level=1, threads=1))
     stats = solved[0][1].stats
     _, _, got_ids, solved_gamma = assemble([chunk for _, chunk in solved])
     assert stats["fit_rows"].size == 40 and np.all(np.isin(stats["fit_rows"], ids))
@@ -260,7 +263,7 @@ def test_a_partition_leaves_its_own_model_s_scores_on_a_sample_of_rows(n_classes
     np.testing.assert_array_equal(stats["fit_support"],
                                   np.any(np.atleast_2d(coef.T).T[stats["fit_rows"] - 1000] != 0,
                                          axis=1))
-    again = list(solve_partitions(records, kernel.to_dict(), config, level=1, threads=1))
+    again = list(solve_partitions(records, kernel, settings, level=1, threads=1))
     np.testing.assert_array_equal(again[0][1].stats["fit_rows"], stats["fit_rows"])
 
 
@@ -270,13 +273,13 @@ def test_a_level_s_stats_reach_the_driver_through_an_accumulator(spark):
     sc = spark.sparkContext
     X, y = make_problem(m=300, d=4, seed=12)
     kernel = Kernel.create("rbf", 0.5)
-    config = {"lam": 100.0, "theta": 0.1, "v": 0.2, "tol": 1e-3, "max_iter": 200, "seed": 0,
-              "n_classes": 0, "cache_mb": 64.0, "fit_share": 0.0}
+    settings = LevelTaskSettings(
+        LocalSolve(100.0, 0.1, 0.2, violation_tol=1e-3, max_iter=200, cache_mb=64.0), seed=0)
     records = [record for key in range(3) for record in as_chunks(
         key, X[key::3], y[key::3], np.arange(key, 300, 3), np.zeros(100))]
     sink = sc.accumulator({}, PartitionStats())
     solved = sc.parallelize(records, 3).mapPartitions(lambda part: solve_partitions(
-        part, kernel.to_dict(), config, 1, 1, report=sink.add)).collect()
+        part, kernel, settings, 1, 1, report=sink.add)).collect()
     assert sorted(sink.value) == [0, 1, 2]
     assert all(chunk.stats is None for _, chunk in solved)
     assert [sink.value[key]["rows"] for key in range(3)] == [100, 100, 100]

@@ -54,8 +54,8 @@ def test_one_partition_matches_cold_fits_point_by_point():
     X, y = make_problem(m=150, d=4, seed=3)
     X_val, y_val = make_problem(m=120, d=4, seed=4)
     kernel = Kernel.create("rbf", 0.4)
-    points, scores, stats = search_partition(X, y, X_val, kernel, SMALL_GRID, tol=TOL,
-                                             max_iter=20000)
+    points, scores, stats = search_partition(X, y, X_val, kernel, SMALL_GRID,
+                                             violation_tol=TOL, max_iter=20000)
     assert points == SMALL_GRID.points() and len(points) == 8
     assert all(s["converged"] for s in stats)
     for point, share in zip(points, scores):

@@ -218,7 +218,7 @@ def _fit_spark_model(ctx, method, fit, test, floats, note, transform=None) -> li
                      model_floats=floats(model), note=note, sv_label=SV_LABELS[method])]
 
 
-def nystroem_frame(frame, kernel_dict, landmarks_b, norm_b):
+def nystroem_frame(frame, kernel, landmarks_b, norm_b):
     """``frame`` with ``features`` replaced by its Nyström features (pandas UDF over Arrow
     batches; the landmarks and K_ZZ^{-1/2} broadcast)."""
     from pyspark.ml.functions import array_to_vector, vector_to_array
@@ -228,9 +228,8 @@ def nystroem_frame(frame, kernel_dict, landmarks_b, norm_b):
     @F.pandas_udf(ArrayType(DoubleType()))
     def nystroem_udf(rows: pd.Series) -> pd.Series:
         from sodm_spark.baselines.nystroem import features
-        from sodm_spark.core.kernels import Kernel
         X = np.stack(rows.to_numpy()) if len(rows) else np.zeros((0, landmarks_b.value.shape[1]))
-        phi = features(Kernel.from_dict(kernel_dict), X, landmarks_b.value, norm_b.value,
+        phi = features(kernel, X, landmarks_b.value, norm_b.value,
                        dtype=np.float32)
         return pd.Series(list(phi.astype(np.float64)))
 
@@ -255,7 +254,7 @@ def run_nystroem_spark(ctx) -> list[dict]:
         landmarks = sample_landmarks(ctx.data.X_train, s["nystroem_components"], s["seed"])
         state["landmarks"] = ctx.sc.broadcast(landmarks)
         state["norm"] = ctx.sc.broadcast(normalization(kernel, landmarks))
-        mapped = nystroem_frame(train, kernel.to_dict(), state["landmarks"],
+        mapped = nystroem_frame(train, kernel, state["landmarks"],
                                 state["norm"]).cache()
         model = linear_svc(ctx, reg_param).fit(mapped)
         mapped.unpersist()
@@ -268,7 +267,7 @@ def run_nystroem_spark(ctx) -> list[dict]:
             lambda model: m * ctx.data.n_features + m * m + (m + 1) * _models(ctx),
             f"{m} landmarks, regParam={reg_param:.3g}",
             transform=lambda model, frame: model.transform(
-                nystroem_frame(frame, kernel.to_dict(), state["landmarks"], state["norm"])))
+                nystroem_frame(frame, kernel, state["landmarks"], state["norm"])))
     finally:
         for broadcast in (state.get("landmarks"), state.get("norm")):
             if broadcast is not None:

@@ -1,7 +1,8 @@
 """Foundations, free of Spark: kernel blocks (``kernels.py``), dense or CSR rows and their sparse
 products (``sparse_rows.py``), per-column statistics and the feature scaling
-(``column_stats.py``), input checks and their messages (``validation.py``; ``estimator_inputs.py``
-the fit preamble of every scikit-learn estimator here), how a job fails (``errors.py``) and the
+(``column_stats.py``), labels coded for the solvers and back, labels and accuracy from
+decision values (``labels.py``), input checks and their messages (``validation.py``;
+``estimator_inputs.py`` the fit preamble of every scikit-learn estimator here), how a job fails (``errors.py``) and the
 machine's memory (``resources.py``).
 
 The bottom layer (docs/design.md §5): imports nothing of ``sodm_spark`` outside ``core/`` and

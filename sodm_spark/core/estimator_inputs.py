@@ -12,6 +12,7 @@ import numpy as np
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from .labels import labels_from_scores
 from .validation import check_finite_rows, check_numeric_cells
 
 
@@ -67,8 +68,6 @@ def check_predict_data(estimator, X, *, accept_sparse=False):
 
 def predict_labels(estimator, X):
     """The labels a classifier predicts: ``classes_[1]`` where its 1-D decision function is
-    > 0, else the class of the largest column (scores first: they check the fit)."""
-    scores = estimator.decision_function(X)
-    if scores.ndim == 1:
-        return estimator.classes_[(scores > 0).astype(int)]
-    return estimator.classes_[np.argmax(scores, axis=1)]
+    > 0, else the class of the largest column (scores first: they check the fit;
+    :func:`~sodm_spark.core.labels.labels_from_scores`)."""
+    return labels_from_scores(estimator.decision_function(X), estimator.classes_)

@@ -317,16 +317,15 @@ class SODMClassificationModel(Model, _SODMParams, VersionedReadWrite):
         expansion = self.expansion
         binary = expansion.coef.shape[1] == 1
         payload = spark.sparkContext.broadcast(
-            (expansion.support_vectors, expansion.coef, expansion.kernel.to_dict(),
+            (expansion.support_vectors, expansion.coef, expansion.kernel,
              expansion.intercept, expansion.input_map))
         n_features, features_col = self.numFeatures, self.getFeaturesCol()
         classes = [float(c) for c in expansion.classes]
 
         @F.pandas_udf(ArrayType(DoubleType()))
         def raw_scores_udf(features: pd.Series) -> pd.Series:
-            from sodm_spark.core.kernels import Kernel
             from sodm_spark.models.scoring import raw_scores
-            support_vectors, coef, kernel_dict, intercept, input_map = payload.value
+            support_vectors, coef, kernel, intercept, input_map = payload.value
             X = np.stack(features.to_numpy()).astype(np.float64) if len(features) else \
                 np.zeros((0, n_features))
             if X.shape[1] != n_features:
@@ -335,8 +334,7 @@ class SODMClassificationModel(Model, _SODMParams, VersionedReadWrite):
                                  "training data's feature columns, in the same order.")
             X = input_map(X)  # the model's scaling and projection, as KernelExpansion's
             # jobs/predict.py's scoring: float32 kernel blocks, boundary rows in float64
-            scores, _ = raw_scores(X, support_vectors, coef, Kernel.from_dict(kernel_dict),
-                                   intercept)
+            scores, _ = raw_scores(X, support_vectors, coef, kernel, intercept)
             return pd.Series(list(np.concatenate([-scores, scores], axis=1) if binary
                                   else scores))
 

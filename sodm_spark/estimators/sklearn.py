@@ -12,12 +12,10 @@ from sklearn.utils.validation import check_is_fitted
 from ..core.estimator_inputs import (check_fit_data, check_predict_data, encode_classes,
                                      keep_params, predict_labels)
 from ..core.kernels import LAPLACIAN_SPARSE, Kernel
-from ..core.sparse_rows import memory_width
+from ..core.labels import plus_minus
 from ..core.validation import check_odm_params, seed_from
 from ..models.expansion import KernelExpansion
-from ..solvers import solve_odm_dual
-from ..solvers.kernel_rows import kernel_fits_cache
-from ..solvers.odm_multiclass import one_vs_rest_signs, solve_odm_multiclass
+from ..solvers.local_solve import LocalSolve, expansion_coefficients
 from ..solvers.odm_primal import newton_primal
 from ..solvers.svrg import svrg
 
@@ -171,24 +169,21 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
         self._gamma = kernel.gamma
         # Binary: one problem with classes_[1] as +1. More classes: one-vs-rest.
         targets = [1] if self.classes_.size == 2 else range(self.classes_.size)
-        gammas, n_iter, objectives, converged = [], [], [], []
         if solver in PRIMAL_SOLVERS:
             return self._fit_primal(solver, X, y_index, targets, kernel)
-        if len(targets) > 2 and kernel_fits_cache(X.shape[0], memory_width(X), self.cache_mb,
-                                                  np.dtype(self.dtype).itemsize):
-            return self._fit_joint(X, y_index, kernel)
-        for target in targets:
-            y_pm = np.where(y_index == target, 1.0, -1.0)
-            result = solve_odm_dual(X, y_pm, kernel, self.lam, self.theta, self.v, tol=self.tol,
-                                    max_iter=self.max_iter, seed=seed_from(self.random_state),
-                                    cache_mb=self.cache_mb, dtype=np.dtype(self.dtype))
-            gammas.append(result.gamma * y_pm)
-            n_iter.append(result.n_sweeps)
-            objectives.append(result.objective)
-            converged.append(result.converged)
-            self._warn_unless_converged(result)
-        return self._store_dual(X, np.stack(gammas, axis=1), kernel, n_iter, objectives,
-                                all(converged))
+        n_classes = 0 if self.classes_.size == 2 else self.classes_.size
+        y_solved = y_index if n_classes else plus_minus(y_index, 1)
+        solve = LocalSolve(self.lam, self.theta, self.v, violation_tol=self.tol,
+                           max_iter=self.max_iter, cache_mb=self.cache_mb,
+                           dtype=np.dtype(self.dtype).name)
+        # every class's solve shares the one seed, as ODMClassifier's always have
+        solution = solve.solve(X, y_solved, kernel, n_classes,
+                               seed=seed_from(self.random_state), seed_each_class=False)
+        for run in solution.runs:
+            self._warn_unless_converged(run)
+        coef = expansion_coefficients(y_solved, solution.gamma).reshape(X.shape[0], -1)
+        return self._store_dual(X, coef, kernel, solution.sweeps, solution.objectives,
+                                solution.converged)
 
     def _warn_unless_converged(self, result):
         if not result.converged:
@@ -210,34 +205,25 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
                                       self.classes_)
         return self
 
-    def _fit_joint(self, X, y_index, kernel):
-        """All one-vs-rest duals in one solve against one kernel matrix
-        (:mod:`sodm_spark.solvers.odm_multiclass`): the same optimum as a solve per class."""
-        result = solve_odm_multiclass(X, y_index, self.classes_.size, kernel, self.lam,
-                                      self.theta, self.v, tol=self.tol, max_iter=self.max_iter,
-                                      seed=seed_from(self.random_state),
-                                      dtype=np.dtype(self.dtype))
-        self._warn_unless_converged(result)
-        return self._store_dual(X, result.gamma * one_vs_rest_signs(y_index, self.classes_.size),
-                                kernel, np.full(self.classes_.size, result.n_sweeps),
-                                result.objectives, result.converged)
-
     def _fit_primal(self, solver, X, y_index, targets, kernel):
         """The linear primal by Newton (exact) or SVRG (ODM_svrg): one (w, b) per output,
         stored as a linear expansion with intercepts."""
         weights, intercepts, n_iter, objectives, converged = [], [], [], [], []
         bias = bool(self.fit_intercept)
+        # the public tol, as each primal solver reads it: SVRG stops when an epoch changes the
+        # objective by at most this share of it; Newton when ‖∇P‖ ≤ gradient_tol·max(1, ‖∇P(0)‖)
+        relative_change_tol, gradient_tol = self.tol, min(float(self.tol), 1e-8)
         for target in targets:
-            y_pm = np.where(y_index == target, 1.0, -1.0)
+            y_pm = plus_minus(y_index, target)
             if solver == "svrg":
                 result = svrg(X, y_pm, self.lam, self.theta, self.v, epochs=self.max_iter,
-                              tol=self.tol, seed=seed_from(self.random_state),
+                              tol=relative_change_tol, seed=seed_from(self.random_state),
                               fit_intercept=bias)
                 n_iter.append(result.epochs)
                 done = result.converged
             else:
                 result = newton_primal(X, y_pm, self.lam, self.theta, self.v,
-                                       tol=min(float(self.tol), 1e-8), max_iter=self.max_iter,
+                                       tol=gradient_tol, max_iter=self.max_iter,
                                        fit_intercept=bias)
                 n_iter.append(result.iterations)
                 done = result.iterations < self.max_iter

@@ -31,10 +31,11 @@ import scipy.linalg
 import scipy.sparse
 
 from ..core.kernels import decision_values, kernel_matrix
+from ..core.labels import labels_from_scores
 from ..core.resources import available_memory_mb
 from ..core.sparse_rows import as_float_rows
 from ..partition import kmeans, select_landmarks
-from .expansion import InputMap, KernelExpansion, labels_from_scores
+from .expansion import InputMap, KernelExpansion
 
 METHODS = ("random", "landmarks", "largest", "kmeans")
 #: Why k-means compression refuses a model of sparse rows, and what to use instead.

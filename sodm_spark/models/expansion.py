@@ -17,6 +17,7 @@ import scipy.sparse
 
 from ..core.column_stats import scale_rows
 from ..core.kernels import Kernel, decision_values
+from ..core.labels import labels_from_scores  # noqa: F401 (the model's labels; importable here)
 from ..data.storage import join, replace_versioned, resolve_version, store_for
 
 FORMAT_NAME = "sodm_spark.KernelExpansion"
@@ -29,15 +30,6 @@ SPARSE_ARRAYS = ("sv_data", "sv_indices", "sv_indptr", "sv_shape")
 MODEL_FILES = ("arrays.npz", "metadata.json")  # in a version folder (or a pre-version directory)
 _INPUT_ARRAYS = ("feature_offset", "feature_scale", "feature_columns", "projection_center",
                  "projection_components")
-
-
-def labels_from_scores(scores, classes) -> np.ndarray:
-    """Labels from decision values: by the sign of f ((n,) or (n, 1): ``classes[1]`` when
-    f > 0), else the class of the largest score."""
-    scores = np.asarray(scores)
-    if scores.ndim == 2 and scores.shape[1] > 1:
-        return np.asarray(classes)[np.argmax(scores, axis=1)]
-    return np.asarray(classes)[(scores.reshape(-1) > 0).astype(np.int64)]
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,8 @@ Per partition the work is shared: the kernel matrix is computed once (one GEMM) 
 further γ multiple of the RBF and Laplacian kernels is an element-wise power of it
 (exp(-sγ·d) = exp(-γ·d)^s); the duals are warm-started along increasing λ for each (γ, θ, v)
 (the optimum moves continuously with λ). Every dual is strongly convex, so warm starts change
-the sweeps, not the solution: each point's scores equal a cold solve's up to ``tol``.
+the sweeps, not the solution: each point's scores equal a cold solve's up to the violation
+bound.
 """
 from __future__ import annotations
 
@@ -29,8 +30,8 @@ import scipy.sparse
 from ..core.kernels import Kernel, operand_rows
 from ..core.sparse_rows import as_float_rows
 from ..core.validation import check_odm_params
-from ..solvers.odm_dcd import solve_odm_dual
-from ..solvers.odm_multiclass import kernel_matrix, one_vs_rest_signs, solve_odm_multiclass
+from ..solvers.local_solve import LocalSolve, expansion_coefficients
+from ..solvers.kernel_rows import full_q_matrix
 
 # γ as multiples of "scale" (1/(d·Var x)) two octaves around it; λ over the decades where
 # accuracy moves on real data (the linear path is flat from 100 up, docs/jobs.md "λ for the
@@ -52,10 +53,10 @@ SEARCH_SAMPLE_ROWS = 20_000
 # 600,000 deformed Fashion-MNIST rows the search chose the same point (γ × 2, λ = 1e6) on pieces
 # of 2,500 rows of 22,186-row partitions in 8-10 s as on 2 whole ones in 126.5 s.
 SEARCH_PARTITION_ROWS = 2_500
-# The search solves each point to this multiple of the fit's tol: it only needs the sign of f
-# on the validation rows. Measured on 36 points of a 2,186-row Fashion-MNIST partition (the
-# 0-4 vs 5-9 task): 10× tol took 40% fewer sweeps, and the same validation accuracy on 34
-# points (the other two one row apart).
+# The search solves each point to this multiple of the fit's violation bound (SODMParams.tol,
+# LocalSolve.violation_tol): it only needs the sign of f on the validation rows. Measured on 36
+# points of a 2,186-row Fashion-MNIST partition (the 0-4 vs 5-9 task): 10× the bound took 40%
+# fewer sweeps, and the same validation accuracy on 34 points (the other two one row apart).
 SEARCH_TOL_FACTOR = 10.0
 MAX_SEARCH_TOL = 1e-2  # the fit's own default: no looser than what was measured
 # kernels whose matrix at s·γ is the element-wise s-th power of the matrix at γ
@@ -159,7 +160,7 @@ def _scaled_kernels(kernel: Kernel, scales, X: np.ndarray, X_val: np.ndarray):
         if first_K is None or kernel.name not in _POWER_KERNELS:
             first_scale = scale
             plain = replace(base, gamma=kernel.gamma * scale)
-            first_K = kernel_matrix(plain, X)
+            first_K = full_q_matrix(plain, X, None)  # the m×m kernel matrix, float32
             first_val = plain.block(as_float_rows(X_val, np.float32),
                                     operand_rows(X, np.float32, scipy.sparse.issparse(X_val)),
                                     out=np.empty((X_val.shape[0], X.shape[0]), np.float32))
@@ -175,15 +176,17 @@ def _scaled_kernels(kernel: Kernel, scales, X: np.ndarray, X_val: np.ndarray):
 
 
 def search_partition(X, y, X_val, kernel: Kernel, grid: ParamGrid, *, n_classes: int = 0,
-                     tol: float = 1e-3, max_iter: int = 1000, seed=0,
+                     violation_tol: float = 1e-3, max_iter: int = 1000, seed=0,
                      scales=None, on_point=None):
     """Solve one partition's local ODM for every grid point (or those with a γ multiple in
     ``scales``) and return its share of the validation decision values.
 
     ``y`` is ±1 (binary) or class numbers in [0, n_classes) (one-vs-rest duals of every class,
-    solved together); ``X_val`` the validation rows. Returns (points, scores, stats): scores
-    (n_points, n_val) or (n_points, n_val, C) in float64 — summed over partitions they are the
-    top level's f — and per point a dict of sweeps, objective, convergence and seconds.
+    solved together); ``X_val`` the validation rows; every point is solved until its largest
+    projected-gradient violation is at most ``violation_tol`` (or ``max_iter`` sweeps).
+    Returns (points, scores, stats): scores (n_points, n_val) or (n_points, n_val, C) in
+    float64 — summed over partitions they are the top level's f — and per point a dict of
+    sweeps, objective, convergence and seconds.
     ``on_point(index, point)`` is called after each point.
     """
     X = as_float_rows(X, np.float64)  # dense, or CSR (sparse_rows)
@@ -194,8 +197,6 @@ def search_partition(X, y, X_val, kernel: Kernel, grid: ParamGrid, *, n_classes:
     n_val, m = X_val.shape[0], X.shape[0]
     scores = np.zeros((len(points), n_val) + ((n_classes,) if n_classes else ()))
     stats = []
-    if n_classes:
-        signs = one_vs_rest_signs(y.astype(np.int64), n_classes)
     index = 0
     for scale, scaled, K, K_val in _scaled_kernels(kernel, wanted, X, X_val):
         K_val = K_val.astype(np.float64)
@@ -209,23 +210,13 @@ def search_partition(X, y, X_val, kernel: Kernel, grid: ParamGrid, *, n_classes:
                 # than the unscaled γ on 2,200 Fashion-MNIST rows
                 last_lam, last_gamma = warm[(point.theta, point.v)]
                 previous = last_gamma * math.sqrt(point.lam / last_lam)
-            point_seed = [*np.atleast_1d(seed).tolist(), index]
-            if n_classes:
-                result = solve_odm_multiclass(
-                    X, y.astype(np.int64), n_classes, scaled, point.lam, point.theta, point.v,
-                    tol=tol, max_iter=max_iter, gamma0=previous, seed=point_seed,
-                    kernel_values=K)
-                coef = result.gamma * signs
-                objective = float(result.objectives.sum())
-            else:
-                result = solve_odm_dual(X, y, scaled, point.lam, point.theta, point.v, tol=tol,
-                                        max_iter=max_iter, gamma0=previous, seed=point_seed,
-                                        kernel_values=K)
-                coef = result.gamma * y
-                objective = float(result.objective)
+            solve = LocalSolve(point.lam, point.theta, point.v, violation_tol=violation_tol,
+                               max_iter=max_iter)
+            result = solve.solve(X, y, scaled, n_classes, warm_start=previous,
+                                 seed=[*np.atleast_1d(seed).tolist(), index], kernel_values=K)
             warm[(point.theta, point.v)] = (point.lam, result.gamma)
-            scores[index] = K_val @ coef if m else 0.0
-            stats.append({"sweeps": int(result.n_sweeps), "objective": objective,
+            scores[index] = K_val @ expansion_coefficients(y, result.gamma) if m else 0.0
+            stats.append({"sweeps": int(result.n_sweeps), "objective": float(result.objective),
                           "converged": bool(result.converged),
                           "seconds": time.perf_counter() - start})
             if on_point is not None:
@@ -265,19 +256,6 @@ def search_subsets(n_rows: int, max_rows: int | None, pieces: int, seed, key: in
     order = rng.permutation(n_rows)
     return [np.sort(order[i * max_rows:(i + 1) * max_rows])
             for i in range(max(1, min(pieces, n_rows // max_rows)))]
-
-
-def correct_rows(scores: np.ndarray, y_val: np.ndarray) -> np.ndarray:
-    """Which validation rows are right: sign of f against ±1 y, or the largest score against
-    the class numbers (multi-class)."""
-    if scores.ndim == 2:
-        return np.argmax(scores, axis=1) == y_val
-    return np.where(scores > 0, 1.0, -1.0) == y_val
-
-
-def accuracy_of_scores(scores: np.ndarray, y_val: np.ndarray) -> float:
-    """Share of validation rows right (:func:`correct_rows`)."""
-    return float(np.mean(correct_rows(scores, y_val)))
 
 
 def significantly_better(candidate: np.ndarray, reference: np.ndarray) -> bool:

@@ -99,9 +99,11 @@ class KernelRows:
         self.last_used[oldest] = self.clock
 
 
-def full_q_matrix(kernel: Kernel, X: np.ndarray, y: np.ndarray, dtype=np.float32,
+def full_q_matrix(kernel: Kernel, X: np.ndarray, y: np.ndarray | None, dtype=np.float32,
                   block_mb: float = 256.0) -> np.ndarray:
-    """Q = diag(y) K diag(y), filled block by block (the caller checked it fits).
+    """Q = diag(y) K diag(y), filled block by block (the caller checked it fits); ``y`` None:
+    the kernel matrix K itself (every sign +1: the joint multi-class solver's and the search's
+    matrix, whose signs differ by class).
 
     Q is symmetric: each row block is computed only from its diagonal onwards (one GEMM), which
     halves the kernel work, and copied below the block in tiles.
@@ -112,7 +114,7 @@ def full_q_matrix(kernel: Kernel, X: np.ndarray, y: np.ndarray, dtype=np.float32
     Xd = as_float_rows(X, dtype)
     operand = operand_rows(Xd, dtype)  # sparse rows: laid out once for every block
     sq_norms = squared_norms(Xd)
-    yd = y.astype(dtype)
+    yd = np.ones(m, dtype=dtype) if y is None else y.astype(dtype)
     # at least 8 row blocks: the work above the diagonal is then 9/16 of the whole product
     step = min(rows_per_block(m, dtype.itemsize, block_mb), max(256, -(-m // 8)))
     buffer = np.empty(step * m, dtype=dtype)

@@ -114,7 +114,9 @@ def solve_odm_dual(X: np.ndarray, y: np.ndarray, kernel: Kernel, lam: float, the
                    block_mb: float = 256.0, mode: str = "auto", callback=None,
                    kernel_values: np.ndarray | None = None) -> DCDResult:
     """Solve the ODM dual (Eqn 1) on ``X`` (m×d float, dense or CSR) and ``y`` (±1) by
-    coordinate descent.
+    coordinate descent, until the largest projected-gradient violation over all rows
+    (:meth:`ODMProblem.violation`) is at most ``tol`` (the violation bound the package's
+    callers hold as ``LocalSolve.violation_tol``).
 
     ``gamma0`` warm-starts from a given γ; ``seed`` (an int or a sequence such as
     ``[seed, level, partition]``) fixes every shuffle; ``cache_mb`` bounds the kernel cache
@@ -181,8 +183,8 @@ def next_shrink_threshold(violation: float, shrinking: bool) -> float:
     return violation if shrinking and violation > 0.0 else np.inf
 
 
-#: On-demand sweeps visit the points whose violation exceeds this share of ``tol``: at 1.0 the
-#: points just under tol are never updated and the tail crawls (5,000 Fashion-MNIST rows: 1,000
+#: On-demand sweeps visit the points whose violation exceeds this share of the violation bound
+#: (``tol``): at 1.0 the points just under it are never updated and the tail crawls (5,000 Fashion-MNIST rows: 1,000
 #: sweeps, not converged); at 0.1 the solve converges in 16 sweeps.
 ACTIVE_SHARE_OF_TOL = 0.1
 #: Block rows when Q is cached: 512 rows with 8 inner sweeps was the fastest of 256-2,048 and
@@ -233,13 +235,14 @@ class _OnDemandBlocks:
                 lambda u, deltas: loops.add_rows(u, rows, deltas))
 
 
-def _solve_blocks(blocks, problem, gamma, rng, tol, max_iter, shrinking, callback, block_size,
-                  inner_sweeps, tile_rows=1):
+def _solve_blocks(blocks, problem, gamma, rng, violation_tol, max_iter, shrinking, callback,
+                  block_size, inner_sweeps, tile_rows=1):
     """Block coordinate descent (module docstring), Q's rows from ``blocks``.
 
     ``u = Qγ`` is kept for every point, so every sweep starts from the exact violation of all
-    points: the fit stops as soon as the largest is at most ``tol``, and a sweep visits only
-    the points whose violation exceeds :data:`ACTIVE_SHARE_OF_TOL` · ``tol`` (with
+    points: the fit stops as soon as the largest is at most ``violation_tol``, and a sweep
+    visits only the points whose violation exceeds :data:`ACTIVE_SHARE_OF_TOL` ·
+    ``violation_tol`` (with
     ``shrinking``), in blocks of ``block_size`` cut from the points in shuffled tiles of
     ``tile_rows`` (:data:`TILE_ROWS`; 1: every point shuffled).
     """
@@ -256,14 +259,14 @@ def _solve_blocks(blocks, problem, gamma, rng, tol, max_iter, shrinking, callbac
         violations = loops.violations(gamma, u, problem.a_zeta, problem.a_beta, problem.lower,
                                       problem.upper)
         violation = float(violations.max()) if m else 0.0
-        active = (np.flatnonzero(violations > ACTIVE_SHARE_OF_TOL * tol) if shrinking
-                  else everyone)
+        active = (np.flatnonzero(violations > ACTIVE_SHARE_OF_TOL * violation_tol)
+                  if shrinking else everyone)
         history.append(violation)
         if callback is not None:
             callback(sweep, violation, int(active.size))
         logger.debug("sweep %d violation %.3g active %d kernel rows computed %d", sweep,
                      violation, active.size, blocks.computed_rows)
-        if violation <= tol:
+        if violation <= violation_tol:
             converged = True
             break
         # a plain shuffle: visiting the cached rows first each sweep saves GEMMs but, always in
@@ -280,7 +283,7 @@ def _solve_blocks(blocks, problem, gamma, rng, tol, max_iter, shrinking, callbac
             orders = np.stack([rng.permutation(index.size) for _ in range(inner_sweeps)])
             loops.block_solve(q_bb, gamma_b, u_b, np.ones(index.size, dtype=np.bool_), orders,
                               problem.a_zeta, problem.a_beta, problem.lower, problem.upper,
-                              np.inf, 0.5 * tol)
+                              np.inf, 0.5 * violation_tol)  # a block's inner bound
             add_rows(u, gamma_b - gamma[index])
             gamma[index] = gamma_b
     return sweep, float(violation), converged, history, u

@@ -50,14 +50,6 @@ def one_vs_rest_signs(y_index: np.ndarray, n_classes: int) -> np.ndarray:
     return signs
 
 
-def kernel_matrix(kernel: Kernel, X: np.ndarray, dtype=np.float32,
-                  block_mb: float = 256.0) -> np.ndarray:
-    """The m×m kernel matrix in ``dtype`` (the caller checked that it fits): Q of
-    :func:`~.kernel_rows.full_q_matrix` with every sign +1, so one blocked builder serves
-    both."""
-    return full_q_matrix(kernel, X, np.ones(X.shape[0]), dtype, block_mb)
-
-
 @njit(cache=True)
 def multiclass_sweep(K, signs, gamma, V, order, active, a_zeta, a_beta, lower, upper,
                      thresholds, violations):
@@ -140,7 +132,7 @@ def solve_odm_multiclass(X: np.ndarray, y_index: np.ndarray, n_classes: int, ker
     if gamma.shape != (m, n_classes) or not np.all(np.isfinite(gamma)):
         raise ValueError(f"gamma0 must be a finite ({m}, {n_classes}) matrix.")
     if kernel_values is None:
-        K = kernel_matrix(kernel, X, dtype, block_mb)
+        K = full_q_matrix(kernel, X, None, dtype, block_mb)  # the kernel matrix, no signs
     elif kernel_values.shape != (m, m):
         raise ValueError(f"the kernel matrix is {kernel_values.shape}, X has {m} rows.")
     else:

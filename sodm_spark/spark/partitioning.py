@@ -82,7 +82,7 @@ def _sample_rows(item, fraction, seed):
     return X[np.random.default_rng([seed, 7, index]).random(X.shape[0]) < fraction]
 
 
-def _assign_strata(item, how, centers, kernel_dict, label_groups=2):
+def _assign_strata(item, how, centers, kernel, label_groups=2):
     """(block index, stratum of every row): nearest landmark in the RKHS (Eqn 7), nearest
     k-means center, or 0.
 
@@ -92,7 +92,7 @@ def _assign_strata(item, how, centers, kernel_dict, label_groups=2):
     """
     (X, y, ids), index = item
     if how.startswith("landmarks"):
-        strata = nearest_landmark(X, centers, Kernel.from_dict(kernel_dict))
+        strata = nearest_landmark(X, centers, kernel)
         if how == "landmarks+labels":
             strata = label_groups * strata + (y > 0 if label_groups == 2
                                                else y.astype(np.int64))
@@ -173,12 +173,11 @@ def partition_blocks(sc, labelled, kernel: Kernel, n_rows: int, n_partitions: in
             how = "centers"
             centers = kmeans(sample, min(n_groups, sample.shape[0]), seed=seed)
             direct = partitioner == "kmeans"
-    kernel_dict = kernel.to_dict()
     label_groups = max(2, n_classes)
     n_strata = 1 if centers is None else \
         centers.shape[0] * (label_groups if how.endswith("labels") else 1)
     # only the stratum numbers come to the driver (the rows stay where they are cached)
-    row_strata = dict(indexed.map(lambda item: _assign_strata(item, how, centers, kernel_dict,
+    row_strata = dict(indexed.map(lambda item: _assign_strata(item, how, centers, kernel,
                                                               label_groups)).collect())
     order = sorted(row_strata)
     counts = np.stack([np.bincount(row_strata[index], minlength=n_strata)

@@ -40,9 +40,10 @@ import scipy.sparse
 
 from ..core import sparse_rows
 from ..core.errors import reported_to_driver
+from ..core.labels import labels_from_scores
 from ..core.sparse_rows import memory_width
 from ..models import scoring
-from ..models.expansion import KernelExpansion, labels_from_scores
+from ..models.expansion import KernelExpansion
 from .io import ROW_ID_SHIFT, batch_matrix, dense_enough, numeric_array_column
 from .io.arrow import is_vector_type, vector_rows
 from .memory import executor_cores

@@ -16,6 +16,7 @@ import numpy as np
 import scipy.sparse
 
 from ..core.errors import reported_to_driver
+from ..core.labels import plus_minus
 
 ESTIMATORS = {
     "csvrg": "sodm_spark.baselines.csvrg:CSVRGClassifier",
@@ -60,11 +61,10 @@ def fit_in_one_task(blocks, method: str, params: dict):
 
 
 @reported_to_driver
-def _coreset_task(index, blocks, positive, size, C, kernel_dict, seed):
+def _coreset_task(index, blocks, positive, size, C, kernel, seed):
     """Algorithm 1 of the coreset SVM paper on one partition: its weighted coreset (global row
     ids)."""
     from ..baselines.coreset_svm_solver import build_coreset
-    from ..core.kernels import Kernel
 
     blocks = [b for b in blocks if b.X.shape[0]]
     if not blocks:
@@ -72,8 +72,8 @@ def _coreset_task(index, blocks, positive, size, C, kernel_dict, seed):
     X, y, ids = (np.concatenate([b.X for b in blocks]), np.concatenate([b.y for b in blocks]),
                  np.concatenate([b.row_ids for b in blocks]))
     order = np.argsort(ids, kind="stable")
-    y_pm = np.where(y[order] == positive, 1.0, -1.0)
-    yield build_coreset(X[order], y_pm, size, C, kernel=Kernel.from_dict(kernel_dict),
+    y_pm = plus_minus(y[order], positive)
+    yield build_coreset(X[order], y_pm, size, C, kernel=kernel,
                         seed=[seed, 1, index], indices=ids[order])
 
 
@@ -91,10 +91,9 @@ def fit_coreset_svm_partitioned(blocks, classes, kernel, coreset_size: int, C: f
     classes = np.asarray(classes)
     if classes.size != 2:
         raise ValueError(f"the coreset SVM is binary; the labels hold {classes.size} classes.")
-    kernel_dict = kernel.to_dict()
     positive = classes[1]
     coresets = blocks.mapPartitionsWithIndex(lambda index, it: _coreset_task(
-        index, it, positive, coreset_size, C, kernel_dict, seed)).collect()
+        index, it, positive, coreset_size, C, kernel, seed)).collect()
     coreset = merge_and_reduce(coresets, coreset_size, C, kernel=kernel, seed=[seed, 2])
     solution = solve_weighted_svm(coreset.X, coreset.y, coreset.weights, C, kernel)
     model = KernelExpansion(solution.support_vectors, solution.dual_coef[:, None], kernel,

@@ -34,13 +34,11 @@ _SODM_FIELDS = frozenset(f.name for f in fields(SODMParams))
 
 
 def sodm_params(settings: Mapping) -> SODMParams:
-    """SODMParams from user-facing settings, validated: every key naming a field sets it (None
-    keeps the field's default, so an unset flag or Param means the default); other keys are
-    not read."""
-    params = SODMParams(**{name: value for name, value in settings.items()
-                           if name in _SODM_FIELDS and value is not None})
-    params.validate()
-    return params
+    """SODMParams from user-facing settings, validated as they are built: every key naming a
+    field sets it (None keeps the field's default, so an unset flag or Param means the
+    default); other keys are not read."""
+    return SODMParams(**{name: value for name, value in settings.items()
+                         if name in _SODM_FIELDS and value is not None})
 
 
 def fit_params(settings: Mapping) -> SODMParams | DSVRGParams:
@@ -51,12 +49,10 @@ def fit_params(settings: Mapping) -> SODMParams | DSVRGParams:
     params = sodm_params(settings)
     if params.kernel != "linear":
         return params
-    linear = DSVRGParams(lam=params.lam, theta=params.theta, v=params.v, strata=params.strata,
-                         seed=params.seed, **{name: settings[key] for key, name
-                                              in LINEAR_SETTINGS.items()
-                                              if settings.get(key) is not None})
-    linear.validate()
-    return linear
+    return DSVRGParams(lam=params.lam, theta=params.theta, v=params.v, strata=params.strata,
+                       seed=params.seed, **{name: settings[key] for key, name
+                                            in LINEAR_SETTINGS.items()
+                                            if settings.get(key) is not None})
 
 
 def check_classes(classes, linear: bool, refuse: Callable | None = None) -> np.ndarray:

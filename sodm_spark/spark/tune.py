@@ -5,10 +5,10 @@ One Spark job per γ multiple: every task takes one top-level partition (cut int
 pieces of ``SEARCH_PARTITION_ROWS`` rows when larger, each solved as a partition of its own:
 hyperparameters chosen on pieces of that size held at 22,000-row partitions, for a fraction of
 the kernel work), computes its kernel matrix, solves the local ODM for every (λ, θ, v) of the
-grid warm-started along λ (to ``SEARCH_TOL_FACTOR`` × the fit's tol), and returns its share of
-the validation rows' decision values per grid point
-(:func:`sodm_spark.selection.tuning.search_partition`); the driver sums the shares (a level's f) and
-scores them, so on partitions no larger than the pieces each grid point's accuracy is the one
+grid warm-started along λ (to ``SEARCH_TOL_FACTOR`` × the fit's violation bound), and returns
+its share of the validation rows' decision values per grid point
+(:func:`sodm_spark.selection.tuning.search_partition`); the driver sums the shares (a level's f)
+and scores them, so on partitions no larger than the pieces each grid point's accuracy is the one
 a fit with that point would report for its top level. Progress is printed per grid point as
 each γ multiple finishes.
 """
@@ -22,10 +22,11 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from ..core.kernels import Kernel
+from ..core.labels import accuracy_of_scores, coded_classes, correct_rows
 from ..core.sparse_rows import as_float_rows
 from ..selection.tuning import (MAX_SEARCH_TOL, SEARCH_TOL_FACTOR, GridPoint, ParamGrid,
-                                accuracy_of_scores, best_point, correct_rows, search_partition,
-                                search_subsets, significantly_better)
+                                best_point, search_partition, search_subsets,
+                                significantly_better)
 from .partitioning import assemble, partitions_by_key
 from .sodm.params import SODMParams
 from .sodm.prepare import PreparedData
@@ -36,7 +37,7 @@ class PointResult:
     point: GridPoint
     validation_accuracy: float
     sweeps_max: int  # most sweeps any partition needed (warm-started along λ)
-    converged: bool  # every partition reached tol
+    converged: bool  # every partition reached the search's violation bound
     seconds: float  # summed over partitions (task time)
     correct: np.ndarray | None = field(default=None, repr=False)  # per validation row
 
@@ -89,21 +90,37 @@ class TuneResult:
                 "points": [p.to_dict() for p in self.points]}
 
 
-def _search_task(records, X_val, kernel_dict, grid_dict, config, scale):
+@dataclass(frozen=True)
+class SearchTaskSettings:
+    """What every search task reads, besides the kernel and the grid: built once by
+    :func:`tune_sodm`."""
+
+    # each grid point is solved until its largest projected-gradient violation is at most
+    # this: the fit's bound × SEARCH_TOL_FACTOR, at most MAX_SEARCH_TOL
+    violation_tol: float
+    max_iter: int  # most sweeps of each solve
+    n_classes: int  # 0: binary (±1 labels); C ≥ 3: one-vs-rest on class numbers
+    seed: int  # the fit's: partition k is searched with the seed [seed, 97, k]
+    max_rows: int | None  # a partition larger than this is searched in pieces of this many
+    pieces: int  # pieces searched per partition larger than max_rows
+    threads: int  # BLAS threads per task
+
+
+def _search_task(records, X_val, kernel: Kernel, grid: ParamGrid,
+                 settings: SearchTaskSettings, scale):
     """``mapPartitions`` function: for each top-level partition, every grid point of one γ
     multiple: (scores, stats), summed over the partition's pieces when it is cut
     (:func:`~sodm_spark.selection.tuning.search_subsets`)."""
-    kernel, grid = Kernel.from_dict(kernel_dict), ParamGrid.from_dict(grid_dict)
     for key, chunks in partitions_by_key(records):
         X, y, _, _ = assemble(chunks)
         total = merged = None
-        for rows in search_subsets(X.shape[0], config["max_rows"], config["pieces"],
-                                   config["seed"], key):
-            with threadpool_limits(max(1, min(config["threads"], os.cpu_count() or 1))):
+        for rows in search_subsets(X.shape[0], settings.max_rows, settings.pieces,
+                                   settings.seed, key):
+            with threadpool_limits(max(1, min(settings.threads, os.cpu_count() or 1))):
                 _, scores, stats = search_partition(
-                    X[rows], y[rows], X_val, kernel, grid, n_classes=config["n_classes"],
-                    tol=config["tol"], max_iter=config["max_iter"],
-                    seed=[config["seed"], 97, key], scales=[scale])
+                    X[rows], y[rows], X_val, kernel, grid, n_classes=settings.n_classes,
+                    violation_tol=settings.violation_tol, max_iter=settings.max_iter,
+                    seed=[settings.seed, 97, key], scales=[scale])
             total = scores if total is None else total + scores
             merged = stats if merged is None else list(map(_pieces_stats, merged, stats))
         yield total, merged
@@ -134,14 +151,17 @@ def tune_sodm(sc, prepared: PreparedData, params: SODMParams, grid: ParamGrid,
         raise ValueError("tuning needs validation rows: prepare with hold_out=True or give "
                          "validation data.")
     started = time.perf_counter()
-    X_val, y_val = prepared.validation_pair
+    X_val, y_val = prepared.validation_pair  # labels coded: ±1, or class numbers
+    coded = coded_classes(prepared.classes.size)
     n_parts = prepared.parts.getNumPartitions() if keys is None else len(keys)
     cores = max(1, sc.defaultParallelism)
-    config = {"n_classes": prepared.classes.size if prepared.multi else 0,
-              "tol": min(params.tol * SEARCH_TOL_FACTOR, MAX_SEARCH_TOL),
-              "max_iter": params.max_iter, "seed": params.seed, "max_rows": max_rows,
-              "pieces": pieces, "threads": max(1, cores // min(n_parts, cores))}
-    kernel_dict, grid_dict = prepared.kernel.to_dict(), grid.to_dict()
+    fit_solve = params.local_solve()
+    settings = SearchTaskSettings(
+        violation_tol=min(fit_solve.violation_tol * SEARCH_TOL_FACTOR, MAX_SEARCH_TOL),
+        max_iter=fit_solve.max_iter, n_classes=prepared.classes.size if prepared.multi else 0,
+        seed=params.seed, max_rows=max_rows, pieces=pieces,
+        threads=max(1, cores // min(n_parts, cores)))
+    kernel = prepared.kernel
     X_val_b = sc.broadcast(as_float_rows(X_val, np.float64))
     result = TuneResult(grid=grid, base_gamma=prepared.kernel.gamma, kernel=prepared.kernel.name,
                         partitions=n_parts, validation_rows=int(len(y_val)), default=default)
@@ -152,17 +172,17 @@ def tune_sodm(sc, prepared: PreparedData, params: SODMParams, grid: ParamGrid,
             sc.setJobDescription(f"SODM tune: gamma x{scale:g}, {len(points)} grid points on "
                                  f"{n_parts} partitions")
             search = lambda records, scale=scale: _search_task(  # noqa: E731
-                records, X_val_b.value, kernel_dict, grid_dict, config, scale)
+                records, X_val_b.value, kernel, grid, settings, scale)
             shares = prepared.parts.mapPartitions(search).collect() if keys is None else \
                 sc.runJob(prepared.parts, search, partitions=sorted(keys))
             scores = np.sum([share[0] for share in shares], axis=0)
             for j, point in enumerate(points):
                 stats = [share[1][j] for share in shares]
-                entry = PointResult(point, accuracy_of_scores(scores[j], y_val),
+                entry = PointResult(point, accuracy_of_scores(scores[j], y_val, coded),
                                     max(s["sweeps"] for s in stats),
                                     all(s["converged"] for s in stats),
                                     float(sum(s["seconds"] for s in stats)),
-                                    correct_rows(scores[j], y_val))
+                                    correct_rows(scores[j], y_val, coded))
                 result.points.append(entry)
                 if on_point is not None:
                     on_point(entry, len(result.points), total)

@@ -36,6 +36,7 @@ import tempfile
 import numpy as np
 import scipy.sparse
 
+from ...core.labels import plus_minus
 from ..io import dense_enough
 
 # --- input chunks and stacked partitions ------------------------------------------------------
@@ -56,7 +57,7 @@ def partition_chunks(index, blocks, positive):
             continue
         nbytes = block.X.data.nbytes if scipy.sparse.issparse(block.X) else block.X.nbytes
         step = max(1, int(CHUNK_BYTES * n // max(nbytes, 1)))
-        y = np.where(block.y == positive, 1.0, -1.0)
+        y = plus_minus(block.y, positive)
         for start in range(0, n, step):
             rows = slice(start, start + step)
             yield index, (block.X[rows], y[rows], block.row_ids[rows])

@@ -29,6 +29,7 @@ import scipy.sparse
 
 from ...core.errors import SettingsError
 from ...core.kernels import Kernel
+from ...core.labels import accuracy_of_scores, coded_classes, plus_minus
 from ...core.validation import check_odm_params
 from ...models.expansion import KernelExpansion
 from ...partition import nearest_landmark, partitions_look_like_whole, select_landmarks
@@ -56,7 +57,11 @@ class DSVRGParams:
     resident: bool = True  # keep partitions' blocks in executor scratch files between jobs
     fit_intercept: bool = True  # unpenalized bias b, f(x) = wᵀx + b (solvers.svrg docstring)
 
+    def __post_init__(self):
+        self.validate()
+
     def validate(self) -> None:
+        """Refuse a bad setting, naming it (run once, as the parameters are built)."""
         check_odm_params(self.lam, self.theta, self.v)
         if int(self.epochs) != self.epochs or self.epochs < 1:
             raise ValueError(f"epochs must be a positive integer, got {self.epochs!r}.")
@@ -64,6 +69,23 @@ class DSVRGParams:
             raise ValueError(f"step must lie in (0, 1), got {self.step!r}.")
         if self.n_partitions is not None and self.n_partitions < 1:
             raise ValueError(f"n_partitions must be positive, got {self.n_partitions!r}.")
+
+
+@dataclass(frozen=True)
+class DSVRGTaskSettings:
+    """What every DSVRG partition task reads besides w: the ODM loss, the intercept and the
+    seed of the row draws (built once per fit by :func:`fit_dsvrg`)."""
+
+    lam: float
+    theta: float
+    v: float
+    fit_intercept: bool
+    seed: int  # partition k draws its rows of epoch e from epoch_rng([seed, k], e)
+    center: object = None  # Broadcast of the column means μ (with the intercept), or None
+
+    def center_value(self):
+        """μ on the executor (the rows are centred with it), or None."""
+        return None if self.center is None else self.center.value
 
 
 @dataclass
@@ -112,26 +134,22 @@ def _strata_by_class(X, y, landmarks, n_strata):
     return np.bincount(2 * strata + (y > 0), minlength=2 * n_strata)
 
 
-def _center(config):
-    return None if config["center"] is None else config["center"].value
-
-
-def _loss_and_gradient(X, y, w, config, with_norm=False):
+def _loss_and_gradient(X, y, w, settings: DSVRGTaskSettings, with_norm=False):
     """The partition's (loss sum, gradient sum) at w; with ``with_norm`` also its largest
     ‖x_i - μ‖² (the step's L_max on centred rows, known once μ is)."""
-    center = _center(config)
-    sums = loss_gradient_sum(w, X, y, config["lam"], config["theta"], config["v"],
-                             config["fit_intercept"], center)
+    center = settings.center_value()
+    sums = loss_gradient_sum(w, X, y, settings.lam, settings.theta, settings.v,
+                             settings.fit_intercept, center)
     if not with_norm:
         return sums
     return sums + (float(row_sq_norms(X, center).max()),)
 
 
-def _hop(X, y, key, w, snapshot, mean_grad, step, config, epoch):
+def _hop(X, y, key, w, snapshot, mean_grad, step, settings: DSVRGTaskSettings, epoch):
     """One partition's turn: SVRG steps over its own rows without replacement (Alg. 2 l. 14)."""
-    rows = sample_rows(X.shape[0], X.shape[0], epoch_rng([config["seed"], key], epoch))
-    return svrg_inner(w, snapshot, mean_grad, X, y, rows, step, config["lam"], config["theta"],
-                      config["v"], config["fit_intercept"], _center(config))
+    rows = sample_rows(X.shape[0], X.shape[0], epoch_rng([settings.seed, key], epoch))
+    return svrg_inner(w, snapshot, mean_grad, X, y, rows, step, settings.lam, settings.theta,
+                      settings.v, settings.fit_intercept, settings.center_value())
 
 
 def _uniform_sample(survey, wanted, seed):
@@ -190,7 +208,6 @@ def fit_dsvrg(sc, blocks, params: DSVRGParams, classes, n_features: int, test=No
     the intercept the steps run on centred rows x - μ (μ: the column means, summed in the
     survey pass; see solvers.svrg) and (w, b' = b + wᵀμ) is turned back into (w, b) at the end.
     """
-    params.validate()
     classes = np.asarray(classes)
     if classes.size != 2:
         raise ValueError(f"DSVRG is a binary classifier; the labels hold {classes.size} classes "
@@ -231,8 +248,8 @@ def fit_dsvrg(sc, blocks, params: DSVRGParams, classes, n_features: int, test=No
         bias = bool(params.fit_intercept)
         mu = sum(entry[6] for entry in survey) / n_rows if bias else np.zeros(n_features)
         center = sc.broadcast(mu) if bias else None
-        config = {"lam": params.lam, "theta": params.theta, "v": params.v, "seed": params.seed,
-                  "fit_intercept": bias, "center": center}
+        settings = DSVRGTaskSettings(params.lam, params.theta, params.v, fit_intercept=bias,
+                                     seed=params.seed, center=center)
         w = np.zeros(n_features + bias)  # (w, b') with an intercept, b' = b + wᵀμ
         if w0 is not None:
             w0 = np.asarray(w0, dtype=np.float64).reshape(-1)
@@ -257,7 +274,7 @@ def fit_dsvrg(sc, blocks, params: DSVRGParams, classes, n_features: int, test=No
         def full_pass(w, with_norm=False):
             """(P(w), mean loss gradient[, largest centred ‖x‖²]): every partition's sums
             (Alg. 2 lines 6-8), added up on the driver in partition order (line 9)."""
-            sums = blocks_.run(lambda _, X, y: _loss_and_gradient(X, y, w, config, with_norm))
+            sums = blocks_.run(lambda _, X, y: _loss_and_gradient(X, y, w, settings, with_norm))
             loss, grad = 0.0, np.zeros(w.size)
             for key in keys:
                 loss += sums[key][0]
@@ -269,7 +286,7 @@ def fit_dsvrg(sc, blocks, params: DSVRGParams, classes, n_features: int, test=No
         def raw_intercept(w):
             return float(w[n_features] - w[:n_features] @ mu) if bias else 0.0
 
-        test_y = None if test is None else np.where(np.asarray(test[1]) == positive, 1.0, -1.0)
+        test_y = None if test is None else plus_minus(test[1], positive)
         scoring = 0.0
         sc.setJobDescription("DSVRG epoch 0: full gradient")
         objective, mean_grad, max_sq_norm = full_pass(w, with_norm=True)
@@ -286,7 +303,7 @@ def fit_dsvrg(sc, blocks, params: DSVRGParams, classes, n_features: int, test=No
             for turn in turns:  # round robin: one single-partition job per turn
                 sc.setJobDescription(f"DSVRG epoch {epoch}: partitions {turn}'s turn")
                 w = blocks_.chain(lambda k, X, y, w, e=epoch: _hop(
-                    X, y, k, w, *fixed.value, step, config, e), w, turn)
+                    X, y, k, w, *fixed.value, step, settings, e), w, turn)
             fixed.unpersist(blocking=False)
             sc.setJobDescription(f"DSVRG epoch {epoch}: full gradient")
             previous = objective
@@ -296,7 +313,7 @@ def fit_dsvrg(sc, blocks, params: DSVRGParams, classes, n_features: int, test=No
             if test is not None:
                 scoring_start = time.perf_counter()
                 scores = test[0] @ w[:n_features] + raw_intercept(w)
-                entry.test_accuracy = float(np.mean(np.where(scores > 0, 1.0, -1.0) == test_y))
+                entry.test_accuracy = accuracy_of_scores(scores, test_y, coded_classes(2))
                 scoring += time.perf_counter() - scoring_start
             history.append(entry)
             if on_epoch is not None:

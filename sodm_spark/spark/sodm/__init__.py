@@ -1,6 +1,6 @@
 """SODM on Spark (the SODM paper, Algorithm 1; docs/design.md §2): ``fit.py`` the level loop
 (``fit_sodm``), ``prepare.py`` labels, held-out rows and the top level's partitions,
-``tasks.py`` what one task runs on one partition, ``level_model.py`` a level's model assembled
+``tasks.py`` what one task runs on one partition (and the frozen settings it reads), ``level_model.py`` a level's model assembled
 without the driver's result limit, ``params.py`` the knobs and per-level records, ``plan.py``
 the level count and each level's plan and cost, ``checkpoint.py`` level checkpoints.
 

@@ -20,13 +20,12 @@ from dataclasses import asdict, replace
 import numpy as np
 
 from ...core.errors import SettingsError
+from ...core.labels import accuracy_of_scores, coded_classes, correct_rows, raw_labels
 from ...core.sparse_rows import as_float_rows, stack_rows
 from ...models.compression import (SPARSE_KMEANS, compare_scores, local_fit_share, most_points,
                                    resolve_max_sv)
-from ...models.expansion import labels_from_scores
 from ...selection.stopping import (NEXT_LEVEL_BLOCKED, REACHED_STOP_LEVEL, WARM_START_OPTIMAL,
                                    choose_level, next_level_blocked, rows_right)
-from ...selection.tuning import accuracy_of_scores, correct_rows
 from ..memory import MemoryBudgetError, executor_memory
 from ..session import PERSIST, store
 from .checkpoint import (LevelCheckpoint, assemble_partition, block_fingerprint, deal_by_layout,
@@ -36,7 +35,8 @@ from .level_model import (LocalFit, collect_level, compress_level,
 from .params import LevelStats, SODMFit, SODMParams
 from .plan import plan_level
 from .prepare import PreparedData, partition_prepared, prepare_sodm
-from .tasks import PartitionStats, checkpoint_layout, merge_key, solve_partitions
+from .tasks import (FitTargets, LevelTaskSettings, PartitionStats, checkpoint_layout, merge_key,
+                    solve_partitions)
 
 #: With a compressed model, the uncompressed one is scored on the test rows too (the report's
 #: "before") when that costs at most this many kernel multiply-adds (test rows × support
@@ -76,7 +76,6 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
     differ from ``params``' after a search) skips the preparation: ``blocks``, ``classes``,
     ``test`` and ``validation`` are then ignored, and the fit's clock started with it.
     """
-    params.validate()
     if prepared is None:
         prepared = prepare_sodm(sc, blocks, params, classes, test, validation, partition=False,
                                 fingerprint=checkpoint_dir is not None)
@@ -94,14 +93,13 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
     width = prepared.row_width or n_features
     training, started = prepared.training, prepared.started
     test_pair, validation_pair = prepared.test_pair, prepared.validation_pair
-    config = {"lam": params.lam, "theta": params.theta, "v": params.v, "tol": params.tol,
-              "max_iter": params.max_iter, "seed": params.seed,
-              "n_classes": classes.size if multi else 0,
-              "fit_share": local_fit_share(max_sv, n_rows)}
-    # the fit rows travel with the stats when they fit the driver's result limit
-    config["fit_features"] = fit_rows_collectable(
-        sc, config["fit_share"] * n_rows, _row_bytes(prepared))
-    kernel_dict = kernel.to_dict()
+    fit_share = local_fit_share(max_sv, n_rows)
+    # what every level's tasks read (the kernel cache is set per level, by its plan); the fit
+    # rows travel with the stats when they fit the driver's result limit
+    task_settings = LevelTaskSettings(
+        params.local_solve(), n_classes=classes.size if multi else 0, seed=params.seed,
+        fit_targets=FitTargets(fit_share, fit_rows_collectable(sc, fit_share * n_rows,
+                                                               _row_bytes(prepared))))
 
     checkpoint = None
     if checkpoint_dir is not None:
@@ -128,6 +126,7 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
     partition_seconds = prepared.partition_seconds or time.perf_counter() - started
 
     n_validation = 0 if validation_pair is None else len(validation_pair[1])
+    coded = coded_classes(classes.size)  # the labels of the validation and test pairs
     scored = [] if validation_pair is None else [validation_pair[0]]
     if test_every_level is None:
         test_every_level = test_pair is not None and \
@@ -155,16 +154,17 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
             if on_plan is not None:
                 on_plan(plan)
             solved, entry, sizes, scores, kept_fits[level] = _solve_level(
-                sc, previous, level, params, kernel_dict, dict(config, cache_mb=plan.cache_mb),
+                sc, previous, level, params, kernel, task_settings.with_cache(plan.cache_mb),
                 cores, eval_X, plan.tasks)
             entry.memory_mb, entry.predicted_seconds = plan.memory_mb, plan.predicted_seconds
             entry.tasks = plan.tasks
             if validation_pair is not None:
-                correct = correct_rows(scores[:n_validation], validation_pair[1])
+                correct = correct_rows(scores[:n_validation], validation_pair[1], coded)
                 entry.validation_accuracy = float(np.mean(correct))
                 entry.validation_wrong = np.flatnonzero(~correct).tolist()
             if test_every_level and test_pair is not None:
-                entry.test_accuracy = accuracy_of_scores(scores[n_validation:], test_pair[1])
+                entry.test_accuracy = accuracy_of_scores(scores[n_validation:], test_pair[1],
+                                                         coded)
             entry.elapsed = time.perf_counter() - started
             levels.append(entry)
             kept[level], kept_scores[level] = solved, scores
@@ -180,7 +180,7 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
         restored = None
         warm_started = level < params.levels
         plan = None
-        if warm_started and entry.warm_start_violation <= params.tol:
+        if warm_started and entry.warm_start_violation <= task_settings.solve.violation_tol:
             stop_reason = WARM_START_OPTIMAL  # Algorithm 1, line 5
         elif level <= params.stop_level:
             stop_reason = REACHED_STOP_LEVEL
@@ -231,21 +231,21 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
     full_test = None if full is None or not test_every_level else full[n_validation:]
     test_accuracy = None
     if test_pair is not None:
-        X_test, y_test = test_pair[0], _raw_labels(test_pair[1], classes)
+        X_test, y_test = test_pair[0], raw_labels(test_pair[1], classes)
         cheap = len(y_test) * best.n_sv * width <= CHEAP_SCORING_WORK
         if full_test is None and (compression is None or cheap):
-            full_test = level_scores(sc, kept[chosen], X_test, kernel_dict, "score the test set")
+            full_test = level_scores(sc, kept[chosen], X_test, kernel, "score the test set")
         if full_test is not None:  # the chosen level's own model
-            best.test_accuracy = float(np.mean(labels_from_scores(full_test, classes) == y_test))
+            best.test_accuracy = accuracy_of_scores(full_test, y_test, classes)
         scores = full_test if compression is None else model.input_scores(X_test)
-        test_accuracy = float(np.mean(labels_from_scores(scores, classes) == y_test))
+        test_accuracy = accuracy_of_scores(scores, y_test, classes)
         if compression is not None:
             compression["test"] = {"accuracy_after": test_accuracy, "rows": len(y_test)} \
                 if full_test is None else compare_scores(full_test, scores, y_test, classes)
     if compression is not None and full is not None and n_validation:
         compression["validation"] = compare_scores(
             full[:n_validation], model.input_scores(validation_pair[0]),
-            _raw_labels(validation_pair[1], classes), classes)
+            raw_labels(validation_pair[1], classes), classes)
     for rdd in kept.values():
         rdd.unpersist()
     sc.setJobDescription(None)
@@ -278,11 +278,6 @@ def _row_bytes(prepared) -> float:
     return 8 * prepared.row_width if prepared.sparse else 4 * prepared.n_features
 
 
-def _raw_labels(y, classes):
-    """±1 (binary) or class numbers (3+ classes) back to the label values."""
-    return classes[(y > 0).astype(np.int64)] if classes.size == 2 else classes[y.astype(np.int64)]
-
-
 def _validated(levels, n_validation):
     """(levels, their per-row validation correctness) of the levels that were validated, in
     the order solved (a resumed fit has them from its checkpoint)."""
@@ -290,7 +285,7 @@ def _validated(levels, n_validation):
     return [e.level for e in kept], [rows_right(e.validation_wrong, n_validation) for e in kept]
 
 
-def _solve_level(sc, previous, level, params, kernel_dict, config, cores, eval_X=None,
+def _solve_level(sc, previous, level, params, kernel, task_settings, cores, eval_X=None,
                  tasks=None):
     """Solve every partition of one level (one task each, or ``tasks`` tasks each solving
     several in turn): (solved RDD, LevelStats, partition sizes, the level's decision values on
@@ -304,7 +299,7 @@ def _solve_level(sc, previous, level, params, kernel_dict, config, cores, eval_X
     threads = max(1, cores // running)
     sink = sc.accumulator({}, PartitionStats())
     solved = previous.mapPartitions(lambda records: solve_partitions(
-        records, kernel_dict, config, level, threads,
+        records, kernel, task_settings, level, threads,
         None if eval_X is None else eval_X.value, sink.add),
         preservesPartitioning=True).persist(PERSIST)
     store(solved)  # the stats came through the accumulator: no pass reads the chunks back

@@ -45,12 +45,12 @@ def fit_rows_collectable(sc, n_rows: float, row_bytes: float) -> bool:
     return n_rows > 0 and _piece_is_small(sc, n_rows * row_bytes)
 
 
-def level_scores(sc, solved, X_eval, kernel_dict, what="score rows"):
+def level_scores(sc, solved, X_eval, kernel, what="score rows"):
     """f of a solved level on ``X_eval`` (driver rows), summed from every chunk's share."""
     sc.setJobDescription(f"SODM: {what}")
     rows = sc.broadcast(as_float_rows(X_eval, np.float32))
     try:
-        return solved.map(lambda item: partial_scores(item, rows.value, kernel_dict)) \
+        return solved.map(lambda item: partial_scores(item, rows.value, kernel)) \
             .treeReduce(np.add)
     finally:
         rows.unpersist()
@@ -100,7 +100,6 @@ def compress_level(sc, solved, kernel, classes, n_support: int, n_points: int,
     rows themselves (``local_fit.rows``; not for ``method="largest"``, whose points are the
     largest |α| of the whole level), no pass over the level runs at all.
     """
-    kernel_dict = kernel.to_dict()
     wanted = candidates_wanted(method, n_points)
     if local_fit is not None and local_fit.rows is not None and method != "largest":
         return _compress_local(local_fit, kernel, classes, n_points, method, seed, ridge, wanted)
@@ -126,7 +125,7 @@ def compress_level(sc, solved, kernel, classes, n_support: int, n_points: int,
     if local_fit is None:
         rows = stack_rows([s[2] for s in samples])
         rows = rows[_at_most(rows.shape[0], n_fit, rng)]
-        targets = level_scores(sc, solved, rows, kernel_dict, "the compression's fit targets")
+        targets = level_scores(sc, solved, rows, kernel, "the compression's fit targets")
         if projection is not None:
             rows = projection.projected(rows)
     else:

@@ -15,6 +15,7 @@ from ...core.kernels import Kernel
 from ...core.validation import check_odm_params
 from ...models.expansion import KernelExpansion
 from ...selection.stopping import StopRule
+from ...solvers.local_solve import LocalSolve
 from ..partitioning import LANDMARK_CANDIDATES, PARTITIONERS
 from ..records import StatsRecord
 
@@ -49,6 +50,8 @@ class SODMParams:
     lam: float = 1e5
     theta: float = 0.1
     v: float = 0.2
+    # the partitions' violation bound (LocalSolve.violation_tol): a solve stops when the largest
+    # projected-gradient violation over its rows is at most this
     tol: float = 1e-2
     max_iter: int = 1000
     p: int = 3
@@ -76,7 +79,12 @@ class SODMParams:
     time_budget: float | None = None
     confidence: float = 1.0  # standard errors of the stop rule's paired comparisons
 
+    def __post_init__(self):
+        self.validate()
+
     def validate(self) -> None:
+        """Refuse a bad setting, naming it (run once, as the parameters are built: every
+        SODMParams is valid, so no later step checks them again)."""
         check_odm_params(self.lam, self.theta, self.v)
         if int(self.p) != self.p or self.p < 2:
             raise ValueError(f"p (partitions merged per level) must be an integer >= 2, got {self.p!r}.")
@@ -113,6 +121,12 @@ class SODMParams:
             raise ValueError(f"validation_max_rows must be a positive integer, got "
                              f"{self.validation_max_rows!r}.")
         self.stop_rule().validate()
+
+    def local_solve(self, cache_mb: float | None = None) -> LocalSolve:
+        """What each partition's solve reads (``cache_mb``: a level's kernel cache per task,
+        which its plan sets; None until then)."""
+        return LocalSolve(self.lam, self.theta, self.v, violation_tol=self.tol,
+                          max_iter=self.max_iter, cache_mb=cache_mb)
 
     def stop_rule(self) -> StopRule:
         return StopRule(self.min_improvement, self.time_budget, self.confidence)

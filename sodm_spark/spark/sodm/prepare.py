@@ -23,6 +23,7 @@ import scipy.sparse
 from ...core.column_stats import ColumnStats, scale_rows
 from ...core.errors import SettingsError
 from ...core.kernels import Kernel, gamma_value
+from ...core.labels import coded_labels, raw_labels
 from ...core.sparse_rows import as_float_rows, stack_rows
 from ...selection.stopping import holdout_mask, validation_share
 from ..io import check_blocks
@@ -36,14 +37,10 @@ from .plan import auto_level_count, check_levels_fit_rows
 
 # --- task functions (module level: shipped to executors without driver state) ----------------
 
-def _map_labels(block, positive):
-    """Raw labels → ±1 with ``positive`` as +1."""
-    return block.X, np.where(block.y == positive, 1.0, -1.0), block.row_ids
-
-
-def _class_numbers(block, classes):
-    """Raw labels → class numbers 0..C-1 (float) in the order of ``classes`` (3+ classes)."""
-    return block.X, np.searchsorted(classes, block.y).astype(np.float64), block.row_ids
+def _coded_block(block, classes):
+    """A block's raw labels coded: ±1 with ``classes[1]`` as +1, or class numbers 0..C-1
+    (float) in the order of ``classes`` (3+ classes)."""
+    return block.X, coded_labels(block.y, classes), block.row_ids
 
 
 def _held_out_rows(block, seed, fraction, candidate_fraction):
@@ -164,7 +161,6 @@ def prepare_sodm(sc, blocks, params: SODMParams, classes, test=None, validation=
     (default: automatic stopping has more than one level to choose between).
     """
     started = time.perf_counter()
-    params.validate()
     classes = np.asarray(classes)
     if classes.size < 2:
         raise ValueError(f"SODM needs at least two classes; the labels hold {classes.size} "
@@ -173,9 +169,7 @@ def prepare_sodm(sc, blocks, params: SODMParams, classes, test=None, validation=
     multi = classes.size > 2
     if multi:
         classes = np.unique(classes)  # class numbers follow the sorted labels
-    positive = classes[1]
-    labelled = blocks.map(lambda b: _class_numbers(b, classes)) if multi else \
-        blocks.map(lambda b: _map_labels(b, positive))
+    labelled = blocks.map(lambda b: _coded_block(b, classes))
     if not blocks.is_cached:  # several passes follow: parse the input once
         labelled.persist(PERSIST)
     if fingerprint:  # the same pass hashes the rows for the checkpoint
@@ -208,8 +202,7 @@ def prepare_sodm(sc, blocks, params: SODMParams, classes, test=None, validation=
         X_val = stack_rows([piece[0] for piece in pieces])
         if 0 < X_val.shape[0] < n_all:
             y_val = np.concatenate([piece[1] for piece in pieces])
-            validation_pair = (X_val, classes[y_val.astype(np.int64)] if multi
-                               else np.where(y_val > 0, positive, classes[0]))
+            validation_pair = (X_val, raw_labels(y_val, classes))
             stats = stats.without(X_val)
             training = labelled.map(lambda b: _kept_rows(b, seed, fraction))
             candidates = stack_rows([piece[2] for piece in pieces]) if wanted else None
@@ -282,6 +275,4 @@ def _plus_minus(pair, classes, n_features, what, scaling=None):
                          f"data {n_features}.")
     if scaling is not None:
         X = scale_rows(X, *scaling)
-    if classes.size > 2:
-        return X, np.searchsorted(classes, y).astype(np.float64)
-    return X, np.where(y == classes[1], 1.0, -1.0)
+    return X, coded_labels(y, classes)

@@ -10,25 +10,49 @@ i.e. the block-diagonal problem of Eqn 4) warm-started from its current γ and w
 chunks, the first carrying the solve's stats (or an accumulator takes them); :func:`merge_key`
 merges every p consecutive partitions (k → k // p) by re-keying their chunks and scaling γ, so
 a merge moves chunks and never concatenates them; the rest give a chunk's share of f and its
-support vectors. All numerics are in ``sodm_spark.solvers``; the functions are module-level
-and take plain values, so closures never capture a driver object.
+support vectors. What every task of a level reads is one frozen :class:`LevelTaskSettings`
+(the local solve's :class:`~sodm_spark.solvers.local_solve.LocalSolve`, the seed, the
+compression's :class:`FitTargets`) beside the :class:`~sodm_spark.core.kernels.Kernel`. All
+numerics are in ``sodm_spark.solvers``; the functions are module-level and take plain values
+and frozen records, so closures never capture a driver object.
 """
 from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from pyspark.accumulators import AccumulatorParam
 from threadpoolctl import threadpool_limits
 
 from ...core.kernels import Kernel, decision_values
-from ...core.sparse_rows import memory_width
-from ...solvers import solve_odm_dual
-from ...solvers.kernel_rows import kernel_fits_cache
-from ...solvers.odm_dcd import DCDResult
-from ...solvers.odm_multiclass import one_vs_rest_signs, solve_odm_multiclass
+from ...solvers.local_solve import LocalSolve, expansion_coefficients
 from ..partitioning import Chunk, as_chunks, assemble, partitions_by_key
+
+
+@dataclass(frozen=True)
+class FitTargets:
+    """The compression's fit targets a level's tasks leave in their stats (docs/design.md
+    §2.6; :class:`~sodm_spark.spark.sodm.level_model.LocalFit`)."""
+
+    share: float = 0.0  # of each partition's rows (seeded) whose f_k the stats carry; 0: none
+    with_rows: bool = False  # those rows travel too (they fit the driver's result limit)
+
+
+@dataclass(frozen=True)
+class LevelTaskSettings:
+    """What every task of a level reads, besides the kernel: built once per fit by
+    :func:`~sodm_spark.spark.sodm.fit.fit_sodm`, its kernel cache set per level."""
+
+    solve: LocalSolve  # λ, θ, v, the violation bound, the sweeps and the kernel cache per task
+    n_classes: int = 0  # 0: one binary ODM on ±1 labels; C ≥ 3: one-vs-rest on class numbers
+    seed: int = 0  # the fit's: partition k of level l is solved with the seed [seed, l, k]
+    fit_targets: FitTargets = field(default_factory=FitTargets)
+
+    def with_cache(self, cache_mb: float) -> "LevelTaskSettings":
+        """These settings with a level's kernel cache per task (its LevelPlan's)."""
+        return replace(self, solve=replace(self.solve, cache_mb=cache_mb))
 
 
 def support_rows(gamma):
@@ -36,22 +60,15 @@ def support_rows(gamma):
     return gamma != 0.0 if gamma.ndim == 1 else np.any(gamma != 0.0, axis=1)
 
 
-def _coefficients(y, gamma):
-    """The expansion's coefficients: γ_i y_i (binary, ±1 y) or γ_ic y_ic with y_ic = ±1 one
-    class against the rest (multi-class, y the class numbers): (m,) or (m, C)."""
-    if gamma.ndim == 1:
-        return gamma * y
-    return gamma * one_vs_rest_signs(y.astype(np.int64), gamma.shape[1])
-
-
-def solve_partitions(records, kernel_dict, config, level, threads, eval_X=None, report=None):
+def solve_partitions(records, kernel: Kernel, settings: LevelTaskSettings, level, threads,
+                     eval_X=None, report=None):
     """``mapPartitions`` function: every partition of the records solved
     (:func:`solve_partition`) and written back as chunks, its stats on the first — or, with
     ``report``, handed to ``report({key: stats})`` (an accumulator's ``add``: the stats then
     reach the driver without a pass over the solved chunks)."""
     for key, chunks in partitions_by_key(records):
         X, y, ids, gamma = assemble(chunks)
-        gamma, stats = solve_partition(key, X, y, gamma, kernel_dict, config, level, threads,
+        gamma, stats = solve_partition(key, X, y, gamma, kernel, settings, level, threads,
                                        eval_X)
         if stats.get("fit_rows") is not None:  # positions -> the rows' ids
             stats["fit_rows"] = ids[stats["fit_rows"]]
@@ -72,15 +89,16 @@ class PartitionStats(AccumulatorParam):
         return value1
 
 
-def solve_partition(key, X, y, gamma, kernel_dict, config, level, threads, eval_X=None):
+def solve_partition(key, X, y, gamma, kernel: Kernel, settings: LevelTaskSettings, level,
+                    threads, eval_X=None):
     """One local ODM (Eqn 1 on the partition's m rows), warm-started from ``gamma``: (γ, stats).
 
-    With ``config["fit_share"]`` the stats also carry a seeded share of the rows (positions,
-    ``fit_rows``) and the local model f_k on them (``fit_scores``), which the solve leaves in
-    u = Qγ: the targets of a compression that needs no second pass over the level
-    (:func:`~sodm_spark.spark.sodm.level_model.compress_level`); which of them are support vectors
-    (``fit_support``), and with ``config["fit_features"]`` the rows too (``fit_X``), so that
-    the compression's points can be drawn among them without any pass.
+    With a ``settings.fit_targets.share`` the stats also carry a seeded share of the rows
+    (positions, ``fit_rows``) and the local model f_k on them (``fit_scores``), which the solve
+    leaves in u = Qγ: the targets of a compression that needs no second pass over the level
+    (:func:`~sodm_spark.spark.sodm.level_model.compress_level`); which of them are support
+    vectors (``fit_support``), and with ``settings.fit_targets.with_rows`` the rows too
+    (``fit_X``), so that the compression's points can be drawn among them without any pass.
 
     ``threads`` BLAS threads: PySpark pins Python workers to spark.task.cpus (1) threads, which
     leaves cores idle at the top levels, where fewer partitions than cores remain. With
@@ -89,35 +107,31 @@ def solve_partition(key, X, y, gamma, kernel_dict, config, level, threads, eval_
     partitions), while its rows are at hand: no job, no second read of the level.
     """
     start = time.perf_counter()
-    kernel = Kernel.from_dict(kernel_dict)
+    seed = [settings.seed, level, key]
+    # a fresh partition of 3+ classes has no warm start yet (its γ is a column of zeros)
+    warm_start = None if settings.n_classes and gamma.ndim == 1 else gamma
     with threadpool_limits(max(1, min(threads, os.cpu_count() or 1))):
-        if config.get("n_classes"):
-            result = _solve_classes(X, y, gamma, kernel, config, [config["seed"], level, key])
-        else:
-            result = solve_odm_dual(X, y, kernel, config["lam"],
-                                    config["theta"], config["v"], tol=config["tol"],
-                                    max_iter=config["max_iter"], gamma0=gamma,
-                                    seed=[config["seed"], level, key],
-                                    cache_mb=config["cache_mb"])
+        result = settings.solve.solve(X, y, kernel, settings.n_classes, warm_start=warm_start,
+                                      seed=seed)
         scoring = time.perf_counter()
         eval_scores = None if eval_X is None else _scores(kernel, eval_X, X, y, result.gamma)
         scoring = time.perf_counter() - scoring
-    fit_rows = _sample_rows(X.shape[0], config.get("fit_share", 0.0),
-                            [config["seed"], level, key, 23])
+    fit_rows = _sample_rows(X.shape[0], settings.fit_targets.share, [*seed, 23])
     support = support_rows(result.gamma)
     stats = {"key": key, "rows": X.shape[0], "objective": result.objective,
              "eval_scores": eval_scores, "eval_seconds": scoring, "fit_rows": fit_rows,
              # f_k on its own rows is free: u = Qγ, so f_k(x_i) = y_i u_i (per class: s_ic u_ic)
-             "fit_scores": None if fit_rows is None else _coefficients(y, result.u)[fit_rows],
+             "fit_scores": None if fit_rows is None else
+             expansion_coefficients(y, result.u)[fit_rows],
              # the rows themselves when the driver can take them: a compression of this level
              # then needs no pass over it (its points are the support vectors among them)
-             "fit_X": None if fit_rows is None or not config.get("fit_features") else
+             "fit_X": None if fit_rows is None or not settings.fit_targets.with_rows else
              X[fit_rows],
              "fit_support": None if fit_rows is None else support[fit_rows],
              "kernel_mode": result.kernel_mode,
              "sweeps": result.n_sweeps, "n_sv": int(support.sum()),
              "converged": result.converged,
-             "warm_start_violation": result.history[0] if result.history else 0.0,
+             "warm_start_violation": result.warm_start_violation,
              "seconds": time.perf_counter() - start}
     return result.gamma, stats
 
@@ -128,38 +142,6 @@ def _sample_rows(m, share, seed):
         return None
     count = min(m, max(1, int(round(share * m))))
     return np.sort(np.random.default_rng(seed).choice(m, count, replace=False))
-
-
-def _solve_classes(X, y, gamma, kernel, config, seed):
-    """The C one-vs-rest duals of one partition (y: class numbers), warm-started from γ (m, C):
-    together against one kernel matrix when it fits the cache
-    (:func:`~sodm_spark.solvers.odm_multiclass.solve_odm_multiclass`), else one on-demand
-    binary solve per class. Returns a DCDResult whose objective is the classes' sum."""
-    n_classes, m = config["n_classes"], X.shape[0]
-    if gamma.ndim == 1:  # a fresh partition: no warm start yet
-        gamma = np.zeros((m, n_classes))
-    y_index = y.astype(np.int64)
-    if kernel_fits_cache(m, memory_width(X), config["cache_mb"]):
-        joint = solve_odm_multiclass(X, y_index, n_classes, kernel, config["lam"],
-                                     config["theta"], config["v"], tol=config["tol"],
-                                     max_iter=config["max_iter"], gamma0=gamma, seed=seed)
-        return DCDResult(gamma=joint.gamma, u=joint.u, objective=float(joint.objectives.sum()),
-                         n_sweeps=joint.n_sweeps, violation=joint.violation,
-                         converged=joint.converged, kernel_mode="cached",
-                         history=joint.history, kernel_rows_computed=m)
-    results = [solve_odm_dual(X, np.where(y_index == c, 1.0, -1.0), kernel, config["lam"],
-                              config["theta"], config["v"], tol=config["tol"],
-                              max_iter=config["max_iter"], gamma0=gamma[:, c],
-                              seed=[*seed, c], cache_mb=config["cache_mb"], mode="blocked")
-               for c in range(n_classes)]
-    return DCDResult(gamma=np.stack([r.gamma for r in results], axis=1),
-                     u=np.stack([r.u for r in results], axis=1),
-                     objective=float(sum(r.objective for r in results)),
-                     n_sweeps=max(r.n_sweeps for r in results),
-                     violation=max(r.violation for r in results),
-                     converged=all(r.converged for r in results), kernel_mode="blocked",
-                     history=[max(r.history[0] if r.history else 0.0 for r in results)],
-                     kernel_rows_computed=sum(r.kernel_rows_computed for r in results))
 
 
 def merge_key(item, p, scale, support_only):
@@ -177,14 +159,15 @@ def _scores(kernel, X_eval, X, y, gamma):
     """This partition's share of f on ``X_eval``, in float32: a level's accuracy only needs
     the sign of f, and float32 halves the GEMM time (the saved model predicts in float64)."""
     support = support_rows(gamma)
-    return decision_values(kernel, X_eval, X[support], _coefficients(y, gamma)[support],
+    return decision_values(kernel, X_eval, X[support],
+                           expansion_coefficients(y, gamma)[support],
                            dtype=np.float32)
 
 
-def partial_scores(item, X_eval, kernel_dict):
+def partial_scores(item, X_eval, kernel: Kernel):
     """A chunk's share of f on ``X_eval``."""
     chunk = item[1]
-    return _scores(Kernel.from_dict(kernel_dict), X_eval, chunk.X, chunk.y, chunk.gamma)
+    return _scores(kernel, X_eval, chunk.X, chunk.y, chunk.gamma)
 
 
 def chunk_support_vectors(item):
@@ -192,7 +175,7 @@ def chunk_support_vectors(item):
     chunk = item[1]
     support = support_rows(chunk.gamma)
     return (chunk.ids[support], chunk.X[support],
-            _coefficients(chunk.y, chunk.gamma)[support])
+            expansion_coefficients(chunk.y, chunk.gamma)[support])
 
 
 def checkpoint_layout(item):
