@@ -173,6 +173,21 @@ def test_predicted_seconds_recover_a_linear_cost_model():
     assert predict_seconds([], 9, 6000, cores) is None
 
 
+def test_one_measured_level_splits_its_seconds_with_the_estimates_made_before_it_ran():
+    cores = 2
+    first = [LevelCost(27, 1997, 19.35)]  # estimated 3.6 s from the GEMM speed
+    # what it took beyond its estimate is overhead the next level pays too, plus its own estimate
+    assert predict_seconds(first, 9, 5991, cores, priors=(3.6, 10.0)) == pytest.approx(
+        19.35 - 3.6 + 10.0)
+    # a level faster than its estimate scales the next one's estimate
+    assert predict_seconds(first, 9, 5991, cores, priors=(40.0, 100.0)) == pytest.approx(
+        19.35 * 100.0 / 40.0)
+    # two measured levels: the estimates are not needed, the two-level fit is used
+    two = first + [LevelCost(9, 5991, 24.5)]
+    assert predict_seconds(two, 3, 17970, cores, priors=(3.6, 10.0)) == pytest.approx(
+        predict_seconds(two, 3, 17970, cores))
+
+
 def test_the_validation_slice_is_as_large_as_scoring_it_cheaply_allows():
     assert validation_share(0.1, 10_000, 60_000, 784) == pytest.approx(0.1)  # 6,000 rows
     # 600,000 × 784: scoring 10% would cost 60,000 × 600,000 kernel entries of 784 features

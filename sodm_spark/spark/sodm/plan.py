@@ -181,7 +181,11 @@ def plan_level(level, sizes, n_features, params, memory, done, cores) -> LevelPl
     tasks = running * executors
     costs = [LevelCost(e.partitions, e.max_rows or -(-e.rows // e.partitions), e.seconds)
              for e in done]
-    predicted = predict_seconds(costs, partitions, rows, tasks)
+    priors = None
+    if len(done) == 1 and done[0].predicted_seconds:  # the first level's estimate was its prior
+        priors = (done[0].predicted_seconds,
+                  prior_seconds(partitions, rows, n_features, tasks, "cached", cache_mb))
+    predicted = predict_seconds(costs, partitions, rows, tasks, priors)
     if predicted is not None and mode == "blocked" and done:
         # on-demand blocks recompute the uncached share of the kernel in every sweep
         uncached = 1.0 - min(1.0, cache_mb / kernel_mb(rows))
