@@ -17,6 +17,7 @@ from sklearn.exceptions import ConvergenceWarning
 from ..core.estimator_inputs import (check_fit_data, check_predict_data, encode_classes,
                                      keep_params, predict_labels)
 from ..core.kernels import Kernel
+from ..core.labels import plus_minus
 from ..core.validation import seed_from
 from ..models.expansion import KernelExpansion
 from .coreset_svm_solver import (BOUNDS, build_coreset, check_weighted_data, merge_and_reduce,
@@ -104,7 +105,7 @@ class CoresetSVMClassifier(ClassifierMixin, BaseEstimator):
         y_index = encode_classes(self, y, binary_error=lambda classes: (
             f"Only binary classification is supported (the paper's SVM has two classes), "
             f"but y has {classes.size} class(es) {classes[:5].tolist()}; pass exactly two."))
-        y_pm = np.where(y_index == 1, 1.0, -1.0)
+        y_pm = plus_minus(y_index, 1)
         X, y_pm, weights = check_weighted_data(X, y_pm, sample_weight)
         self.kernel_ = Kernel.create(self.kernel, self.gamma, self.degree, self.coef0, X)
         coreset = self._build(X, y_pm, weights)

@@ -16,6 +16,7 @@ from sklearn.exceptions import ConvergenceWarning
 from ..core.estimator_inputs import (check_fit_data, check_predict_data, encode_classes,
                                      keep_params, predict_labels)
 from ..core.kernels import Kernel
+from ..core.labels import plus_minus
 from ..core.validation import seed_from
 from ..models.expansion import KernelExpansion
 from .csvrg_solver import csvrg
@@ -67,7 +68,7 @@ class CSVRGClassifier(ClassifierMixin, BaseEstimator):
             f"class(es): {list(classes[:10])}. For more classes use "
             "sklearn.multiclass.OneVsRestClassifier(CSVRGClassifier(...))."))
         kernel = Kernel.create(self.kernel, self.gamma, self.degree, self.coef0, X)
-        result = csvrg(X, np.where(y_index == 1, 1.0, -1.0), kernel, self.lam, self.theta,
+        result = csvrg(X, plus_minus(y_index, 1), kernel, self.lam, self.theta,
                        self.v, loss=self.loss, delta=self.delta, max_core=self.max_core,
                        metric=self.metric, refine=self.refine, per_class=self.per_class,
                        epochs=self.epochs, inner_steps=self.inner_steps, step=self.step,

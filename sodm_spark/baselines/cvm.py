@@ -18,6 +18,7 @@ from sklearn.utils.validation import check_is_fitted
 from ..core.estimator_inputs import (check_fit_data, check_predict_data, encode_classes,
                                      keep_params, predict_labels)
 from ..core.kernels import Kernel
+from ..core.labels import plus_minus
 from ..core.validation import describe_rows, seed_from
 from ..models.expansion import KernelExpansion
 from .cvm_solver import PROBABILISTIC_SAMPLE, solve_l2_svm, solve_l2_svr
@@ -197,7 +198,7 @@ class CVMClassifier(ClassifierMixin, _CoreVectorBase):
         self.kernel_ = Kernel.create(self.kernel, self.gamma, self.degree, self.coef0, X)
         # Binary: one MEB with classes_[1] as +1. More classes: one-vs-rest, one MEB each.
         targets = [1] if self.classes_.size == 2 else range(self.classes_.size)
-        solutions = [solve_l2_svm(X, np.where(y_index == target, 1.0, -1.0), self.kernel_,
+        solutions = [solve_l2_svm(X, plus_minus(y_index, target), self.kernel_,
                                   C=self.C, **self._solver_options()) for target in targets]
         self._store(X, solutions, 1.0, [s.intercept for s in solutions], self.classes_)
         rhos = [s.margin for s in solutions]
