@@ -16,6 +16,7 @@ values, so closures never capture a driver object.
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 from collections import namedtuple
 
 import numpy as np
@@ -31,6 +32,20 @@ from .session import PERSIST, store
 PARTITIONERS = ("stratified", "random", "kmeans", "dip", "cascade")
 #: Candidates per stratum the landmarks of Eqn 8 are chosen from (docs/design.md §2.1).
 LANDMARK_CANDIDATES = 50
+
+@dataclass(frozen=True)
+class Partitioning:
+    """How :func:`partition_blocks` deals rows: ``partitioner`` (one of :data:`PARTITIONERS`),
+    ``strata`` strata (landmarks of Eqn 8 for stratified, k-means clusters for dip) chosen among
+    ``landmark_candidates`` sampled rows a stratum, ``label_strata`` to split every landmark
+    stratum by class too, every random choice seeded by ``seed``."""
+
+    partitioner: str
+    strata: int
+    seed: int
+    landmark_candidates: int = LANDMARK_CANDIDATES
+    label_strata: bool = False
+
 
 Chunk = namedtuple("Chunk", "order X y ids gamma stats")
 Chunk.__doc__ = """A run of a partition's rows: ``order`` (a tuple) places it among the
@@ -129,16 +144,12 @@ def landmark_candidates_wanted(partitioner: str, strata: int, n_rows: int, n_par
     return min(n_rows, landmark_candidates * n_groups)
 
 
-def partition_blocks(sc, labelled, kernel: Kernel, n_rows: int, n_partitions: int, *,
-                     partitioner: str, strata: int, seed: int,
-                     landmark_candidates: int = LANDMARK_CANDIDATES, label_strata: bool = False,
-                     candidates=None, n_classes: int = 2):
+def partition_blocks(sc, labelled, kernel: Kernel, n_rows: int, n_partitions: int,
+                     dealing: Partitioning, *, candidates=None, n_classes: int = 2):
     """Deal the rows of ``labelled`` (RDD of (X, y, ids): ±1 y, or class numbers when
-    ``n_classes`` > 2) into ``n_partitions`` blocks by ``partitioner`` (one of
-    :data:`PARTITIONERS`) into ``strata`` strata (landmarks for stratified, k-means clusters for
-    dip), seeded by ``seed``; ``label_strata`` splits each landmark stratum by class too;
+    ``n_classes`` > 2) into ``n_partitions`` blocks as ``dealing`` says (:class:`Partitioning`);
     ``candidates``: the sampled rows the landmarks or centers are chosen from (default: sampled
-    here, ``landmark_candidates`` per stratum).
+    here, ``dealing.landmark_candidates`` per stratum).
 
     Returns the persisted, computed RDD of (key, :class:`Chunk`) with γ = 0 — the
     chunks of key k in Spark partition k —
@@ -149,6 +160,8 @@ def partition_blocks(sc, labelled, kernel: Kernel, n_rows: int, n_partitions: in
     k-means clusters; kmeans: each of K k-means clusters is one partition; random and cascade:
     one stratum dealt evenly.
     """
+    partitioner, strata, seed = dealing.partitioner, dealing.strata, dealing.seed
+    landmark_candidates, label_strata = dealing.landmark_candidates, dealing.label_strata
     n_input = labelled.getNumPartitions()
     # a unique, stable number per input block without zipWithIndex's counting job: the Spark
     # partition index for the first block of a partition (there is one block per partition)

@@ -35,7 +35,8 @@ from ...models.expansion import KernelExpansion
 from ...partition import nearest_landmark, partitions_look_like_whole, select_landmarks
 from ...solvers.svrg import (epoch_rng, loss_gradient_sum, row_sq_norms, sample_rows, step_for,
                              svrg_inner)
-from ..partitioning import LANDMARK_CANDIDATES, partition_blocks, whole_partitions
+from ..partitioning import (LANDMARK_CANDIDATES, Partitioning, partition_blocks,
+                            whole_partitions)
 from ..records import StatsRecord
 from ..session import PERSIST
 from .blocks import (ResidentBlocks, drop_everywhere, first_read, input_chunks,
@@ -192,8 +193,8 @@ def stratified_layout(sc, inputs: ResidentBlocks, chunked, per_partition, params
                          f"{n_rows} rows; pass at most {n_rows} (--partitions / n_partitions).")
     partitioner = "random" if sparse else params.partitioner
     chunks, _, _ = partition_blocks(sc, per_partition.values(), Kernel.create("linear"), n_rows,
-                                    n_partitions, partitioner=partitioner, strata=params.strata,
-                                    seed=params.seed)
+                                    n_partitions,
+                                    Partitioning(partitioner, params.strata, params.seed))
     parts = chunks.mapPartitions(whole_partitions, preservesPartitioning=True)
     return parts, f"{partitioner} dealing into {n_partitions} partitions", chunks
 

@@ -16,7 +16,7 @@ from ...core.validation import check_odm_params
 from ...models.expansion import KernelExpansion
 from ...selection.stopping import StopRule
 from ...solvers.local_solve import LocalSolve
-from ..partitioning import LANDMARK_CANDIDATES, PARTITIONERS
+from ..partitioning import LANDMARK_CANDIDATES, PARTITIONERS, Partitioning
 from ..records import StatsRecord
 
 WARM_STARTS = ("scaled", "concat")
@@ -131,12 +131,10 @@ class SODMParams:
     def stop_rule(self) -> StopRule:
         return StopRule(self.min_improvement, self.time_budget, self.confidence)
 
-    def partitioning(self) -> dict:
-        """The settings :func:`~sodm_spark.spark.partitioning.partition_blocks` reads, as its
-        keyword arguments."""
-        return {"partitioner": self.partitioner, "strata": self.strata, "seed": self.seed,
-                "landmark_candidates": self.landmark_candidates,
-                "label_strata": self.label_strata}
+    def partitioning(self) -> Partitioning:
+        """How :func:`~sodm_spark.spark.partitioning.partition_blocks` deals the rows."""
+        return Partitioning(self.partitioner, self.strata, self.seed, self.landmark_candidates,
+                            self.label_strata)
 
 
 @dataclass
