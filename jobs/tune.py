@@ -1,9 +1,11 @@
-"""Choose ODM's hyperparameters (γ, λ, θ, v) on the top level's partitions, without fitting.
+"""Choose ODM's hyperparameters (γ, λ, θ, v) on a sample of the top level's partitions, without
+fitting.
 
     spark-submit jobs/tune.py --data train.libsvm --levels 3 [--grid 'gamma=0.5,1,2 lam=1e4,1e5']
 
-Every partition of the top level (K = p^L) solves its local ODM for every grid point in one
-task per partition and γ multiple (the kernel matrix computed once, warm starts along λ); each
+A seeded sample of the top level's partitions (K = p^L; about 20,000 rows, cut into pieces of
+2,500) solves its local ODM for every grid point in one task per partition and γ multiple (the
+kernel matrix computed once, warm starts along λ); each
 point is scored on the same validation rows the training job holds out. Prints one line per
 grid point as it is scored, then the table best first and the flags to pass to
 jobs/train_sodm.py; writes tuning.json, tuning.txt and the heat map tuning.png to

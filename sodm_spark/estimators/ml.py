@@ -227,8 +227,9 @@ class SODMClassifier(Estimator, _SODMParams, VersionedReadWrite):
         return self._set(**self._input_kwargs)
 
     def tune(self, dataset, grid=None):
-        """Score a grid of (γ multiple, λ, θ, v) on the top level's partitions of ``dataset``
-        against held-out validation rows (:mod:`sodm_spark.spark.tune`), without fitting.
+        """Score a grid of (γ multiple, λ, θ, v) on a seeded sample of the top level's partitions
+        of ``dataset`` (about 20,000 rows) against held-out validation rows
+        (:mod:`sodm_spark.spark.tune`), without fitting.
 
         ``grid``: a :class:`~sodm_spark.selection.tuning.ParamGrid`, a dict such as
         ``{"gamma": [0.5, 1, 2], "lam": [1e3, 1e4]}`` (γ values multiply this estimator's
