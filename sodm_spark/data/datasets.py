@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..core.labels import plus_minus
 from ..core.validation import check_finite_rows
 
 FASHION_MNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
@@ -349,6 +350,5 @@ def as_bench_data(name, X, y, X_test, y_test, source, positive=None) -> BenchDat
         return BenchData(name, X, as_float(y), X_test, as_float(y_test), source,
                          positive or "labels " + ", ".join(f"{c:g}" for c in classes[:12]),
                          tuple(as_float(classes)))
-    to_pm = lambda labels: np.where(labels == classes[1], 1.0, -1.0)  # noqa: E731
-    return BenchData(name, X, to_pm(y), X_test, to_pm(y_test), source,
-                     positive or f"label {classes[1]:g}")
+    return BenchData(name, X, plus_minus(y, classes[1]), X_test, plus_minus(y_test, classes[1]),
+                     source, positive or f"label {classes[1]:g}")

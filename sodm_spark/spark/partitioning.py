@@ -160,6 +160,7 @@ def partition_blocks(sc, labelled, kernel: Kernel, n_rows: int, n_partitions: in
     k-means clusters; kmeans: each of K k-means clusters is one partition; random and cascade:
     one stratum dealt evenly.
     """
+    # plain values: the closures below ship them to the tasks
     partitioner, strata, seed = dealing.partitioner, dealing.strata, dealing.seed
     landmark_candidates, label_strata = dealing.landmark_candidates, dealing.label_strata
     n_input = labelled.getNumPartitions()
