@@ -32,7 +32,7 @@ def warm_start(X, y, kernel, args, children=None):
     for child in range(children):
         rows = np.arange(child, X.shape[0], children)
         gamma[rows] = solve_odm_dual(X[rows], y[rows], kernel, args.lam, args.theta, args.v,
-                                     tol=args.tol).gamma
+                                     violation_tol=args.tol).gamma
     return gamma / children
 
 
@@ -71,7 +71,7 @@ def main() -> None:
             for _ in range(args.repeats):
                 start = time.perf_counter()
                 result = solve_odm_dual(X, y, kernel, args.lam, args.theta, args.v,
-                                        tol=args.tol, gamma0=gamma0, mode=mode,
+                                        violation_tol=args.tol, gamma0=gamma0, mode=mode,
                                         cache_mb=cache_mb, block_size=args.block_size)
                 seconds.append(time.perf_counter() - start)
             median = statistics.median(seconds)

@@ -121,7 +121,7 @@ def main() -> None:
     runs = []
     for _ in range(args.repeats):
         fit = fit_dsvrg(sc, blocks, DSVRGParams(args.lam, args.theta, args.v, epochs=args.epochs,
-                                                tol=1e-9, seed=args.seed),
+                                                relative_change_tol=1e-9, seed=args.seed),
                         classes=[0.0, 1.0], n_features=d, test=(X_test, y_test))
         runs.append(fit)
     fit = runs[0]
@@ -142,7 +142,7 @@ def main() -> None:
     exact = newton_primal(X, y, args.lam, args.theta, args.v)
     exact_seconds = time.perf_counter() - start
     start = time.perf_counter()
-    single = svrg(X, y, args.lam, args.theta, args.v, epochs=args.epochs, tol=1e-9)
+    single = svrg(X, y, args.lam, args.theta, args.v, epochs=args.epochs, relative_change_tol=1e-9)
     single_seconds = time.perf_counter() - start
 
     def accuracy(w, b=0.0):

@@ -113,7 +113,6 @@ def main(argv=None) -> int:
     parser.add_argument("--cores", type=int, default=2, help="cores the replayed runs had")
     args = parser.parse_args(argv)
     rule = StopRule(args.min_improvement, None, args.stop_confidence)
-    rule.validate()
     if args.replay:
         runs = json.loads(Path(args.replay).read_text())["runs"]
     else:

@@ -52,7 +52,7 @@ def main(argv=None):
         started = time.perf_counter()
         gamma0 = None if parts == 1 else warm_start(X, y, kernel, args, parts)
         children, started = time.perf_counter() - started, time.perf_counter()
-        result = solve_odm_dual(X, y, kernel, args.lam, args.theta, args.v, tol=args.tol,
+        result = solve_odm_dual(X, y, kernel, args.lam, args.theta, args.v, violation_tol=args.tol,
                                 gamma0=gamma0)
         print(f"{name:<34}{children:>11.1f}{time.perf_counter() - started:>9.1f}"
               f"{result.n_sweeps:>8}{result.objective:>14.1f}", flush=True)

@@ -160,7 +160,7 @@ def parse_args(argv=None, prog="train_sodm.py", description=None,
     parser.add_argument("--epochs", type=int, default=linear.epochs,
                         help="linear kernel: DSVRG epochs")
     parser.add_argument("--step", type=float, help="linear kernel: SVRG step (default 1/(2L))")
-    parser.add_argument("--epoch-tol", type=float, default=linear.tol,
+    parser.add_argument("--epoch-tol", type=float, default=linear.relative_change_tol,
                         help="linear kernel: stop when the objective changes less (relative)")
     parser.add_argument("--partitions", type=int,
                         help="linear kernel: DSVRG partitions (default: the cores Spark has)")

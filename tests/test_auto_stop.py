@@ -267,7 +267,7 @@ def test_replaying_a_fit_of_every_level_decides_as_automatic_stopping(spark, dat
                      validation=validation)
     assert [e.level for e in every.levels] == [2, 1, 0]
     solved, chosen, _ = replay([e.to_dict() for e in every.levels], len(y_val),
-                               BASE.stop_rule(), sc.defaultParallelism)
+                               BASE.stop_rule, sc.defaultParallelism)
     assert solved == [e.level for e in stopped.levels] and chosen == stopped.best_level
     for mine, theirs in zip(stopped.levels, every.levels):
         assert mine.validation_wrong == theirs.validation_wrong

@@ -45,7 +45,7 @@ def small():
 def test_delta_zero_reaches_exact_odm_optimum_linearly(small, option):
     X, y, K = small
     lam, theta, v = 8.0, 0.2, 0.5
-    exact = solve_odm_dual(X, y, Kernel("rbf", GAMMA), lam, theta, v, tol=1e-10,
+    exact = solve_odm_dual(X, y, Kernel("rbf", GAMMA), lam, theta, v, violation_tol=1e-10,
                            max_iter=100000, dtype=np.float64)
     best = primal("odm", exact.gamma * y, K, K, y, lam, theta, v)
     result = csvrg(X, y, Kernel("rbf", GAMMA), lam, theta, v, delta=0.0, epochs=12,

@@ -26,17 +26,17 @@ def linear_data():
 
 def test_dsvrg_svrg_newton_and_exact_dual_agree(spark, linear_data):
     X, y = linear_data
-    dual = solve_odm_dual(X, y, Kernel.create("linear"), LAM, THETA, V, tol=1e-10,
+    dual = solve_odm_dual(X, y, Kernel.create("linear"), LAM, THETA, V, violation_tol=1e-10,
                           dtype=np.float64)
     exact = -dual.objective
     newton = newton_primal(X, y, LAM, THETA, V, fit_intercept=False)
     assert newton.objective == pytest.approx(exact, rel=1e-9)
-    single = svrg(X, y, LAM, THETA, V, epochs=60, tol=1e-10, fit_intercept=False)
+    single = svrg(X, y, LAM, THETA, V, epochs=60, relative_change_tol=1e-10, fit_intercept=False)
     assert abs(single.objective - exact) <= 1e-4 * abs(exact)
     sc = spark.sparkContext
     epochs = []
     fit = fit_dsvrg(sc, numpy_to_blocks(sc, X, y), DSVRGParams(LAM, THETA, V, epochs=60,
-                                                               tol=1e-10, n_partitions=3,
+                                                               relative_change_tol=1e-10, n_partitions=3,
                                                                fit_intercept=False),
                     classes=[-1.0, 1.0], n_features=12, on_epoch=epochs.append)
     assert abs(fit.epochs[-1].objective - exact) <= 1e-4 * abs(exact)
@@ -61,7 +61,7 @@ def test_dsvrg_with_intercept_reaches_the_exact_primal_on_uncentred_rows(spark, 
     exact = newton_primal(X, y, lam, THETA, V)
     sc = spark.sparkContext
     blocks = csr_blocks(sc, X, y, n_slices=3) if sparse else numpy_to_blocks(sc, X, y, n_slices=3)
-    fit = fit_dsvrg(sc, blocks, DSVRGParams(lam, THETA, V, epochs=40, tol=1e-9, n_partitions=3),
+    fit = fit_dsvrg(sc, blocks, DSVRGParams(lam, THETA, V, epochs=40, relative_change_tol=1e-9, n_partitions=3),
                     classes=[-1.0, 1.0], n_features=12)
     assert fit.epochs[-1].objective == pytest.approx(exact.objective, rel=1e-3)
     assert primal_objective(np.append(fit.w, fit.intercept), X, y, lam, THETA, V,
@@ -73,7 +73,7 @@ def test_dsvrg_with_intercept_reaches_the_exact_primal_on_uncentred_rows(spark, 
     loaded = KernelExpansion.load(tmp_path / "model")
     np.testing.assert_array_equal(loaded.intercept, [fit.intercept])
     np.testing.assert_array_equal(loaded.decision_function(X), fit.model.decision_function(X))
-    plain = fit_dsvrg(sc, blocks, DSVRGParams(lam, THETA, V, epochs=40, tol=1e-9,
+    plain = fit_dsvrg(sc, blocks, DSVRGParams(lam, THETA, V, epochs=40, relative_change_tol=1e-9,
                                               n_partitions=3, fit_intercept=False),
                       classes=[-1.0, 1.0], n_features=12)
     accuracy = lambda model: np.mean(model.predict(X) == y)
@@ -89,7 +89,7 @@ def csr_blocks(sc, X, y, n_slices=4):
 def test_sparse_and_dense_blocks_give_the_same_w(spark, linear_data):
     X, y = linear_data
     sc = spark.sparkContext
-    params = DSVRGParams(LAM, THETA, V, epochs=5, tol=0.0, n_partitions=2, partitioner="random")
+    params = DSVRGParams(LAM, THETA, V, epochs=5, relative_change_tol=0.0, n_partitions=2, partitioner="random")
     dense = fit_dsvrg(sc, numpy_to_blocks(sc, X, y, n_slices=4), params, [-1.0, 1.0], 12)
     sparse = fit_dsvrg(sc, csr_blocks(sc, X, y), params, [-1.0, 1.0], 12)
     np.testing.assert_allclose(sparse.w, dense.w, rtol=1e-10, atol=1e-12)
@@ -99,7 +99,7 @@ def test_same_seed_gives_bit_identical_w_and_other_seed_the_same_optimum(spark, 
     X, y = linear_data
     sc = spark.sparkContext
     runs = [fit_dsvrg(sc, numpy_to_blocks(sc, X, y), DSVRGParams(LAM, THETA, V, epochs=4,
-                                                                  tol=0.0, seed=seed),
+                                                                  relative_change_tol=0.0, seed=seed),
                       [-1.0, 1.0], 12) for seed in (3, 3, 4)]
     assert np.array_equal(runs[0].w, runs[1].w)
     assert not np.array_equal(runs[0].w, runs[2].w)
@@ -108,7 +108,7 @@ def test_same_seed_gives_bit_identical_w_and_other_seed_the_same_optimum(spark, 
 def test_bad_input(spark, linear_data):
     X, y = linear_data
     sc = spark.sparkContext
-    with pytest.raises(ValueError, match="binary classifier; the labels hold 3 classes"):
+    with pytest.raises(ValueError, match="labels hold 3 classes.*DSVRG is a binary classifier"):
         fit_dsvrg(sc, numpy_to_blocks(sc, X, y), DSVRGParams(), [0.0, 1.0, 2.0], 12)
     with pytest.raises(ValueError, match="lam"):
         fit_dsvrg(sc, numpy_to_blocks(sc, X, y), DSVRGParams(lam=0.0), [-1.0, 1.0], 12)
@@ -122,7 +122,7 @@ def test_representative_input_partitions_are_kept_and_sorted_ones_are_dealt(spar
     X, y = make_problem(m=2000, d=6, seed=12)
     sc = spark.sparkContext
     exact = newton_primal(X, y, LAM, THETA, V).objective
-    params = DSVRGParams(LAM, THETA, V, epochs=40, tol=1e-10, strata=5)
+    params = DSVRGParams(LAM, THETA, V, epochs=40, relative_change_tol=1e-10, strata=5)
     kept = fit_dsvrg(sc, numpy_to_blocks(sc, X, y, n_slices=2).cache(), params, [-1.0, 1.0], 6)
     assert kept.layout.startswith("2 input chunks kept")
     order = np.argsort(y, kind="stable")
@@ -148,7 +148,7 @@ def scratch_dirs(sc):
 def test_resident_blocks_give_the_same_w_as_reading_the_rdd(spark, linear_data, layout):
     X, y = linear_data
     sc = spark.sparkContext
-    params = DSVRGParams(LAM, THETA, V, epochs=4, tol=0.0, seed=2,
+    params = DSVRGParams(LAM, THETA, V, epochs=4, relative_change_tol=0.0, seed=2,
                          n_partitions=2 if layout == "dealt" else None)
     make = (lambda: csr_blocks(sc, X, y, 3)) if layout == "sparse" else \
         (lambda: numpy_to_blocks(sc, X, y, n_slices=3))
@@ -195,7 +195,7 @@ def test_a_resident_block_changed_mid_fit_is_read_again_from_the_rdd(spark, line
     persisted RDD (and made resident again), and w is the same as without resident blocks."""
     X, y = linear_data
     sc = spark.sparkContext
-    params = DSVRGParams(LAM, THETA, V, epochs=4, tol=0.0, seed=1)
+    params = DSVRGParams(LAM, THETA, V, epochs=4, relative_change_tol=0.0, seed=1)
 
     def spoil(entry):
         if entry.epoch == 1:
@@ -218,7 +218,7 @@ def test_turns_over_several_input_partitions_give_the_same_w(spark, linear_data)
     X, y = linear_data
     sc = spark.sparkContext
     fits = [fit_dsvrg(sc, numpy_to_blocks(sc, X, y, n_slices=4).cache(),
-                      DSVRGParams(LAM, THETA, V, epochs=3, tol=0.0, n_partitions=n,
+                      DSVRGParams(LAM, THETA, V, epochs=3, relative_change_tol=0.0, n_partitions=n,
                                   resident=resident), [-1.0, 1.0], 12)
             for n, resident in ((4, True), (None, True), (None, False))]
     assert fits[1].layout == ("4 input chunks kept: each already holds every stratum in "
@@ -238,7 +238,7 @@ def test_csr_blocks_without_zeros_are_solved_dense(spark):
     half_empty = sp.csr_matrix(X * (rng.random(X.shape) < 0.3))
     assert sp.issparse(_dense_if_full(half_empty))
     sc = spark.sparkContext
-    params = DSVRGParams(LAM, THETA, V, epochs=3, tol=0.0, n_partitions=2)
+    params = DSVRGParams(LAM, THETA, V, epochs=3, relative_change_tol=0.0, n_partitions=2)
     dense = fit_dsvrg(sc, numpy_to_blocks(sc, X, y, n_slices=2), params, [-1.0, 1.0], 6)
     sparse = fit_dsvrg(sc, csr_blocks(sc, X, y, n_slices=2), params, [-1.0, 1.0], 6)
     np.testing.assert_array_equal(sparse.w, dense.w)

@@ -28,8 +28,9 @@ def _relative(path: Path) -> str:
 MODULES = sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
 FOLDERS = sorted(p for p in PACKAGE.iterdir() if p.is_dir() and any(p.rglob("*.py")))
 # What sits beside the folders: the package and the `python -m sodm_spark.cluster` name of
-# ops/cluster.py (docker/docker-compose.yml's health checks, the guides).
-TOP_LEVEL_FILES = ["__init__.py", "cluster.py"]
+# ops/cluster.py (docker/docker-compose.yml's health checks, the guides), and the class path
+# sodm_spark.ml that Spark ML metadata saved before the layout by package names.
+TOP_LEVEL_FILES = ["__init__.py", "cluster.py", "ml.py"]
 
 # The layers, bottom to top: a module imports its own folder and the folders of lower layers,
 # never a folder of its own layer or above.

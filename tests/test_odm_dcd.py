@@ -27,7 +27,7 @@ def q_matrix(X, y, kernel):
 def test_objective_matches_lbfgsb_and_kkt_holds(mode, name, gamma, lam, theta, v, m):
     X, y = make_problem(m=m, seed=m)
     kernel = Kernel.create(name, gamma, degree=2, coef0=1.0)
-    result = solve_odm_dual(X, y, kernel, lam, theta, v, tol=1e-9, dtype=np.float64, mode=mode,
+    result = solve_odm_dual(X, y, kernel, lam, theta, v, violation_tol=1e-9, dtype=np.float64, mode=mode,
                             block_size=16, seed=3)
     reference, reference_gamma = odm_dual_reference(q_matrix(X, y, kernel), lam, theta, v)
     assert result.converged and result.kernel_mode == mode
@@ -41,7 +41,7 @@ def test_objective_matches_lbfgsb_and_kkt_holds(mode, name, gamma, lam, theta, v
 @pytest.mark.parametrize("lam,theta,v", [(10.0, 0.1, 0.2), (1.0, 0.5, 1.0), (1000.0, 0.0, 0.5)])
 def test_linear_kernel_strong_duality(lam, theta, v):
     X, y = make_problem(m=80, d=4, seed=7)
-    result = solve_odm_dual(X, y, Kernel.create("linear"), lam, theta, v, tol=1e-10,
+    result = solve_odm_dual(X, y, Kernel.create("linear"), lam, theta, v, violation_tol=1e-10,
                             dtype=np.float64)
     w = X.T @ (result.gamma * y)
     primal = odm_primal(w, X, y, lam, theta, v)
@@ -52,11 +52,11 @@ def test_linear_kernel_strong_duality(lam, theta, v):
 def test_warm_start_at_the_optimum_stops_after_one_sweep(mode, problem):
     X, y = problem
     kernel = Kernel.create("rbf", 0.5)
-    optimum = solve_odm_dual(X, y, kernel, 10.0, 0.1, 0.5, tol=1e-8, mode=mode, block_size=16,
+    optimum = solve_odm_dual(X, y, kernel, 10.0, 0.1, 0.5, violation_tol=1e-8, mode=mode, block_size=16,
                              dtype=np.float64)
-    warm = solve_odm_dual(X, y, kernel, 10.0, 0.1, 0.5, tol=1e-6, mode=mode, block_size=16,
+    warm = solve_odm_dual(X, y, kernel, 10.0, 0.1, 0.5, violation_tol=1e-6, mode=mode, block_size=16,
                           dtype=np.float64, gamma0=optimum.gamma)
-    cold = solve_odm_dual(X, y, kernel, 10.0, 0.1, 0.5, tol=1e-6, mode=mode, block_size=16,
+    cold = solve_odm_dual(X, y, kernel, 10.0, 0.1, 0.5, violation_tol=1e-6, mode=mode, block_size=16,
                           dtype=np.float64)
     assert warm.converged and warm.n_sweeps == 1 < cold.n_sweeps
 
@@ -64,7 +64,7 @@ def test_warm_start_at_the_optimum_stops_after_one_sweep(mode, problem):
 def test_same_seed_same_gamma_and_other_seed_same_optimum(problem):
     X, y = problem
     kernel = Kernel.create("rbf", 0.5)
-    runs = [solve_odm_dual(X, y, kernel, 10.0, 0.1, 0.5, tol=1e-8, seed=seed)
+    runs = [solve_odm_dual(X, y, kernel, 10.0, 0.1, 0.5, violation_tol=1e-8, seed=seed)
             for seed in ([4, 1, 2], [4, 1, 2], 99)]
     assert np.array_equal(runs[0].gamma, runs[1].gamma)
     assert not np.array_equal(runs[0].gamma, runs[2].gamma)  # another order, another path
@@ -74,9 +74,9 @@ def test_same_seed_same_gamma_and_other_seed_same_optimum(problem):
 def test_cached_and_on_demand_paths_agree():
     X, y = make_problem(m=400, d=8, seed=5)
     kernel = Kernel.create("rbf", 0.1)
-    cached = solve_odm_dual(X, y, kernel, 100.0, 0.1, 0.2, tol=1e-7, dtype=np.float64)
+    cached = solve_odm_dual(X, y, kernel, 100.0, 0.1, 0.2, violation_tol=1e-7, dtype=np.float64)
     # A 1 MB budget holds 2 of the 4 blocks of 100 rows: the rest is recomputed on demand.
-    blocked = solve_odm_dual(X, y, kernel, 100.0, 0.1, 0.2, tol=1e-7, dtype=np.float64,
+    blocked = solve_odm_dual(X, y, kernel, 100.0, 0.1, 0.2, violation_tol=1e-7, dtype=np.float64,
                              cache_mb=0.7, block_size=100)
     assert cached.kernel_mode == "cached" and blocked.kernel_mode == "blocked"
     assert blocked.objective == pytest.approx(cached.objective, rel=1e-9)
@@ -91,7 +91,7 @@ def test_on_demand_path_never_holds_an_m_by_m_matrix():
     # tracemalloc would count
     solve_odm_dual(X[:50], y[:50], kernel, 100.0, 0.1, 0.2, mode="blocked", block_size=16)
     tracemalloc.start()
-    result = solve_odm_dual(X, y, kernel, 100.0, 0.1, 0.2, tol=1e-3, cache_mb=8, block_size=256)
+    result = solve_odm_dual(X, y, kernel, 100.0, 0.1, 0.2, violation_tol=1e-3, cache_mb=8, block_size=256)
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     assert result.kernel_mode == "blocked" and result.converged
@@ -106,8 +106,8 @@ def test_on_demand_path_never_holds_an_m_by_m_matrix():
 def test_float32_cache_is_close_to_float64(problem):
     X, y = problem
     kernel = Kernel.create("rbf", 0.5)
-    single = solve_odm_dual(X, y, kernel, 10.0, 0.1, 0.5, tol=1e-8, dtype=np.float32)
-    double = solve_odm_dual(X, y, kernel, 10.0, 0.1, 0.5, tol=1e-8, dtype=np.float64)
+    single = solve_odm_dual(X, y, kernel, 10.0, 0.1, 0.5, violation_tol=1e-8, dtype=np.float32)
+    double = solve_odm_dual(X, y, kernel, 10.0, 0.1, 0.5, violation_tol=1e-8, dtype=np.float64)
     assert single.objective == pytest.approx(double.objective, rel=1e-5)
 
 
@@ -115,11 +115,11 @@ def test_shrinking_reaches_the_same_optimum_and_max_iter_stops():
     X, y = make_problem(m=300, d=3, seed=11, noise=0.0)
     kernel = Kernel.create("rbf", 1.0)
     args = (X, y, kernel, 5.0, 0.6, 0.5)
-    shrunk = solve_odm_dual(*args, tol=1e-8, dtype=np.float64)
-    plain = solve_odm_dual(*args, tol=1e-8, dtype=np.float64, shrinking=False)
+    shrunk = solve_odm_dual(*args, violation_tol=1e-8, dtype=np.float64)
+    plain = solve_odm_dual(*args, violation_tol=1e-8, dtype=np.float64, shrinking=False)
     assert np.count_nonzero(shrunk.gamma) < 300  # some points sit inside the margin band
     np.testing.assert_allclose(shrunk.gamma, plain.gamma, atol=1e-7)
-    stopped = solve_odm_dual(*args, tol=1e-8, max_iter=2)
+    stopped = solve_odm_dual(*args, violation_tol=1e-8, max_iter=2)
     assert not stopped.converged and stopped.n_sweeps == 2 and stopped.violation > 1e-8
 
 

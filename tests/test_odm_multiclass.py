@@ -25,12 +25,12 @@ def blobs(n_per_class=40, n_classes=4, seed=0):
 @pytest.mark.parametrize("kernel", [Kernel.create("rbf", 0.3), Kernel.create("linear")])
 def test_joint_solve_equals_one_binary_solve_per_class(kernel):
     X, y = blobs()
-    joint = solve_odm_multiclass(X, y, 4, kernel, LAM, THETA, V, tol=1e-10, max_iter=5000,
+    joint = solve_odm_multiclass(X, y, 4, kernel, LAM, THETA, V, violation_tol=1e-10, max_iter=5000,
                                  dtype=np.float64)
     assert joint.converged
     for c in range(4):
         y_pm = np.where(y == c, 1.0, -1.0)
-        single = solve_odm_dual(X, y_pm, kernel, LAM, THETA, V, tol=1e-10, max_iter=5000,
+        single = solve_odm_dual(X, y_pm, kernel, LAM, THETA, V, violation_tol=1e-10, max_iter=5000,
                                 dtype=np.float64, mode="cached")
         scale = np.abs(single.gamma).max()
         np.testing.assert_allclose(joint.gamma[:, c], single.gamma, rtol=0, atol=1e-6 * scale)
@@ -42,7 +42,7 @@ def test_joint_solve_equals_one_binary_solve_per_class(kernel):
 def test_one_class_matches_a_brute_force_qp():
     X, y = blobs(n_per_class=15, n_classes=3, seed=1)
     kernel = Kernel.create("rbf", 0.5)
-    joint = solve_odm_multiclass(X, y, 3, kernel, LAM, THETA, V, tol=1e-10, max_iter=5000,
+    joint = solve_odm_multiclass(X, y, 3, kernel, LAM, THETA, V, violation_tol=1e-10, max_iter=5000,
                                  dtype=np.float64)
     y_pm = np.where(y == 2, 1.0, -1.0)
     Q = kernel.block(X, X) * np.outer(y_pm, y_pm)
@@ -69,19 +69,19 @@ def test_one_class_matches_a_brute_force_qp():
 def test_warm_start_from_the_optimum_stops_at_once_and_float32_is_close():
     X, y = blobs(seed=2)
     kernel = Kernel.create("rbf", 0.3)
-    exact = solve_odm_multiclass(X, y, 4, kernel, LAM, THETA, V, tol=1e-9, dtype=np.float64)
-    again = solve_odm_multiclass(X, y, 4, kernel, LAM, THETA, V, tol=1e-6, dtype=np.float64,
+    exact = solve_odm_multiclass(X, y, 4, kernel, LAM, THETA, V, violation_tol=1e-9, dtype=np.float64)
+    again = solve_odm_multiclass(X, y, 4, kernel, LAM, THETA, V, violation_tol=1e-6, dtype=np.float64,
                                  gamma0=exact.gamma)
     assert again.n_sweeps == 1 and again.converged
-    single = solve_odm_multiclass(X, y, 4, kernel, LAM, THETA, V, tol=1e-4)  # float32 kernel
+    single = solve_odm_multiclass(X, y, 4, kernel, LAM, THETA, V, violation_tol=1e-4)  # float32 kernel
     np.testing.assert_allclose(single.objectives, exact.objectives, rtol=1e-3)
 
 
 def test_a_class_without_rows_is_an_all_negative_problem():
     X, y = blobs(n_classes=3, seed=3)
     kernel = Kernel.create("rbf", 0.3)
-    joint = solve_odm_multiclass(X, y, 4, kernel, LAM, THETA, V, tol=1e-9, dtype=np.float64)
-    alone = solve_odm_dual(X, -np.ones(X.shape[0]), kernel, LAM, THETA, V, tol=1e-9,
+    joint = solve_odm_multiclass(X, y, 4, kernel, LAM, THETA, V, violation_tol=1e-9, dtype=np.float64)
+    alone = solve_odm_dual(X, -np.ones(X.shape[0]), kernel, LAM, THETA, V, violation_tol=1e-9,
                            dtype=np.float64, mode="cached")
     np.testing.assert_allclose(joint.gamma[:, 3], alone.gamma, atol=1e-7)
     assert np.all(joint.u[:, 3] > 0)  # u_i = y_i f(x_i) = -f(x_i): every row on the negative side

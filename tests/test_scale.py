@@ -161,7 +161,7 @@ def test_rows_are_scaled_onto_the_unit_interval_and_the_model_takes_raw_rows(spa
     mapped = (X - low) / (high - low)
     kernel = Kernel.create("rbf", 1.0 / (4 * mapped.var()))
     assert fit.model.kernel.gamma == pytest.approx(kernel.gamma, rel=1e-9)
-    exact = solve_odm_dual(mapped, y, kernel, 100.0, 0.1, 0.2, tol=1e-8)
+    exact = solve_odm_dual(mapped, y, kernel, 100.0, 0.1, 0.2, violation_tol=1e-8)
     assert fit.levels[0].objective == pytest.approx(exact.objective, rel=1e-6)
     reference = decision_values(kernel, (X_test - low) / (high - low), mapped, exact.gamma * y)
     np.testing.assert_allclose(fit.model.decision_function(X_test), reference, atol=1e-5)

@@ -30,7 +30,7 @@ def four_classes(n_per_class=120, seed=0, rare=None):
 def one_vs_rest_optimum(X, y, params):
     kernel = Kernel.create("rbf", GAMMA)
     return [solve_odm_dual(X, np.where(y == label, 1.0, -1.0), kernel, params.lam, params.theta,
-                           params.v, tol=1e-10, dtype=np.float64, mode="cached", max_iter=5000)
+                           params.v, violation_tol=1e-10, dtype=np.float64, mode="cached", max_iter=5000)
             for label in LABELS]
 
 

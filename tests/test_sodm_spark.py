@@ -27,7 +27,7 @@ def data():
 
 def exact(X, y, params, tol=1e-9):
     kernel = Kernel.create(params.kernel, params.gamma)
-    return solve_odm_dual(X, y, kernel, params.lam, params.theta, params.v, tol=tol,
+    return solve_odm_dual(X, y, kernel, params.lam, params.theta, params.v, violation_tol=tol,
                           dtype=np.float64)
 
 
@@ -89,7 +89,7 @@ def test_stratified_partitions_hold_every_stratum_evenly(spark):
     params = SODMParams(scale="none", auto_stop=False, gamma=GAMMA, levels=2, p=3, strata=7, seed=1)
     kernel = Kernel.create("rbf", GAMMA)
     parts, landmarks, _ = partition_blocks(sc, numpy_to_blocks(sc, X, y, n_slices=5), kernel,
-                                           n_rows=2000, n_partitions=9, dealing=params.partitioning())
+                                           n_rows=2000, n_partitions=9, dealing=params.partitioning)
     collected = dict(parts.mapPartitions(whole_partitions).map(lambda kv: (kv[0], kv[1][0])).collect())
     assert sorted(collected) == list(range(9)) and landmarks.shape == (7, 4)
     totals = np.bincount(nearest_landmark(X, landmarks, kernel), minlength=7)
@@ -175,7 +175,7 @@ def test_label_strata_deal_every_class_of_every_stratum_evenly(spark):
     params = SODMParams(scale="none", auto_stop=False, gamma=GAMMA, levels=2, p=3, strata=5, seed=2, label_strata=True)
     kernel = Kernel.create("rbf", GAMMA)
     parts, landmarks, _ = partition_blocks(sc, numpy_to_blocks(sc, X, y, n_slices=4), kernel,
-                                           n_rows=1800, n_partitions=9, dealing=params.partitioning())
+                                           n_rows=1800, n_partitions=9, dealing=params.partitioning)
     code = lambda X_, y_: 2 * nearest_landmark(X_, landmarks, kernel) + (y_ > 0)
     totals = np.bincount(code(X, y), minlength=10)
     for X_part, y_part in parts.mapPartitions(whole_partitions).map(lambda kv: kv[1][:2]).collect():

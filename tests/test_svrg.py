@@ -20,7 +20,7 @@ SETTINGS = [(1.0, 0.2, 0.5), (10.0, 0.5, 1.0)]
 
 
 def dual_reference(X, y, lam, theta, v):
-    res = solve_odm_dual(X, y, Kernel.create("linear"), lam, theta, v, tol=1e-11,
+    res = solve_odm_dual(X, y, Kernel.create("linear"), lam, theta, v, violation_tol=1e-11,
                          max_iter=100000, dtype=np.float64, mode="cached")
     assert res.converged
     return X.T @ (res.gamma * y), -res.objective
@@ -74,7 +74,7 @@ def test_svrg_reaches_dual_optimum(lam, theta, v):
     X, y = make_problem(m=500, d=20, seed=1)
     w_star, p_star = dual_reference(X, y, lam, theta, v)
     assert primal_objective(w_star, X, y, lam, theta, v) == pytest.approx(p_star, rel=1e-9)
-    res = svrg(X, y, lam, theta, v, epochs=40, tol=1e-10, seed=0, fit_intercept=False)
+    res = svrg(X, y, lam, theta, v, epochs=40, relative_change_tol=1e-10, seed=0, fit_intercept=False)
     assert isinstance(res, SVRGResult) and res.converged and res.epochs < 40
     assert len(res.history) == res.epochs + 1 and res.objective == res.history[-1]
     assert abs(res.objective - p_star) <= 1e-4 * abs(p_star)
@@ -86,7 +86,7 @@ def test_objective_gap_shrinks_geometrically():
     X, y = make_problem(m=500, d=20, seed=1)
     lam, theta, v = SETTINGS[1]
     _, p_star = dual_reference(X, y, lam, theta, v)
-    res = svrg(X, y, lam, theta, v, epochs=8, tol=0.0, seed=4, fit_intercept=False)
+    res = svrg(X, y, lam, theta, v, epochs=8, relative_change_tol=0.0, seed=4, fit_intercept=False)
     gaps = np.array(res.history) - p_star
     assert res.epochs == 8 and not res.converged
     assert gaps[1] > 0 and gaps[8] <= 1e-2 * gaps[1]
@@ -96,8 +96,8 @@ def test_objective_gap_shrinks_geometrically():
 def test_sparse_and_dense_give_the_same_w():
     Xs, y = sparse_problem()
     lam, theta, v = 3.0, 0.2, 0.5
-    res_s = svrg(Xs, y, lam, theta, v, epochs=6, tol=0.0, seed=7)
-    res_d = svrg(Xs.toarray(), y, lam, theta, v, epochs=6, tol=0.0, seed=7)
+    res_s = svrg(Xs, y, lam, theta, v, epochs=6, relative_change_tol=0.0, seed=7)
+    res_d = svrg(Xs.toarray(), y, lam, theta, v, epochs=6, relative_change_tol=0.0, seed=7)
     np.testing.assert_allclose(res_s.w, res_d.w, rtol=0, atol=1e-10)
     np.testing.assert_allclose(res_s.history, res_d.history, rtol=1e-12)
 
@@ -135,16 +135,16 @@ def test_csr_lazy_inner_loop_equals_dense_loop_and_formula():
 def test_seed_reproducibility_and_independence():
     X, y = make_problem(m=300, d=10, seed=6)
     lam, theta, v = SETTINGS[0]
-    a = svrg(X, y, lam, theta, v, epochs=25, tol=1e-12, seed=11)
-    b = svrg(X, y, lam, theta, v, epochs=25, tol=1e-12, seed=11)
-    c = svrg(X, y, lam, theta, v, epochs=25, tol=1e-12, seed=12)
+    a = svrg(X, y, lam, theta, v, epochs=25, relative_change_tol=1e-12, seed=11)
+    b = svrg(X, y, lam, theta, v, epochs=25, relative_change_tol=1e-12, seed=11)
+    c = svrg(X, y, lam, theta, v, epochs=25, relative_change_tol=1e-12, seed=12)
     np.testing.assert_array_equal(a.w, b.w)
     assert a.history == b.history
     assert a.history[1] != c.history[1]                      # another path ...
     assert abs(a.objective - c.objective) <= 1e-9 * a.objective   # ... to the same optimum
     np.testing.assert_allclose(a.w, c.w, atol=1e-5)
-    one_a = svrg(X, y, lam, theta, v, epochs=1, tol=0, seed=[11, 0])
-    one_b = svrg(X, y, lam, theta, v, epochs=1, tol=0, seed=[11, 1])
+    one_a = svrg(X, y, lam, theta, v, epochs=1, relative_change_tol=0, seed=[11, 0])
+    one_b = svrg(X, y, lam, theta, v, epochs=1, relative_change_tol=0, seed=[11, 1])
     assert not np.array_equal(one_a.w, one_b.w)
 
 
@@ -177,7 +177,7 @@ def test_huge_sparse_matrix_is_never_densified():
     svrg(X[:50], y[:50], 1.0, 0.2, 0.5, epochs=1)                 # warm-up (numba compile)
     tracemalloc.start()
     try:
-        res = svrg(X, y, 1.0, 0.2, 0.5, epochs=3, tol=0.0)
+        res = svrg(X, y, 1.0, 0.2, 0.5, epochs=3, relative_change_tol=0.0)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -215,7 +215,7 @@ def test_stops_on_relative_objective_change():
     X, y = make_problem(m=500, d=20, seed=1)
     lam, theta, v = SETTINGS[1]
     tol = 8e-3
-    res = svrg(X, y, lam, theta, v, epochs=50, tol=tol, seed=3)
+    res = svrg(X, y, lam, theta, v, epochs=50, relative_change_tol=tol, seed=3)
     h = np.array(res.history)
     change = np.abs(np.diff(h)) / np.abs(h[1:])
     assert res.converged and res.epochs == len(h) - 1 < 50
@@ -313,7 +313,7 @@ def test_intercept_solvers_reach_the_independent_primal_optimum(lam):
     np.testing.assert_allclose(newton.w, w_ref, rtol=1e-4, atol=1e-4 * np.linalg.norm(w_ref))
     assert newton.intercept == pytest.approx(b_ref, rel=1e-4, abs=1e-4)
     for Xin in (X, sp.csr_matrix(X)):
-        res = svrg(Xin, y, lam, theta, v, epochs=200, tol=1e-13, seed=3)
+        res = svrg(Xin, y, lam, theta, v, epochs=200, relative_change_tol=1e-13, seed=3)
         assert res.objective == pytest.approx(newton.objective, rel=1e-6)
         assert res.intercept == pytest.approx(newton.intercept, rel=1e-3, abs=1e-3)
     # without the bias the hyperplane must pass the origin: the fit is far worse

@@ -64,7 +64,7 @@ def test_settings_left_unset_keep_the_defaults():
     linear = fit_params({"kernel": "linear", "epochs": None, "epoch_tol": 0.5,
                          "partitions": 3, "fit_intercept": False})
     assert linear == DSVRGParams(lam=SODMParams.lam, theta=SODMParams.theta, v=SODMParams.v,
-                                 tol=0.5, n_partitions=3, fit_intercept=False)
+                                 relative_change_tol=0.5, n_partitions=3, fit_intercept=False)
     with pytest.raises(ValueError, match="epochs must be a positive integer"):
         fit_params({"kernel": "linear", "epochs": 0})
 
@@ -85,7 +85,7 @@ def test_the_classes_a_fit_takes():
 
     assert check_classes([0, 1, 2], linear=False).size == 3
     assert check_classes([-1, 1], linear=True).size == 2
-    with pytest.raises(ValueError, match="kernel='linear' fits DSVRG, a binary classifier"):
+    with pytest.raises(ValueError, match=r"kernel='linear'\): the labels hold 3 classes.*DSVRG is a binary classifier"):
         check_classes([0, 1, 2], linear=True)
     with pytest.raises(ValueError, match=r"hold 1 class \(1\); SODM needs at least two"):
         check_classes([1.0], linear=False)

@@ -48,41 +48,57 @@ def _param(name, converter, doc):
     return Param(Params._dummy(), name, doc, typeConverter=converter)
 
 
-_TEXT, _INT, _FLOAT, _BOOL = (TypeConverters.toString, TypeConverters.toInt,
-                              TypeConverters.toFloat, TypeConverters.toBoolean)
+_CONVERTERS = {"text": TypeConverters.toString, "int": TypeConverters.toInt,
+               "float": TypeConverters.toFloat, "bool": TypeConverters.toBoolean,
+               "gamma": _gamma_converter}
+
+# Every ODM/SODM param: its name, its type (a key of _CONVERTERS) and its doc, continued on
+# indented lines; the shared mixins add the columns, tol, maxIter and seed.
+_PARAM_TABLE = """\
+kernel             text   rbf, linear, poly or laplacian
+gamma              gamma  'scale' (1/(d·Var X)), 'auto' (1/d) or a number
+degree             int    polynomial degree
+coef0              float  polynomial offset
+fitIntercept       bool   linear kernel: fit an unpenalized intercept (as MLlib's LinearSVC)
+kernelOffset       float  other kernels: solve with k + c, a penalized bias (default 0)
+scale              text   minmax (every column onto [0, 1] before the kernel, stored in the
+                          model) or none
+lam                float  λ > 0, weight of the margin loss
+theta              float  θ in [0, 1), margin band half-width
+v                  float  v in (0, 1], weight of margins above 1+θ
+p                  int    partitions merged per level (>= 2)
+levels             int    L: start from p^L partitions (unset: chosen from the rows, as the
+                          job's --levels auto)
+strata             int    S landmark strata (Eqns 7-8)
+stopLevel          int    last level solved (0 = all data)
+partitioner        text   stratified, random, kmeans, dip or cascade
+warmStart          text   scaled (γ/p) or concat
+cacheMb            float  cap on the kernel cache per task in MB (unset: the memory budget
+                          decides)
+autoStop           bool   stop merging when a level no longer improves the validation accuracy
+                          by minImprovement (a held-out validationFraction of the rows); the
+                          model is the best level's
+validationFraction float  share of the rows held out for autoStop (at most 10,000 rows, fewer
+                          when scoring them would cost more)
+minImprovement     float  autoStop: least validation accuracy gain a merge must bring
+timeBudget         float  autoStop: no level whose predicted seconds would end the fit later
+"""
 
 
-# name: (converter, doc) of every ODM/SODM param; the shared mixins add the columns, tol,
-# maxIter and seed
-_PARAMS = {
-    "kernel": (_TEXT, "rbf, linear, poly or laplacian"),
-    "gamma": (_gamma_converter, "'scale' (1/(d·Var X)), 'auto' (1/d) or a number"),
-    "degree": (_INT, "polynomial degree"),
-    "coef0": (_FLOAT, "polynomial offset"),
-    "fitIntercept": (_BOOL, "linear kernel: fit an unpenalized intercept (as MLlib's LinearSVC)"),
-    "kernelOffset": (_FLOAT, "other kernels: solve with k + c, a penalized bias (default 0)"),
-    "scale": (_TEXT, "minmax (every column onto [0, 1] before the kernel, stored in the "
-              "model) or none"),
-    "lam": (_FLOAT, "λ > 0, weight of the margin loss"),
-    "theta": (_FLOAT, "θ in [0, 1), margin band half-width"),
-    "v": (_FLOAT, "v in (0, 1], weight of margins above 1+θ"),
-    "p": (_INT, "partitions merged per level (>= 2)"),
-    "levels": (_INT, "L: start from p^L partitions (unset: chosen from the rows, partitions "
-                "of about 2,500 rows)"),
-    "strata": (_INT, "S landmark strata (Eqns 7-8)"),
-    "stopLevel": (_INT, "last level solved (0 = all data)"),
-    "partitioner": (_TEXT, "stratified, random, kmeans, dip or cascade"),
-    "warmStart": (_TEXT, "scaled (γ/p) or concat"),
-    "cacheMb": (_FLOAT, "cap on the kernel cache per task in MB (unset: the memory budget "
-                "decides)"),
-    "autoStop": (_BOOL, "stop merging when a level no longer improves the validation accuracy "
-                 "by minImprovement (a held-out validationFraction of the rows); the model is "
-                 "the best level's"),
-    "validationFraction": (_FLOAT, "share of the rows held out for autoStop (at most 10,000 "
-                           "rows, fewer when scoring them would cost more)"),
-    "minImprovement": (_FLOAT, "autoStop: least validation accuracy gain a merge must bring"),
-    "timeBudget": (_FLOAT, "autoStop: no level whose predicted seconds would end the fit later"),
-}
+def _read_param_table(table: str) -> dict:
+    """name: (converter, doc) of each entry of ``table``."""
+    params, name = {}, None
+    for line in table.splitlines():
+        if line.startswith(" "):  # the doc goes on
+            converter, doc = params[name]
+            params[name] = (converter, f"{doc} {line.strip()}")
+        else:
+            name, kind, doc = line.split(None, 2)
+            params[name] = (_CONVERTERS[kind], doc)
+    return params
+
+
+_PARAMS = _read_param_table(_PARAM_TABLE)
 
 
 class _SODMParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasRawPredictionCol, HasTol,
@@ -105,6 +121,8 @@ class _SODMParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasRawPredictio
         for param, setting in ((self.maxIter, "epochs"), (self.tol, "epoch_tol")):
             if self.isSet(param):
                 settings[setting] = self.getOrDefault(param)
+        if settings["kernel"] == "linear":  # not the kernel solves' sweeps and violation bound
+            settings["max_iter"] = settings["tol"] = None
         return settings
 
     def _sodm_params(self) -> SODMParams:

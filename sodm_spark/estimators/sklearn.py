@@ -13,7 +13,7 @@ from ..core.estimator_inputs import (check_fit_data, check_predict_data, encode_
                                      keep_params, predict_labels)
 from ..core.kernels import LAPLACIAN_SPARSE, Kernel
 from ..core.labels import plus_minus
-from ..core.validation import check_odm_params, seed_from
+from ..core.validation import seed_from
 from ..models.expansion import KernelExpansion
 from ..solvers.local_solve import LocalSolve, expansion_coefficients
 from ..solvers.odm_primal import newton_primal
@@ -159,9 +159,10 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
         X, y = check_fit_data(self, X, y, accept_sparse=self._accept_sparse())
         if self.kernel == "laplacian" and scipy.sparse.issparse(X):
             raise ValueError(f"X is sparse: {LAPLACIAN_SPARSE}.")
-        check_odm_params(self.lam, self.theta, self.v)
-        if np.dtype(self.dtype) not in (np.float32, np.float64):
-            raise ValueError(f"dtype must be 'float32' or 'float64', got {self.dtype!r}.")
+        # validates λ, θ, v, tol, max_iter, cache_mb and dtype before any work on the rows
+        solve = LocalSolve(self.lam, self.theta, self.v, violation_tol=self.tol,
+                           max_iter=self.max_iter, cache_mb=self.cache_mb,
+                           dtype=self.dtype)
         y_index = encode_classes(self, y)
         kernel = Kernel.create(self.kernel, self.gamma, self.degree, self.coef0, X,
                                self.kernel_offset)
@@ -173,9 +174,6 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
             return self._fit_primal(solver, X, y_index, targets, kernel)
         n_classes = 0 if self.classes_.size == 2 else self.classes_.size
         y_solved = y_index if n_classes else plus_minus(y_index, 1)
-        solve = LocalSolve(self.lam, self.theta, self.v, violation_tol=self.tol,
-                           max_iter=self.max_iter, cache_mb=self.cache_mb,
-                           dtype=np.dtype(self.dtype).name)
         # every class's solve shares the one seed, as ODMClassifier's always have
         solution = solve.solve(X, y_solved, kernel, n_classes,
                                seed=seed_from(self.random_state), seed_each_class=False)
@@ -217,13 +215,13 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
             y_pm = plus_minus(y_index, target)
             if solver == "svrg":
                 result = svrg(X, y_pm, self.lam, self.theta, self.v, epochs=self.max_iter,
-                              tol=relative_change_tol, seed=seed_from(self.random_state),
-                              fit_intercept=bias)
+                              relative_change_tol=relative_change_tol,
+                              seed=seed_from(self.random_state), fit_intercept=bias)
                 n_iter.append(result.epochs)
                 done = result.converged
             else:
                 result = newton_primal(X, y_pm, self.lam, self.theta, self.v,
-                                       tol=gradient_tol, max_iter=self.max_iter,
+                                       gradient_tol=gradient_tol, max_iter=self.max_iter,
                                        fit_intercept=bias)
                 n_iter.append(result.iterations)
                 done = result.iterations < self.max_iter

@@ -173,6 +173,9 @@ class StopRule:
     time_budget: float | None = None
     confidence: float = 1.0
 
+    def __post_init__(self):
+        self.validate()
+
     def validate(self) -> None:
         if self.min_improvement is not None and not self.min_improvement >= 0.0:
             raise ValueError(f"min_improvement must be >= 0 (an accuracy difference, e.g. "

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..core.labels import plus_minus
+from ..core.validation import check_odm_params
 from ..core.sparse_rows import memory_width
 from .kernel_rows import kernel_fits_cache
 from .odm_dcd import solve_odm_dual
@@ -85,6 +86,23 @@ class LocalSolve:
     cache_mb: float | None = None
     dtype: str = "float32"  # of the cached kernel values (γ and u are always float64)
 
+    def __post_init__(self):
+        check_odm_params(self.lam, self.theta, self.v)
+        if not 0.0 < self.violation_tol < np.inf:
+            raise ValueError(f"tol (the violation bound) must be a positive number, got "
+                             f"{self.violation_tol!r}.")
+        if int(self.max_iter) != self.max_iter or self.max_iter < 1:
+            raise ValueError(f"max_iter must be a positive integer, got {self.max_iter!r}.")
+        if self.cache_mb is not None and not 0.0 <= self.cache_mb < np.inf:
+            raise ValueError(f"cache_mb must be a number of MB >= 0, got {self.cache_mb!r}.")
+        try:
+            dtype = np.dtype(self.dtype)
+        except TypeError:
+            dtype = None
+        if dtype not in (np.float32, np.float64):
+            raise ValueError(f"dtype must be 'float32' or 'float64', got {self.dtype!r}.")
+        object.__setattr__(self, "dtype", dtype.name)  # a plain name, whatever was given
+
     def solve(self, X, y, kernel, n_classes: int = 0, *, warm_start=None, seed=0,
               seed_each_class: bool = True, kernel_values=None) -> LocalSolution:
         """Solve the local ODM dual(s) (Eqn 1) of ``X`` (m rows, dense or CSR) with ``kernel``.
@@ -100,7 +118,7 @@ class LocalSolve:
         dtype = np.dtype(self.dtype)
         if not n_classes:
             result = solve_odm_dual(X, y, kernel, self.lam, self.theta, self.v,
-                                    tol=self.violation_tol, max_iter=self.max_iter,
+                                    violation_tol=self.violation_tol, max_iter=self.max_iter,
                                     gamma0=warm_start, seed=seed, cache_mb=self.cache_mb,
                                     dtype=dtype, kernel_values=kernel_values)
             return LocalSolution(result.gamma, result.u, result.objective,
@@ -110,14 +128,14 @@ class LocalSolve:
         if kernel_values is not None or kernel_fits_cache(X.shape[0], memory_width(X),
                                                           self.cache_mb, dtype.itemsize):
             joint = solve_odm_multiclass(X, y_index, n_classes, kernel, self.lam, self.theta,
-                                         self.v, tol=self.violation_tol,
+                                         self.v, violation_tol=self.violation_tol,
                                          max_iter=self.max_iter, gamma0=warm_start, seed=seed,
                                          dtype=dtype, kernel_values=kernel_values)
             return LocalSolution(joint.gamma, joint.u, float(joint.objectives.sum()),
                                  joint.objectives, np.full(n_classes, joint.n_sweeps),
                                  "cached", [joint])
         results = [solve_odm_dual(X, plus_minus(y_index, c), kernel, self.lam, self.theta,
-                                  self.v, tol=self.violation_tol, max_iter=self.max_iter,
+                                  self.v, violation_tol=self.violation_tol, max_iter=self.max_iter,
                                   gamma0=None if warm_start is None else warm_start[:, c],
                                   seed=[*np.atleast_1d(seed).tolist(), c] if seed_each_class
                                   else seed, cache_mb=self.cache_mb, dtype=dtype)

@@ -10,11 +10,12 @@ Only ``γ = ζ - β`` is stored: at the optimum ζ_i β_i = 0, so each point's p
 jointly in closed form (the univariate problems of Eqn 3, solved for both signs at once).
 ``u = Qγ`` is maintained, each sweep visits the points in a seeded random order, points that
 sit at γ_i = 0 with strictly satisfied conditions are shrunk (LIBLINEAR's rule), and the loop
-stops when the largest projected gradient of a sweep over *all* points is at most ``tol``.
+stops when the largest projected gradient of a sweep over *all* points is at most
+``violation_tol``.
 
 Both ways of getting kernel rows share one loop: every sweep starts from the exact violation
-of every point (``u`` is exact), visits the points whose violation exceeds ``tol``/10 in a
-seeded shuffled order cut into blocks, solves each block with a few inner sweeps on its B×B
+of every point (``u`` is exact), visits the points whose violation exceeds ``violation_tol``/10
+in a seeded shuffled order cut into blocks, solves each block with a few inner sweeps on its B×B
 sub-matrix (in cache), and updates ``u`` with the block's rows and its γ change. At large λ
 (a tiny diagonal) a block's inner sweeps do the work of many plain sweeps: 7,400 Fashion-MNIST
 rows at λ = 1e6 converge in 31 sweeps (0.87 s) instead of 191 per-coordinate sweeps (3.1 s).
@@ -108,14 +109,14 @@ class DCDResult:
 
 
 def solve_odm_dual(X: np.ndarray, y: np.ndarray, kernel: Kernel, lam: float, theta: float,
-                   v: float, *, tol: float = 1e-3, max_iter: int = 1000, gamma0=None,
+                   v: float, *, violation_tol: float = 1e-3, max_iter: int = 1000, gamma0=None,
                    seed=0, cache_mb: float | None = None, block_size: int = 1024,
                    inner_sweeps: int = 8, dtype=np.float32, shrinking: bool = True,
                    block_mb: float = 256.0, mode: str = "auto", callback=None,
                    kernel_values: np.ndarray | None = None) -> DCDResult:
     """Solve the ODM dual (Eqn 1) on ``X`` (m×d float, dense or CSR) and ``y`` (±1) by
     coordinate descent, until the largest projected-gradient violation over all rows
-    (:meth:`ODMProblem.violation`) is at most ``tol`` (the violation bound the package's
+    (:meth:`ODMProblem.violation`) is at most ``violation_tol`` (the violation bound the package's
     callers hold as ``LocalSolve.violation_tol``).
 
     ``gamma0`` warm-starts from a given γ; ``seed`` (an int or a sequence such as
@@ -127,8 +128,8 @@ def solve_odm_dual(X: np.ndarray, y: np.ndarray, kernel: Kernel, lam: float, the
     hyperparameter search solves many problems on one matrix): the solve is then cached.
     """
     check_odm_params(lam, theta, v)
-    if tol <= 0 or not np.isfinite(tol):
-        raise ValueError(f"tol must be a positive number, got {tol!r}.")
+    if violation_tol <= 0 or not np.isfinite(violation_tol):
+        raise ValueError(f"violation_tol must be a positive number, got {violation_tol!r}.")
     if int(max_iter) < 1:
         raise ValueError(f"max_iter must be at least 1, got {max_iter!r}.")
     # float32 rows stay float32 (the kernel blocks are float32 by default): half the memory
@@ -166,8 +167,8 @@ def solve_odm_dual(X: np.ndarray, y: np.ndarray, kernel: Kernel, lam: float, the
     else:
         blocks = _OnDemandBlocks(KernelRows(kernel, X, y, dtype, cache_bytes))
     n_sweeps, violation, converged, history, u = _solve_blocks(
-        blocks, problem, gamma, rng, tol, int(max_iter), shrinking, callback, int(block_size),
-        int(inner_sweeps), TILE_ROWS)
+        blocks, problem, gamma, rng, violation_tol, int(max_iter), shrinking, callback,
+        int(block_size), int(inner_sweeps), TILE_ROWS)
     computed = blocks.computed_rows
     original = np.empty(m, dtype=np.int64)
     original[shuffled] = np.arange(m)
@@ -184,8 +185,9 @@ def next_shrink_threshold(violation: float, shrinking: bool) -> float:
 
 
 #: On-demand sweeps visit the points whose violation exceeds this share of the violation bound
-#: (``tol``): at 1.0 the points just under it are never updated and the tail crawls (5,000 Fashion-MNIST rows: 1,000
-#: sweeps, not converged); at 0.1 the solve converges in 16 sweeps.
+#: (``violation_tol``): at 1.0 the points just under it are never updated and the tail crawls
+#: (5,000 Fashion-MNIST rows: 1,000 sweeps, not converged); at 0.1 the solve converges in 16
+#: sweeps.
 ACTIVE_SHARE_OF_TOL = 0.1
 #: Block rows when Q is cached: 512 rows with 8 inner sweeps was the fastest of 256-2,048 and
 #: 8-16 on 2,500 and 7,400 Fashion-MNIST rows at λ = 1e3 to 1e6 (1.5-4x faster than plain

@@ -12,8 +12,8 @@ closed forms of Eqn (3) (as :mod:`._dcd_kernels`); a changed coordinate adds row
 
 The problems stay independent (each dual is strongly convex, so each has one optimum), so the
 result equals C binary solves of :func:`~sodm_spark.solvers.odm_dcd.solve_odm_dual` up to
-``tol``; the solve stops when the largest violation over all points and classes is at most
-``tol`` on a sweep over every coordinate.
+``violation_tol``; the solve stops when the largest violation over all points and classes is at
+most ``violation_tol`` on a sweep over every coordinate.
 """
 from __future__ import annotations
 
@@ -104,7 +104,7 @@ def _signed_products(K, signs, gamma):
 
 
 def solve_odm_multiclass(X: np.ndarray, y_index: np.ndarray, n_classes: int, kernel: Kernel,
-                         lam: float, theta: float, v: float, *, tol: float = 1e-3,
+                         lam: float, theta: float, v: float, *, violation_tol: float = 1e-3,
                          max_iter: int = 1000, gamma0=None, seed=0, dtype=np.float32,
                          shrinking: bool = True, block_mb: float = 256.0,
                          callback=None, kernel_values: np.ndarray | None = None
@@ -118,8 +118,8 @@ def solve_odm_multiclass(X: np.ndarray, y_index: np.ndarray, n_classes: int, ker
     m×m kernel matrix if the caller already computed it).
     """
     check_odm_params(lam, theta, v)
-    if tol <= 0 or not np.isfinite(tol):
-        raise ValueError(f"tol must be a positive number, got {tol!r}.")
+    if violation_tol <= 0 or not np.isfinite(violation_tol):
+        raise ValueError(f"violation_tol must be a positive number, got {violation_tol!r}.")
     X = as_float_rows(X, np.float64)
     y_index = np.asarray(y_index)
     m = X.shape[0]
@@ -154,7 +154,7 @@ def solve_odm_multiclass(X: np.ndarray, y_index: np.ndarray, n_classes: int, ker
         history.append(violation)
         if callback is not None:
             callback(sweep, violation, int(active.sum()))
-        if violation <= tol:
+        if violation <= violation_tol:
             if active.all():  # a sweep over every coordinate, none shrunk
                 converged = True
                 break

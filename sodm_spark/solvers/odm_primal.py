@@ -35,11 +35,11 @@ class NewtonResult:
     intercept: float = 0.0
 
 
-def newton_primal(X, y, lam, theta, v, *, tol=1e-10, max_iter=100, w0=None,
+def newton_primal(X, y, lam, theta, v, *, gradient_tol=1e-10, max_iter=100, w0=None,
                   fit_intercept=True) -> NewtonResult:
-    """Minimize the ODM primal; stop when ‖∇P‖ ≤ tol·max(1, ‖∇P(0)‖). ``fit_intercept``
-    (default, as MLlib and scikit-learn) adds the unpenalized bias b; ``w0`` may hold d or
-    (with an intercept) d+1 entries."""
+    """Minimize the ODM primal; stop when ‖∇P‖ ≤ gradient_tol·max(1, ‖∇P(0)‖).
+    ``fit_intercept`` (default, as MLlib and scikit-learn) adds the unpenalized bias b; ``w0``
+    may hold d or (with an intercept) d+1 entries."""
     check_odm_params(lam, theta, v)
     X = X.tocsr() if sp.issparse(X) else np.ascontiguousarray(X, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
@@ -97,7 +97,7 @@ def newton_primal(X, y, lam, theta, v, *, tol=1e-10, max_iter=100, w0=None,
                 break
             step *= 0.5
         w, value, gradient = candidate, new_value, new_gradient
-        if np.linalg.norm(gradient) <= tol * scale:
+        if np.linalg.norm(gradient) <= gradient_tol * scale:
             break
     return NewtonResult(w[:d], float(value), iteration, float(np.linalg.norm(gradient)),
                         float(w[d]) if fit_intercept else 0.0)

@@ -292,7 +292,7 @@ def epoch_rng(seed, epoch: int) -> np.random.Generator:
 class SVRGResult:
     """``w`` (and ``intercept`` b, 0 without one) after ``epochs`` epochs, P(w) as
     ``objective``; ``history[k]`` is P after epoch k (``history[0]`` at the start point);
-    ``converged`` says whether ``tol`` stopped the run."""
+    ``converged`` says whether ``relative_change_tol`` stopped the run."""
 
     w: np.ndarray
     objective: float
@@ -302,14 +302,15 @@ class SVRGResult:
     intercept: float = 0.0
 
 
-def svrg(X, y, lam, theta, v, *, epochs=30, inner_steps=None, step=None, tol=1e-6, w0=None,
-         seed=0, fit_intercept=True, intercept0=0.0) -> SVRGResult:
+def svrg(X, y, lam, theta, v, *, epochs=30, inner_steps=None, step=None,
+         relative_change_tol=1e-6, w0=None, seed=0, fit_intercept=True,
+         intercept0=0.0) -> SVRGResult:
     """Single-node SVRG on the ODM primal (ODM_svrg, Johnson & Zhang 2013; SODM Sec. 3.3).
 
     Each epoch: full gradient at the snapshot w̃ (= the last iterate, option I), then
     ``inner_steps`` (default: the number of rows) steps on rows sampled without replacement
-    with ``epoch_rng(seed, epoch)``. Stops when |P_new - P_old| ≤ tol·|P_new| or after
-    ``epochs`` epochs. ``step`` defaults to ``default_step``. ``fit_intercept`` (default, as
+    with ``epoch_rng(seed, epoch)``. Stops when |P_new - P_old| ≤ relative_change_tol·|P_new| or
+    after ``epochs`` epochs. ``step`` defaults to ``default_step``. ``fit_intercept`` (default, as
     MLlib and scikit-learn) adds the unpenalized bias b, started at ``intercept0``; the steps
     then run on centred rows (module docstring) and the result is turned back into (w, b).
     """
@@ -321,8 +322,9 @@ def svrg(X, y, lam, theta, v, *, epochs=30, inner_steps=None, step=None, tol=1e-
     y = np.ascontiguousarray(_check_labels(y, n))
     if int(epochs) < 1:
         raise ValueError(f"epochs must be at least 1, got {epochs!r}.")
-    if tol is None or not (tol >= 0 and np.isfinite(tol)):
-        raise ValueError(f"tol must be a finite number ≥ 0, got {tol!r}.")
+    if relative_change_tol is None or not 0 <= relative_change_tol < np.inf:
+        raise ValueError(f"relative_change_tol must be a finite number ≥ 0, got "
+                         f"{relative_change_tol!r}.")
     inner_steps = n if inner_steps is None else int(inner_steps)
     if inner_steps < 1:
         raise ValueError(f"inner_steps must be at least 1, got {inner_steps!r}.")
@@ -353,7 +355,7 @@ def svrg(X, y, lam, theta, v, *, epochs=30, inner_steps=None, step=None, tol=1e-
             raise FloatingPointError(f"SVRG diverged at epoch {epoch} (step {step:g} too large).")
         change = abs(objective - new_objective)
         objective = new_objective
-        if change <= tol * abs(new_objective):
+        if change <= relative_change_tol * abs(new_objective):
             converged = True
             break
     intercept = float(w[d] - w[:d] @ center) if fit_intercept else 0.0

@@ -46,6 +46,17 @@ class Partitioning:
     landmark_candidates: int = LANDMARK_CANDIDATES
     label_strata: bool = False
 
+    def __post_init__(self):
+        if self.partitioner not in PARTITIONERS:
+            raise ValueError(f"Unknown partitioner {self.partitioner!r}; known: "
+                             f"{', '.join(PARTITIONERS)}.")
+        if int(self.strata) != self.strata or self.strata < 1:
+            raise ValueError(f"strata must be a positive integer, got {self.strata!r}.")
+        if (int(self.landmark_candidates) != self.landmark_candidates
+                or self.landmark_candidates < 1):
+            raise ValueError(f"landmark_candidates must be a positive integer, got "
+                             f"{self.landmark_candidates!r}.")
+
 
 Chunk = namedtuple("Chunk", "order X y ids gamma stats")
 Chunk.__doc__ = """A run of a partition's rows: ``order`` (a tuple) places it among the

@@ -17,6 +17,7 @@ import scipy.sparse
 
 from ..core.errors import reported_to_driver
 from ..core.labels import plus_minus
+from ..core.validation import check_two_classes
 
 ESTIMATORS = {
     "csvrg": "sodm_spark.baselines.csvrg:CSVRGClassifier",
@@ -89,8 +90,7 @@ def fit_coreset_svm_partitioned(blocks, classes, kernel, coreset_size: int, C: f
     from ..models.expansion import KernelExpansion
 
     classes = np.asarray(classes)
-    if classes.size != 2:
-        raise ValueError(f"the coreset SVM is binary; the labels hold {classes.size} classes.")
+    check_two_classes(classes, "fit_coreset_svm_partitioned", "the coreset SVM")
     positive = classes[1]
     coresets = blocks.mapPartitionsWithIndex(lambda index, it: _coreset_task(
         index, it, positive, coreset_size, C, kernel, seed)).collect()

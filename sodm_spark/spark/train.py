@@ -16,7 +16,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from ..core.validation import shown_classes
+from ..core.validation import check_two_classes, shown_classes
 from ..selection.tuning import (DEFAULT_SEARCH_GRID_TEXT, DEFAULT_SEARCH_POINT,
                                 SEARCH_PARTITION_ROWS, GridPoint, ParamGrid, search_pieces,
                                 search_sample)
@@ -28,9 +28,9 @@ from .tune import TuneResult, tune_sodm
 
 # The settings only the linear path (DSVRG) reads, and the DSVRGParams field each sets; λ, θ,
 # v, the strata and the seed are read as the levels read them.
-LINEAR_SETTINGS = {"epochs": "epochs", "epoch_tol": "tol", "step": "step",
+LINEAR_SETTINGS = {"epochs": "epochs", "epoch_tol": "relative_change_tol", "step": "step",
                    "partitions": "n_partitions", "fit_intercept": "fit_intercept"}
-_SODM_FIELDS = frozenset(f.name for f in fields(SODMParams))
+_SODM_FIELDS = frozenset(f.name for f in fields(SODMParams) if f.init)
 
 
 def sodm_params(settings: Mapping) -> SODMParams:
@@ -65,11 +65,10 @@ def check_classes(classes, linear: bool, refuse: Callable | None = None) -> np.n
         return classes
     if refuse is not None:
         refuse(classes)
-    count = f"{classes.size} class{'es' if classes.size != 1 else ''}"
     if linear:
-        raise ValueError(f"the labels hold {count} ({shown_classes(classes)}); kernel='linear' "
-                         "fits DSVRG, a binary classifier: give two label values, or use a "
-                         "nonlinear kernel (its levels fit every class at once).")
+        check_two_classes(classes, "fit (kernel='linear')", "DSVRG",
+                          more="use a nonlinear kernel: its levels fit every class at once")
+    count = f"{classes.size} class{'es' if classes.size != 1 else ''}"
     raise ValueError(f"the labels hold {count} ({shown_classes(classes)}); SODM needs at least "
                      "two. Check that the label column is the right one.")
 

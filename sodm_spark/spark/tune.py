@@ -155,7 +155,7 @@ def tune_sodm(sc, prepared: PreparedData, params: SODMParams, grid: ParamGrid,
     coded = coded_classes(prepared.classes.size)
     n_parts = prepared.parts.getNumPartitions() if keys is None else len(keys)
     cores = max(1, sc.defaultParallelism)
-    fit_solve = params.local_solve()
+    fit_solve = params.local_solve
     settings = SearchTaskSettings(
         violation_tol=min(fit_solve.violation_tol * SEARCH_TOL_FACTOR, MAX_SEARCH_TOL),
         max_iter=fit_solve.max_iter, n_classes=prepared.classes.size if prepared.multi else 0,

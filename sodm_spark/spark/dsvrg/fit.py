@@ -30,7 +30,7 @@ import scipy.sparse
 from ...core.errors import SettingsError
 from ...core.kernels import Kernel
 from ...core.labels import accuracy_of_scores, coded_classes, plus_minus
-from ...core.validation import check_odm_params
+from ...core.validation import check_odm_params, check_two_classes
 from ...models.expansion import KernelExpansion
 from ...partition import nearest_landmark, partitions_look_like_whole, select_landmarks
 from ...solvers.svrg import (epoch_rng, loss_gradient_sum, row_sq_norms, sample_rows, step_for,
@@ -49,7 +49,8 @@ class DSVRGParams:
     theta: float = 0.1
     v: float = 0.5
     epochs: int = 30
-    tol: float = 1e-6  # stop when the objective changes by at most tol (relative) in an epoch
+    # stop when the objective changes by at most this share of itself in an epoch
+    relative_change_tol: float = 1e-6
     step: float | None = None  # default: solvers.svrg.step_for(L_max, rows)
     n_partitions: int | None = None  # default: the cluster's default parallelism
     partitioner: str = "stratified"  # sparse input is dealt at random (no landmarks in 10^5 dims)
@@ -66,6 +67,9 @@ class DSVRGParams:
         check_odm_params(self.lam, self.theta, self.v)
         if int(self.epochs) != self.epochs or self.epochs < 1:
             raise ValueError(f"epochs must be a positive integer, got {self.epochs!r}.")
+        if not 0.0 <= self.relative_change_tol < np.inf:
+            raise ValueError(f"relative_change_tol (the epochs' tol) must be a number >= 0, got "
+                             f"{self.relative_change_tol!r}.")
         if self.step is not None and not 0 < self.step < 1:
             raise ValueError(f"step must lie in (0, 1), got {self.step!r}.")
         if self.n_partitions is not None and self.n_partitions < 1:
@@ -210,9 +214,7 @@ def fit_dsvrg(sc, blocks, params: DSVRGParams, classes, n_features: int, test=No
     survey pass; see solvers.svrg) and (w, b' = b + wᵀμ) is turned back into (w, b) at the end.
     """
     classes = np.asarray(classes)
-    if classes.size != 2:
-        raise ValueError(f"DSVRG is a binary classifier; the labels hold {classes.size} classes "
-                         f"({', '.join(map(str, classes[:10]))}).")
+    check_two_classes(classes, "fit_dsvrg", "DSVRG")
     started = time.perf_counter()
     positive = classes[1]
     # A miss reads the input again: from the caller's persisted RDD if it is one (no second
@@ -321,7 +323,7 @@ def fit_dsvrg(sc, blocks, params: DSVRGParams, classes, n_features: int, test=No
                 on_epoch(entry)
             if not np.isfinite(objective):
                 raise FloatingPointError(f"DSVRG diverged at epoch {epoch}: pass a smaller step.")
-            if abs(previous - objective) <= params.tol * abs(objective):
+            if abs(previous - objective) <= params.relative_change_tol * abs(objective):
                 break
         train_seconds = time.perf_counter() - started - scoring
         intercept = raw_intercept(w)

@@ -15,7 +15,7 @@ numerics are in ``sodm_spark.solvers`` and ``sodm_spark.partition``.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, replace
+from dataclasses import replace
 
 import numpy as np
 
@@ -97,7 +97,7 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
     # what every level's tasks read (the kernel cache is set per level, by its plan); the fit
     # rows travel with the stats when they fit the driver's result limit
     task_settings = LevelTaskSettings(
-        params.local_solve(), n_classes=classes.size if multi else 0, seed=params.seed,
+        params.local_solve, n_classes=classes.size if multi else 0, seed=params.seed,
         fit_targets=FitTargets(fit_share, fit_rows_collectable(sc, fit_share * n_rows,
                                                                _row_bytes(prepared))))
 
@@ -107,7 +107,7 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
             sc.setJobDescription("SODM checkpoint: fingerprint the data")
             prepared.fingerprint = prepared.labelled.map(block_fingerprint).treeReduce(
                 merge_fingerprints)
-        checkpoint = LevelCheckpoint(checkpoint_dir, asdict(params), n_rows, n_features,
+        checkpoint = LevelCheckpoint(checkpoint_dir, params.settings(), n_rows, n_features,
                                      classes, prepared.fingerprint)
         if checkpoint.exists() and not resume:
             raise SettingsError(f"{checkpoint_dir} already holds a checkpoint; pass resume=True "
@@ -193,7 +193,7 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
                     raise
                 stop_reason = f"next level does not fit the memory budget: {error}"
             if plan is not None and params.auto_stop:
-                stop_reason = params.stop_rule().reason_to_stop(
+                stop_reason = params.stop_rule.reason_to_stop(
                     _validated(levels, n_validation)[1], time.perf_counter() - started,
                     plan.predicted_seconds) or ""
                 if not stop_reason and next_level_blocked(plan.kernel, plan.tasks,

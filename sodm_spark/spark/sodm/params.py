@@ -9,14 +9,13 @@ the result of :func:`.fit.fit_sodm`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from ...core.kernels import Kernel
-from ...core.validation import check_odm_params
 from ...models.expansion import KernelExpansion
 from ...selection.stopping import StopRule
 from ...solvers.local_solve import LocalSolve
-from ..partitioning import LANDMARK_CANDIDATES, PARTITIONERS, Partitioning
+from ..partitioning import LANDMARK_CANDIDATES, Partitioning
 from ..records import StatsRecord
 
 WARM_STARTS = ("scaled", "concat")
@@ -79,13 +78,23 @@ class SODMParams:
     time_budget: float | None = None
     confidence: float = 1.0  # standard errors of the stop rule's paired comparisons
 
-    def __post_init__(self):
-        self.validate()
+    # The parts the fit reads, built from the fields above once, each validating its own
+    # settings as it is built: what every partition's solve reads (its kernel cache is set per
+    # level, dataclasses.replace), how the rows are dealt, and when the levels stop.
+    local_solve: LocalSolve = field(init=False, repr=False, compare=False)
+    partitioning: Partitioning = field(init=False, repr=False, compare=False)
+    stop_rule: StopRule = field(init=False, repr=False, compare=False)
 
-    def validate(self) -> None:
-        """Refuse a bad setting, naming it (run once, as the parameters are built: every
+    def __post_init__(self):
+        """Refuse a bad setting, naming it (once, as the parameters are built: every
         SODMParams is valid, so no later step checks them again)."""
-        check_odm_params(self.lam, self.theta, self.v)
+        parts = {"local_solve": LocalSolve(self.lam, self.theta, self.v, violation_tol=self.tol,
+                                           max_iter=self.max_iter),
+                 "partitioning": Partitioning(self.partitioner, self.strata, self.seed,
+                                              self.landmark_candidates, self.label_strata),
+                 "stop_rule": StopRule(self.min_improvement, self.time_budget, self.confidence)}
+        for name, part in parts.items():
+            object.__setattr__(self, name, part)
         if int(self.p) != self.p or self.p < 2:
             raise ValueError(f"p (partitions merged per level) must be an integer >= 2, got {self.p!r}.")
         if self.levels is not None and (int(self.levels) != self.levels or self.levels < 0):
@@ -95,13 +104,6 @@ class SODMParams:
                 self.levels is not None and self.stop_level > self.levels):
             raise ValueError(f"stop_level must lie in [0, levels={self.levels}], got "
                              f"{self.stop_level!r}.")
-        if int(self.strata) != self.strata or self.strata < 1:
-            raise ValueError(f"strata must be a positive integer, got {self.strata!r}.")
-        if int(self.landmark_candidates) != self.landmark_candidates or self.landmark_candidates < 1:
-            raise ValueError(f"landmark_candidates must be a positive integer, got "
-                             f"{self.landmark_candidates!r}.")
-        if self.partitioner not in PARTITIONERS:
-            raise ValueError(f"Unknown partitioner {self.partitioner!r}; known: {', '.join(PARTITIONERS)}.")
         if self.memory_mb is not None and not 0.0 < self.memory_mb < math.inf:
             raise ValueError(f"memory_mb (--memory-mb) must be a positive number of MB, got "
                              f"{self.memory_mb!r}.")
@@ -112,7 +114,7 @@ class SODMParams:
             raise ValueError(f"scale must be one of {', '.join(SCALINGS)}, got {self.scale!r}.")
         if self.warm_start not in WARM_STARTS:
             raise ValueError(f"warm_start must be one of {', '.join(WARM_STARTS)}, got {self.warm_start!r}.")
-        # names the known kernels, checks the offset
+        # names the known kernels, checks the offset (γ is resolved from the rows later)
         Kernel.create(self.kernel, 1.0, self.degree, self.coef0, offset=self.kernel_offset)
         if not 0.0 < self.validation_fraction < 1.0:
             raise ValueError(f"validation_fraction must lie in (0, 1), got "
@@ -120,21 +122,10 @@ class SODMParams:
         if int(self.validation_max_rows) != self.validation_max_rows or self.validation_max_rows < 1:
             raise ValueError(f"validation_max_rows must be a positive integer, got "
                              f"{self.validation_max_rows!r}.")
-        self.stop_rule().validate()
 
-    def local_solve(self, cache_mb: float | None = None) -> LocalSolve:
-        """What each partition's solve reads (``cache_mb``: a level's kernel cache per task,
-        which its plan sets; None until then)."""
-        return LocalSolve(self.lam, self.theta, self.v, violation_tol=self.tol,
-                          max_iter=self.max_iter, cache_mb=cache_mb)
-
-    def stop_rule(self) -> StopRule:
-        return StopRule(self.min_improvement, self.time_budget, self.confidence)
-
-    def partitioning(self) -> Partitioning:
-        """How :func:`~sodm_spark.spark.partitioning.partition_blocks` deals the rows."""
-        return Partitioning(self.partitioner, self.strata, self.seed, self.landmark_candidates,
-                            self.label_strata)
+    def settings(self) -> dict:
+        """The fields a user sets (not the parts built from them), by name."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.init}
 
 
 @dataclass

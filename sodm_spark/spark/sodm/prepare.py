@@ -247,7 +247,7 @@ def partition_prepared(sc, prepared: PreparedData, params: SODMParams) -> None:
     sc.setJobDescription(f"SODM partition: {params.partitioner} into {n_partitions}")
     prepared.parts, _, prepared.sizes = partition_blocks(
         sc, prepared.training, prepared.kernel, prepared.n_rows, n_partitions,
-        params.partitioning(), candidates=prepared.candidates, n_classes=prepared.classes.size)
+        params.partitioning, candidates=prepared.candidates, n_classes=prepared.classes.size)
     prepared.partition_seconds = time.perf_counter() - prepared.started
     prepared.labelled.unpersist()
 
