@@ -135,11 +135,22 @@ def test_feature_count_mismatch_at_predict():
     (dict(theta=-0.2), "theta"), (dict(v=0.0), r"v .* \(0, 1\]"), (dict(v=2.0), "v "),
     (dict(kernel="sigmoid"), "known kernels are linear, rbf, poly, laplacian"),
     (dict(dtype="float16"), "dtype"), (dict(random_state="x"), "random_state"),
+    (dict(tol=0.0), r"tol \(the violation bound\) must be a positive number"),
+    (dict(max_iter=0), "max_iter must be a positive integer"),
 ])
 def test_bad_hyperparameters_are_refused(params, match):
     X, y = make_problem(m=30)
     with pytest.raises(ValueError, match=match):
         ODMClassifier(**params).fit(X, y)
+
+
+def test_the_primal_solvers_take_tol_zero():
+    # their tol bounds the objective's relative change (svrg) or the gradient (newton), so 0
+    # means "run max_iter"; only the dual's violation bound must be positive
+    X, y = make_problem(m=60, d=4)
+    svrg = ODMClassifier(kernel="linear", solver="svrg", tol=0.0, max_iter=3).fit(X, y)
+    assert svrg.n_iter_ == 3
+    ODMClassifier(kernel="linear", solver="newton", tol=0.0, max_iter=5).fit(X, y)
 
 
 def test_zero_variance_data_with_gamma_scale():

@@ -13,7 +13,7 @@ from ..core.estimator_inputs import (check_fit_data, check_predict_data, encode_
                                      keep_params, predict_labels)
 from ..core.kernels import LAPLACIAN_SPARSE, Kernel
 from ..core.labels import plus_minus
-from ..core.validation import seed_from
+from ..core.validation import check_odm_params, seed_from
 from ..models.expansion import KernelExpansion
 from ..solvers.local_solve import LocalSolve, expansion_coefficients
 from ..solvers.odm_primal import newton_primal
@@ -159,10 +159,12 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
         X, y = check_fit_data(self, X, y, accept_sparse=self._accept_sparse())
         if self.kernel == "laplacian" and scipy.sparse.issparse(X):
             raise ValueError(f"X is sparse: {LAPLACIAN_SPARSE}.")
-        # validates λ, θ, v, tol, max_iter, cache_mb and dtype before any work on the rows
-        solve = LocalSolve(self.lam, self.theta, self.v, violation_tol=self.tol,
-                           max_iter=self.max_iter, cache_mb=self.cache_mb,
-                           dtype=self.dtype)
+        if solver in PRIMAL_SOLVERS:  # whose tol bounds the objective's change or gradient
+            check_odm_params(self.lam, self.theta, self.v)
+        else:  # validates λ, θ, v, tol, max_iter, cache_mb and dtype before any work on the rows
+            solve = LocalSolve(self.lam, self.theta, self.v, violation_tol=self.tol,
+                               max_iter=self.max_iter, cache_mb=self.cache_mb,
+                               dtype=self.dtype)
         y_index = encode_classes(self, y)
         kernel = Kernel.create(self.kernel, self.gamma, self.degree, self.coef0, X,
                                self.kernel_offset)
