@@ -51,6 +51,11 @@ def test_the_job_and_the_estimator_build_the_same_parameters():
                                                  "--lam", "10"])))
     estimator = fit_params(SODMClassifier(kernel="linear", maxIter=7, lam=10.0)._settings())
     assert job == estimator == DSVRGParams(lam=10.0, theta=0.1, v=0.2, epochs=7)
+    # the kernel solves' --tol is not DSVRG's, so not checked on the linear path
+    assert fit_params(vars(train_sodm.parse_args(["--kernel", "linear", "--tol", "0"]))) \
+        == DSVRGParams(lam=1e5, theta=0.1, v=0.2)
+    with pytest.raises(ValueError, match=r"tol \(the violation bound\)"):
+        fit_params(vars(train_sodm.parse_args(["--tol", "0"])))
     job = fit_params(vars(train_sodm.parse_args(["--gamma", "0.5", "--lam", "10"])))
     assert job == SODMClassifier(gamma=0.5, lam=10.0)._sodm_params()
 

@@ -121,8 +121,6 @@ class _SODMParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasRawPredictio
         for param, setting in ((self.maxIter, "epochs"), (self.tol, "epoch_tol")):
             if self.isSet(param):
                 settings[setting] = self.getOrDefault(param)
-        if settings["kernel"] == "linear":  # not the kernel solves' sweeps and violation bound
-            settings["max_iter"] = settings["tol"] = None
         return settings
 
     def _sodm_params(self) -> SODMParams:

@@ -45,7 +45,11 @@ def fit_params(settings: Mapping) -> SODMParams | DSVRGParams:
     """What :func:`train` fits for ``settings``: with kernel 'linear' DSVRGParams, whose λ, θ,
     v, strata and seed are read as :func:`sodm_params` reads them (so their defaults are
     SODMParams') and the rest from :data:`LINEAR_SETTINGS` (absent or None: DSVRGParams'
-    defaults); with any other kernel, :func:`sodm_params`."""
+    defaults); with any other kernel, :func:`sodm_params`. The kernel solves' violation bound
+    and sweeps (``tol``, ``max_iter``) are not read on the linear path, so not checked there."""
+    if settings.get("kernel") == "linear":
+        settings = {name: value for name, value in settings.items()
+                    if name not in ("tol", "max_iter")}
     params = sodm_params(settings)
     if params.kernel != "linear":
         return params
