@@ -142,7 +142,8 @@ def main() -> None:
     exact = newton_primal(X, y, args.lam, args.theta, args.v)
     exact_seconds = time.perf_counter() - start
     start = time.perf_counter()
-    single = svrg(X, y, args.lam, args.theta, args.v, epochs=args.epochs, relative_change_tol=1e-9)
+    single = svrg(X, y, args.lam, args.theta, args.v, epochs=args.epochs,
+                  relative_change_tol=1e-9)
     single_seconds = time.perf_counter() - start
 
     def accuracy(w, b=0.0):

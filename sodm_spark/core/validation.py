@@ -36,6 +36,12 @@ def check_odm_params(lam, theta, v) -> None:
         raise ValueError(f"v (μ in libodm) must lie in (0, 1], got {v!r}.")
 
 
+def check_positive_int(value, name: str) -> None:
+    """Refuse ``value`` unless it is a whole number >= 1, naming the setting ``name``."""
+    if int(value) != value or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}.")
+
+
 def describe_rows(rows: np.ndarray, limit: int = 10) -> str:
     """'rows 3, 17 and 5 more' — 0-based row numbers, the first ``limit`` of them."""
     rows = np.asarray(rows)

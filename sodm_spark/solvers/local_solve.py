@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..core.labels import plus_minus
-from ..core.validation import check_odm_params
+from ..core.validation import check_odm_params, check_positive_int
 from ..core.sparse_rows import memory_width
 from .kernel_rows import kernel_fits_cache
 from .odm_dcd import solve_odm_dual
@@ -91,8 +91,7 @@ class LocalSolve:
         if not 0.0 < self.violation_tol < np.inf:
             raise ValueError(f"tol (the violation bound) must be a positive number, got "
                              f"{self.violation_tol!r}.")
-        if int(self.max_iter) != self.max_iter or self.max_iter < 1:
-            raise ValueError(f"max_iter must be a positive integer, got {self.max_iter!r}.")
+        check_positive_int(self.max_iter, "max_iter")
         if self.cache_mb is not None and not 0.0 <= self.cache_mb < np.inf:
             raise ValueError(f"cache_mb must be a number of MB >= 0, got {self.cache_mb!r}.")
         try:

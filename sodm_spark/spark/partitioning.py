@@ -23,6 +23,7 @@ import numpy as np
 
 from ..core.kernels import Kernel
 from ..core.sparse_rows import stack_rows
+from ..core.validation import check_positive_int
 from ..partition import (deal_positions, kmeans, nearest_center, nearest_landmark,
                          select_landmarks, stratum_offsets)
 from .io import MAX_BLOCK_BYTES, feature_bytes
@@ -50,12 +51,8 @@ class Partitioning:
         if self.partitioner not in PARTITIONERS:
             raise ValueError(f"Unknown partitioner {self.partitioner!r}; known: "
                              f"{', '.join(PARTITIONERS)}.")
-        if int(self.strata) != self.strata or self.strata < 1:
-            raise ValueError(f"strata must be a positive integer, got {self.strata!r}.")
-        if (int(self.landmark_candidates) != self.landmark_candidates
-                or self.landmark_candidates < 1):
-            raise ValueError(f"landmark_candidates must be a positive integer, got "
-                             f"{self.landmark_candidates!r}.")
+        check_positive_int(self.strata, "strata")
+        check_positive_int(self.landmark_candidates, "landmark_candidates")
 
 
 Chunk = namedtuple("Chunk", "order X y ids gamma stats")

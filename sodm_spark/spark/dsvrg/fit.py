@@ -30,7 +30,7 @@ import scipy.sparse
 from ...core.errors import SettingsError
 from ...core.kernels import Kernel
 from ...core.labels import accuracy_of_scores, coded_classes, plus_minus
-from ...core.validation import check_odm_params, check_two_classes
+from ...core.validation import check_odm_params, check_positive_int, check_two_classes
 from ...models.expansion import KernelExpansion
 from ...partition import nearest_landmark, partitions_look_like_whole, select_landmarks
 from ...solvers.svrg import (epoch_rng, loss_gradient_sum, row_sq_norms, sample_rows, step_for,
@@ -65,8 +65,7 @@ class DSVRGParams:
     def validate(self) -> None:
         """Refuse a bad setting, naming it (run once, as the parameters are built)."""
         check_odm_params(self.lam, self.theta, self.v)
-        if int(self.epochs) != self.epochs or self.epochs < 1:
-            raise ValueError(f"epochs must be a positive integer, got {self.epochs!r}.")
+        check_positive_int(self.epochs, "epochs")
         if not 0.0 <= self.relative_change_tol < np.inf:
             raise ValueError(f"relative_change_tol (the epochs' tol) must be a number >= 0, got "
                              f"{self.relative_change_tol!r}.")

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field, fields
 
 from ...core.kernels import Kernel
+from ...core.validation import check_positive_int
 from ...models.expansion import KernelExpansion
 from ...selection.stopping import StopRule
 from ...solvers.local_solve import LocalSolve
@@ -119,9 +120,7 @@ class SODMParams:
         if not 0.0 < self.validation_fraction < 1.0:
             raise ValueError(f"validation_fraction must lie in (0, 1), got "
                              f"{self.validation_fraction!r}.")
-        if int(self.validation_max_rows) != self.validation_max_rows or self.validation_max_rows < 1:
-            raise ValueError(f"validation_max_rows must be a positive integer, got "
-                             f"{self.validation_max_rows!r}.")
+        check_positive_int(self.validation_max_rows, "validation_max_rows")
 
     def settings(self) -> dict:
         """The fields a user sets (not the parts built from them), by name."""
