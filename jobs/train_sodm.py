@@ -116,7 +116,7 @@ def parse_args(argv=None, prog="train_sodm.py", description=None,
                           "accuracy by this much (absolute; default "
                           f"{defaults.min_improvement} = {100 * defaults.min_improvement:g} "
                           "points a level): the last merge's paired gain, --stop-confidence "
-                          "standard errors up, times the ratio of the last two levels' errors")
+                          "standard errors up, times the ratio of the last two merges' gains")
     stopping.add_argument("--stop-confidence", dest="confidence", type=float,
                           default=defaults.confidence,
                           help="standard errors of the paired comparisons between levels "

@@ -85,22 +85,36 @@ def test_the_paired_gain_counts_only_the_rows_that_changed():
         paired_gain(np.ones(3, bool), np.ones(4, bool))
 
 
-def test_the_next_gain_is_the_last_gains_times_the_ratio_of_the_errors():
+def test_the_next_gain_shrinks_as_the_last_two_gains_did():
+    # one merge measured: its gain times the ratio of the two levels' errors
     levels = _levels(1000, range(0, 60), range(0, 40))  # 6% -> 4% error
     gain, stderr = paired_gain(*levels)
     assert predicted_gain(levels) == pytest.approx(gain * 40 / 60)
     assert predicted_gain(levels, confidence=1.0) == pytest.approx(
         (gain + stderr) * 40 / 60)
     assert predicted_gain(levels[:1]) is None
-    # three levels: the mean of the last two merges' gains (+2 and +1 points)
+    # two merges (+2 then +1 points): the last gain times their ratio, 1/2
     three = _levels(1000, range(0, 60), range(0, 40), range(0, 30))
-    assert predicted_gain(three) == pytest.approx(0.015 * 30 / 40)
+    assert predicted_gain(three) == pytest.approx(0.01 * 0.5)
     assert predicted_gain(three, confidence=1.0) == pytest.approx(
-        (0.015 + np.sqrt(21 + 11) / 1000 / 2) * 30 / 40)
+        (0.01 + np.sqrt(11) / 1000) * 0.5)
+    # a learning curve e = 2% + 8%·3^-level: every merge gains a third of the one before,
+    # whatever the 2% no merge removes, and the prediction is the next merge's gain exactly
+    curve = [0.02 + 0.08 * 3.0 ** -k for k in range(4)]  # 10%, 4.67%, 2.89%, 2.30%
+    wrong = [range(0, round(10_000 * e)) for e in curve]
+    measured = _levels(10_000, *wrong)
+    assert predicted_gain(measured[:3]) == pytest.approx(curve[2] - curve[3], abs=2e-4)
+    # a growing gain is not extrapolated beyond the last one; a merge after one that gained
+    # nothing keeps its own gain
+    assert predicted_gain(_levels(1000, range(0, 60), range(0, 55), range(0, 45))) == \
+        pytest.approx(0.01)
+    assert predicted_gain(_levels(1000, range(0, 60), range(0, 60), range(0, 50))) == \
+        pytest.approx(0.01)
     # no merge can gain more than the error left on these rows
     assert predicted_gain(_levels(1000, range(0, 60), [])) == 0.0
-    # a merge that lost accuracy predicts a loss
+    # a merge that lost accuracy predicts no gain
     assert predicted_gain(_levels(1000, range(0, 40), range(0, 60))) < 0
+    assert predicted_gain(_levels(1000, range(0, 80), range(0, 40), range(0, 45))) == 0.0
 
 
 @pytest.mark.parametrize("wrong, expected", [
@@ -110,8 +124,11 @@ def test_the_next_gain_is_the_last_gains_times_the_ratio_of_the_errors():
     ([range(0, 80), range(1, 80)], None),  # +0.1 on 1 row: (0.1 + 0.14) × 79/80 ≥ 0.2
     # +0.1 then nothing: a mean of 0.05 ± 0.09 points
     ([range(0, 80), range(1, 80), range(1, 80)], SMALL_IMPROVEMENT),
-    # a merge that lost 0.5 points after one that gained 4: their mean is still a gain
-    ([range(0, 80), range(0, 40), range(0, 45)], None),
+    # a merge that lost 0.5 points after one that gained 4: the gains stopped (even one
+    # standard error up, the last merge lost), so the next one is not expected to gain
+    ([range(0, 80), range(0, 40), range(0, 45)], SMALL_IMPROVEMENT),
+    # +4 then +0.5 points: the next merge 1/8 of that, 0.06 (0.1 one standard error up)
+    ([range(0, 80), range(0, 40), range(0, 35)], SMALL_IMPROVEMENT),
     ([range(0, 80), range(0, 40), range(0, 40), range(0, 45)], SMALL_IMPROVEMENT),
     ([range(0, 80), range(0, 40), range(0, 30)], None),  # +1 point: go on
     ([range(0, 80), range(0, 2), range(0, 1)], SMALL_IMPROVEMENT),  # 0.1 points left to gain

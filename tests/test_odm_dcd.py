@@ -71,6 +71,23 @@ def test_same_seed_same_gamma_and_other_seed_same_optimum(problem):
     np.testing.assert_allclose(runs[0].gamma, runs[2].gamma, atol=1e-5)
 
 
+def test_a_given_signed_q_is_read_as_it_is_and_reaches_the_reference_optimum():
+    X, y = make_problem(m=90, d=4, seed=12)
+    kernel = Kernel.create("rbf", 0.4)
+    Q = q_matrix(X, y, kernel)
+    reference, reference_gamma = odm_dual_reference(Q, 30.0, 0.2, 0.5)
+    given = Q.copy()
+    result = solve_odm_dual(X, y, kernel, 30.0, 0.2, 0.5, violation_tol=1e-9, dtype=np.float64,
+                            signed_q=given)
+    assert result.converged and result.kernel_mode == "cached"
+    assert abs(result.objective - reference) <= 1e-6 * abs(reference)
+    np.testing.assert_allclose(result.gamma, reference_gamma, atol=1e-4)
+    np.testing.assert_allclose(result.u, Q @ result.gamma, atol=1e-9)
+    assert np.array_equal(given, Q)  # read, never written
+    with pytest.raises(ValueError, match="signed_q must be the 90×90 float32"):
+        solve_odm_dual(X, y, kernel, 30.0, 0.2, 0.5, signed_q=given)  # float64 for float32
+
+
 def test_cached_and_on_demand_paths_agree():
     X, y = make_problem(m=400, d=8, seed=5)
     kernel = Kernel.create("rbf", 0.1)

@@ -31,7 +31,7 @@ from ..core.kernels import Kernel, operand_rows
 from ..core.sparse_rows import as_float_rows
 from ..core.validation import check_odm_params
 from ..solvers.local_solve import LocalSolve, expansion_coefficients
-from ..solvers.kernel_rows import full_q_matrix
+from ..solvers.kernel_rows import full_q_matrix, signed_kernel
 
 # γ as multiples of "scale" (1/(d·Var x)) two octaves around it; λ over the decades where
 # accuracy moves on real data (the linear path is flat from 100 up, docs/jobs.md "λ for the
@@ -192,6 +192,11 @@ def search_partition(X, y, X_val, kernel: Kernel, grid: ParamGrid, *, n_classes:
     X = as_float_rows(X, np.float64)  # dense, or CSR (sparse_rows)
     X_val = as_float_rows(X_val, np.float64)
     y = np.asarray(y, dtype=np.float64)
+    # the rows in one seeded random order for every point (the solver's tiles are groups of
+    # neighbours), so that each γ multiple's Q = diag(y) K diag(y) is built once and every
+    # binary solve reads it as it is
+    order = np.random.default_rng([*np.atleast_1d(seed).tolist(), 71]).permutation(X.shape[0])
+    X, y = X[order], y[order]
     wanted = set(grid.gamma_scales if scales is None else scales)
     points = [p for p in grid.points() if p.gamma_scale in wanted]
     n_val, m = X_val.shape[0], X.shape[0]
@@ -199,8 +204,9 @@ def search_partition(X, y, X_val, kernel: Kernel, grid: ParamGrid, *, n_classes:
     stats = []
     index = 0
     for scale, scaled, K, K_val in _scaled_kernels(kernel, wanted, X, X_val):
-        K_val = K_val.astype(np.float64)
+        signed_q = None if n_classes else signed_kernel(K, y)
         warm = {}  # (θ, v) -> (λ, γ) of the last λ solved
+        first, coefficients = index, []
         for point in [p for p in points if p.gamma_scale == scale]:
             start = time.perf_counter()
             previous = None
@@ -213,15 +219,20 @@ def search_partition(X, y, X_val, kernel: Kernel, grid: ParamGrid, *, n_classes:
             solve = LocalSolve(point.lam, point.theta, point.v, violation_tol=violation_tol,
                                max_iter=max_iter)
             result = solve.solve(X, y, scaled, n_classes, warm_start=previous,
-                                 seed=[*np.atleast_1d(seed).tolist(), index], kernel_values=K)
+                                 seed=[*np.atleast_1d(seed).tolist(), index],
+                                 kernel_values=K if n_classes else None, signed_q=signed_q)
             warm[(point.theta, point.v)] = (point.lam, result.gamma)
-            scores[index] = K_val @ expansion_coefficients(y, result.gamma) if m else 0.0
+            coefficients.append(expansion_coefficients(y, result.gamma))
             stats.append({"sweeps": int(result.n_sweeps), "objective": float(result.objective),
                           "converged": bool(result.converged),
                           "seconds": time.perf_counter() - start})
             if on_point is not None:
                 on_point(index, point)
             index += 1
+        if m and coefficients:  # every point's share of f in one float32 GEMM
+            shares = np.tensordot(K_val, np.stack(coefficients, axis=1).astype(np.float32),
+                                  axes=([1], [0]))  # (n_val, points[, C])
+            scores[first:index] = np.moveaxis(shares, 1, 0)
     return points, scores, stats
 
 

@@ -103,7 +103,8 @@ class LocalSolve:
         object.__setattr__(self, "dtype", dtype.name)  # a plain name, whatever was given
 
     def solve(self, X, y, kernel, n_classes: int = 0, *, warm_start=None, seed=0,
-              seed_each_class: bool = True, kernel_values=None) -> LocalSolution:
+              seed_each_class: bool = True, kernel_values=None,
+              signed_q=None) -> LocalSolution:
         """Solve the local ODM dual(s) (Eqn 1) of ``X`` (m rows, dense or CSR) with ``kernel``.
 
         ``n_classes`` 0: ``y`` is ±1, one binary dual. C ≥ 3: ``y`` holds class numbers in
@@ -112,17 +113,22 @@ class LocalSolve:
         ``dtype``, else one binary solve after the other (the matrix did not fit: in practice
         kernel rows on demand), each seeded ``[*seed, c]``, or ``seed`` itself when not
         ``seed_each_class``. ``warm_start``: γ of the shape solved ((m,) or (m, C)) or None;
-        ``seed`` fixes every shuffle.
+        ``seed`` fixes every shuffle. ``signed_q`` (binary only): diag(y) K diag(y) of the rows
+        in their order, read as it is (:func:`~.odm_dcd.solve_odm_dual`).
         """
         dtype = np.dtype(self.dtype)
         if not n_classes:
             result = solve_odm_dual(X, y, kernel, self.lam, self.theta, self.v,
                                     violation_tol=self.violation_tol, max_iter=self.max_iter,
                                     gamma0=warm_start, seed=seed, cache_mb=self.cache_mb,
-                                    dtype=dtype, kernel_values=kernel_values)
+                                    dtype=dtype, kernel_values=kernel_values,
+                                    signed_q=signed_q)
             return LocalSolution(result.gamma, result.u, result.objective,
                                  np.array([result.objective]), np.array([result.n_sweeps]),
                                  result.kernel_mode, [result])
+        if signed_q is not None:
+            raise ValueError("signed_q is one binary problem's matrix; a multi-class solve "
+                             "takes kernel_values.")
         y_index = np.asarray(y).astype(np.int64)
         if kernel_values is not None or kernel_fits_cache(X.shape[0], memory_width(X),
                                                           self.cache_mb, dtype.itemsize):

@@ -1,16 +1,18 @@
 """Hyperparameter search on the top level's partitions, on Spark (``--tune``, and the default
 search of a job given no hyperparameter).
 
-One Spark job per γ multiple: every task takes one top-level partition (cut into seeded
-pieces of ``SEARCH_PARTITION_ROWS`` rows when larger, each solved as a partition of its own:
+One Spark job: every task takes one top-level partition (cut into seeded pieces of
+``SEARCH_PARTITION_ROWS`` rows when larger, each solved as a partition of its own:
 hyperparameters chosen on pieces of that size held at 22,000-row partitions, for a fraction of
-the kernel work), computes its kernel matrix, solves the local ODM for every (λ, θ, v) of the
-grid warm-started along λ (to ``SEARCH_TOL_FACTOR`` × the fit's violation bound), and returns
+the kernel work), computes its kernel matrix once (every further γ multiple of the RBF and
+Laplacian kernels is its element-wise power), solves the local ODM for every grid point
+warm-started along λ (to ``SEARCH_TOL_FACTOR`` × the fit's violation bound), and returns
 its share of the validation rows' decision values per grid point
 (:func:`sodm_spark.selection.tuning.search_partition`); the driver sums the shares (a level's f)
 and scores them, so on partitions no larger than the pieces each grid point's accuracy is the one
-a fit with that point would report for its top level. Progress is printed per grid point as
-each γ multiple finishes.
+a fit with that point would report for its top level. Every grid point is reported when the
+job ends (one job instead of one per γ multiple: the kernel once per partition, not once per
+multiple).
 """
 from __future__ import annotations
 
@@ -107,9 +109,9 @@ class SearchTaskSettings:
 
 
 def _search_task(records, X_val, kernel: Kernel, grid: ParamGrid,
-                 settings: SearchTaskSettings, scale):
-    """``mapPartitions`` function: for each top-level partition, every grid point of one γ
-    multiple: (scores, stats), summed over the partition's pieces when it is cut
+                 settings: SearchTaskSettings):
+    """``mapPartitions`` function: for each top-level partition, every grid point: (scores,
+    stats), summed over the partition's pieces when it is cut
     (:func:`~sodm_spark.selection.tuning.search_subsets`)."""
     for key, chunks in partitions_by_key(records):
         X, y, _, _ = assemble(chunks)
@@ -120,7 +122,7 @@ def _search_task(records, X_val, kernel: Kernel, grid: ParamGrid,
                 _, scores, stats = search_partition(
                     X[rows], y[rows], X_val, kernel, grid, n_classes=settings.n_classes,
                     violation_tol=settings.violation_tol, max_iter=settings.max_iter,
-                    seed=[settings.seed, 97, key], scales=[scale])
+                    seed=[settings.seed, 97, key])
             total = scores if total is None else total + scores
             merged = stats if merged is None else list(map(_pieces_stats, merged, stats))
         yield total, merged
@@ -167,25 +169,22 @@ def tune_sodm(sc, prepared: PreparedData, params: SODMParams, grid: ParamGrid,
                         partitions=n_parts, validation_rows=int(len(y_val)), default=default)
     total = len(grid)
     try:
-        for scale in sorted(grid.gamma_scales):
-            points = [p for p in grid.points() if p.gamma_scale == scale]
-            sc.setJobDescription(f"SODM tune: gamma x{scale:g}, {len(points)} grid points on "
-                                 f"{n_parts} partitions")
-            search = lambda records, scale=scale: _search_task(  # noqa: E731
-                records, X_val_b.value, kernel, grid, settings, scale)
-            shares = prepared.parts.mapPartitions(search).collect() if keys is None else \
-                sc.runJob(prepared.parts, search, partitions=sorted(keys))
-            scores = np.sum([share[0] for share in shares], axis=0)
-            for j, point in enumerate(points):
-                stats = [share[1][j] for share in shares]
-                entry = PointResult(point, accuracy_of_scores(scores[j], y_val, coded),
-                                    max(s["sweeps"] for s in stats),
-                                    all(s["converged"] for s in stats),
-                                    float(sum(s["seconds"] for s in stats)),
-                                    correct_rows(scores[j], y_val, coded))
-                result.points.append(entry)
-                if on_point is not None:
-                    on_point(entry, len(result.points), total)
+        sc.setJobDescription(f"SODM tune: {total} grid points on {n_parts} partitions")
+        search = lambda records: _search_task(  # noqa: E731
+            records, X_val_b.value, kernel, grid, settings)
+        shares = prepared.parts.mapPartitions(search).collect() if keys is None else \
+            sc.runJob(prepared.parts, search, partitions=sorted(keys))
+        scores = np.sum([share[0] for share in shares], axis=0)
+        for j, point in enumerate(grid.points()):
+            stats = [share[1][j] for share in shares]
+            entry = PointResult(point, accuracy_of_scores(scores[j], y_val, coded),
+                                max(s["sweeps"] for s in stats),
+                                all(s["converged"] for s in stats),
+                                float(sum(s["seconds"] for s in stats)),
+                                correct_rows(scores[j], y_val, coded))
+            result.points.append(entry)
+            if on_point is not None:
+                on_point(entry, len(result.points), total)
     finally:
         X_val_b.unpersist()
         sc.setJobDescription(None)

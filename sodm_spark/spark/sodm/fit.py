@@ -42,6 +42,12 @@ from .tasks import (FitTargets, LevelTaskSettings, PartitionStats, checkpoint_la
 #: "before") when that costs at most this many kernel multiply-adds (test rows × support
 #: vectors × features: a few seconds here); beyond, only with ``test_every_level``.
 CHEAP_SCORING_WORK = 1e12
+#: Every level's model is scored on the test rows too (for the levels table) when that costs at
+#: most this many multiply-adds a level (test rows × training rows × features: a fraction of a
+#: second here); beyond, only with ``test_every_level``. Scoring is inside the level's tasks, so
+#: it is training time: 10,000 test rows at 60,000 × 784 took 7.6 task-seconds at level 3,
+#: more than its solves.
+TEST_EVERY_LEVEL_WORK = 1e10
 
 
 def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
@@ -58,7 +64,7 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
     accuracy is ``SODMFit.test_accuracy``, and with ``test_every_level`` every level's model is
     scored too (inside the level's tasks, as the validation rows are: it costs test rows ×
     training rows kernel entries per level; None: when that is at most
-    :data:`CHEAP_SCORING_WORK`). ``on_plan(LevelPlan)`` is called before each
+    :data:`TEST_EVERY_LEVEL_WORK`). ``on_plan(LevelPlan)`` is called before each
     level (its predicted seconds) and ``on_level(LevelStats)`` as each level finishes (the job
     prints both). ``max_sv`` ("auto", "none"/None or N,
     :func:`~sodm_spark.models.compression.resolve_max_sv`) compresses the model before it
@@ -130,7 +136,7 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
     scored = [] if validation_pair is None else [validation_pair[0]]
     if test_every_level is None:
         test_every_level = test_pair is not None and \
-            len(test_pair[1]) * n_rows * width <= CHEAP_SCORING_WORK
+            len(test_pair[1]) * n_rows * width <= TEST_EVERY_LEVEL_WORK
     if test_every_level and test_pair is not None:
         scored.append(test_pair[0])
     eval_X = sc.broadcast(as_float_rows(stack_rows(scored), np.float32)) if scored else None
