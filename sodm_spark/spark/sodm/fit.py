@@ -239,7 +239,12 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
     if test_pair is not None:
         X_test, y_test = test_pair[0], raw_labels(test_pair[1], classes)
         cheap = len(y_test) * best.n_sv * width <= CHEAP_SCORING_WORK
-        if full_test is None and (compression is None or cheap):
+        if full_test is None and compression is None:
+            # the model written is the level itself, on the driver already: scored here with
+            # every core (10,000 rows against 27,467 support vectors of 784 features: 26.5 s as
+            # a job over level 1's three partitions, a few seconds here)
+            full_test = model.input_scores(X_test)
+        elif full_test is None and cheap:  # the uncompressed level, the report's "before"
             full_test = level_scores(sc, kept[chosen], X_test, kernel, "score the test set")
         if full_test is not None:  # the chosen level's own model
             best.test_accuracy = accuracy_of_scores(full_test, y_test, classes)
