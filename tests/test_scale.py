@@ -15,6 +15,7 @@ from sodm_spark.core.kernels import Kernel, decision_values
 from sodm_spark.data.big_data import deformed_fashion_mnist
 from sodm_spark.data.datasets import FASHION_MNIST_DIR, load_fashion_mnist
 from sodm_spark.models import compression
+from sodm_spark.models.expansion import KernelExpansion
 from sodm_spark.solvers.local_solve import LocalSolve
 from sodm_spark.spark.io import MAX_BLOCK_BYTES, read_blocks
 from sodm_spark.spark.memory import ExecutorMemory, MemoryBudgetError, check_fit_resources
@@ -312,12 +313,16 @@ def test_the_job_scores_only_the_final_model_when_scoring_every_level_is_dear(sp
     monkeypatch.setattr(sodm_fit, "TEST_EVERY_LEVEL_WORK", 1.0)
     assert train_sodm.main(["--data", str(tmp_path / "train.svm"), "--test-data",
                             str(tmp_path / "test.svm"), "--levels", "2", "--gamma", "0.3",
-                            "--lam", "100", "--metrics-out", str(tmp_path / "m.json")]) == 0
+                            "--lam", "100", "--metrics-out", str(tmp_path / "m.json"),
+                            "--model-out", str(tmp_path / "model")]) == 0
     metrics = json.loads((tmp_path / "m.json").read_text())
     scored = [entry for entry in metrics["levels"] if "test_accuracy" in entry]
     assert [entry["level"] for entry in scored] == [metrics["best_level"]]
     assert metrics["test_accuracy"] == scored[0]["test_accuracy"] > 0.7
     assert len(metrics["levels"]) >= 2
+    # the uncompressed model was scored on the driver: the saved model's own predictions
+    model = KernelExpansion.load(tmp_path / "model")
+    assert metrics["test_accuracy"] == pytest.approx(np.mean(model.predict(X_test) == y_test))
 
 
 def _fashion_installed():
