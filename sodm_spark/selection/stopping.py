@@ -20,7 +20,7 @@ the validation slice that every level predicts:
   errs towards running the level). The prediction is never more than the error left. The fit
   stops when even the prediction's upper bound (the last gain ``confidence`` standard errors
   higher, times the ratio) is below ``min_improvement``. Replayed on every level of six data
-  sets × three seeds (docs/benchmarks.md, "Automatic stopping against hindsight"), this stopped
+  sets × three seeds (docs/benchmarks.md, "How automatic stopping decides"), this stopped
   where the gains had shrunk (binary Fashion-MNIST after level 1 on two seeds of three) and
   cost 0.69 of every level's time, against 0.85 for the mean of the last two gains times the
   error ratio.
