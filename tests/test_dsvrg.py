@@ -228,15 +228,15 @@ def test_turns_over_several_input_partitions_give_the_same_w(spark, linear_data)
 
 
 def test_csr_blocks_without_zeros_are_solved_dense(spark):
-    """A CSR block at least half full is stacked dense (io.DENSE_FROM_DENSITY): the fit
-    from CSR rows with no zeros is then the fit from the same dense rows, bit for bit."""
-    from sodm_spark.spark.dsvrg.blocks import _dense_if_full
+    """A CSR block at least half full is stacked dense (core.sparse_rows.DENSE_FROM_DENSITY):
+    the fit from CSR rows with no zeros is then the fit from the same dense rows, bit for bit."""
+    from sodm_spark.core.sparse_rows import dense_if_full
     rng = np.random.default_rng(12)
     X = 1.0 + rng.random((400, 6))
     y = np.where(X @ rng.normal(size=6) > np.median(X @ rng.normal(size=6)), 1.0, -1.0)
-    assert isinstance(_dense_if_full(sp.csr_matrix(X)), np.ndarray)
+    assert isinstance(dense_if_full(sp.csr_matrix(X)), np.ndarray)
     half_empty = sp.csr_matrix(X * (rng.random(X.shape) < 0.3))
-    assert sp.issparse(_dense_if_full(half_empty))
+    assert sp.issparse(dense_if_full(half_empty))
     sc = spark.sparkContext
     params = DSVRGParams(LAM, THETA, V, epochs=3, relative_change_tol=0.0, n_partitions=2)
     dense = fit_dsvrg(sc, numpy_to_blocks(sc, X, y, n_slices=2), params, [-1.0, 1.0], 6)

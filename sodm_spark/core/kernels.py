@@ -29,8 +29,8 @@ import numba
 import numpy as np
 import scipy.sparse
 
-from .sparse_rows import (SparseOperand, as_float_rows, feature_variance, inner_products,
-                          is_sparse, squared_norms)
+from .sparse_rows import (DENSE_PRODUCT_DENSITY, SparseOperand, as_float_rows, dense_if_full,
+                          feature_variance, inner_products, is_sparse, squared_norms)
 
 KNOWN_KERNELS = ("linear", "rbf", "poly", "laplacian")
 _ALIASES = {"polynomial": "poly", "gaussian": "rbf"}
@@ -229,34 +229,17 @@ def kernel_matrix(kernel: Kernel, X: np.ndarray, Z: np.ndarray | None = None, dt
     return out
 
 
-#: CSR rows at least this full are scored as dense rows: their dense copy takes at most 4 times
-#: the CSR arrays' memory (8 bytes an entry against 12 a stored value), and one GEMM on every
-#: core beats the sparse products: 2,000 Fashion-MNIST rows (half of their values stored)
-#: against 27,467 such support vectors took 1.4 s dense, 4.2 s as CSR.
-DENSE_PRODUCT_DENSITY = 1.0 / 6.0
-
-
-def dense_if_full(rows, dtype=None):
-    """CSR ``rows`` as a dense array when at least :data:`DENSE_PRODUCT_DENSITY` of their
-    entries are stored, else ``rows`` unchanged."""
-    if not scipy.sparse.issparse(rows):
-        return rows
-    entries = rows.shape[0] * rows.shape[1]
-    if entries and rows.nnz >= DENSE_PRODUCT_DENSITY * entries:
-        return rows.toarray() if dtype is None else rows.astype(dtype).toarray()
-    return rows
-
-
 def decision_values(kernel: Kernel, X: np.ndarray, support_vectors: np.ndarray,
                     coefficients: np.ndarray, block_mb: float = 256.0,
                     dtype=np.float64) -> np.ndarray:
     """``k(X, SV) @ coefficients`` without holding more than one block of ``k(X, SV)``.
 
     ``coefficients`` is (n_sv,) or (n_sv, n_outputs); the result is (n,) or (n, n_outputs),
-    float64 whatever ``dtype`` the kernel blocks are computed in. CSR rows that are mostly
-    full are multiplied as dense rows (:func:`dense_if_full`).
+    float64 whatever ``dtype`` the kernel blocks are computed in. CSR rows at least
+    :data:`~.sparse_rows.DENSE_PRODUCT_DENSITY` full are multiplied as dense rows.
     """
-    X, support_vectors = dense_if_full(X, dtype), dense_if_full(support_vectors, dtype)
+    X, support_vectors = (dense_if_full(rows, dtype, DENSE_PRODUCT_DENSITY)
+                          for rows in (X, support_vectors))
     coefficients = np.asarray(coefficients, dtype=np.float64)
     out_shape = (X.shape[0],) + coefficients.shape[1:]
     result = np.zeros(out_shape)

@@ -41,10 +41,10 @@ import scipy.sparse
 from ..core import sparse_rows
 from ..core.errors import reported_to_driver
 from ..core.labels import labels_from_scores
-from ..core.sparse_rows import memory_width
+from ..core.sparse_rows import dense_if_full, memory_width
 from ..models import scoring
 from ..models.expansion import KernelExpansion
-from .io import ROW_ID_SHIFT, batch_matrix, dense_enough, numeric_array_column
+from .io import ROW_ID_SHIFT, batch_matrix, numeric_array_column
 from .io.arrow import is_vector_type, vector_rows
 from .memory import executor_cores
 
@@ -263,8 +263,7 @@ def _score_batches(spec, kind, n_features, key_col, precision, classes, block_by
                 rows = np.repeat(np.arange(n), np.diff(X.indptr))
                 finite = np.ones(n, dtype=bool)
                 finite[rows[~np.isfinite(X.data)]] = False
-                if dense_enough(X.nnz, n, n_features):  # dense vectors: one GEMM a block
-                    X = X.toarray()
+                X = dense_if_full(X)  # dense vectors: one GEMM a block
             else:
                 X = batch_matrix(batch, kind, 1, n_features)
                 finite = np.isfinite(X).all(axis=1)

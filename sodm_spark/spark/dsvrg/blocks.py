@@ -37,7 +37,7 @@ import numpy as np
 import scipy.sparse
 
 from ...core.labels import plus_minus
-from ..io import dense_enough
+from ...core.sparse_rows import dense_if_full
 
 # --- input chunks and stacked partitions ------------------------------------------------------
 
@@ -98,15 +98,6 @@ def _stack(chunks):
     return X, np.concatenate([chunk[1] for chunk in chunks])
 
 
-def _dense_if_full(X):
-    """``X`` as a dense array when it is a CSR block full enough
-    (:func:`sodm_spark.spark.io.dense_enough`; stacked blocks of a ``sparse=True`` read), else
-    unchanged."""
-    if scipy.sparse.issparse(X) and X.shape[0] and dense_enough(X.nnz, *X.shape):
-        return X.toarray()
-    return X
-
-
 def _stack_partition(items):
     """A Spark partition's (key, (X, y, ...)) records as one (X, y): keys in order, records of
     one key in the order the partition yields them (the same on every read of a cached RDD)."""
@@ -116,7 +107,7 @@ def _stack_partition(items):
     if not by_key:
         return None
     X, y = _stack([value for key in sorted(by_key) for value in by_key[key]])
-    return _dense_if_full(X), y
+    return dense_if_full(X), y  # a CSR block at least half full is solved dense
 
 
 # --- resident blocks (executor-local files, see the module docstring) -------------------------

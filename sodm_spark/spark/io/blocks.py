@@ -14,6 +14,7 @@ import numpy as np
 import scipy.sparse
 
 from ...core.errors import InputError, error_text
+from ...core.sparse_rows import DENSE_FROM_DENSITY, dense_enough
 from ...core.validation import max_abs_value
 from ...data.formats.libsvm import csr_to_dense
 
@@ -32,10 +33,6 @@ columns: the width for dense rows (an int), 1.5 per stored value of sparse ones 
 #: Row ids of CSV/Parquet/DataFrame rows: ``(partition_index << ROW_ID_SHIFT) + local row``.
 ROW_ID_SHIFT = 40
 
-#: With ``sparse="auto"`` a block at least this full is dense: no larger (8 bytes a cell against
-#: 16 a nonzero) and its SVRG steps are 3.6x faster (10^6 x 50 LIBSVM rows: 0.51 s vs 0.14 s
-#: per 500,000 steps), since the dense loop needs no indices and no lazy scaling.
-DENSE_FROM_DENSITY = 0.5
 
 
 #: Most bytes of features in one Block. A block is one Spark record, and a record crosses the
@@ -104,12 +101,6 @@ def check_positive(value, name):
 # ----------------------------------------------------------------------------------------------
 # Building blocks
 # ----------------------------------------------------------------------------------------------
-
-def dense_enough(nnz, n_rows, n_cols):
-    """Whether rows with ``nnz`` values in ``n_rows`` × ``n_cols`` cells are better stored dense
-    (:data:`DENSE_FROM_DENSITY`)."""
-    return nnz >= DENSE_FROM_DENSITY * n_rows * n_cols
-
 
 def feature_bytes(X) -> int:
     """Bytes of a dense or CSR feature matrix."""
