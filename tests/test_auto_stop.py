@@ -400,3 +400,47 @@ def test_the_rule_fires_with_the_defaults_where_merging_cannot_pay(spark):
                                                             stop_level=2), [-1.0, 1.0],
                      validation=validation)
     _same_model(fit.model, fixed.model)
+
+
+# --- the evaluation the docs report ---------------------------------------------------------------
+
+
+def test_the_stop_rule_replayed_on_the_stored_records_gives_the_documented_tables():
+    """docs/results/stopping.json holds the every-level runs of benchmarks/bench_stopping.py;
+    the default rule replayed on them must give the table of docs/benchmarks.md and the README
+    (a change of the rule without new figures fails here)."""
+    import json
+    import re
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root / "benchmarks"))
+    from bench_stopping import judge
+
+    runs = json.loads((root / "docs" / "results" / "stopping.json").read_text())["runs"]
+    judged = [judge(run, StopRule(), cores=2) for run in runs]
+    by_set = {}
+    for row in judged:
+        by_set.setdefault(row["dataset"], []).append(row)
+    assert len(by_set) >= 6 and all(len(rows) == 3 for rows in by_set.values())
+    table = (root / "docs" / "benchmarks.md").read_text()
+    names = {"fashion-mnist": "fashion-mnist, binary", "fashion-mnist-10": "fashion-mnist-10",
+             "letter": "letter", "satellite": "satellite", "shuttle": "shuttle",
+             "nonlinear": "sphere, generated"}
+    for name, rows in by_set.items():
+        line = next(line for line in table.splitlines() if line.startswith(f"| {names[name]}"))
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        assert cells[2] == ", ".join(str(r["chosen"]) for r in rows), line
+        assert cells[3] == ", ".join(str(r["best"]) for r in rows), line
+        assert float(cells[4]) == pytest.approx(max(r["lost_points"] for r in rows), abs=0.006)
+        assert float(cells[5]) == pytest.approx(np.mean([r["lost_points"] for r in rows]),
+                                                abs=6e-4)
+        share = sum(r["seconds"] for r in rows) / sum(r["every_level_seconds"] for r in rows)
+        assert float(cells[8]) == pytest.approx(share, abs=0.006), line
+    lost = [r["lost_points"] for r in judged]
+    share = sum(r["seconds"] for r in judged) / sum(r["every_level_seconds"] for r in judged)
+    totals = f"| {max(lost):.2f} / {np.mean(lost):.3f} | {share:.2f} |"
+    assert re.search(rf"\| all 18 runs \| \| {re.escape(totals[2:])}",
+                     (root / "README.md").read_text())
+    assert f"| all 18 runs | | | | {max(lost):.2f} | {np.mean(lost):.3f} |" in table
