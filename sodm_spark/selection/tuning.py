@@ -176,10 +176,9 @@ def _scaled_kernels(kernel: Kernel, scales, X: np.ndarray, X_val: np.ndarray):
 
 
 def search_partition(X, y, X_val, kernel: Kernel, grid: ParamGrid, *, n_classes: int = 0,
-                     violation_tol: float = 1e-3, max_iter: int = 1000, seed=0,
-                     scales=None, on_point=None):
-    """Solve one partition's local ODM for every grid point (or those with a γ multiple in
-    ``scales``) and return its share of the validation decision values.
+                     violation_tol: float = 1e-3, max_iter: int = 1000, seed=0):
+    """Solve one partition's local ODM for every grid point and return its share of the
+    validation decision values.
 
     ``y`` is ±1 (binary) or class numbers in [0, n_classes) (one-vs-rest duals of every class,
     solved together); ``X_val`` the validation rows; every point is solved until its largest
@@ -187,7 +186,6 @@ def search_partition(X, y, X_val, kernel: Kernel, grid: ParamGrid, *, n_classes:
     Returns (points, scores, stats): scores (n_points, n_val) or (n_points, n_val, C) in
     float64 — summed over partitions they are the top level's f — and per point a dict of
     sweeps, objective, convergence and seconds.
-    ``on_point(index, point)`` is called after each point.
     """
     X = as_float_rows(X, np.float64)  # dense, or CSR (sparse_rows)
     X_val = as_float_rows(X_val, np.float64)
@@ -197,13 +195,12 @@ def search_partition(X, y, X_val, kernel: Kernel, grid: ParamGrid, *, n_classes:
     # binary solve reads it as it is
     order = np.random.default_rng([*np.atleast_1d(seed).tolist(), 71]).permutation(X.shape[0])
     X, y = X[order], y[order]
-    wanted = set(grid.gamma_scales if scales is None else scales)
-    points = [p for p in grid.points() if p.gamma_scale in wanted]
+    points = grid.points()
     n_val, m = X_val.shape[0], X.shape[0]
     scores = np.zeros((len(points), n_val) + ((n_classes,) if n_classes else ()))
     stats = []
     index = 0
-    for scale, scaled, K, K_val in _scaled_kernels(kernel, wanted, X, X_val):
+    for scale, scaled, K, K_val in _scaled_kernels(kernel, grid.gamma_scales, X, X_val):
         signed_q = None if n_classes else signed_kernel(K, y)
         warm = {}  # (θ, v) -> (λ, γ) of the last λ solved
         first, coefficients = index, []
@@ -226,8 +223,6 @@ def search_partition(X, y, X_val, kernel: Kernel, grid: ParamGrid, *, n_classes:
             stats.append({"sweeps": int(result.n_sweeps), "objective": float(result.objective),
                           "converged": bool(result.converged),
                           "seconds": time.perf_counter() - start})
-            if on_point is not None:
-                on_point(index, point)
             index += 1
         if m and coefficients:  # every point's share of f in one float32 GEMM
             shares = np.tensordot(K_val, np.stack(coefficients, axis=1).astype(np.float32),
