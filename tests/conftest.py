@@ -2,6 +2,14 @@ import numpy as np
 import pytest
 
 
+def pytest_collection_modifyitems(items):
+    """Mark the tests that take the ``spark`` fixture, so that the rerun of the numerical tests
+    under other BLAS kernels (tests/test_blas_kernels.py) leaves them out."""
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.uses_spark)
+
+
 def make_problem(m=60, d=5, seed=0, noise=0.5):
     """A small, not linearly separable two-class problem with labels ±1."""
     rng = np.random.default_rng(seed)

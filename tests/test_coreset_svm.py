@@ -18,6 +18,8 @@ from sodm_spark.baselines.coreset_svm_solver import (build_coreset, merge_and_re
                                                      uniform_coreset)
 from sodm_spark.core.kernels import Kernel
 
+pytestmark = pytest.mark.numerics  # rerun under other BLAS kernels: tests/test_blas_kernels.py
+
 
 def imbalanced_problem(seed=0, n=2000, n_minority=40, n_flipped=10, d=3):
     """Two clusters, 2% minority class, a few flipped labels; rows scaled to ‖x‖ ≤ 1.

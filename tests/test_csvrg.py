@@ -13,6 +13,8 @@ from sodm_spark.estimators.sklearn import ODMClassifier
 from sodm_spark.models.expansion import KernelExpansion
 from sodm_spark.solvers import solve_odm_dual
 
+pytestmark = pytest.mark.numerics  # rerun under other BLAS kernels: tests/test_blas_kernels.py
+
 
 def rbf(A, B, gamma):
     """Plain numpy RBF kernel (independent of sodm_spark.core.kernels)."""

@@ -24,6 +24,8 @@ from sodm_spark.models.expansion import KernelExpansion
 
 from conftest import make_problem
 
+pytestmark = pytest.mark.numerics  # rerun under other BLAS kernels: tests/test_blas_kernels.py
+
 GAMMA = 0.4
 
 

@@ -6,6 +6,8 @@ from sklearn.svm import SVC
 
 from sodm_spark.core.kernels import Kernel, decision_values, iter_kernel_blocks, kernel_matrix
 
+pytestmark = pytest.mark.numerics  # rerun under other BLAS kernels: tests/test_blas_kernels.py
+
 rng = np.random.default_rng(1)
 X = rng.normal(size=(37, 6))
 Z = rng.normal(size=(23, 6))

@@ -1,9 +1,12 @@
 """Nyström features against scikit-learn's Nystroem and the closed-form approximation."""
 import numpy as np
+import pytest
 from sklearn.kernel_approximation import Nystroem
 
 from sodm_spark.baselines.nystroem import features, normalization, sample_landmarks
 from sodm_spark.core.kernels import Kernel
+
+pytestmark = pytest.mark.numerics  # rerun under other BLAS kernels: tests/test_blas_kernels.py
 
 
 def test_features_equal_scikit_learns_for_the_same_landmarks_and_approximate_k():

@@ -9,6 +9,8 @@ from sodm_spark.solvers import solve_odm_dual
 from conftest import make_problem
 from reference import kkt_residual, odm_dual_reference, odm_primal
 
+pytestmark = pytest.mark.numerics  # rerun under other BLAS kernels: tests/test_blas_kernels.py
+
 CASES = [  # kernel, gamma, lam, theta, v, m
     ("rbf", 0.3, 3.0, 0.2, 0.5, 60),
     ("rbf", 1.0, 200.0, 0.0, 1.0, 50),

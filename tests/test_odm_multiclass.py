@@ -12,6 +12,8 @@ from sodm_spark.core.kernels import Kernel
 from sodm_spark.solvers.odm_dcd import ODMProblem, solve_odm_dual
 from sodm_spark.solvers.odm_multiclass import one_vs_rest_signs, solve_odm_multiclass
 
+pytestmark = pytest.mark.numerics  # rerun under other BLAS kernels: tests/test_blas_kernels.py
+
 LAM, THETA, V = 50.0, 0.2, 0.4
 
 

@@ -11,6 +11,8 @@ from sodm_spark.partition import (deal_positions, kmeans, nearest_center, neares
                                   select_landmarks, stratum_offsets)
 from sodm_spark.partition.kmeans import _lloyd
 
+pytestmark = pytest.mark.numerics  # rerun under other BLAS kernels: tests/test_blas_kernels.py
+
 KERNELS = {
     "rbf": Kernel.create("rbf", gamma=0.2),
     "poly": Kernel.create("poly", gamma=0.5, degree=2, coef0=1.0),

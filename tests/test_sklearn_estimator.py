@@ -14,6 +14,8 @@ from sodm_spark.models.expansion import KernelExpansion
 
 from conftest import make_problem, model_files
 
+pytestmark = pytest.mark.numerics  # rerun under other BLAS kernels: tests/test_blas_kernels.py
+
 
 # Every check scikit-learn has for classifiers; the only one it skips by itself is
 # check_array_api_input (needs SCIPY_ARRAY_API and an array-API library; we take numpy only).

@@ -16,6 +16,8 @@ from sodm_spark.solvers.svrg import (SVRGResult, default_step, loss_gradient_sum
                                      svrg_inner)
 from tests.conftest import make_problem
 
+pytestmark = pytest.mark.numerics  # rerun under other BLAS kernels: tests/test_blas_kernels.py
+
 SETTINGS = [(1.0, 0.2, 0.5), (10.0, 0.5, 1.0)]
 
 
