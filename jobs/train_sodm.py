@@ -27,9 +27,9 @@ import scipy.sparse
 from sodm_spark.core.errors import SETTINGS, reported, run_job
 from sodm_spark.core.validation import check_two_classes, shown_classes
 from sodm_spark.data.datasets import make_linear, make_nonlinear
+from sodm_spark.models import input_projection
 from sodm_spark.models.compression import AUTO_ABOVE, AUTO_POINTS, METHODS as COMPRESSION_METHODS
 from sodm_spark.ops.jobconf import check_output_paths, gamma_arg, parse_with_defaults, write_outputs
-from sodm_spark.selection.stopping import ENTRY_COST, VALIDATION_WORK
 from sodm_spark.selection.tuning import DEFAULT_SEARCH_GRID_TEXT, SEARCH_PARTITION_ROWS, ParamGrid
 from sodm_spark.selection.tuning_report import point_line, table, write_report
 from sodm_spark.spark.dsvrg.fit import DSVRGParams
@@ -37,7 +37,7 @@ from sodm_spark.spark.io import check_blocks, read_blocks, read_libsvm_local
 from sodm_spark.spark.memory import check_collectable, check_fit_resources, executor_memory
 from sodm_spark.spark.partitioning import PARTITIONERS
 from sodm_spark.spark.session import PERSIST, collect_blocks, job_session, numpy_to_blocks
-from sodm_spark.spark.sodm.params import SODMParams
+from sodm_spark.spark.sodm.params import INPUT_MAPS, SODMParams
 from sodm_spark.spark.sodm.plan import (KERNEL_BOUND_FEATURES, TOP_PARTITION_ROWS, auto_level_count,
                                         check_levels_fit_rows, kernel_mb)
 from sodm_spark.spark.sodm.prepare import checked_classes
@@ -76,6 +76,13 @@ def parse_args(argv=None, prog="train_sodm.py", description=None,
     parser.add_argument("--scale", choices=("minmax", "none"), default=defaults.scale,
                         help="map every column onto [0, 1] before the kernel (default; the "
                         "model stores the map) or use the rows as they are")
+    parser.add_argument("--input-map", choices=INPUT_MAPS, default=defaults.input_map,
+                        help="auto (default): dense rows of at least "
+                        f"{input_projection.MIN_FEATURES} features and the rbf kernel are "
+                        "fitted on the principal components that keep "
+                        f"{input_projection.VARIANCE_KEPT * 100:.0f}%% of the variance when they are "
+                        "at most a third of the features (the model stores the map); none: "
+                        "always the features themselves")
     parser.add_argument("--kernel-offset", type=float, default=defaults.kernel_offset,
                         help="kernel ODM: solve with k + c, a penalized bias (default 0)")
     parser.add_argument("--lam", type=float, help=f"λ (default {defaults.lam:g})")
@@ -106,9 +113,8 @@ def parse_args(argv=None, prog="train_sodm.py", description=None,
                           f"(at most --validation-max-rows; default {defaults.validation_fraction})")
     stopping.add_argument("--validation-max-rows", type=int,
                           default=defaults.validation_max_rows,
-                          help="most rows held out (default %(default)s; fewer when scoring "
-                          "them would cost more than validation rows x training rows x "
-                          f"(features + {ENTRY_COST}) = {VALIDATION_WORK:.2g} a level)")
+                          help="most rows held out (default %(default)s: every training "
+                          "set of 100,000 rows or more gives that many)")
     stopping.add_argument("--validation-data",
                           help="validation rows from a file (same format) instead of held-out rows")
     stopping.add_argument("--min-improvement", type=float, default=defaults.min_improvement,
@@ -414,6 +420,9 @@ def levels_summary(fit, params):
                "stop_reason": fit.stop_reason, "best_level": fit.best_level,
                "validation_accuracy": best.validation_accuracy,
                "test_accuracy": fit.test_accuracy, "params": vars(params)}
+    if fit.input_map is not None:
+        summary["input_map"] = fit.input_map
+        show_input_map(fit.input_map)
     if fit.compression is not None:
         summary["compression"] = fit.compression
         summary["test_accuracy_uncompressed"] = best.test_accuracy
@@ -421,11 +430,33 @@ def levels_summary(fit, params):
     print(f"stopped after level {fit.stopped_at}: {fit.stop_reason}; the model is level "
           f"{fit.best_level}'s" + ("" if best.validation_accuracy is None else
                                    f" (validation accuracy {best.validation_accuracy:.4f} on "
-                                   f"{fit.validation_rows} rows)"), flush=True)
+                                   f"{fit.validation_rows:,} rows{_slice_reason(fit, params)})"),
+          flush=True)
     print(f"trained on {fit.n_rows:,} rows in {fit.train_seconds:.2f} s "
           f"(partitioning {fit.partition_seconds:.2f} s); {summary['n_sv']:,} support vectors"
           + ("" if fit.test_accuracy is None else f"; test accuracy {fit.test_accuracy:.4f}"))
     return summary
+
+
+def _slice_reason(fit, params) -> str:
+    """Why the held-out slice has fewer than --validation-max-rows rows, if it has."""
+    most = getattr(params, "validation_max_rows", None)
+    if most is None or fit.validation_rows >= most or getattr(params, "validation_data", None):
+        return ""
+    return (f": --validation-fraction {params.validation_fraction:g} of the rows; "
+            f"{most:,} from {most / params.validation_fraction:,.0f} rows on")
+
+
+def show_input_map(report):
+    """The input map's line: the components the kernel took, or why it took the features."""
+    if "reason" in report:
+        print(f"input map: the {report['features']:,} features themselves ({report['reason']})",
+              flush=True)
+        return
+    print(f"input map: {report['features']:,} features -> {report['components']:,} principal "
+          f"components ({report['variance_kept']:.1%} of the variance; on pairs of the sample "
+          f"the projected kernel is {report['mean_relative_difference']:.1%} from the raw one "
+          "on average)", flush=True)
 
 
 TARGETS_SHOWN = {"partitions": "their own partitions' models", "model": "the whole model"}

@@ -138,6 +138,16 @@ def test_the_stop_rule_on_constructed_levels(wrong, expected):
     assert rule.reason_to_stop(_levels(1000, *wrong), elapsed=1.0, next_seconds=1.0) == expected
 
 
+def test_a_level_cheaper_than_a_quarter_of_the_time_so_far_is_never_skipped():
+    rule = StopRule(min_improvement=0.002)
+    levels = _levels(1000, range(0, 80), range(0, 80))  # no row changed: at most 0.1 next
+    assert rule.reason_to_stop(levels, elapsed=8.0, next_seconds=1.9) is None
+    assert rule.reason_to_stop(levels, elapsed=8.0, next_seconds=2.1) == SMALL_IMPROVEMENT
+    assert rule.reason_to_stop(levels, elapsed=8.0, next_seconds=None) == SMALL_IMPROVEMENT
+    # the time budget still binds a cheap level
+    assert StopRule(time_budget=9.0).reason_to_stop(levels, 8.0, 1.9) == TIME_BUDGET
+
+
 def test_a_higher_confidence_runs_more_levels():
     levels = _levels(1000, range(0, 80), range(0, 80))  # no row changed
     assert StopRule(confidence=1.0).reason_to_stop(levels, 1.0, 1.0) == SMALL_IMPROVEMENT
@@ -205,16 +215,11 @@ def test_one_measured_level_splits_its_seconds_with_the_estimates_made_before_it
         predict_seconds(two, 3, 17970, cores))
 
 
-def test_the_validation_slice_is_as_large_as_scoring_it_cheaply_allows():
-    assert validation_share(0.1, 10_000, 60_000, 784) == pytest.approx(0.1)  # 6,000 rows
-    # 600,000 × 784: scoring 10% would cost 60,000 × 600,000 kernel entries of 784 features
-    assert validation_share(0.1, 10_000, 600_000, 784) * 600_000 == pytest.approx(
-        5.8e11 / (600_000 * (784 + 125)))
-    # few features: the exp, not the products, is what an entry costs
-    assert validation_share(0.1, 10_000, 2_000_000, 12) * 2_000_000 == pytest.approx(
-        5.8e11 / (2_000_000 * 137))
-    assert validation_share(0.1, 10_000, 10**8, 784) * 10**8 == pytest.approx(1000)  # the floor
-    assert validation_share(0.1, 500, 60_000, 10) * 60_000 == pytest.approx(500)
+def test_the_validation_slice_is_ten_percent_and_ten_thousand_from_100_000_rows_on():
+    assert validation_share(0.1, 10_000, 60_000) == pytest.approx(0.1)  # 6,000 rows
+    for rows in (100_000, 600_000, 2_398_187, 10**8):
+        assert validation_share(0.1, 10_000, rows) * rows == pytest.approx(10_000)
+    assert validation_share(0.1, 500, 60_000) * 60_000 == pytest.approx(500)
 
 
 def test_the_validation_rows_depend_on_the_row_id_and_seed_only():
@@ -288,6 +293,28 @@ def test_replaying_a_fit_of_every_level_decides_as_automatic_stopping(spark, dat
     assert solved == [e.level for e in stopped.levels] and chosen == stopped.best_level
     for mine, theirs in zip(stopped.levels, every.levels):
         assert mine.validation_wrong == theirs.validation_wrong
+
+
+def test_a_training_set_of_100_000_rows_or_more_holds_out_exactly_10_000(spark):
+    from sodm_spark.selection.stopping import holdout_values
+    from sodm_spark.spark.sodm.prepare import prepare_sodm
+
+    sc = spark.sparkContext
+    for n in (60_000, 100_000, 130_000):
+        X, y = make_problem(m=n, d=3, seed=n)
+        prepared = prepare_sodm(sc, numpy_to_blocks(sc, X, y),
+                                SODMParams(levels=2, scale="none"), [-1.0, 1.0],
+                                partition=False)
+        X_val = prepared.validation_pair[0]
+        if n < 100_000:  # 10% of the rows, a Bernoulli draw: 6,000 ± 77
+            assert abs(X_val.shape[0] - 0.1 * n) < 5 * np.sqrt(0.1 * n)
+            continue
+        # the 10,000 rows of least hash value, whatever the blocks
+        held = np.argsort(holdout_values(np.arange(n), 0))[:10_000]
+        assert X_val.shape[0] == 10_000 and prepared.n_rows == n - 10_000
+        np.testing.assert_array_equal(np.sort(X_val[:, 0]), np.sort(X[held, 0]))
+        assert prepared.training.map(lambda b: b[0].shape[0]).sum() == n - 10_000
+        prepared.labelled.unpersist()
 
 
 def test_held_out_rows_are_left_out_of_training_and_scored(spark, data):

@@ -61,6 +61,9 @@ degree             int    polynomial degree
 coef0              float  polynomial offset
 fitIntercept       bool   linear kernel: fit an unpenalized intercept (as MLlib's LinearSVC)
 kernelOffset       float  other kernels: solve with k + c, a penalized bias (default 0)
+inputMap           text   auto (dense rows of 256+ features, rbf kernel: fitted on the
+                          principal components that keep 95% of the variance when they are at
+                          most a third of the features; stored in the model) or none
 scale              text   minmax (every column onto [0, 1] before the kernel, stored in the
                           model) or none
 lam                float  λ > 0, weight of the margin loss

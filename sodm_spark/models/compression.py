@@ -36,6 +36,7 @@ from ..core.resources import available_memory_mb
 from ..core.sparse_rows import as_float_rows
 from ..partition import kmeans, select_landmarks
 from .expansion import InputMap, KernelExpansion
+from .input_projection import principal_directions
 
 METHODS = ("random", "landmarks", "largest", "kmeans")
 #: Why k-means compression refuses a model of sparse rows, and what to use instead.
@@ -183,16 +184,13 @@ def principal_projection(sample: np.ndarray, kernel, components: int | None = No
     min_variance = PROJECTION_MIN_VARIANCE if min_variance is None else min_variance
     if scipy.sparse.issparse(sample):  # sparse rows keep their kernel inputs
         return None
-    sample = np.asarray(sample, dtype=np.float64)
     n, d = sample.shape
     if kernel.name != "rbf" or d <= 2 * components or n < 2 * components:
         return None
-    center = sample.mean(axis=0)
-    _, singular, directions = np.linalg.svd(sample - center, full_matrices=False)
-    energy = singular ** 2
-    if energy.sum() <= 0 or energy[:components].sum() < min_variance * energy.sum():
+    center, directions, shares = principal_directions(sample)
+    if shares.sum() <= 0 or shares[:components].sum() < min_variance:
         return None
-    return InputMap(center=center, components=directions[:components].T.copy())
+    return InputMap(center=center, components=directions[:, :components].copy())
 
 
 def fit_coefficients(kernel, points: np.ndarray, rows: np.ndarray, targets: np.ndarray,

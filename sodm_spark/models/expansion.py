@@ -10,7 +10,7 @@ import io
 import json
 import os
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import scipy.sparse
@@ -62,6 +62,13 @@ class InputMap:
         out = np.asarray(X @ components)
         out -= self.center.astype(dtype) @ components
         return out
+
+    def followed_by(self, center: np.ndarray, components: np.ndarray) -> "InputMap":
+        """This map with its projection followed by a second one, ``(y − center) @ components``
+        of the projected rows y, as one projection: ``((x − c₁)V₁ − c₂)V₂ = (x − c)V₁V₂`` with
+        ``c = c₁ + c₂V₁ᵀ``, since V₁'s columns are orthonormal (V₁ᵀV₁ = I)."""
+        return replace(self, center=self.center + np.asarray(center) @ self.components.T,
+                       components=self.components @ np.asarray(components))
 
     def __call__(self, X):
         """The scaling, then the projection. Dense rows scaled per column take both in one

@@ -257,6 +257,13 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
         compression["validation"] = compare_scores(
             full[:n_validation], model.input_scores(validation_pair[0]),
             raw_labels(validation_pair[1], classes), classes)
+    if prepared.projection is not None:  # scored above on projected rows; it takes raw ones
+        projection = prepared.projection
+        if model.projection_components is not None:  # the compression projected them again
+            projection = projection.followed_by(model.projection_center,
+                                                model.projection_components)
+        model = replace(model, projection_center=projection.center,
+                        projection_components=projection.components)
     for rdd in kept.values():
         rdd.unpersist()
     sc.setJobDescription(None)
@@ -264,7 +271,8 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
                    partition_seconds=partition_seconds, n_rows=n_rows, stopped_at=level,
                    stop_reason=stop_reason, best_level=chosen,
                    validation_rows=n_validation,
-                   test_accuracy=test_accuracy, compression=compression)
+                   test_accuracy=test_accuracy, compression=compression,
+                   input_map=prepared.input_map_report)
 
 
 def _level_model(sc, solved, entry, prepared, max_sv, method, seed, local_fit=None):
@@ -272,7 +280,8 @@ def _level_model(sc, solved, entry, prepared, max_sv, method, seed, local_fit=No
     n_points = resolve_max_sv(max_sv, entry.n_sv)
     if n_points is None:
         return collect_level(sc, solved, prepared.kernel, prepared.classes, entry.n_sv,
-                             prepared.n_features, _row_bytes(prepared), prepared.multi), None
+                             prepared.kernel_features, _row_bytes(prepared),
+                             prepared.multi), None
     start = time.perf_counter()
     model, fit_rows, targets, passes = compress_level(
         sc, solved, prepared.kernel, prepared.classes, entry.n_sv, n_points, method, seed,
@@ -286,7 +295,7 @@ def _level_model(sc, solved, entry, prepared, max_sv, method, seed, local_fit=No
 def _row_bytes(prepared) -> float:
     """Bytes of a training row on the way to the driver: dense rows are float32, a sparse
     row's values 12 bytes each (8 a memory column)."""
-    return 8 * prepared.row_width if prepared.sparse else 4 * prepared.n_features
+    return 8 * prepared.row_width if prepared.sparse else 4 * prepared.kernel_features
 
 
 def _validated(levels, n_validation):

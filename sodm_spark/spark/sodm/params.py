@@ -21,6 +21,7 @@ from ..records import StatsRecord
 
 WARM_STARTS = ("scaled", "concat")
 SCALINGS = ("minmax", "none")
+INPUT_MAPS = ("auto", "none")
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,9 @@ class SODMParams:
     # both maps are the same; on others a sparse and a dense copy of the rows are scaled
     # differently (sodm_spark.core.column_stats)
     scale: str = "minmax"
+    # "auto": wide dense rows of the RBF kernel are fitted on their principal components where
+    # the rule of sodm_spark.models.input_projection holds (stored in the model); "none": never
+    input_map: str = "auto"
     # λ = 1e5 and v = 0.2 with γ = 'scale': the values SODMClassifier and a job given only
     # some hyperparameters fall back on; 9.0 points above the former λ = 1e3, v = 0.5 on letter,
     # 5.6 on shuttle (docs/jobs.md, "Default hyperparameters"). A job given none searches γ and λ
@@ -71,8 +75,7 @@ class SODMParams:
     # automatic stopping (sodm_spark.selection.stopping): a validation slice scored after every
     # level
     auto_stop: bool = True
-    # 10% of the rows, at most 10,000, and fewer when scoring them would cost more than
-    # sodm_spark.selection.stopping.VALIDATION_WORK a level (n_val × M × (d + ENTRY_COST))
+    # 10% of the rows, at most 10,000 (sodm_spark.selection.stopping.validation_share)
     validation_fraction: float = 0.1
     validation_max_rows: int = 10_000
     min_improvement: float = 0.002
@@ -113,6 +116,9 @@ class SODMParams:
                              f"{self.cache_mb!r}.")
         if self.scale not in SCALINGS:
             raise ValueError(f"scale must be one of {', '.join(SCALINGS)}, got {self.scale!r}.")
+        if self.input_map not in INPUT_MAPS:
+            raise ValueError(f"input_map must be one of {', '.join(INPUT_MAPS)}, got "
+                             f"{self.input_map!r}.")
         if self.warm_start not in WARM_STARTS:
             raise ValueError(f"warm_start must be one of {', '.join(WARM_STARTS)}, got {self.warm_start!r}.")
         # names the known kernels, checks the offset (γ is resolved from the rows later)
@@ -185,3 +191,6 @@ class SODMFit:
     validation_rows: int = 0
     test_accuracy: float | None = None  # of ``model`` (compressed or not) on the test rows
     compression: dict | None = None  # max_sv, method, support vectors and accuracies before/after
+    # the input map's rule: features, components, variance kept and kernel agreement, or the
+    # reason the rows kept their features (sodm_spark.models.input_projection); None: not tried
+    input_map: dict | None = None

@@ -24,8 +24,10 @@ from ...core.column_stats import ColumnStats, scale_rows
 from ...core.errors import SettingsError
 from ...core.kernels import Kernel, gamma_value
 from ...core.labels import coded_labels, raw_labels
-from ...core.sparse_rows import as_float_rows, stack_rows
-from ...selection.stopping import holdout_mask, validation_share
+from ...core.sparse_rows import DENSE_PRODUCT_DENSITY, as_float_rows, dense_enough, stack_rows
+from ...models import input_projection
+from ...selection.stopping import (exact_share, holdout_mask, holdout_values,
+                                   oversampled_share, validation_share)
 from ..io import check_blocks
 from ..memory import executor_memory
 from ..partitioning import landmark_candidates_wanted, partition_blocks
@@ -44,16 +46,17 @@ def _coded_block(block, classes):
 
 
 def _held_out_rows(block, seed, fraction, candidate_fraction):
-    """(X, ±1 y) of the rows of a (X, ±1 y, ids) block held out for validation, and a seeded
-    sample of its other rows as landmark candidates (one pass for both)."""
+    """(X, ±1 y, hash values) of the rows of a (X, ±1 y, ids) block held out for validation,
+    and a seeded sample of its other rows as landmark candidates (one pass for both)."""
     X, y, ids = block
-    rows = holdout_mask(ids, seed, fraction)
+    values = holdout_values(ids, seed)
+    rows = values < fraction
     held = X[rows]
     kept = X[~rows]
     key = int(ids[0]) if ids.size else 0  # stable per block, whatever the block layout
     candidates = kept[np.random.default_rng([seed, 7, key]).random(kept.shape[0])
                       < candidate_fraction]
-    return held, y[rows], candidates
+    return held, y[rows], values[rows], candidates
 
 
 def _kept_rows(block, seed, fraction):
@@ -81,6 +84,19 @@ def _scaled(block, scaling):
     ids): :func:`sodm_spark.core.column_stats.scale_rows`."""
     X, y, ids = block
     return scale_rows(X, *scaling), y, ids
+
+
+def _projected(block, projection):
+    """(X mapped onto the fit's principal directions, in X's float dtype, y, ids)."""
+    X, y, ids = block
+    return projection.projected(X), y, ids
+
+
+def _sampled_rows(block, seed, fraction):
+    """A seeded sample of a (X, y, ids) block's rows, the same whatever the block layout."""
+    X, _, ids = block
+    key = int(ids[0]) if ids.size else 0
+    return X[np.random.default_rng([seed, 11, key]).random(X.shape[0]) < fraction]
 
 
 def _as_csr(block):
@@ -142,6 +158,17 @@ class PreparedData:
     # pairs are mapped
     row_width: float = 0.0  # memory of a row in float64 columns (sparse_rows.memory_width)
     sparse: bool = False  # the rows are CSR
+    # the scaled rows' principal directions the kernel takes instead of the features
+    # (sodm_spark.models.input_projection; None: the features themselves); the training rows,
+    # candidates, test and validation pairs are mapped, and the model stores it
+    projection: object = None
+    input_map_report: dict | None = None  # the rule's figures (input_projection)
+
+    @property
+    def kernel_features(self) -> int:
+        """Inputs of the kernel: the projection's components, else the features."""
+        return self.n_features if self.projection is None else \
+            int(self.projection.components.shape[1])
 
     @property
     def multi(self) -> bool:
@@ -190,22 +217,27 @@ def prepare_sodm(sc, blocks, params: SODMParams, classes, test=None, validation=
     training, validation_pair, candidates = labelled, validation, None
     if validation is None and hold_out:
         fraction = validation_share(params.validation_fraction, params.validation_max_rows,
-                                    n_all, row_width(stats))
+                                    n_all)
         seed = params.seed
         wanted = landmark_candidates_wanted(params.partitioner, params.strata, n_all,
                                             params.p ** params.levels,
                                             params.landmark_candidates)
         candidate_fraction = min(1.0, 1.2 * wanted / n_all)
         sc.setJobDescription("SODM: hold out the validation rows, sample landmark candidates")
+        drawn = oversampled_share(fraction, params.validation_max_rows, n_all)
         pieces = labelled.map(
-            lambda b: _held_out_rows(b, seed, fraction, candidate_fraction)).collect()
+            lambda b: _held_out_rows(b, seed, drawn, candidate_fraction)).collect()
         X_val = stack_rows([piece[0] for piece in pieces])
+        y_val = np.concatenate([piece[1] for piece in pieces])
+        values = np.concatenate([piece[2] for piece in pieces])
+        if drawn > fraction:  # trimmed to exactly validation_max_rows rows
+            fraction = exact_share(values, params.validation_max_rows, drawn)
+            X_val, y_val = X_val[values < fraction], y_val[values < fraction]
         if 0 < X_val.shape[0] < n_all:
-            y_val = np.concatenate([piece[1] for piece in pieces])
             validation_pair = (X_val, raw_labels(y_val, classes))
             stats = stats.without(X_val)
             training = labelled.map(lambda b: _kept_rows(b, seed, fraction))
-            candidates = stack_rows([piece[2] for piece in pieces]) if wanted else None
+            candidates = stack_rows([piece[3] for piece in pieces]) if wanted else None
     n_rows = stats.n
     # enough rows in all, maybe too few once the validation rows are out
     check_levels_fit_rows(n_rows, params.p, params.levels, held_out=n_all - n_rows)
@@ -227,18 +259,51 @@ def prepare_sodm(sc, blocks, params: SODMParams, classes, test=None, validation=
         params.gamma, n_features, stats.variance(*(scaling[:2] if scaling else (None, None))))
     kernel = Kernel.create(params.kernel, gamma, params.degree, params.coef0,
                            offset=params.kernel_offset)
+    projection, input_map_report = None, None
+    if params.input_map == "auto":
+        projection, input_map_report = _input_map(sc, training, candidates, stats, kernel,
+                                                  params.seed)
+    if projection is not None:
+        training = training.map(lambda b: _projected(b, projection))
+        if candidates is not None:
+            candidates = projection.projected(candidates)
     prepared = PreparedData(
         params=params, labelled=labelled, training=training, classes=classes, kernel=kernel,
         n_rows=n_rows, n_features=n_features, started=started, candidates=candidates,
-        fingerprint=data_fingerprint, scaling=scaling, row_width=row_width(stats),
-        sparse=stats.sparse,
+        fingerprint=data_fingerprint, scaling=scaling,
+        row_width=row_width(stats) if projection is None else projection.components.shape[1],
+        sparse=stats.sparse and projection is None, projection=projection,
+        input_map_report=input_map_report,
         test_pair=None if test is None else _plus_minus(test, classes, n_features, "test",
-                                                        scaling),
+                                                        scaling, projection),
         validation_pair=None if validation_pair is None else _plus_minus(
-            validation_pair, classes, n_features, "validation", scaling))
+            validation_pair, classes, n_features, "validation", scaling, projection))
     if partition:
         partition_prepared(sc, prepared, params)
     return prepared
+
+
+def _input_map(sc, training, candidates, stats: ColumnStats, kernel, seed: int):
+    """(the principal-component map of the scaled training rows, or None, and the rule's
+    report: :func:`sodm_spark.models.input_projection.fit_input_projection`) from a seeded
+    sample of at most ``SAMPLE_ROWS`` rows: the landmark candidates when there are enough of
+    them, else one sampling pass. CSR rows full enough to be multiplied as dense rows
+    (LIBSVM pixels) are mapped too, and come out dense; no report for other CSR rows, another
+    kernel or fewer than ``MIN_FEATURES`` features (nothing was tried)."""
+    mostly_full = not stats.sparse or dense_enough(int(stats.stored.sum()), stats.n, stats.d,
+                                                   DENSE_PRODUCT_DENSITY)
+    if not mostly_full or kernel.name != "rbf" or stats.d < input_projection.MIN_FEATURES:
+        return None, None
+    sample, wanted = candidates, input_projection.SAMPLE_ROWS
+    if sample is None or sample.shape[0] < wanted // 2:
+        sc.setJobDescription("SODM: sample rows for the input map")
+        share = min(1.0, 1.1 * wanted / stats.n)
+        sample = stack_rows(training.map(lambda b: _sampled_rows(b, seed, share)).collect())
+    if sample.shape[0] > wanted:
+        sample = sample[np.sort(np.random.default_rng([seed, 11]).choice(
+            sample.shape[0], wanted, replace=False))]
+    return input_projection.fit_input_projection(
+        sample.toarray() if scipy.sparse.issparse(sample) else sample, kernel, stats.d)
 
 
 def partition_prepared(sc, prepared: PreparedData, params: SODMParams) -> None:
@@ -261,10 +326,10 @@ def row_width(stats: ColumnStats) -> int | float:
     return 1.5 * float(stats.stored.sum()) / max(1, stats.n) + 1.0
 
 
-def _plus_minus(pair, classes, n_features, what, scaling=None):
+def _plus_minus(pair, classes, n_features, what, scaling=None, projection=None):
     """(float64 X, ±1 y) of a driver-side (X, raw y) pair checked against the training data
     (class numbers instead of ±1 for 3+ classes), X (dense or CSR) mapped by ``scaling``
-    (offset, scale, columns)."""
+    (offset, scale, columns), then by ``projection`` (an InputMap's principal directions)."""
     X, y = as_float_rows(pair[0], np.float64), np.asarray(pair[1])
     unknown = np.setdiff1d(y, classes)
     if unknown.size:
@@ -275,4 +340,6 @@ def _plus_minus(pair, classes, n_features, what, scaling=None):
                          f"data {n_features}.")
     if scaling is not None:
         X = scale_rows(X, *scaling)
+    if projection is not None:
+        X = projection.projected(X)
     return X, coded_labels(y, classes)
