@@ -81,8 +81,8 @@ cacheMb            float  cap on the kernel cache per task in MB (unset: the mem
 autoStop           bool   stop merging when a level no longer improves the validation accuracy
                           by minImprovement (a held-out validationFraction of the rows); the
                           model is the best level's
-validationFraction float  share of the rows held out for autoStop (at most 10,000 rows, fewer
-                          when scoring them would cost more)
+validationFraction float  share of the rows held out for autoStop (at most 10,000 rows:
+                          exactly that many from 100,000 rows on)
 minImprovement     float  autoStop: least validation accuracy gain a merge must bring
 timeBudget         float  autoStop: no level whose predicted seconds would end the fit later
 """
