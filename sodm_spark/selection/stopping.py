@@ -27,8 +27,10 @@ the validation slice that every level predicts:
 * **cheap levels run**: a level predicted to cost less than :data:`CHEAP_LEVEL_SHARE` of the
   training time so far is never skipped for a small expected gain: a merge that costs little
   next to what the fit has already spent is worth its chance of a gain the slice's few changed
-  rows cannot promise (a 3,680-row spam set stopped after level 1, 0.9262 test, with level 0
-  predicted at 1.9 s after 5.8 s; run, it gave 0.9359).
+  rows cannot promise. Replayed on the stored every-level records (docs/benchmarks.md), it
+  changes no decision; it does not reach every cheap level that paid either (a 3,680-row spam
+  set stopped after level 1, 0.9262 test, with level 0 predicted at 1.9 s after 5.8 s, a third
+  of the time so far; run, it gave 0.9359).
 * ``time_budget``: the next level's predicted seconds (:func:`predict_seconds`, from the cost
   of the levels solved so far) would end the fit after this many seconds.
 
@@ -57,8 +59,8 @@ def validation_share(fraction: float, max_rows: int, n_rows: int) -> float:
     """The share of ``n_rows`` rows held out: ``fraction``, at most ``max_rows`` rows (10% and
     10,000 by default: the full 10,000 from 100,000 rows on). Scoring them costs each level
     validation rows × training rows kernel entries (10,000 rows at 600,000 × 175 inputs, about
-    38 core-seconds a level), which buys a slice where a gain of 0.2 points
-    is 20 rows, not the 2 of a 1,000-row slice."""
+    38 core-seconds a level), which buys a slice where a gain of 0.2 points is 20 rows, not
+    the 2 of a 1,000-row slice."""
     return min(fraction, max_rows / n_rows)
 
 
