@@ -24,13 +24,6 @@ the validation slice that every level predicts:
   where the gains had shrunk (binary Fashion-MNIST after level 1 on two seeds of three) and
   cost 0.69 of every level's time, against 0.85 for the mean of the last two gains times the
   error ratio.
-* **cheap levels run**: a level predicted to cost less than :data:`CHEAP_LEVEL_SHARE` of the
-  training time so far is never skipped for a small expected gain: a merge that costs little
-  next to what the fit has already spent is worth its chance of a gain the slice's few changed
-  rows cannot promise. Replayed on the stored every-level records (docs/benchmarks.md), it
-  changes no decision; it does not reach every cheap level that paid either (a 3,680-row spam
-  set stopped after level 1, 0.9262 test, with level 0 predicted at 1.9 s after 5.8 s, a third
-  of the time so far; run, it gave 0.9359).
 * ``time_budget``: the next level's predicted seconds (:func:`predict_seconds`, from the cost
   of the levels solved so far) would end the fit after this many seconds.
 
@@ -50,9 +43,6 @@ WARM_START_OPTIMAL = "every partition optimal at its warm start"
 SMALL_IMPROVEMENT = "next merge not expected to add min_improvement"
 TIME_BUDGET = "next level would exceed time_budget"
 NEXT_LEVEL_BLOCKED = "next level's kernels would not be cached with every core solving"
-#: A level predicted to cost less than this share of the training time so far is run whatever
-#: gain the look-ahead expects (StopRule.reason_to_stop).
-CHEAP_LEVEL_SHARE = 0.25
 
 
 def validation_share(fraction: float, max_rows: int, n_rows: int) -> float:
@@ -205,8 +195,7 @@ class StopRule:
         ``correct`` is the per-row validation correctness of the levels solved so far, in
         order; ``elapsed`` the seconds spent; ``next_seconds`` the next level's prediction.
         """
-        cheap = next_seconds is not None and next_seconds < CHEAP_LEVEL_SHARE * elapsed
-        if self.min_improvement is not None and not cheap:
+        if self.min_improvement is not None:
             upper = predicted_gain(correct, self.confidence)
             if upper is not None and upper < self.min_improvement:
                 return SMALL_IMPROVEMENT
