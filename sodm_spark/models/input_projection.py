@@ -4,9 +4,8 @@ An RBF kernel entry on d features costs d multiply-adds plus the exp and its boo
 about 125 more (measured scoring 996 rows against 338,207 support vectors of 784 features: 19 ns
 an entry on one core; 10,063 rows against 1,833,118 of 12 features: 3.2 ns), so on 784 pixels
 most of a level's kernel time, and most of scoring the validation and test rows, goes to the
-products.
-Wide image-like rows lie close to a subspace: on Fashion-MNIST 175 principal directions of 4,000 rows keep 95%
-of the variance, and ``‖P(x − z)‖² ≤ ‖x − z‖²`` with P the projection onto them, so the
+products. Wide image-like rows lie close to a subspace: on Fashion-MNIST 175 principal
+directions of 4,000 rows keep 95% of the variance, and ``‖P(x − z)‖² ≤ ‖x − z‖²`` with P the projection onto them, so the
 projected kernel ``k(Px, Pz) = k(x, z) · exp(γ‖(I − P)(x − z)‖²)`` differs from the raw one by
 the part of each distance that the dropped directions carry. The fit then runs on the r
 projected inputs instead of the d raw ones (the kernel's γ stays the raw rows'), and the model

@@ -53,9 +53,7 @@ def _held_out_rows(block, seed, fraction, candidate_fraction):
     rows = values < fraction
     held = X[rows]
     kept = X[~rows]
-    key = int(ids[0]) if ids.size else 0  # stable per block, whatever the block layout
-    candidates = kept[np.random.default_rng([seed, 7, key]).random(kept.shape[0])
-                      < candidate_fraction]
+    candidates = kept[_block_draws(ids, seed, 7, kept.shape[0]) < candidate_fraction]
     return held, y[rows], values[rows], candidates
 
 
@@ -92,11 +90,17 @@ def _projected(block, projection):
     return projection.projected(X), y, ids
 
 
+def _block_draws(ids, seed, salt, n):
+    """``n`` uniform draws seeded by (seed, salt, the block's first row id): stable per block,
+    whatever the block layout."""
+    key = int(ids[0]) if ids.size else 0
+    return np.random.default_rng([seed, salt, key]).random(n)
+
+
 def _sampled_rows(block, seed, fraction):
     """A seeded sample of a (X, y, ids) block's rows, the same whatever the block layout."""
     X, _, ids = block
-    key = int(ids[0]) if ids.size else 0
-    return X[np.random.default_rng([seed, 11, key]).random(X.shape[0]) < fraction]
+    return X[_block_draws(ids, seed, 11, X.shape[0]) < fraction]
 
 
 def _as_csr(block):
