@@ -158,6 +158,47 @@ def test_the_time_budget_counts_the_predicted_next_level():
         StopRule(time_budget=0.0).validate()
 
 
+def test_a_level_cheaper_than_a_quarter_of_the_time_so_far_is_never_skipped():
+    rule = StopRule(min_improvement=0.002)
+    levels = _levels(1000, range(0, 80), range(0, 80))  # no row changed: at most 0.1 next
+    assert rule.reason_to_stop(levels, elapsed=8.0, next_seconds=1.9) is None
+    assert rule.reason_to_stop(levels, elapsed=8.0, next_seconds=2.1) == SMALL_IMPROVEMENT
+    assert rule.reason_to_stop(levels, elapsed=8.0, next_seconds=None) == SMALL_IMPROVEMENT
+    # the time budget still binds a cheap level
+    assert StopRule(time_budget=9.0).reason_to_stop(levels, 8.0, 1.9) == TIME_BUDGET
+
+
+def test_the_model_kept_weighs_every_validated_level_not_only_the_last_two():
+    # levels 2, 1, 0 at 0.86, 0.84, 0.839 on 1,000 rows: level 2 beats both later ones by
+    # 20+ rows, far beyond one standard error; the last two alone would keep level 1
+    right = _levels(1000, range(0, 140), range(0, 160), range(0, 161))
+    assert choose_level([2, 1, 0], right) == 2
+    # a later level within one standard error of the best is kept (more merged)
+    right = _levels(1000, range(0, 140), range(0, 160), range(0, 141))
+    assert choose_level([2, 1, 0], right) == 0
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_model_kept_is_the_last_level_no_other_level_surely_beats(seed):
+    # checked against the rule's definition pair by pair, on random correctness with levels
+    # of different accuracies that share most of their mistakes
+    rng = np.random.default_rng(seed)
+    n, count = 500, int(rng.integers(1, 6))
+    base = rng.random(n)
+    right = [base + 0.15 * rng.random(n) > rng.uniform(0.1, 0.3) for _ in range(count)]
+    levels = list(range(count, 0, -1))
+    chosen = levels.index(choose_level(levels, right, confidence=1.0))
+
+    def beats(a, b):  # level a's accuracy above level b's by more than one standard error
+        gained = np.count_nonzero(right[a] & ~right[b])
+        lost = np.count_nonzero(right[b] & ~right[a])
+        return gained - lost > np.sqrt(gained + lost + 1.0)
+
+    assert not any(beats(other, chosen) for other in range(count))
+    for later in range(chosen + 1, count):
+        assert any(beats(other, later) for other in range(count))
+
+
 def test_the_model_kept_is_the_last_level_unless_the_one_before_is_surely_better():
     # 0.1 points worse (1 row): within one standard error, the more merged level stays
     assert choose_level([3, 2], _levels(1000, range(0, 40), range(0, 41))) == 2

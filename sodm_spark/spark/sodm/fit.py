@@ -25,7 +25,8 @@ from ...core.sparse_rows import as_float_rows, stack_rows
 from ...models.compression import (SPARSE_KMEANS, compare_scores, local_fit_share, most_points,
                                    resolve_max_sv)
 from ...selection.stopping import (NEXT_LEVEL_BLOCKED, REACHED_STOP_LEVEL, WARM_START_OPTIMAL,
-                                   choose_level, next_level_blocked, rows_right)
+                                   choose_level, next_level_blocked, rows_right,
+                                   unbeaten_levels)
 from ..memory import MemoryBudgetError, executor_memory
 from ..session import PERSIST, store
 from .checkpoint import (LevelCheckpoint, assemble_partition, block_fingerprint, deal_by_layout,
@@ -144,7 +145,7 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
     cores = max(1, sc.defaultParallelism)
     level = params.levels
     memory = executor_memory(sc, params.memory_mb)
-    kept = {}  # level -> its solved RDD: the last two, for the best-level model
+    kept = {}  # level -> its solved RDD: those choose_level may still return
     kept_scores = {}  # level -> its decision values on the eval rows (validation, test)
     kept_fits = {}  # level -> its LocalFit for a compression, from its tasks
     if restored is not None:
@@ -174,7 +175,13 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
             entry.elapsed = time.perf_counter() - started
             levels.append(entry)
             kept[level], kept_scores[level] = solved, scores
-            for older in [key for key in kept if key > level + 1]:
+            # the levels choose_level may still return: the last two, and every validated
+            # level no other one beats (a beaten level stays beaten)
+            still_eligible = {level, level + 1}
+            if params.auto_stop:
+                still_eligible.update(unbeaten_levels(*_validated(levels, n_validation),
+                                                      params.confidence))
+            for older in [key for key in kept if key not in still_eligible]:
                 kept.pop(older).unpersist()
                 kept_scores.pop(older, None)
                 kept_fits.pop(older, None)
