@@ -13,6 +13,9 @@ Methods (--methods, comma-separated):
   levels, the test accuracy of the model it saved (and of the uncompressed one when scored);
 * ``job-levels3`` — the same command with ``--levels 3``;
 * ``job-raw`` — the same command with ``--input-map none`` (the kernel on all the features);
+* ``job-global`` / ``job-no-global`` — the same command with ``--global-step always`` /
+  ``none`` (the Nyström ODM of every row after the levels, tried whatever the levels gave, or
+  never);
 * ``predict`` — ``spark-submit jobs/predict.py --model M --data TEST`` with the job's model:
   rows per second inside the job, and the whole command; ``predict-train`` the same on the
   training rows (a larger input: Spark's fixed cost of a job, about 3 s here, spread thinner);
@@ -52,7 +55,7 @@ from job_runs import submit  # noqa: E402
 from make_big_data import main as write_big_data  # noqa: E402
 
 FILE_ROWS = 50_000
-METHODS = ("job", "job-levels3", "job-raw", "predict", "predict-train", "xgboost",
+METHODS = ("job", "job-levels3", "job-raw", "job-global", "job-no-global", "predict", "predict-train", "xgboost",
            "xgboost-spark", "nystroem-spark", "nystroem-krr", "svc", "exact-odm")
 
 
@@ -104,6 +107,7 @@ def run_job(folder: Path, model_dir: Path, extra=()) -> dict:
             "validation_accuracy": metrics.get("validation_accuracy"),
             "validation_rows": metrics.get("validation_rows"),
             "input_map": metrics.get("input_map"),
+            "global_step": metrics.get("global_step"),
             "levels": [{k: e.get(k) for k in ("level", "partitions", "max_rows", "seconds",
                                                  "kernel", "sweeps_max", "n_sv",
                                                  "validation_accuracy", "test_accuracy")}
@@ -116,7 +120,7 @@ def run_job(folder: Path, model_dir: Path, extra=()) -> dict:
             "support_vectors_before": compression.get("support_vectors_before"),
             "output": [line for line in output if line.startswith((
                 "level", "  ->", "no ODM", "chosen", "compressed", "stopped", "trained",
-                "input map"))
+                "input map", "global step"))
                 or line.split()[:1] and line.split()[0].isdigit()]}
 
 
@@ -315,6 +319,10 @@ def one_size(rows: int, methods, args) -> dict:
         elif method == "job-raw":
             result[method] = run_job(folder, args.work_dir / f"model-{args.dataset}-{rows}-raw",
                                      ["--input-map", "none", *seeded])
+        elif method in ("job-global", "job-no-global"):
+            result[method] = run_job(folder, args.work_dir / f"model-{args.dataset}-{rows}-g",
+                                     ["--global-step", "always" if method == "job-global"
+                                      else "none", *seeded])
         elif method in ("predict", "predict-train"):
             result[method] = run_predict(folder / ("test" if method == "predict" else "train"),
                                          model_dir)

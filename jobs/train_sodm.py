@@ -37,7 +37,8 @@ from sodm_spark.spark.io import check_blocks, read_blocks, read_libsvm_local
 from sodm_spark.spark.memory import check_collectable, check_fit_resources, executor_memory
 from sodm_spark.spark.partitioning import PARTITIONERS
 from sodm_spark.spark.session import PERSIST, collect_blocks, job_session, numpy_to_blocks
-from sodm_spark.spark.sodm.params import INPUT_MAPS, SODMParams
+from sodm_spark.spark.sodm.global_step import NEAR_MAJORITY, GlobalPlan
+from sodm_spark.spark.sodm.params import GLOBAL_STEPS, INPUT_MAPS, SODMParams
 from sodm_spark.spark.sodm.plan import (KERNEL_BOUND_FEATURES, TOP_PARTITION_ROWS, auto_level_count,
                                         check_levels_fit_rows, kernel_mb)
 from sodm_spark.spark.sodm.prepare import checked_classes
@@ -131,6 +132,15 @@ def parse_args(argv=None, prog="train_sodm.py", description=None,
     stopping.add_argument("--time-budget", type=float, default=defaults.time_budget,
                           help="stop before a level whose predicted seconds would end "
                           "training after this many seconds")
+    stopping.add_argument("--global-step", choices=GLOBAL_STEPS, default=defaults.global_step,
+                          help="after the levels, one Nyström ODM of every training row on "
+                          "--global-centres centres, kept where the validation slice ranks it "
+                          "above the level: auto (default) when the chosen level is within "
+                          f"{NEAR_MAJORITY * 100:g} points of the majority class or the last "
+                          "merge gained nothing; always; none")
+    stopping.add_argument("--global-centres", type=int, default=defaults.global_centres,
+                          help="centres of the global step (default %(default)s; a pass costs "
+                          "rows x centres x (inputs + centres) multiply-adds)")
     tuning = parser.add_argument_group(
         "hyperparameter search", "--tune scores a grid of (gamma, lam, theta, v) on the top "
         "level's partitions against the validation rows, then fits the best point")
@@ -383,7 +393,10 @@ def show_search(result, report_dir=None):
 
 
 def show_plan(plan):
-    """A level's plan, before it runs (SODM Algorithm 1)."""
+    """A level's plan, before it runs (SODM Algorithm 1), or the global step's."""
+    if isinstance(plan, GlobalPlan):
+        print(f"  -> {plan.describe()}", flush=True)
+        return
     predicted = (f"estimated {plan.predicted_seconds:,.1f} s from this machine's GEMM speed"
                  if plan.estimated else f"predicted {plan.predicted_seconds:,.1f} s")
     print(f"  -> level {plan.level}: {plan.partitions:,} partitions of up to {plan.rows:,} "
@@ -427,8 +440,13 @@ def levels_summary(fit, params):
         summary["compression"] = fit.compression
         summary["test_accuracy_uncompressed"] = best.test_accuracy
         show_compression(fit.compression)
-    print(f"stopped after level {fit.stopped_at}: {fit.stop_reason}; the model is level "
-          f"{fit.best_level}'s" + ("" if best.validation_accuracy is None else
+    if fit.global_step is not None:
+        summary["global_step"] = fit.global_step
+        show_global_step(fit.global_step)
+    kept_global = bool(fit.global_step and fit.global_step.get("kept"))
+    print(f"stopped after level {fit.stopped_at}: {fit.stop_reason}; the model is "
+          + ("the global step's, not " if kept_global else "")
+          + f"level {fit.best_level}'s" + ("" if best.validation_accuracy is None else
                                    f" (validation accuracy {best.validation_accuracy:.4f} on "
                                    f"{fit.validation_rows:,} rows{_slice_reason(fit, params)})"),
           flush=True)
@@ -445,6 +463,19 @@ def _slice_reason(fit, params) -> str:
         return ""
     return (f": --validation-fraction {params.validation_fraction:g} of the rows; "
             f"{most:,} from {most / params.validation_fraction:,.0f} rows on")
+
+
+def show_global_step(report):
+    """The global step's line: its fit, and whether the validation slice kept it."""
+    if not report.get("ran"):
+        print(f"global step {report['reason']}", flush=True)
+        return
+    test = "" if "test_accuracy" not in report else f", test {report['test_accuracy']:.4f}"
+    print(f"global step: {report['centres']:,} centres, {report['newton_steps']} Newton steps "
+          f"in {report['passes']} passes, {report['seconds']:.1f} s ({report['stopped']}); "
+          f"validation {report['validation_accuracy']:.4f} against the level's "
+          f"{report['level_validation_accuracy']:.4f}{test}: "
+          + ("kept" if report["kept"] else "the level's model kept"), flush=True)
 
 
 def show_input_map(report):

@@ -85,6 +85,10 @@ validationFraction float  share of the rows held out for autoStop (at most 10,00
                           exactly that many from 100,000 rows on)
 minImprovement     float  autoStop: least validation accuracy gain a merge must bring
 timeBudget         float  autoStop: no level whose predicted seconds would end the fit later
+globalStep         text   auto (after the levels, one Nyström ODM of every row when the chosen
+                          level is near the majority class or the last merge gained nothing;
+                          kept where the validation slice ranks it higher), always or none
+globalCentres      int    centres of the global step (default 1000)
 """
 
 
@@ -203,6 +207,8 @@ class SODMClassifier(Estimator, _SODMParams, VersionedReadWrite):
         every random choice.
     autoStop, validationFraction, minImprovement, timeBudget : Param
         Automatic stopping between levels (docs/design.md §2.7).
+    globalStep, globalCentres : Param
+        The global step after the levels (docs/design.md §2.9).
     fitIntercept : Param
         Linear kernel: fit an unpenalized intercept.
 
@@ -237,7 +243,8 @@ class SODMClassifier(Estimator, _SODMParams, VersionedReadWrite):
                  v=0.2, tol=1e-2, maxIter=1000, p=3, levels=None,
                  strata=20, stopLevel=0, partitioner="stratified", warmStart="scaled",
                  cacheMb=None, seed=0, autoStop=True, validationFraction=0.1,
-                 minImprovement=0.002, timeBudget=None):
+                 minImprovement=0.002, timeBudget=None, globalStep="auto",
+                 globalCentres=1000):
         super().__init__()
         self._set(**self._input_kwargs)
 

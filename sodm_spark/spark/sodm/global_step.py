@@ -1,0 +1,197 @@
+"""The global step of a SODM fit: one Nyström ODM on every training row, where the levels'
+local models learn little (docs/design.md §2.9; the numerics are
+:mod:`sodm_spark.models.nystroem_odm`).
+
+The levels solve local problems of a few thousand rows each; on a table where such a model
+stays near the majority class, or where merging stopped paying, one kernel model that sees
+every row can still learn. After the levels, :func:`global_step_reason` decides whether to
+try it; :func:`fit_global` draws the centres among the chosen level's rows, states the plan
+(rows × centres × inputs a pass, the passes expected, the predicted seconds), runs the Newton
+steps with each step's sums added over the level's partitions, and the fit keeps the result
+only where the validation slice ranks it above the level's model (:func:`keeps_global`).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...core.kernels import decision_values
+from ...core.labels import coded_classes, correct_rows
+from ...models import nystroem_odm
+from ...models.expansion import KernelExpansion
+from ...selection.stopping import holdout_values, oversampled_share, paired_gain
+from .params import GLOBAL_STEPS
+from .plan import gemm_flops_per_second
+
+#: "auto" tries the global step when the chosen level's validation accuracy is less than this
+#: far above the majority class's share of the slice (the levels learned almost nothing).
+NEAR_MAJORITY = 0.005
+#: Passes a fit is expected to need (the plan's prediction): 4-6 Newton steps measured on
+#: 300,000 flights rows with 1,000 and 2,000 centres, one pass each.
+EXPECTED_PASSES = 5
+
+
+@dataclass(frozen=True)
+class GlobalPlan:
+    """The global step before it runs: its shape, its work a pass and its predicted seconds."""
+
+    rows: int
+    centres: int
+    inputs: int
+    reason: str
+    work_per_pass: float  # multiply-adds (nystroem_odm.pass_work)
+    predicted_seconds: float
+
+    def describe(self) -> str:
+        return (f"global step ({self.reason}): Nyström ODM on {self.rows:,} rows x "
+                f"{self.centres:,} centres x {self.inputs:,} inputs, "
+                f"{self.work_per_pass:.2g} multiply-adds a pass, about {EXPECTED_PASSES} "
+                f"passes, predicted {self.predicted_seconds:,.0f} s")
+
+
+def global_step_reason(mode: str, levels: list[int], correct: list[np.ndarray],
+                       chosen: int, majority_share: float) -> str | None:
+    """Why the global step runs after the levels, or None: always with ``mode="always"``,
+    never with "none"; with "auto" when the ``chosen`` level (its per-row validation
+    correctness in ``correct``, in the order solved) is within :data:`NEAR_MAJORITY` of the
+    majority class's share of the slice, or when the last merge gained nothing on the slice.
+    Never after level 0, whose one partition is already the exact ODM of every row."""
+    if mode not in GLOBAL_STEPS:
+        raise ValueError(f"global_step must be one of {', '.join(GLOBAL_STEPS)}, got {mode!r}.")
+    if mode == "none" or chosen == 0 or not levels:
+        return None
+    if mode == "always":
+        return "global_step='always'"
+    accuracy = float(np.mean(correct[levels.index(chosen)]))
+    if accuracy < majority_share + NEAR_MAJORITY:
+        return (f"level {chosen}'s validation accuracy {accuracy:.4f} is within "
+                f"{NEAR_MAJORITY:g} of the majority class's {majority_share:.4f}")
+    if len(levels) >= 2 and paired_gain(correct[-2], correct[-1])[0] <= 0.0:
+        return f"the merge into level {levels[-1]} gained nothing on the validation slice"
+    return None
+
+
+def plan_global(n_rows: int, centres: int, inputs: int, cores: int, reason: str) -> GlobalPlan:
+    """The plan of :func:`fit_global`: the work of a pass (:func:`~sodm_spark.models.
+    nystroem_odm.pass_work`) at this machine's GEMM speed on ``cores`` cores, in float64
+    (half the float32 speed), times :data:`EXPECTED_PASSES`."""
+    work = nystroem_odm.pass_work(n_rows, centres, inputs)
+    seconds = EXPECTED_PASSES * 2.0 * work / (0.5 * gemm_flops_per_second() * max(1, cores))
+    return GlobalPlan(n_rows, centres, inputs, reason, work, seconds)
+
+
+def _sample_rows(item, share, seed):
+    """(rows, their hash values) of a chunk's rows whose seeded row-id hash is below
+    ``share``: the same rows whatever task, attempt or block layout reads them."""
+    chunk = item[1]
+    values = holdout_values(chunk.ids, seed + 23)
+    drawn = values < share
+    return np.asarray(chunk.X[drawn], dtype=np.float64), values[drawn]
+
+
+def _chunk_sums(item, shared, steps, theta, v, kernel):
+    chunk = item[1]
+    centres, coef, direction = shared
+    return nystroem_odm.pass_sums(kernel, centres, np.asarray(chunk.X), chunk.y, coef,
+                                  direction, steps, theta, v)
+
+
+def draw_centres(sc, solved, n_rows: int, n_centres: int, seed: int) -> np.ndarray:
+    """``n_centres`` rows drawn uniformly among the level's rows (all of them when it has no
+    more): those of least seeded row-id hash, as Falkon draws its centres uniformly; every
+    row a level holds is a support vector or near one (ODM duals are dense)."""
+    share = oversampled_share(1.0, n_centres, n_rows)
+    sc.setJobDescription("SODM global step: draw the centres")
+    pieces = solved.map(lambda item: _sample_rows(item, share, seed)).collect()
+    rows = np.concatenate([piece[0] for piece in pieces])
+    order = np.argsort(np.concatenate([piece[1] for piece in pieces]), kind="stable")
+    return rows[np.sort(order[:n_centres])]
+
+
+def fit_global(sc, solved, kernel, classes, params, plan: GlobalPlan, on_step=None):
+    """The Nyström ODM of every row of the level ``solved`` (one pass a Newton step, each
+    partition's :func:`~sodm_spark.models.nystroem_odm.pass_sums` added in a tree): (its
+    model, the report for the metrics)."""
+    started = time.perf_counter()
+    centres = draw_centres(sc, solved, plan.rows, plan.centres, params.seed)
+    basis = nystroem_odm.centre_basis(kernel, centres)
+    theta, v = params.theta, params.v
+
+    def run_pass(coef, direction, steps):
+        sc.setJobDescription("SODM global step: a Newton pass over the rows")
+        shared = sc.broadcast((centres, coef, direction))
+        try:
+            return solved.map(lambda item: _chunk_sums(item, shared.value, steps, theta, v,
+                                                       kernel)).treeReduce(lambda a, b: a + b)
+        finally:
+            shared.unpersist()
+
+    coef, newton = nystroem_odm.fit(basis, run_pass, params.lam, theta, v, plan.rows,
+                                    on_step=on_step)
+    sc.setJobDescription(None)
+    model = KernelExpansion(centres.astype(np.float32), coef[:, None], kernel, classes)
+    report = {"reason": plan.reason, "rows": plan.rows, "centres": int(centres.shape[0]),
+              "rank": int(basis.transform.shape[1]), "inputs": plan.inputs,
+              "work_per_pass": plan.work_per_pass,
+              "predicted_seconds": plan.predicted_seconds, "passes": newton.passes,
+              "newton_steps": len(newton.steps), "stopped": newton.reason,
+              "objective": newton.objectives[-1],
+              "seconds": time.perf_counter() - started}
+    return model, report
+
+
+def keeps_global(level_correct: np.ndarray, global_correct: np.ndarray) -> bool:
+    """Whether the slice ranks the global model above the level's: more rows right (the
+    paired gain positive)."""
+    return paired_gain(level_correct, global_correct)[0] > 0.0
+
+
+def validation_correct(model: KernelExpansion, X, y, coded) -> np.ndarray:
+    """Per-row correctness of a model on the kernel's input rows ``X`` (labels ``y`` coded
+    as :func:`~sodm_spark.core.labels.coded_classes` ``coded``)."""
+    scores = decision_values(model.kernel, X, model.support_vectors, model.coef)
+    return correct_rows(scores, y, coded)
+
+
+def run_global_step(sc, solved, prepared, params, chosen, validated_levels, validated_correct,
+                 cores, on_plan):
+    """After the levels of a fit (``prepared``, the ``chosen`` level's RDD ``solved``, the
+    validated levels and their per-row correctness): (the global step's model when the
+    validation slice keeps it, else None; its report, or None when it did not run). Two
+    classes of dense rows with a validation slice only."""
+    if params.global_step == "none" or not validated_levels:
+        return None, None
+    if prepared.multi or prepared.sparse:
+        return None, {"reason": "not run: " + ("more than two classes" if prepared.multi
+                                              else "sparse rows"), "ran": False}
+    X_val, y_val = prepared.validation_pair
+    majority = float(max(np.mean(y_val > 0), np.mean(y_val < 0)))
+    reason = global_step_reason(params.global_step, validated_levels, validated_correct,
+                                chosen, majority)
+    if reason is None:
+        return None, None
+    plan = plan_global(prepared.n_rows, min(params.global_centres, prepared.n_rows),
+                       prepared.kernel_features, cores, reason)
+    if on_plan is not None:
+        on_plan(plan)
+    model, report = fit_global(sc, solved, prepared.kernel, prepared.classes, params, plan)
+    coded = coded_classes(prepared.classes.size)
+    level_right = validated_correct[validated_levels.index(chosen)]
+    global_right = validation_correct(model, X_val, y_val, coded)
+    report.update(ran=True, validation_accuracy=float(np.mean(global_right)),
+                  level_validation_accuracy=float(np.mean(level_right)),
+                  kept=keeps_global(level_right, global_right), model=model)
+    return (model if report["kept"] else None), report
+
+
+def global_scores(report, X):
+    """The global step's model's decision values on kernel input rows ``X``."""
+    model = report["model"]
+    return decision_values(model.kernel, X, model.support_vectors, model.coef)
+
+
+def public_report(report):
+    """The global step's report without its model (for the metrics)."""
+    return None if report is None else {k: v for k, v in report.items() if k != "model"}

@@ -1,0 +1,149 @@
+"""The Nyström ODM of the global step (sodm_spark.models.nystroem_odm) against a brute-force
+minimization of the same objective, its pass sums, its cost arithmetic and when it runs."""
+import numpy as np
+import pytest
+import scipy.optimize
+
+from sodm_spark.core.kernels import Kernel, kernel_matrix
+from sodm_spark.models import nystroem_odm
+from sodm_spark.spark.sodm.global_step import (EXPECTED_PASSES, NEAR_MAJORITY,
+                                               global_step_reason, keeps_global, plan_global)
+from sodm_spark.spark.sodm.plan import gemm_flops_per_second
+
+pytestmark = pytest.mark.numerics  # rerun under other BLAS kernels: tests/test_blas_kernels.py
+
+
+def _problem(seed, n=300, d=4, m=30):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d))
+    y = np.where(X[:, 0] * X[:, 1] + 0.3 * rng.standard_normal(n) > 0, 1.0, -1.0)
+    centres = X[rng.choice(n, m, replace=False)]
+    return X, y, centres
+
+
+def _brute_force(kernel, centres, X, y, lam, theta, v):
+    """F's minimum by L-BFGS on α with the exact gradient, to the last digits (F is smooth:
+    its pieces meet with equal first derivatives)."""
+    K, G = kernel_matrix(kernel, X, centres), kernel_matrix(kernel, centres)
+    weight = nystroem_odm.loss_weight(lam, theta, len(y))
+
+    def value_and_gradient(coef):
+        margins = y * (K @ coef)
+        below = np.maximum(0.0, 1.0 - theta - margins)
+        above = np.maximum(0.0, margins - 1.0 - theta)
+        value = 0.5 * coef @ G @ coef + weight * np.sum(below ** 2 + v * above ** 2)
+        gradient = G @ coef + weight * K.T @ (y * (2.0 * v * above - 2.0 * below))
+        return value, gradient
+
+    result = scipy.optimize.minimize(value_and_gradient, np.zeros(len(centres)), jac=True,
+                                     method="L-BFGS-B",
+                                     options={"maxiter": 100_000, "ftol": 1e-15, "gtol": 1e-11})
+    return result.x, result.fun, K
+
+
+@pytest.mark.parametrize("seed, lam, theta, v", [(0, 1e3, 0.2, 0.3), (1, 1e2, 0.0, 1.0),
+                                                 (2, 1e4, 0.5, 0.1), (3, 10.0, 0.1, 0.2)])
+def test_newton_reaches_the_brute_force_minimum(seed, lam, theta, v):
+    X, y, centres = _problem(seed)
+    kernel = Kernel("rbf", gamma=0.4)
+    basis = nystroem_odm.centre_basis(kernel, centres)
+    coef, report = nystroem_odm.fit(
+        basis, lambda c, s, t: nystroem_odm.pass_sums(kernel, centres, X, y, c, s, t, theta, v),
+        lam, theta, v, len(y))
+    reference, minimum, K = _brute_force(kernel, centres, X, y, lam, theta, v)
+    found = nystroem_odm.objective(kernel, centres, coef, X, y, lam, theta, v)
+    assert report.objectives[-1] == pytest.approx(found, rel=1e-12)
+    # never above the brute-force minimum by more than its own rounding
+    assert found <= minimum * (1 + 1e-9)
+    assert minimum <= found * (1 + 1e-6)
+    scale = np.max(np.abs(K @ reference))
+    np.testing.assert_allclose(K @ coef, K @ reference, atol=1e-4 * scale)
+    # a piecewise quadratic: the Newton jumps end on the optimum's own piece in a few passes
+    assert report.reason.startswith("the jump stayed on its piece")
+    assert report.passes <= 12
+    assert all(a >= b for a, b in zip(report.objectives, report.objectives[1:]))
+
+
+def test_the_pass_sums_add_over_blocks_of_rows():
+    X, y, centres = _problem(4, n=200)
+    kernel = Kernel("rbf", gamma=0.5)
+    rng = np.random.default_rng(5)
+    coef, direction = rng.standard_normal(30) * 0.1, rng.standard_normal(30) * 0.1
+    steps = (1.0, 0.5, 0.0)
+    whole = nystroem_odm.pass_sums(kernel, centres, X, y, coef, direction, steps, 0.2, 0.3)
+    halves = (nystroem_odm.pass_sums(kernel, centres, X[:77], y[:77], coef, direction, steps,
+                                     0.2, 0.3)
+              + nystroem_odm.pass_sums(kernel, centres, X[77:], y[77:], coef, direction, steps,
+                                       0.2, 0.3))
+    np.testing.assert_allclose(halves.losses, whole.losses, rtol=1e-12)
+    np.testing.assert_allclose(halves.normal, whole.normal, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(halves.target, whole.target, rtol=1e-12, atol=1e-12)
+    assert (halves.changed, halves.rows) == (whole.changed, whole.rows) == (whole.changed, 200)
+    # the sums against their definition, row by row
+    K = kernel_matrix(kernel, X, centres)
+    margins = y * (K @ (coef + direction))
+    weight, tau = nystroem_odm.pieces(margins, 0.2, 0.3)
+    assert whole.losses[0] == pytest.approx(np.sum(weight * (margins - tau) ** 2), rel=1e-12)
+    np.testing.assert_allclose(whole.normal, K.T @ (weight[:, None] * K), rtol=1e-10,
+                               atol=1e-12)
+    np.testing.assert_allclose(whole.target, K.T @ (weight * y * tau), rtol=1e-10, atol=1e-12)
+    before = nystroem_odm.pieces(y * (K @ coef), 0.2, 0.3)
+    assert whole.changed == np.count_nonzero((before[0] != weight) | (before[1] != tau))
+
+
+def test_the_pieces_of_a_margin():
+    weight, tau = nystroem_odm.pieces(np.array([-1.0, 0.79, 0.8, 1.0, 1.2, 1.21]), 0.2, 0.3)
+    np.testing.assert_array_equal(weight, [1.0, 1.0, 0.0, 0.0, 0.0, 0.3])
+    np.testing.assert_array_equal(tau, [0.8, 0.8, 1.0, 1.0, 1.0, 1.2])
+
+
+def test_close_centres_leave_a_well_posed_basis():
+    X, y, centres = _problem(6)
+    centres = np.vstack([centres, centres[:5] + 1e-9])  # five near-duplicates
+    basis = nystroem_odm.centre_basis(Kernel("rbf", gamma=0.4), centres)
+    gram = kernel_matrix(Kernel("rbf", gamma=0.4), centres)
+    assert basis.transform.shape[1] <= 30
+    # Tᵀ K_ZZ T is the identity on the kept directions
+    np.testing.assert_allclose(basis.transform.T @ gram @ basis.transform,
+                               np.eye(basis.transform.shape[1]), atol=1e-6)
+
+
+def test_the_cost_model_counts_kernel_and_normal_matrix_work():
+    assert nystroem_odm.pass_work(300_000, 1_000, 36) == 300_000 * 1_000 * (36 + 1_000)
+    plan = plan_global(300_000, 1_000, 36, cores=2, reason="test")
+    assert plan.work_per_pass == 300_000 * 1_000 * 1_036
+    # EXPECTED_PASSES passes of 2 flops a multiply-add at half the float32 GEMM speed a core
+    expected = EXPECTED_PASSES * 2 * plan.work_per_pass / (0.5 * gemm_flops_per_second() * 2)
+    assert plan.predicted_seconds == pytest.approx(expected)
+    text = plan.describe()
+    assert "300,000 rows x 1,000 centres x 36 inputs" in text and "3.1e+11" in text
+
+
+def _correct(n, wrong):
+    right = np.ones(n, dtype=bool)
+    right[list(wrong)] = False
+    return right
+
+
+def test_when_the_global_step_runs():
+    near = [_correct(1000, range(241))]  # 0.759 against a majority class of 0.755
+    assert "within" in global_step_reason("auto", [3], near, 3, majority_share=0.755)
+    assert global_step_reason("auto", [3], near, 3, majority_share=0.755 - NEAR_MAJORITY) is None
+    assert global_step_reason("none", [3], near, 3, 0.755) is None
+    assert global_step_reason("always", [3], [_correct(1000, [])], 3, 0.5) is not None
+    # never after level 0: its one partition is the exact ODM of every row
+    assert global_step_reason("always", [1, 0], [near[0], near[0]], 0, 0.755) is None
+    # the last merge gained nothing on the slice
+    flat = [_correct(1000, range(100)), _correct(1000, range(1, 101))]
+    assert "gained nothing" in global_step_reason("auto", [2, 1], flat, 1, 0.5)
+    gained = [_correct(1000, range(100)), _correct(1000, range(90))]
+    assert global_step_reason("auto", [2, 1], gained, 1, 0.5) is None
+    with pytest.raises(ValueError, match="global_step must be one of"):
+        global_step_reason("sometimes", [1], near, 1, 0.5)
+
+
+def test_the_global_model_is_kept_only_where_the_slice_ranks_it_higher():
+    level = _correct(100, range(10))
+    assert keeps_global(level, _correct(100, range(9)))
+    assert not keeps_global(level, _correct(100, range(10)))
+    assert not keeps_global(level, _correct(100, range(1, 11)))  # as many right, other rows
