@@ -33,6 +33,20 @@ def test_the_environment_variable_names_the_file(tmp_path, monkeypatch):
     assert train_sodm.parse_args([]).p == 5
 
 
+def test_without_a_file_named_the_repository_conf_is_read_from_any_directory(tmp_path,
+                                                                            monkeypatch):
+    from sodm_spark.ops.jobconf import find_config
+
+    monkeypatch.delenv("SODM_JOBS_CONF", raising=False)
+    monkeypatch.delenv("SPARK_CONF_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert find_config() == ROOT / "conf" / "sodm-jobs.toml"
+    # and its values reach the job: the benchmark's table sets lam = 1000, which no default does
+    import benchmark
+
+    assert benchmark.parse_args([]).lam == 1000.0
+
+
 def test_an_unknown_key_in_the_jobs_table_is_refused_naming_file_and_key(tmp_path):
     path = _config(tmp_path, "[train_sodm]\nlevles = 4\n")
     with pytest.raises(SystemExit, match=r"jobs.toml sets levles for \[train_sodm\], which "

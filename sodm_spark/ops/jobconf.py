@@ -19,7 +19,9 @@ from ..core.errors import EXIT_CODES, SETTINGS, JobExit, SettingsError
 from ..data.storage import replace_file
 
 CONF_NAME = "sodm-jobs.toml"
-REPO_CONF = Path(__file__).resolve().parents[1] / "conf" / CONF_NAME
+#: conf/ of a source checkout: this module is sodm_spark/ops/jobconf.py, two folders below the
+#: repository root (an installed package has no such file, and the fallback finds nothing)
+REPO_CONF = Path(__file__).resolve().parents[2] / "conf" / CONF_NAME
 
 
 def gamma_arg(text):
