@@ -7,6 +7,7 @@ import scipy.optimize
 from sodm_spark.core.kernels import Kernel, kernel_matrix
 from sodm_spark.models import nystroem_odm
 from sodm_spark.spark.sodm.global_step import (EXPECTED_PASSES, NEAR_MAJORITY,
+                                               PASS_SECONDS_PER_ENTRY,
                                                global_step_reason, keeps_global, plan_global)
 from sodm_spark.spark.sodm.plan import gemm_flops_per_second
 
@@ -112,8 +113,10 @@ def test_the_cost_model_counts_kernel_and_normal_matrix_work():
     assert nystroem_odm.pass_work(300_000, 1_000, 36) == 300_000 * 1_000 * (36 + 1_000)
     plan = plan_global(300_000, 1_000, 36, cores=2, reason="test")
     assert plan.work_per_pass == 300_000 * 1_000 * 1_036
-    # EXPECTED_PASSES passes of 2 flops a multiply-add at half the float32 GEMM speed a core
-    expected = EXPECTED_PASSES * 2 * plan.work_per_pass / (0.5 * gemm_flops_per_second() * 2)
+    # EXPECTED_PASSES passes of 2 flops a multiply-add at half the float32 GEMM speed a core,
+    # and PASS_SECONDS_PER_ENTRY for each of the 3e8 kernel entries, over two cores
+    expected = EXPECTED_PASSES * (2 * plan.work_per_pass / (0.5 * gemm_flops_per_second() * 2)
+                                  + PASS_SECONDS_PER_ENTRY * 300_000 * 1_000 / 2)
     assert plan.predicted_seconds == pytest.approx(expected)
     text = plan.describe()
     assert "300,000 rows x 1,000 centres x 36 inputs" in text and "3.1e+11" in text

@@ -28,9 +28,14 @@ from .plan import gemm_flops_per_second
 #: "auto" tries the global step when the chosen level's validation accuracy is less than this
 #: far above the majority class's share of the slice (the levels learned almost nothing).
 NEAR_MAJORITY = 0.005
-#: Passes a fit is expected to need (the plan's prediction): 4-6 Newton steps measured on
-#: 300,000 flights rows with 1,000 and 2,000 centres, one pass each.
+#: Passes a fit is expected to need (the plan's prediction): 4 passes measured on 290,000
+#: flights rows and 6 on 1,990,000 rows of the 12-column table, 1,000 centres each.
 EXPECTED_PASSES = 5
+#: Seconds a kernel entry costs a pass on one core besides the GEMMs (the exponential, the
+#: pieces, the weighted copy of the block): fitted to the same two runs (6.2 s a pass at
+#: 290,000 × 1,000 × 36, 41 s at 1,990,000 × 1,000 × 12 on two cores; the GEMMs alone at half
+#: the float32 speed predicted 4.9 s and 31 s).
+PASS_SECONDS_PER_ENTRY = 1e-8
 
 
 @dataclass(frozen=True)
@@ -74,11 +79,14 @@ def global_step_reason(mode: str, levels: list[int], correct: list[np.ndarray],
 
 
 def plan_global(n_rows: int, centres: int, inputs: int, cores: int, reason: str) -> GlobalPlan:
-    """The plan of :func:`fit_global`: the work of a pass (:func:`~sodm_spark.models.
-    nystroem_odm.pass_work`) at this machine's GEMM speed on ``cores`` cores, in float64
-    (half the float32 speed), times :data:`EXPECTED_PASSES`."""
+    """The plan of :func:`fit_global`: a pass is its work (:func:`~sodm_spark.models.
+    nystroem_odm.pass_work`) at this machine's GEMM speed on ``cores`` cores in float64 (half
+    the float32 speed) plus :data:`PASS_SECONDS_PER_ENTRY` a kernel entry; the plan predicts
+    :data:`EXPECTED_PASSES` of them."""
     work = nystroem_odm.pass_work(n_rows, centres, inputs)
-    seconds = EXPECTED_PASSES * 2.0 * work / (0.5 * gemm_flops_per_second() * max(1, cores))
+    cores = max(1, cores)
+    seconds = EXPECTED_PASSES * (2.0 * work / (0.5 * gemm_flops_per_second() * cores)
+                                 + PASS_SECONDS_PER_ENTRY * n_rows * centres / cores)
     return GlobalPlan(n_rows, centres, inputs, reason, work, seconds)
 
 
