@@ -163,6 +163,21 @@ def test_cached_q_mirrors_row_blocks_exactly(name):
     assert np.abs(Q - Q.T).max() <= 1e-14
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_prefaulted_q_is_the_same_matrix(monkeypatch, threads):
+    from sodm_spark.solvers import kernel_rows
+    X, y = make_problem(m=700, d=5, seed=10)
+    kernel = Kernel.create("rbf", 0.3)
+    reference = kernel_rows.full_q_matrix(kernel, X, y, np.float32)  # below PREFAULT_MB
+    monkeypatch.setattr(kernel_rows, "PREFAULT_MB", 0)  # every matrix prefaulted
+    touched = kernel_rows.prefaulted_empty((700, 700), np.float32, threads)
+    assert touched.shape == (700, 700) and touched.dtype == np.float32
+    # one zero a page: every 1,024th value of the flat array (a float64 page holds 512)
+    assert np.all(touched.reshape(-1)[::1024] == 0.0)
+    np.testing.assert_array_equal(kernel_rows.full_q_matrix(kernel, X, y, np.float32), reference)
+    np.testing.assert_allclose(reference, q_matrix(X, y, kernel), rtol=1e-5, atol=1e-6)
+
+
 def test_row_cache_serves_its_capacity_every_sweep_and_returns_exact_rows():
     from sodm_spark.solvers.kernel_rows import KernelRows, full_q_matrix
     X, y = make_problem(m=400, d=3, seed=12)

@@ -12,7 +12,7 @@ and keeps ``u = Qγ`` current with one axpy of a kernel row per changed point.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 
 @njit(cache=True, inline="always")
@@ -183,3 +183,13 @@ def signed_rows_into(matrix, block, start, y, offset, tile):
             j = start + b
             matrix[i, j] = y[i] * y[j] * (block[a, b] + offset)
     mirror_rows_below(matrix, start, start + rows, tile)
+
+
+@njit(cache=True, parallel=True)
+def touch_pages(flat, stride):
+    """Write a zero every ``stride`` values of ``flat`` (one per memory page), the pages split
+    among numba's threads: the operating system maps a fresh array's pages on first write, and
+    several threads fault pages in together (see ``kernel_rows.prefaulted_empty``)."""
+    n = flat.shape[0]
+    for page in prange((n + stride - 1) // stride):
+        flat[page * stride] = 0
