@@ -13,6 +13,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
+from packaging.specifiers import SpecifierSet
 
 from sodm_spark.ops.cluster import health, main as cluster_cli
 
@@ -160,7 +161,11 @@ def test_dockerfile_base_python_and_the_package_install():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert "pyspark>=4.0,<4.1" in project["dependencies"]  # the base image's Spark is 4.0.x
     python = defaults["PYTHON_VERSION"]
-    assert project["requires-python"] == f">={python},<3.{int(python.split('.')[1]) + 1}"
+    # the package allows 3.11 to 3.13, the image's Python among them
+    allowed = SpecifierSet(project["requires-python"])
+    assert [version for version in ("3.10", "3.11", "3.12", "3.13", "3.14")
+            if version in allowed] == ["3.11", "3.12", "3.13"]
+    assert python in allowed
     runs = " ".join(args for name, args in instructions if name == "RUN")
     package_dir = next(destination for sources, destination in copies()
                        if "pyproject.toml" in sources).rstrip("/")
