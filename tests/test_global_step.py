@@ -116,3 +116,21 @@ def test_the_job_shows_the_global_steps_plan_and_outcome(spark, tmp_path, capsys
     report = json.loads(metrics.read_text())["global_step"]
     assert report["centres"] == 50 and report["passes"] >= 2
     assert "model" not in report
+
+
+def test_the_estimator_reports_the_global_step_and_returns_its_model_when_kept(spark, data):
+    from sodm_spark import SODMClassifier
+
+    X, y, _, _ = data
+    frame = spark.createDataFrame([(row.tolist(), float(label > 0)) for row, label in zip(X, y)],
+                                  ["features", "label"])
+    model = SODMClassifier(levels=2, stopLevel=1, gamma=0.3, lam=50.0, strata=4, seed=3,
+                           globalStep="always", globalCentres=40).fit(frame)
+    report = model.globalStepReport
+    assert report["ran"] and report["centres"] == 40 and "model" not in report
+    kept = report["validation_accuracy"] > report["level_validation_accuracy"]
+    assert report["kept"] == kept
+    assert (model.expansion.support_vectors.shape[0] == 40) == kept
+    plain = SODMClassifier(levels=2, stopLevel=1, gamma=0.3, lam=50.0, strata=4, seed=3,
+                           globalStep="none").fit(frame)
+    assert plain.globalStepReport is None

@@ -215,7 +215,7 @@ class SODMClassifier(Estimator, _SODMParams, VersionedReadWrite):
     The fitted :class:`SODMClassificationModel` has ``expansion`` (the
     :class:`~sodm_spark.models.expansion.KernelExpansion`), ``levelStats`` (one dict per solved
     level or DSVRG epoch, as in the job's metrics JSON), ``stopReason``, ``bestLevel``,
-    ``numFeatures`` and ``classes``.
+    ``globalStepReport``, ``numFeatures`` and ``classes``.
 
     Examples
     --------
@@ -298,6 +298,7 @@ class SODMClassifier(Estimator, _SODMParams, VersionedReadWrite):
         else:
             model.levelStats = [entry.to_dict() for entry in fit.levels]
             model.stopReason, model.bestLevel = fit.stop_reason, fit.best_level
+            model.globalStepReport = fit.global_step
         return self._copyValues(model)
 
 
@@ -314,6 +315,11 @@ class SODMClassificationModel(Model, _SODMParams, VersionedReadWrite):
         One entry per solved level (or DSVRG epoch), as in the job's metrics JSON.
     stopReason : str
         Why the levels stopped; ``bestLevel`` is the level whose model this is.
+    globalStepReport : dict or None
+        The global step after the levels (docs/design.md §2.9), as in the job's metrics JSON:
+        its plan, passes and validation accuracy against the level's, and ``kept``, whether
+        this model is its Nyström ODM rather than level ``bestLevel``'s; or why it did not run.
+        None when it was not tried.
     numFeatures : int
         Features of a raw row.
     classes : ndarray
@@ -325,6 +331,7 @@ class SODMClassificationModel(Model, _SODMParams, VersionedReadWrite):
         self.expansion = expansion
         self.levelStats = []  # one dict per solved level, as in the job's metrics JSON
         self.stopReason, self.bestLevel = "", None  # why the fit stopped, whose model this is
+        self.globalStepReport = None  # the global step's report (fit_sodm), None when not tried
 
     @property
     def numFeatures(self) -> int:
