@@ -9,7 +9,7 @@ from sodm_spark.models import nystroem_odm
 from sodm_spark.spark.sodm.global_step import (EXPECTED_PASSES, NEAR_MAJORITY,
                                                PASS_SECONDS_PER_ENTRY,
                                                global_step_reason, keeps_global, plan_global)
-from sodm_spark.spark.sodm.plan import gemm_flops_per_second
+from sodm_spark.spark.sodm import global_step
 
 pytestmark = pytest.mark.numerics  # rerun under other BLAS kernels: tests/test_blas_kernels.py
 
@@ -109,15 +109,16 @@ def test_close_centres_leave_a_well_posed_basis():
                                np.eye(basis.transform.shape[1]), atol=1e-6)
 
 
-def test_the_cost_model_counts_kernel_and_normal_matrix_work():
+def test_the_cost_model_counts_kernel_and_normal_matrix_work(monkeypatch):
     assert nystroem_odm.pass_work(300_000, 1_000, 36) == 300_000 * 1_000 * (36 + 1_000)
+    # a fixed GEMM speed (the plan measures this machine's): 1e11 float32 flops a core
+    monkeypatch.setattr(global_step, "gemm_flops_per_second", lambda: 1e11)
     plan = plan_global(300_000, 1_000, 36, cores=2, reason="test")
     assert plan.work_per_pass == 300_000 * 1_000 * 1_036
-    # EXPECTED_PASSES passes of 2 flops a multiply-add at half the float32 GEMM speed a core,
-    # and PASS_SECONDS_PER_ENTRY for each of the 3e8 kernel entries, over two cores
-    expected = EXPECTED_PASSES * (2 * plan.work_per_pass / (0.5 * gemm_flops_per_second() * 2)
-                                  + PASS_SECONDS_PER_ENTRY * 300_000 * 1_000 / 2)
-    assert plan.predicted_seconds == pytest.approx(expected)
+    # EXPECTED_PASSES passes of 2 flops a multiply-add at half the float32 speed on 2 cores
+    # (3.108 s), and PASS_SECONDS_PER_ENTRY for each of the 3e8 kernel entries (1.5 s)
+    assert plan.predicted_seconds == pytest.approx(
+        EXPECTED_PASSES * (2 * 3.108e11 / (0.5 * 1e11 * 2) + PASS_SECONDS_PER_ENTRY * 1.5e8))
     text = plan.describe()
     assert "300,000 rows x 1,000 centres x 36 inputs" in text and "3.1e+11" in text
 

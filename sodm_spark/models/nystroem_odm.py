@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.linalg
 
-from ..core.kernels import Kernel, iter_kernel_blocks
+from ..core.kernels import Kernel, iter_kernel_blocks, kernel_matrix
 
 #: Eigen-directions of K_ZZ below this share of its largest eigenvalue are dropped: float64
 #: kernel entries resolve about 1e-16 of the largest, and directions this weak carry no
@@ -64,10 +64,7 @@ def centre_basis(kernel: Kernel, centres: np.ndarray,
     centres = np.ascontiguousarray(centres, dtype=np.float64)
     if centres.ndim != 2 or centres.shape[0] == 0:
         raise ValueError("the Nyström ODM needs at least one centre (a 2-D array of rows).")
-    gram = np.zeros((centres.shape[0],) * 2)
-    for rows, block in iter_kernel_blocks(kernel, centres, centres, dtype=np.float64):
-        gram[rows] = block
-    values, vectors = scipy.linalg.eigh(gram, check_finite=False)
+    values, vectors = scipy.linalg.eigh(kernel_matrix(kernel, centres), check_finite=False)
     keep = values > cutoff * max(float(values[-1]), 1e-300)
     return CentreBasis(centres, vectors[:, keep] / np.sqrt(values[keep]))
 
@@ -121,14 +118,12 @@ def pass_sums(kernel: Kernel, centres: np.ndarray, X: np.ndarray, y: np.ndarray,
             losses[index] += float(np.dot(weight, deviation * deviation))
             if index == 0:
                 first_weight, first_tau = weight, tau
-        last_weight, last_tau = pieces(start + steps[-1] * along, theta, v)
-        changed += int(np.count_nonzero((last_weight != first_weight) | (last_tau != first_tau)))
-        active = np.flatnonzero(first_weight)
-        if active.size:
-            weighted = block[active] * np.sqrt(first_weight[active])[:, None]
-            normal += weighted.T @ weighted
-            target += block[active].T @ (first_weight[active] * labels[active] *
-                                          first_tau[active])
+        # weight and tau are the last step length's now
+        changed += int(np.count_nonzero((weight != first_weight) | (tau != first_tau)))
+        # rows inside the band weigh 0: their rows of the scaled block are zero
+        scaled = block * np.sqrt(first_weight)[:, None]
+        normal += scaled.T @ scaled
+        target += block.T @ (first_weight * labels * first_tau)
     return PassSums(losses, normal, target, changed, int(y.size))
 
 
@@ -221,9 +216,7 @@ def objective(kernel: Kernel, centres: np.ndarray, coef: np.ndarray, X, y, lam: 
               theta: float, v: float) -> float:
     """F(α) of the module docstring on rows ``X`` (M = their count), evaluated directly: for
     tests and reports."""
-    gram = np.zeros((centres.shape[0],) * 2)
-    for rows, block in iter_kernel_blocks(kernel, centres, centres, dtype=np.float64):
-        gram[rows] = block
+    gram = kernel_matrix(kernel, centres)
     sums = pass_sums(kernel, centres, X, y, coef, np.zeros_like(coef), (0.0,), theta, v)
     return 0.5 * float(coef @ gram @ coef) + loss_weight(lam, theta, len(y)) * \
         float(sums.losses[0])

@@ -183,18 +183,13 @@ def unbeaten_levels(levels: list[int], correct: list[np.ndarray],
     if len(levels) != len(correct):
         raise ValueError(f"one correctness vector per level is needed, got {len(levels)} "
                          f"levels and {len(correct)} vectors.")
-    unbeaten = []
-    for candidate in range(len(levels)):
-        beaten = False
-        for other in range(len(levels)):
-            if other != candidate:
-                gain, stderr = paired_gain(correct[candidate], correct[other])
-                beaten = gain > confidence * stderr
-                if beaten:
-                    break
-        if not beaten:
-            unbeaten.append(levels[candidate])
-    return unbeaten
+    def beats(other, candidate):
+        gain, stderr = paired_gain(correct[candidate], correct[other])
+        return gain > confidence * stderr
+
+    return [level for candidate, level in enumerate(levels)
+            if not any(beats(other, candidate) for other in range(len(levels))
+                       if other != candidate)]
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ behind an LRU cache of single rows; and the memory either needs. Rows may be den
 their memory is charged by stored values, not by the width."""
 from __future__ import annotations
 
+import numba
 import numpy as np
 
 from ..core.kernels import Kernel, operand_rows, rows_per_block
@@ -102,9 +103,9 @@ class KernelRows:
 #: Kernel matrices of at least this many MB are prefaulted by several threads before they are
 #: filled (:func:`prefaulted_empty`).
 PREFAULT_MB = 256
-#: Values a memory page holds at most (4 KB pages of float32; a larger page is written several
-#: times, which costs nothing).
-PAGE_VALUES = 1024
+#: Bytes of the smallest memory page (4 KB; a larger page is written several times, which
+#: costs nothing).
+PAGE_BYTES = 4096
 
 
 def prefaulted_empty(shape, dtype, threads: int | None = None) -> np.ndarray:
@@ -120,13 +121,11 @@ def prefaulted_empty(shape, dtype, threads: int | None = None) -> np.ndarray:
         return array
     if threads is None:
         threads = _blas_threads()
-    import numba
-
     threads = max(1, min(int(threads), numba.config.NUMBA_NUM_THREADS))
     previous = numba.get_num_threads()
     numba.set_num_threads(threads)
     try:
-        loops.touch_pages(array.reshape(-1), PAGE_VALUES * 4 // array.itemsize)
+        loops.touch_pages(array.reshape(-1), max(1, PAGE_BYTES // array.itemsize))
     finally:
         numba.set_num_threads(previous)
     return array

@@ -34,7 +34,7 @@ from .checkpoint import (LevelCheckpoint, assemble_partition, block_fingerprint,
 from .level_model import (LocalFit, collect_level, compress_level,
                           fit_rows_collectable, level_scores)
 from .params import LevelStats, SODMFit, SODMParams
-from .global_step import global_scores, public_report, run_global_step
+from .global_step import public_report, run_global_step
 from .plan import plan_level
 from .prepare import PreparedData, partition_prepared, prepare_sodm
 from .tasks import (FitTargets, LevelTaskSettings, PartitionStats, checkpoint_layout, merge_key,
@@ -235,8 +235,8 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
         eval_X.unpersist()
     best = next(e for e in levels if e.level == chosen)
     global_model, global_report = run_global_step(sc, kept[chosen], prepared, params, chosen,
-                                               validated_levels, validated_correct, cores,
-                                               on_plan)
+                                                  validated_levels, validated_correct, cores,
+                                                  on_plan)
     if global_model is not None:
         model, compression = global_model, None
     else:
@@ -253,9 +253,10 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
     if test_pair is not None:
         X_test, y_test = test_pair[0], raw_labels(test_pair[1], classes)
         cheap = len(y_test) * best.n_sv * width <= CHEAP_SCORING_WORK
+        global_test = None
         if global_report is not None and global_report["ran"]:
-            global_report["test_accuracy"] = accuracy_of_scores(
-                global_scores(global_report, X_test), y_test, classes)
+            global_test = global_report["model"].input_scores(X_test)
+            global_report["test_accuracy"] = accuracy_of_scores(global_test, y_test, classes)
         if global_model is not None:  # the model is the global step's; the level is reported
             full_test = None
         elif full_test is None and compression is None:
@@ -267,8 +268,10 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
             full_test = level_scores(sc, kept[chosen], X_test, kernel, "score the test set")
         if full_test is not None:  # the chosen level's own model
             best.test_accuracy = accuracy_of_scores(full_test, y_test, classes)
-        scores = full_test if compression is None and global_model is None else \
-            model.input_scores(X_test)
+        if global_model is not None:
+            scores = global_test
+        else:
+            scores = full_test if compression is None else model.input_scores(X_test)
         test_accuracy = accuracy_of_scores(scores, y_test, classes)
         if compression is not None:
             compression["test"] = {"accuracy_after": test_accuracy, "rows": len(y_test)} \

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...core.kernels import decision_values
 from ...core.labels import coded_classes, correct_rows
 from ...models import nystroem_odm
 from ...models.expansion import KernelExpansion
@@ -159,12 +158,11 @@ def keeps_global(level_correct: np.ndarray, global_correct: np.ndarray) -> bool:
 def validation_correct(model: KernelExpansion, X, y, coded) -> np.ndarray:
     """Per-row correctness of a model on the kernel's input rows ``X`` (labels ``y`` coded
     as :func:`~sodm_spark.core.labels.coded_classes` ``coded``)."""
-    scores = decision_values(model.kernel, X, model.support_vectors, model.coef)
-    return correct_rows(scores, y, coded)
+    return correct_rows(model.input_scores(X), y, coded)
 
 
 def run_global_step(sc, solved, prepared, params, chosen, validated_levels, validated_correct,
-                 cores, on_plan):
+                    cores, on_plan):
     """After the levels of a fit (``prepared``, the ``chosen`` level's RDD ``solved``, the
     validated levels and their per-row correctness): (the global step's model when the
     validation slice keeps it, else None; its report, or None when it did not run). Two
@@ -192,12 +190,6 @@ def run_global_step(sc, solved, prepared, params, chosen, validated_levels, vali
                   level_validation_accuracy=float(np.mean(level_right)),
                   kept=keeps_global(level_right, global_right), model=model)
     return (model if report["kept"] else None), report
-
-
-def global_scores(report, X):
-    """The global step's model's decision values on kernel input rows ``X``."""
-    model = report["model"]
-    return decision_values(model.kernel, X, model.support_vectors, model.coef)
 
 
 def public_report(report):
