@@ -109,7 +109,7 @@ def run_job(folder: Path, model_dir: Path, extra=()) -> dict:
             "input_map": metrics.get("input_map"),
             "global_step": metrics.get("global_step"),
             "levels": [{k: e.get(k) for k in ("level", "partitions", "max_rows", "seconds",
-                                                 "kernel", "sweeps_max", "n_sv",
+                                                 "kernel", "storage", "sweeps_max", "n_sv",
                                                  "validation_accuracy", "test_accuracy")}
                        for e in metrics["levels"]],
             "best_level": metrics["best_level"], "stop_reason": metrics["stop_reason"],

@@ -38,9 +38,9 @@ from sodm_spark.spark.memory import check_collectable, check_fit_resources, exec
 from sodm_spark.spark.partitioning import PARTITIONERS
 from sodm_spark.spark.session import PERSIST, collect_blocks, job_session, numpy_to_blocks
 from sodm_spark.spark.sodm.global_step import NEAR_MAJORITY, GlobalPlan
-from sodm_spark.spark.sodm.params import GLOBAL_STEPS, INPUT_MAPS, SODMParams
+from sodm_spark.spark.sodm.params import GLOBAL_STEPS, INPUT_MAPS, KERNEL_STORAGES, SODMParams
 from sodm_spark.spark.sodm.plan import (KERNEL_BOUND_FEATURES, TOP_PARTITION_ROWS, auto_level_count,
-                                        check_levels_fit_rows, kernel_mb)
+                                        check_levels_fit_rows, kernel_mb, storage_itemsize)
 from sodm_spark.spark.sodm.prepare import checked_classes
 from sodm_spark.spark.train import (Progress, Search, check_classes, fit_params,
                                     train as train_on_spark)
@@ -99,6 +99,12 @@ def parse_args(argv=None, prog="train_sodm.py", description=None,
     parser.add_argument("--cache-mb", type=float, default=defaults.cache_mb,
                         help="cap on the kernel cache per task (MB; default: what the memory "
                         "budget allows)")
+    parser.add_argument("--kernel-storage", choices=KERNEL_STORAGES,
+                        default=defaults.kernel_storage,
+                        help="dtype of the cached kernel matrices: auto (default) is int16 fixed "
+                        "point (half float32's memory, entries within 1.5e-5 of the rbf "
+                        "kernel's, faster sweeps) where the kernel's diagonal bounds its "
+                        "values, float32 for the others; float32 or int16 always")
     parser.add_argument("--memory-mb", type=float,
                         help="memory one partition's solve may use (default: the executor's "
                         "memory for Python divided by the tasks that run at once); a level that "
@@ -379,12 +385,23 @@ def show_search(result, report_dir=None):
     """The search's table best first, the point chosen, the report files."""
     report = result.to_dict()
     print(table(report), flush=True)
+    final = report["final_round"]
+    if final:
+        print(f"second round: the {len(final['points'])} finalists on {final['pieces']} "
+              f"pieces of {final['piece_rows']:,} rows of the same sample", flush=True)
+        for index, point in enumerate(final["points"], 1):
+            print(point_line(point, index, len(final["points"]), report["base_gamma"]),
+                  flush=True)
     best = report["best"]
     default = result.default
     kept = default is not None and result.best.point == default
+    accuracy = f"{best['validation_accuracy']:.4f}" + (
+        "" if best["final_validation_accuracy"] is None else
+        f" on pieces of {SEARCH_PARTITION_ROWS:,} rows, {best['final_validation_accuracy']:.4f} "
+        f"on pieces of {final['piece_rows']:,}")
     print(f"{'chosen' if default is not None else 'best'}: --gamma {best['gamma']:.6g} --lam "
           f"{best['lam']:g} --theta {best['theta']:g} --v {best['v']:g} (validation accuracy "
-          f"{best['validation_accuracy']:.4f}"
+          f"{accuracy}"
           + ("; the default point, no other beats it significantly" if kept else "")
           + f"; tuning took {result.seconds:.2f} s)", flush=True)
     if report_dir:
@@ -399,8 +416,10 @@ def show_plan(plan):
         return
     predicted = (f"estimated {plan.predicted_seconds:,.1f} s from this machine's GEMM speed"
                  if plan.estimated else f"predicted {plan.predicted_seconds:,.1f} s")
+    stored = f" in {plan.storage}" if plan.storage != "float32" else ""
     print(f"  -> level {plan.level}: {plan.partitions:,} partitions of up to {plan.rows:,} "
-          f"rows, kernel {plan.kernel} ({kernel_mb(plan.rows):,.1f} MB of the "
+          f"rows, kernel {plan.kernel}{stored} "
+          f"({kernel_mb(plan.rows, storage_itemsize(plan.storage)):,.1f} MB of the "
           f"{plan.memory_mb:,.0f} MB a task may use), {predicted}"
           + (f"; {plan.advice}" if plan.advice else ""), flush=True)
 
@@ -471,8 +490,9 @@ def show_global_step(report):
         print(f"global step {report['reason']}", flush=True)
         return
     test = "" if "test_accuracy" not in report else f", test {report['test_accuracy']:.4f}"
-    print(f"global step: {report['centres']:,} centres, {report['newton_steps']} Newton steps "
-          f"in {report['passes']} passes, {report['seconds']:.1f} s ({report['stopped']}); "
+    print(f"global step: {report['centres']:,} centres, from {report['start']}, "
+          f"{report['newton_steps']} Newton steps in {report['passes']} passes, "
+          f"{report['seconds']:.1f} s ({report['stopped']}); "
           f"validation {report['validation_accuracy']:.4f} against the level's "
           f"{report['level_validation_accuracy']:.4f}{test}: "
           + ("kept" if report["kept"] else "the level's model kept"), flush=True)

@@ -38,6 +38,9 @@ def test_the_spark_global_step_is_the_brute_force_nystroem_optimum(spark, data, 
     report = fit.global_step
     assert report["ran"] and report["kept"] and report["centres"] == 40
     assert report["reason"] == "global_step='always'"
+    # started from the level's model (its values at the centres, smoothed into their span):
+    # it beats α = 0 on F here
+    assert report["start"] == "the level's model in the centres' span"
     centres = fit.model.support_vectors.astype(np.float64)
     coef = fit.model.coef[:, 0]
     # every centre is a training row (as the chunks hold them: float32)

@@ -110,8 +110,9 @@ def test_a_fit_on_wide_rows_is_the_exact_odm_of_their_principal_components(spark
     X, y = _near_subspace(900, seed=3)
     X_test, _ = _near_subspace(200, seed=4)
     gamma = 1.0 / (300 * X.var())
+    # float32 kernels: the exact ODM is compared to 1e-6 (int16 storage is 1.5e-5 per entry)
     params = SODMParams(scale="none", auto_stop=False, gamma=gamma, lam=100.0, levels=0,
-                        tol=1e-9)
+                        tol=1e-9, kernel_storage="float32")
     sc = spark.sparkContext
     fit = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, classes=[-1.0, 1.0])
     # 900 rows: the sample is every row, so the map is the PCA of X that keeps 95%
@@ -127,6 +128,6 @@ def test_a_fit_on_wide_rows_is_the_exact_odm_of_their_principal_components(spark
 
     kept = fit_sodm(sc, numpy_to_blocks(sc, X, y), SODMParams(
         scale="none", auto_stop=False, gamma=gamma, lam=100.0, levels=0, tol=1e-9,
-        input_map="none"), classes=[-1.0, 1.0])
+        input_map="none", kernel_storage="float32"), classes=[-1.0, 1.0])
     assert kept.model.projection_components is None and kept.input_map is None
     assert kept.model.support_vectors.shape[1] == 300

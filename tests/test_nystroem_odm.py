@@ -151,3 +151,31 @@ def test_the_global_model_is_kept_only_where_the_slice_ranks_it_higher():
     assert keeps_global(level, _correct(100, range(9)))
     assert not keeps_global(level, _correct(100, range(10)))
     assert not keeps_global(level, _correct(100, range(1, 11)))  # as many right, other rows
+
+
+@pytest.mark.parametrize("seed, lam, theta, v", [(0, 1e3, 0.2, 0.3), (3, 10.0, 0.1, 0.2)])
+def test_a_start_from_another_model_reaches_the_same_minimum(seed, lam, theta, v):
+    X, y, centres = _problem(seed)
+    kernel = Kernel("rbf", gamma=0.4)
+    basis = nystroem_odm.centre_basis(kernel, centres)
+    run_pass = lambda c, s, t: nystroem_odm.pass_sums(kernel, centres, X, y, c, s, t, theta, v)  # noqa: E731
+    reference, minimum, K = _brute_force(kernel, centres, X, y, lam, theta, v)
+    weight = nystroem_odm.loss_weight(lam, theta, len(y)) * len(y) / len(centres)
+    # another model of the rows (a kernel ridge on all of them), seen at the centres only
+    ridge = np.linalg.solve(kernel_matrix(kernel, X) + 1.0 * np.eye(len(y)), y)
+    values = kernel_matrix(kernel, centres, X) @ ridge
+    start = nystroem_odm.span_start(basis, kernel, values, weight)
+    # the start is the closed-form minimizer of ½‖w‖² + c‖K_ZZ T w − f_Z‖²: its gradient is 0
+    image = kernel_matrix(kernel, centres) @ basis.transform
+    gradient = start + 2.0 * weight * image.T @ (image @ start - values)
+    assert np.max(np.abs(gradient)) <= 1e-8 * max(1.0, np.max(np.abs(start)))
+    coef, report = nystroem_odm.fit(basis, run_pass, lam, theta, v, len(y), start=start)
+    found = nystroem_odm.objective(kernel, centres, coef, X, y, lam, theta, v)
+    assert report.start == "given"  # the ridge's values beat α = 0
+    assert found <= minimum * (1 + 1e-9) and minimum <= found * (1 + 1e-6)
+    np.testing.assert_allclose(K @ coef, K @ reference, atol=1e-4 * np.max(np.abs(K @ reference)))
+    # a start worse than α = 0 is refused: the fit goes on from zero, to the same minimum
+    coef, report = nystroem_odm.fit(basis, run_pass, lam, theta, v, len(y), start=-50 * start)
+    assert report.start == "zero"
+    assert nystroem_odm.objective(kernel, centres, coef, X, y, lam, theta, v) == \
+        pytest.approx(found, rel=1e-6)

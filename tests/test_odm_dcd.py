@@ -198,3 +198,77 @@ def test_row_cache_serves_its_capacity_every_sweep_and_returns_exact_rows():
         assert source.computed_rows - computed_before == expected
     mixed = np.array([5, 1, 399, 7])  # any order: the rows come back in that order
     np.testing.assert_allclose(source.rows(mixed), Q[mixed], rtol=0, atol=1e-6)
+
+
+# Fixed-point (int16) kernel storage: Q at half float32's memory (kernel_rows.FIXED_POINT)
+
+
+@pytest.mark.parametrize("name", ["rbf", "laplacian", "poly", "linear"])
+def test_a_fixed_point_q_is_within_half_a_step_of_the_exact_one(name):
+    from sodm_spark.solvers.kernel_rows import FIXED_POINT, fixed_point_scale, full_q_matrix
+    X, y = make_problem(m=300, d=7, seed=9)
+    kernel = Kernel.create(name, 0.2, degree=2, coef0=1.0)
+    exact = q_matrix(X, y, kernel)
+    scale = fixed_point_scale(kernel, X)
+    # the largest value is on the diagonal (a positive semi-definite kernel), and spans the range
+    assert scale == pytest.approx(np.abs(exact).max() / 32767, rel=1e-12)
+    Q = full_q_matrix(kernel, X, y, FIXED_POINT, block_mb=300 * 4 * 40 / 2**20, scale=scale)
+    assert Q.dtype == np.int16 and np.array_equal(Q, Q.T) and np.abs(Q).max() == 32767
+    # half a step of rounding, and float32's own error in the kernel's epilogue
+    assert np.abs(Q * scale - exact).max() <= 0.5 * scale + 1e-6 * np.abs(exact).max()
+
+
+def test_kernels_without_a_diagonal_bound_are_stored_in_float32():
+    from sodm_spark.solvers.kernel_rows import fixed_point_scale
+    X, y = make_problem(m=80, d=4, seed=4)
+    kernel = Kernel.create("poly", 0.5, degree=3, coef0=-1.0)  # not positive semi-definite
+    assert fixed_point_scale(kernel, X) is None
+    result = solve_odm_dual(X, y, kernel, 10.0, 0.1, 0.5, dtype="int16", max_iter=3)
+    assert result.storage == "float32"
+    # kernel rows on demand are float32 whatever the cache holds
+    rbf = Kernel.create("rbf", 0.5)
+    blocked = solve_odm_dual(X, y, rbf, 10.0, 0.1, 0.5, dtype="int16", mode="blocked")
+    cached = solve_odm_dual(X, y, rbf, 10.0, 0.1, 0.5, dtype="int16")
+    assert (blocked.storage, cached.storage) == ("float32", "int16")
+
+
+@pytest.mark.parametrize("name,gamma,lam,theta,v,m", CASES)
+def test_a_fixed_point_solve_reaches_the_exact_optimum_within_the_storage_error(
+        name, gamma, lam, theta, v, m):
+    X, y = make_problem(m=m, seed=m)
+    kernel = Kernel.create(name, gamma, degree=2, coef0=1.0)
+    result = solve_odm_dual(X, y, kernel, lam, theta, v, violation_tol=1e-9, dtype="int16",
+                            block_size=16, seed=3)
+    exact = q_matrix(X, y, kernel)
+    reference, reference_gamma = odm_dual_reference(exact, lam, theta, v)
+    assert result.converged and result.storage == "int16" and result.kernel_mode == "cached"
+    # every entry of Q moved by at most half a step: the optimum by about as little (the
+    # objective by up to 4e-5 of itself on these cases)
+    step = np.abs(exact).max() / 32767
+    assert abs(result.objective - reference) <= 3e-4 * abs(reference)
+    np.testing.assert_allclose(result.gamma, reference_gamma,
+                               atol=1e-3 * max(1.0, np.abs(reference_gamma).max()))
+    # the KKT conditions of the exact problem hold up to the storage error of Qγ
+    assert kkt_residual(exact, result.gamma, lam, theta, v) <= \
+        1e-8 + step * np.abs(result.gamma).sum()
+
+
+def test_a_fixed_point_model_predicts_as_the_float32_one_on_real_rows():
+    from sklearn.datasets import load_digits
+    from sklearn.preprocessing import MinMaxScaler
+
+    X, digits = load_digits(return_X_y=True)
+    X = MinMaxScaler().fit_transform(X)
+    y = np.where(digits % 2 == 1, 1.0, -1.0)  # odd against even digits
+    train, test = slice(0, 1200), slice(1200, None)
+    kernel = Kernel.create("rbf", 1.0 / (X.shape[1] * X.var()))
+    scores = {}
+    for dtype in ("float32", "int16"):
+        result = solve_odm_dual(X[train], y[train], kernel, 1e5, 0.1, 0.2, violation_tol=1e-2,
+                                dtype=dtype)
+        assert result.storage == dtype
+        scores[dtype] = kernel_matrix(kernel, X[test], X[train]) @ (result.gamma * y[train])
+    accuracy = {dtype: np.mean(np.sign(s) == y[test]) for dtype, s in scores.items()}
+    assert accuracy["float32"] > 0.95  # the task is learned at all
+    assert abs(accuracy["int16"] - accuracy["float32"]) <= 2 / y[test].size
+    assert np.mean(np.sign(scores["int16"]) == np.sign(scores["float32"])) >= 0.99

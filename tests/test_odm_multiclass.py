@@ -98,3 +98,23 @@ def test_signs_and_bad_input():
     with pytest.raises(ValueError, match="gamma0 must be a finite"):
         solve_odm_multiclass(X, y, 2, Kernel.create("linear"), LAM, THETA, V,
                              gamma0=np.zeros((3, 2)))
+
+
+def test_fixed_point_storage_serves_the_per_class_solves_and_the_joint_one_stays_float():
+    from sodm_spark.solvers.local_solve import LocalSolve
+    X, y = blobs(n_per_class=60)
+    kernel = Kernel.create("rbf", 0.3)
+    exact = LocalSolve(LAM, THETA, V, violation_tol=1e-8, dtype="float64").solve(X, y, kernel, 4)
+    # the joint solver keeps its one kernel matrix in float32 when fixed point is asked for
+    joint = LocalSolve(LAM, THETA, V, violation_tol=1e-8, dtype="int16").solve(X, y, kernel, 4)
+    assert joint.storage == "float32" and len(joint.runs) == 1
+    # a cache too small for K in float32 (225 kB) but not in int16 (115 kB): per-class solves,
+    # each on its own cached int16 Q
+    per_class = LocalSolve(LAM, THETA, V, violation_tol=1e-8, dtype="int16",
+                           cache_mb=0.15).solve(X, y, kernel, 4)
+    assert per_class.storage == "int16" and len(per_class.runs) == 4
+    assert per_class.kernel_mode == "cached"
+    for solved in (joint, per_class):
+        np.testing.assert_allclose(solved.objectives, exact.objectives, rtol=1e-4)
+        np.testing.assert_allclose(solved.gamma, exact.gamma,
+                                   atol=1e-3 * np.abs(exact.gamma).max())

@@ -82,8 +82,8 @@ def test_the_level_count_follows_the_rows():
 
 
 def test_wide_rows_start_at_the_deepest_cached_level():
-    # this machine's shape: 2 task slots, ~18 GB for Python; 600,000 rows of 784 features have
-    # cached kernels from level 3 (27 × 22,223 rows: 1.8 GB each), not level 2 (17 GB each)
+    # 2 task slots, 18 GB for Python: 600,000 rows of 784 features have cached kernels from
+    # level 3 (27 × 22,223 rows: 0.9 GB each in int16), not level 2 (9.7 GB a task in int16)
     memory, params = ExecutorMemory(memory_mb=18_000.0, cores=2), SODMParams()
     assert cached_level_count(600_000, 3, 784, memory, params) == 3
     assert auto_level_count(600_000, 3, KERNEL_BOUND_FEATURES, memory, params) == 3
@@ -102,6 +102,30 @@ def test_wide_rows_start_at_the_deepest_cached_level():
     assert auto_level_count(600_000, 3, 784, hopeless, params) == 5
 
 
+def test_levels_are_cached_in_int16_and_float32_needs_twice_the_memory():
+    # level 2 of 600,000 rows × 784: 9 partitions of 66,667 rows, 17.0 GB each in float32,
+    # 8.5 GB in int16; two task slots of 10 GB each (a solve's own arrays: 1.2 GB)
+    from sodm_spark.spark.sodm.plan import plan_level
+    memory, sizes = ExecutorMemory(memory_mb=20_000.0, cores=2), np.full(9, 66_667)
+    plan = plan_level(2, sizes, 784, SODMParams(levels=3), memory, [], cores=2)
+    assert (plan.kernel, plan.storage, plan.tasks) == ("cached", "int16", 2)
+    assert plan.advice == ""
+    # float32 only: one task at a time holds the whole executor's memory
+    plan = plan_level(2, sizes, 784, SODMParams(levels=3, kernel_storage="float32"), memory,
+                      [], cores=2)
+    assert (plan.kernel, plan.storage, plan.tasks) == ("cached", "float32", 1)
+    assert "1 task at a time" in plan.advice and "(16,954 MB)" in plan.advice
+    # blocked levels compute float32 kernel rows on demand, whatever the storage asked for
+    tight = ExecutorMemory(memory_mb=4_000.0, cores=2)
+    plan = plan_level(2, sizes, 784, SODMParams(levels=3), tight, [], cores=2)
+    assert (plan.kernel, plan.storage) == ("blocked", "float32")
+    # wide rows start at the deepest level cached in the storage the levels use
+    assert cached_level_count(600_000, 3, 784, memory, SODMParams()) == 2
+    assert cached_level_count(600_000, 3, 784, memory, SODMParams(kernel_storage="float32")) == 3
+    with pytest.raises(ValueError, match="kernel_storage"):
+        SODMParams(kernel_storage="float16")
+
+
 def test_a_wide_fit_without_levels_solves_one_cached_partition(spark):
     # 5,000 rows: about 2,500 a partition would mean one level (3 partitions), but 100
     # features make the kernel dominate and the whole 95 MB kernel is cached: one partition
@@ -112,6 +136,22 @@ def test_a_wide_fit_without_levels_solves_one_cached_partition(spark):
     fit = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, [-1.0, 1.0])
     assert [(entry.level, entry.partitions, entry.kernel) for entry in fit.levels] == \
         [(0, 1, "cached")]
+
+
+def test_a_fit_in_int16_storage_is_the_float32_fit_within_its_storage_error(spark):
+    X, y = make_problem(m=3000, d=6, seed=23)
+    sc = spark.sparkContext
+    fits = {storage: fit_sodm(sc, numpy_to_blocks(sc, X, y),
+                              SODMParams(gamma=0.5, lam=1e3, levels=1, auto_stop=False,
+                                         kernel_storage=storage), [-1.0, 1.0])
+            for storage in ("float32", "int16")}
+    for storage, fit in fits.items():
+        assert [(entry.kernel, entry.storage) for entry in fit.levels] == [("cached", storage)] * 2
+    assert SODMParams().kernel_storage == "auto"  # int16 where the kernel allows it
+    X_new = make_problem(m=500, d=6, seed=24)[0]
+    scores = {storage: fit.model.decision_function(X_new) for storage, fit in fits.items()}
+    assert np.mean(np.sign(scores["int16"]) == np.sign(scores["float32"])) >= 0.99
+    np.testing.assert_allclose(scores["int16"], scores["float32"], atol=1e-2)
 
 
 def test_a_fit_without_levels_starts_from_the_automatic_count(spark):
@@ -155,7 +195,8 @@ def test_rows_are_scaled_onto_the_unit_interval_and_the_model_takes_raw_rows(spa
     X_test, _ = make_problem(m=200, d=4, seed=14)
     X_test = X_test * np.array([1.0, 100.0, 0.01, 5.0]) + np.array([0.0, 50.0, -3.0, 7.0])
     sc = spark.sparkContext
-    params = SODMParams(gamma="scale", lam=100.0, levels=0, auto_stop=False, tol=1e-8)
+    params = SODMParams(gamma="scale", lam=100.0, levels=0, auto_stop=False, tol=1e-8,
+                        kernel_storage="float32")  # compared with the exact solver to 1e-6
     fit = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, [-1.0, 1.0], max_sv="none")
     # the reference: every column mapped onto [0, 1] by hand, gamma 'scale' of those rows
     low, high = X.min(axis=0), X.max(axis=0)

@@ -33,7 +33,9 @@ def exact(X, y, params, tol=1e-9):
 
 def test_levels_zero_equals_the_exact_solver(spark, data):
     X, y, _, _ = data
-    params = SODMParams(scale="none", auto_stop=False, gamma=GAMMA, lam=100.0, levels=0, tol=1e-9)
+    # float32 kernels: compared with the exact solver to 1e-6 (int16 entries are 1.5e-5 off)
+    params = SODMParams(scale="none", auto_stop=False, gamma=GAMMA, lam=100.0, levels=0, tol=1e-9,
+                        kernel_storage="float32")
     fit = fit_sodm(spark.sparkContext, numpy_to_blocks(spark.sparkContext, X, y), params,
                    classes=[-1.0, 1.0])
     reference = exact(X, y, params)
@@ -47,7 +49,7 @@ def test_levels_zero_equals_the_exact_solver(spark, data):
 def test_merging_to_one_partition_reaches_the_exact_objective(spark, data, partitioner):
     X, y, X_test, y_test = data
     params = SODMParams(scale="none", auto_stop=False, gamma=GAMMA, lam=100.0, levels=2, p=3, strata=6, tol=1e-9,
-                        partitioner=partitioner, seed=5)
+                        partitioner=partitioner, seed=5, kernel_storage="float32")
     fit = fit_sodm(spark.sparkContext, numpy_to_blocks(spark.sparkContext, X, y), params,
                    classes=[-1.0, 1.0], test=(X_test, y_test))
     reference = exact(X, y, params)
@@ -225,7 +227,8 @@ def test_memory_budget_switches_to_on_demand_kernels_then_names_the_level_that_c
 
     X, y = make_problem(m=1800, d=5, seed=33)
     sc = spark.sparkContext
-    base = SODMParams(scale="none", auto_stop=False, gamma=0.3, lam=50.0, levels=1, p=3, strata=4, seed=1, tol=1e-3)
+    base = SODMParams(scale="none", auto_stop=False, gamma=0.3, lam=50.0, levels=1, p=3, strata=4, seed=1, tol=1e-3,
+                      kernel_storage="float32")  # the budget below counts float32 kernels
     roomy = fit_sodm(sc, numpy_to_blocks(sc, X, y), base, [-1.0, 1.0])
     assert [entry.kernel for entry in roomy.levels] == ["cached", "cached"]
     # enough for the 600-row partitions' cached kernels, only blocks for the 1,800-row level

@@ -298,3 +298,55 @@ def test_the_search_sample_holds_about_its_rows_once_partitions_are_cut():
     assert search_pieces(8, 22_194) == 1 and search_pieces(9, 2_466) == 1
     assert search_pieces(1, 60_000) == 8 and search_pieces(2, 60_000) == 4
     assert search_pieces(1, 6_000) == 2 and search_pieces(1, 1_000) == 1
+
+
+def test_the_second_round_scores_the_finalists_on_larger_pieces_of_the_same_rows(
+        spark, binary_prepared, monkeypatch):
+    from sodm_spark.selection.tuning import GridPoint
+    from sodm_spark.spark import tune as tune_module
+
+    params, prepared = binary_prepared
+    parts = collected_parts(prepared)
+    keys, max_rows = [0, 1, 2], 90
+    default = GridPoint(0.5, 10.0, 0.4, 0.3)
+    result = tune_sodm(spark.sparkContext, prepared, params, SMALL_GRID, keys=keys,
+                       max_rows=max_rows, pieces=2, default=default)
+    finalists = tune_module.finalists(result)
+    ranked = sorted(result.points, key=lambda p: (-p.validation_accuracy, p.sweeps_max))
+    assert finalists[:3] == [p.point for p in ranked[:3]]
+    assert len(finalists) == 3 + (default not in finalists[:3]) and default in finalists
+    # pieces of p × 90 = 270 rows from the 3 × 180 sampled rows: two pieces
+    monkeypatch.setattr(tune_module, "SEARCH_PARTITION_ROWS", max_rows)
+    tune_module.final_round(spark.sparkContext, prepared, params, result, keys, pieces=2)
+    assert (result.final_pieces, result.final_piece_rows) == (2, 270)
+    sampled = [np.sort(np.concatenate(search_subsets(len(parts[key][1]), max_rows, 2,
+                                                     params.seed, key))) for key in keys]
+    X = np.concatenate([parts[key][0][rows] for key, rows in zip(keys, sampled)])
+    y = np.concatenate([parts[key][1][rows] for key, rows in zip(keys, sampled)])
+    cut = [(X[:270], y[:270]), (X[270:], y[270:])]
+    X_val, y_val = prepared.validation_pair
+    by_point = {p.point: p for p in result.final_points}
+    assert sorted(by_point, key=str) == sorted(finalists, key=str)
+    for point in finalists:
+        grid = ParamGrid((point.gamma_scale,), (point.lam,), (point.theta,), (point.v,))
+        expected = brute_force(cut, X_val, y_val, prepared.kernel.gamma, grid)[0]
+        assert by_point[point].validation_accuracy == pytest.approx(expected, abs=1e-9)
+    # the fit takes the second round's best, or the default unless that one is beaten
+    # significantly on the validation rows
+    finals = result.final_points
+    best = finals[best_point([p.validation_accuracy for p in finals],
+                             [p.sweeps_max for p in finals])]
+    kept = by_point[default]
+    from sodm_spark.selection.tuning import significantly_better
+    expected_choice = best.point if significantly_better(best.correct, kept.correct) \
+        else default
+    assert result.best.point == expected_choice
+    report = result.to_dict()
+    assert report["final_round"]["pieces"] == 2 and len(report["final_round"]["points"]) == \
+        len(finalists)
+    assert report["best"]["final_validation_accuracy"] == by_point[expected_choice] \
+        .validation_accuracy
+    # no sample drawn (every partition searched): no second round
+    whole = tune_sodm(spark.sparkContext, prepared, params, SMALL_GRID)
+    tune_module.final_round(spark.sparkContext, prepared, params, whole, None, 1)
+    assert whole.final_points == [] and whole.to_dict()["final_round"] is None

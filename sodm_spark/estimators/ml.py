@@ -78,6 +78,8 @@ partitioner        text   stratified, random, kmeans, dip or cascade
 warmStart          text   scaled (γ/p) or concat
 cacheMb            float  cap on the kernel cache per task in MB (unset: the memory budget
                           decides)
+kernelStorage      text   auto (cached kernels in int16 fixed point, half float32's memory,
+                          where the kernel's diagonal bounds its values), float32 or int16
 autoStop           bool   stop merging when a level no longer improves the validation accuracy
                           by minImprovement (a held-out validationFraction of the rows); the
                           model is the best level's
@@ -201,10 +203,10 @@ class SODMClassifier(Estimator, _SODMParams, VersionedReadWrite):
         The ODM problem (λ, θ, v of docs/design.md §1) and each local solve's tolerance and
         most sweeps; with ``kernel="linear"``, DSVRG's relative objective change and most
         epochs (unset: 1e-6 and 30, as the job's).
-    p, levels, strata, stopLevel, partitioner, warmStart, cacheMb, seed : Param
+    p, levels, strata, stopLevel, partitioner, warmStart, cacheMb, kernelStorage, seed : Param
         SODM: partitions merged per level, L (unset: from the rows), the S strata, the last
-        level solved, how rows are dealt, the merged level's start, the kernel cache per task,
-        every random choice.
+        level solved, how rows are dealt, the merged level's start, the kernel cache per task
+        and the dtype of its values (docs/design.md §1.3), every random choice.
     autoStop, validationFraction, minImprovement, timeBudget : Param
         Automatic stopping between levels (docs/design.md §2.7).
     globalStep, globalCentres : Param
@@ -242,7 +244,7 @@ class SODMClassifier(Estimator, _SODMParams, VersionedReadWrite):
                  coef0=0.0, fitIntercept=True, kernelOffset=0.0, scale="minmax", lam=1e5, theta=0.1,
                  v=0.2, tol=1e-2, maxIter=1000, p=3, levels=None,
                  strata=20, stopLevel=0, partitioner="stratified", warmStart="scaled",
-                 cacheMb=None, seed=0, autoStop=True, validationFraction=0.1,
+                 cacheMb=None, kernelStorage="auto", seed=0, autoStop=True, validationFraction=0.1,
                  minImprovement=0.002, timeBudget=None, globalStep="auto",
                  globalCentres=1000):
         super().__init__()

@@ -46,7 +46,9 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
     cache_mb : memory for kernel rows; the whole kernel matrix is cached when it fits, else
         kernel rows are computed on demand in blocks with an LRU cache of this size. None
         (default): what the machine has available when the fit starts, less a reserve
-    dtype : 'float32' (default, half the memory, ~7 digits) or 'float64' for the kernel cache
+    dtype : 'float32' (default, half the memory, ~7 digits), 'float64', or 'int16' (fixed
+        point at a quarter of float64's memory, entries within 1.5e-5 of the rbf kernel's; a
+        cached binary matrix only, float32 elsewhere) for the kernel cache
     random_state : int seed for the sweep order (None means 0: the optimum does not depend on it)
     solver : 'auto' (default: 'newton' for the linear kernel, 'dcd' otherwise), 'dcd' (dual
         coordinate descent, any kernel, no intercept), 'newton' (linear kernel: the exact primal

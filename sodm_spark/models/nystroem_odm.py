@@ -150,33 +150,64 @@ def newton_jump(basis: CentreBasis, sums: PassSums, weight: float) -> np.ndarray
     return w
 
 
+def span_start(basis: CentreBasis, kernel: Kernel, values: np.ndarray,
+               weight: float) -> np.ndarray:
+    """w of the model in the centres' span nearest another model whose values at the centres
+    are ``values`` (the level's f(z_j)): the minimizer of ½‖w‖² + ``weight``·‖K_ZZ T w − f_Z‖²,
+    the objective's penalty and a squared loss on the centres (each standing for M/m rows:
+    ``weight`` = C·M/m), so that a model the span cannot hold is smoothed, not interpolated."""
+    values = np.asarray(values, dtype=np.float64)
+    image = kernel_matrix(kernel, basis.centres) @ basis.transform  # K_ZZ T: w -> f_Z
+    lhs = 2.0 * weight * (image.T @ image)
+    lhs[np.diag_indices_from(lhs)] += 1.0
+    return scipy.linalg.cho_solve(scipy.linalg.cho_factor(lhs, lower=True, check_finite=False),
+                                  2.0 * weight * (image.T @ values), check_finite=False)
+
+
 @dataclass
 class NewtonReport:
     """How :func:`fit` went: the objective after each step, the passes over the rows, the
-    line-search steps taken and why it stopped."""
+    line-search steps taken, why it stopped and where it started."""
 
     objectives: list
     passes: int
     steps: list
     reason: str
+    start: str = "zero"  # or "given": the start w beat α = 0 on F
 
 
 def fit(basis: CentreBasis, run_pass, lam: float, theta: float, v: float, n_rows: int,
         max_steps: int = MAX_STEPS, relative_decrease: float = RELATIVE_DECREASE,
-        on_step=None):
-    """α of the Nyström ODM (module docstring) from α = 0: (α, :class:`NewtonReport`).
+        on_step=None, start=None):
+    """α of the Nyström ODM (module docstring): (α, :class:`NewtonReport`).
 
     ``run_pass(coef, direction, steps)`` returns the :class:`PassSums` of every training row
-    (:func:`pass_sums` summed over blocks or partitions); ``n_rows`` is M of C. From α = 0 every
-    row lies below the band, so the first jump is the kernel ridge regression of the labels
-    times 1−θ. ``on_step(step, objective, passes)`` is called after each step."""
+    (:func:`pass_sums` summed over blocks or partitions); ``n_rows`` is M of C. ``start``: a w
+    to start from (:func:`span_start` of the level's model), taken where F is lower there
+    than at α = 0: the first pass sums the normal matrix at ``start`` and scores both. From
+    α = 0 every row lies below the band, so the first jump is the kernel ridge regression of
+    the labels times 1−θ. ``on_step(step, objective, passes)`` is called after each step."""
     weight = loss_weight(lam, theta, n_rows)
     transform = basis.transform
     w = np.zeros(transform.shape[1])
     zero = np.zeros(transform.shape[0])
-    sums = run_pass(zero, zero, (0.0,))
-    passes, objective = 1, weight * float(sums.losses[0])
-    report = NewtonReport([objective], 0, [], "")
+    origin = "zero"
+    if start is None:
+        sums = run_pass(zero, zero, (0.0,))
+        passes, objective = 1, weight * float(sums.losses[0])
+    else:
+        start = np.asarray(start, dtype=np.float64)
+        # one pass: the normal matrix at the start, F there and at α = 0
+        sums = run_pass(transform @ start, -(transform @ start), (0.0, 1.0))
+        passes = 1
+        at_start = 0.5 * float(start @ start) + weight * float(sums.losses[0])
+        objective = weight * float(sums.losses[1])
+        if at_start < objective:
+            w, objective, origin = start.copy(), at_start, "given"
+        else:  # α = 0 is better: its normal matrix
+            sums = run_pass(zero, zero, (0.0,))
+            passes += 1
+    report = NewtonReport([objective], 0, [], "", origin)
     steps = np.asarray(LINE_STEPS)
     for step in range(1, max_steps + 1):
         jump = newton_jump(basis, sums, weight) - w

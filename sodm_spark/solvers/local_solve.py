@@ -23,7 +23,7 @@ import numpy as np
 from ..core.labels import plus_minus
 from ..core.validation import check_odm_params, check_positive_int
 from ..core.sparse_rows import memory_width
-from .kernel_rows import kernel_fits_cache
+from .kernel_rows import FIXED_POINT, kernel_fits_cache
 from .odm_dcd import solve_odm_dual
 from .odm_multiclass import one_vs_rest_signs, solve_odm_multiclass
 
@@ -47,6 +47,7 @@ class LocalSolution:
     sweeps: np.ndarray  # each output's sweeps (a joint solve's count for every class)
     kernel_mode: str  # 'cached', or 'blocked' when any solver call computed rows on demand
     runs: list  # the solver calls' own results, in order: DCDResult or MulticlassDCDResult
+    storage: str = "float32"  # the dtype the kernel values were kept in ('int16': fixed point)
 
     @property
     def n_sweeps(self) -> int:
@@ -84,7 +85,10 @@ class LocalSolve:
     # kernel cache (MB): the whole matrix when it fits, else rows on demand behind an LRU
     # cache; None: what the machine has available when the solve starts
     cache_mb: float | None = None
-    dtype: str = "float32"  # of the cached kernel values (γ and u are always float64)
+    # of the cached kernel values (γ and u are always float64): "float32", "float64", or
+    # "int16", fixed point at half float32's memory where the solver allows it (a binary or
+    # per-class solve with the whole Q cached, kernel_rows.FIXED_POINT; float32 elsewhere)
+    dtype: str = "float32"
 
     def __post_init__(self):
         check_odm_params(self.lam, self.theta, self.v)
@@ -98,8 +102,9 @@ class LocalSolve:
             dtype = np.dtype(self.dtype)
         except TypeError:
             dtype = None
-        if dtype not in (np.float32, np.float64):
-            raise ValueError(f"dtype must be 'float32' or 'float64', got {self.dtype!r}.")
+        if dtype not in (np.float32, np.float64, FIXED_POINT):
+            raise ValueError(f"dtype must be 'float32', 'float64' or 'int16', got "
+                             f"{self.dtype!r}.")
         object.__setattr__(self, "dtype", dtype.name)  # a plain name, whatever was given
 
     def solve(self, X, y, kernel, n_classes: int = 0, *, warm_start=None, seed=0,
@@ -125,20 +130,22 @@ class LocalSolve:
                                     signed_q=signed_q)
             return LocalSolution(result.gamma, result.u, result.objective,
                                  np.array([result.objective]), np.array([result.n_sweeps]),
-                                 result.kernel_mode, [result])
+                                 result.kernel_mode, [result], result.storage)
         if signed_q is not None:
             raise ValueError("signed_q is one binary problem's matrix; a multi-class solve "
                              "takes kernel_values.")
         y_index = np.asarray(y).astype(np.int64)
+        # the joint solver keeps its one matrix K in float32 when fixed point is asked for
+        joint_dtype = np.dtype(np.float32) if dtype == FIXED_POINT else dtype
         if kernel_values is not None or kernel_fits_cache(X.shape[0], memory_width(X),
-                                                          self.cache_mb, dtype.itemsize):
+                                                          self.cache_mb, joint_dtype.itemsize):
             joint = solve_odm_multiclass(X, y_index, n_classes, kernel, self.lam, self.theta,
                                          self.v, violation_tol=self.violation_tol,
                                          max_iter=self.max_iter, gamma0=warm_start, seed=seed,
-                                         dtype=dtype, kernel_values=kernel_values)
+                                         dtype=joint_dtype, kernel_values=kernel_values)
             return LocalSolution(joint.gamma, joint.u, float(joint.objectives.sum()),
                                  joint.objectives, np.full(n_classes, joint.n_sweeps),
-                                 "cached", [joint])
+                                 "cached", [joint], joint_dtype.name)
         results = [solve_odm_dual(X, plus_minus(y_index, c), kernel, self.lam, self.theta,
                                   self.v, violation_tol=self.violation_tol, max_iter=self.max_iter,
                                   gamma0=None if warm_start is None else warm_start[:, c],
@@ -151,4 +158,5 @@ class LocalSolve:
                              np.array([r.objective for r in results]),
                              np.array([r.n_sweeps for r in results]),
                              "blocked" if any(r.kernel_mode == "blocked" for r in results)
-                             else "cached", results)
+                             else "cached", results,
+                             "+".join(sorted({r.storage for r in results})))

@@ -20,8 +20,9 @@ sub-matrix (in cache), and updates ``u`` with the block's rows and its γ change
 (a tiny diagonal) a block's inner sweeps do the work of many plain sweeps: 7,400 Fashion-MNIST
 rows at λ = 1e6 converge in 31 sweeps (0.87 s) instead of 191 per-coordinate sweeps (3.1 s).
 
-* ``cached``: the whole ``Q`` (float32 by default) fits ``cache_mb`` and is computed once by
-  blocked GEMM; a block's rows are read where they lie.
+* ``cached``: the whole ``Q`` (float32 by default, or int16 fixed point at half the memory)
+  fits ``cache_mb`` and is computed once by blocked GEMM; a block's rows are read where they
+  lie.
 * ``blocked``: each block's B×m kernel rows come from an LRU cache of rows bounded by
   ``cache_mb`` or from one GEMM. Memory is O(B·m) plus the cache, never m×m.
 """
@@ -36,8 +37,8 @@ from ..core.kernels import Kernel
 from ..core.sparse_rows import as_float_rows, memory_width
 from ..core.validation import check_odm_params
 from . import _dcd_kernels as loops
-from .kernel_rows import (KernelRows, auto_cache_mb, full_q_matrix, kernel_mode_for,
-                          signed_kernel)
+from .kernel_rows import (FIXED_POINT, KernelRows, auto_cache_mb, fixed_point_scale,
+                          full_q_matrix, kernel_mode_for, signed_kernel)
 
 logger = logging.getLogger(__name__)
 
@@ -102,6 +103,7 @@ class DCDResult:
     kernel_mode: str
     history: list = field(default_factory=list)
     kernel_rows_computed: int = 0  # rows of Q computed: m when cached, more when blocked
+    storage: str = "float32"  # the dtype Q was kept in ('int16': fixed point, kernel_rows)
 
     @property
     def n_sv(self) -> int:
@@ -131,6 +133,11 @@ def solve_odm_dual(X: np.ndarray, y: np.ndarray, kernel: Kernel, lam: float, the
     caller solving many problems on one matrix and one y: the solve reads it as it is (no copy)
     and keeps the rows' order, so the caller shuffles them once instead (gathering a shuffled
     copy of a 2,000-row matrix took longer than many of a search's solves).
+
+    ``dtype`` int16 (:data:`~.kernel_rows.FIXED_POINT`) keeps a cached Q in fixed point, half
+    the memory of float32, where the kernel bounds its values by its diagonal
+    (:func:`~.kernel_rows.fixed_point_scale`); rows on demand, a given matrix and other
+    kernels stay float32 (``DCDResult.storage`` says which was kept).
     """
     check_odm_params(lam, theta, v)
     if violation_tol <= 0 or not np.isfinite(violation_tol):
@@ -144,6 +151,12 @@ def solve_odm_dual(X: np.ndarray, y: np.ndarray, kernel: Kernel, lam: float, the
     if y.shape != (m,) or not np.all(np.abs(y) == 1.0):
         raise ValueError("y must hold one label per row of X, each -1 or +1.")
     dtype = np.dtype(dtype)
+    scale = None
+    if dtype == FIXED_POINT:
+        scale = (None if kernel_values is not None or signed_q is not None
+                 else fixed_point_scale(kernel, X))
+        if scale is None:
+            dtype = np.dtype(np.float32)
     problem = ODMProblem(lam, theta, v, m)
     if gamma0 is None:
         gamma = np.zeros(m)
@@ -163,6 +176,8 @@ def solve_odm_dual(X: np.ndarray, y: np.ndarray, kernel: Kernel, lam: float, the
         mode = kernel_mode_for(m, cache_mb, dtype.itemsize)
     if mode not in ("cached", "blocked"):
         raise ValueError(f"mode must be 'auto', 'cached' or 'blocked', got {mode!r}.")
+    if mode == "blocked" and scale is not None:  # kernel rows on demand are float32
+        dtype, scale = np.dtype(np.float32), None
     rng = np.random.default_rng(seed)
     # rows in a seeded random order, so that the tiles of TILE_ROWS neighbours the sweeps group
     # are random groups whatever order the rows came in
@@ -175,8 +190,8 @@ def solve_odm_dual(X: np.ndarray, y: np.ndarray, kernel: Kernel, lam: float, the
         elif kernel_values is not None:
             Q = signed_kernel(np.asarray(kernel_values)[np.ix_(shuffled, shuffled)], y, dtype)
         else:
-            Q = full_q_matrix(kernel, X, y, dtype, block_mb)
-        blocks, block_size = _CachedBlocks(Q), CACHED_BLOCK_ROWS
+            Q = full_q_matrix(kernel, X, y, dtype, block_mb, scale)
+        blocks, block_size = _CachedBlocks(Q, scale), CACHED_BLOCK_ROWS
     else:
         blocks = _OnDemandBlocks(KernelRows(kernel, X, y, dtype, cache_bytes))
     n_sweeps, violation, converged, history, u = _solve_blocks(
@@ -188,7 +203,7 @@ def solve_odm_dual(X: np.ndarray, y: np.ndarray, kernel: Kernel, lam: float, the
     gamma, u = gamma[original], u[original]
     return DCDResult(gamma=gamma, u=u, objective=problem.objective(gamma, u), n_sweeps=n_sweeps,
                      violation=violation, converged=converged, kernel_mode=mode, history=history,
-                     kernel_rows_computed=computed)
+                     kernel_rows_computed=computed, storage=dtype.name)
 
 
 def next_shrink_threshold(violation: float, shrinking: bool) -> float:
@@ -214,20 +229,25 @@ TILE_ROWS = 64
 
 
 class _CachedBlocks:
-    """Blocks of a cached Q: the B×B sub-matrix gathered, u updated from Q's rows in place."""
+    """Blocks of a cached Q: the B×B sub-matrix gathered, u updated from Q's rows in place.
+    ``scale``: Q is fixed point (int16 entries, each worth ``scale``); None: float."""
 
-    def __init__(self, Q: np.ndarray):
-        self.Q = Q
+    def __init__(self, Q: np.ndarray, scale: float | None = None):
+        self.Q, self.scale = Q, scale
         self.computed_rows = Q.shape[0]
 
     def add_rows(self, u, index, deltas):
-        loops.add_indexed_rows(u, self.Q, index, deltas)
+        if self.scale is None:
+            loops.add_indexed_rows(u, self.Q, index, deltas)
+        else:
+            loops.add_scaled_rows(u, self.Q, index, deltas, self.scale)
 
     def block(self, index):
         """(the block's points in the order solved, Q_bb, a function adding Δγ's rows to u)."""
         index = np.sort(index)  # sequential row reads
-        q_bb = loops.gather_block(self.Q, index)
-        return index, q_bb, lambda u, deltas: loops.add_indexed_rows(u, self.Q, index, deltas)
+        q_bb = (loops.gather_block(self.Q, index) if self.scale is None
+                else loops.gather_scaled_block(self.Q, index, self.scale))
+        return index, q_bb, lambda u, deltas: self.add_rows(u, index, deltas)
 
 
 class _OnDemandBlocks:

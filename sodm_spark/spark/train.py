@@ -24,7 +24,7 @@ from .dsvrg.fit import DSVRGFit, DSVRGParams, fit_dsvrg
 from .sodm.fit import fit_sodm
 from .sodm.params import SODMFit, SODMParams
 from .sodm.prepare import checked_classes, prepare_sodm
-from .tune import TuneResult, tune_sodm
+from .tune import TuneResult, final_round, tune_sodm
 
 # The settings only the linear path (DSVRG) reads, and the DSVRGParams field each sets; λ, θ,
 # v, the strata and the seed are read as the levels read them.
@@ -181,6 +181,7 @@ def _search(sc, prepared, params: SODMParams, search: Search, progress: Progress
     _call(progress.on_search, prepared, search.grid, keys, pieces)
     result = tune_sodm(sc, prepared, params, search.grid, on_point=progress.on_point, keys=keys,
                        default=search.default, max_rows=SEARCH_PARTITION_ROWS, pieces=pieces)
+    final_round(sc, prepared, params, result, keys, pieces)  # on the sample only
     _call(progress.on_searched, result)
     return result
 

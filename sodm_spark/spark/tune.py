@@ -12,7 +12,8 @@ its share of the validation rows' decision values per grid point
 and scores them, so on partitions no larger than the pieces each grid point's accuracy is the one
 a fit with that point would report for its top level. Every grid point is reported when the
 job ends (one job instead of one per γ multiple: the kernel once per partition, not once per
-multiple).
+multiple). A sampled search then has a second round (:func:`final_round`): its finalists scored
+on the same rows in pieces one merge larger.
 """
 from __future__ import annotations
 
@@ -25,10 +26,10 @@ from threadpoolctl import threadpool_limits
 
 from ..core.kernels import Kernel
 from ..core.labels import accuracy_of_scores, coded_classes, correct_rows
-from ..core.sparse_rows import as_float_rows
-from ..selection.tuning import (MAX_SEARCH_TOL, SEARCH_TOL_FACTOR, GridPoint, ParamGrid,
-                                best_point, search_partition, search_subsets,
-                                significantly_better)
+from ..core.sparse_rows import as_float_rows, stack_rows
+from ..selection.tuning import (MAX_SEARCH_TOL, SEARCH_PARTITION_ROWS, SEARCH_SAMPLE_ROWS,
+                                SEARCH_TOL_FACTOR, GridPoint, ParamGrid, best_point,
+                                search_partition, search_subsets, significantly_better)
 from .partitioning import assemble, partitions_by_key
 from .sodm.params import SODMParams
 from .sodm.prepare import PreparedData
@@ -59,17 +60,28 @@ class TuneResult:
     points: list = field(default_factory=list)  # PointResult, in grid order
     seconds: float = 0.0
     default: GridPoint | None = None  # kept unless a point beats it significantly
+    # the second round (final_round): the finalists scored on pieces of final_piece_rows
+    final_points: list = field(default_factory=list)  # PointResult of each finalist
+    final_piece_rows: int = 0
+    final_pieces: int = 0
 
     @property
     def best_index(self) -> int:
-        best = best_point([p.validation_accuracy for p in self.points],
-                          [p.sweeps_max for p in self.points])
-        if self.default is None:
-            return best
-        default = next(i for i, p in enumerate(self.points) if p.point == self.default)
-        chosen = self.points[best]
-        return best if significantly_better(chosen.correct, self.points[default].correct) \
-            else default
+        """The point a fit takes: the best of the second round when it ran, else of the grid;
+        the default point unless that one beats it significantly on the validation rows."""
+        ranked = self.final_points or self.points
+        best = ranked[best_point([p.validation_accuracy for p in ranked],
+                                 [p.sweeps_max for p in ranked])]
+        defaults = [p for p in ranked if p.point == self.default]
+        if defaults and not significantly_better(best.correct, defaults[0].correct):
+            best = defaults[0]
+        return next(i for i, p in enumerate(self.points) if p.point == best.point)
+
+    @property
+    def best_final(self) -> PointResult | None:
+        """The chosen point's second-round result (None: no second round)."""
+        point = self.best.point
+        return next((p for p in self.final_points if p.point == point), None)
 
     @property
     def best(self) -> PointResult:
@@ -87,9 +99,14 @@ class TuneResult:
                 "kernel": self.kernel, "partitions": self.partitions,
                 "validation_rows": self.validation_rows, "seconds": self.seconds,
                 "best": {**best.point.to_dict(), "gamma": self.base_gamma * best.point.gamma_scale,
-                         "validation_accuracy": best.validation_accuracy},
+                         "validation_accuracy": best.validation_accuracy,
+                         "final_validation_accuracy": None if self.best_final is None
+                         else self.best_final.validation_accuracy},
                 "default": None if self.default is None else self.default.to_dict(),
-                "points": [p.to_dict() for p in self.points]}
+                "points": [p.to_dict() for p in self.points],
+                "final_round": None if not self.final_points else {
+                    "piece_rows": self.final_piece_rows, "pieces": self.final_pieces,
+                    "points": [p.to_dict() for p in self.final_points]}}
 
 
 @dataclass(frozen=True)
@@ -189,4 +206,121 @@ def tune_sodm(sc, prepared: PreparedData, params: SODMParams, grid: ParamGrid,
         X_val_b.unpersist()
         sc.setJobDescription(None)
     result.seconds = time.perf_counter() - started
+    return result
+
+
+#: The second round of a search (:func:`final_round`): this many of the first round's best
+#: points, and the default point, are scored again on pieces of p × SEARCH_PARTITION_ROWS rows.
+FINALISTS = 3
+#: The most rows the second round gathers on the driver (the first round's sample is about
+#: SEARCH_SAMPLE_ROWS); a search over every partition has no second round.
+FINAL_ROUND_MAX_ROWS = 2 * SEARCH_SAMPLE_ROWS
+
+
+class PointList:
+    """Grid points given one by one, with the two things :func:`search_partition` reads of a
+    grid: the γ multiples and the points in solve order (λ ascending innermost)."""
+
+    def __init__(self, points):
+        self._points = sorted(set(points), key=lambda p: (p.gamma_scale, p.theta, p.v, p.lam))
+        self.gamma_scales = tuple(sorted({p.gamma_scale for p in self._points}))
+
+    def points(self) -> list:
+        return list(self._points)
+
+    def __len__(self) -> int:
+        return len(self._points)
+
+
+def finalists(result: TuneResult, count: int = FINALISTS) -> list:
+    """The ``count`` points of the first round with the highest validation accuracy (ties:
+    fewer sweeps, then grid order) and the default point."""
+    ranked = sorted(range(len(result.points)),
+                    key=lambda i: (-result.points[i].validation_accuracy,
+                                   result.points[i].sweeps_max, i))
+    chosen = [result.points[i].point for i in ranked[:count]]
+    if result.default is not None and result.default not in chosen:
+        chosen.append(result.default)
+    return chosen
+
+
+def _sampled_rows(records, settings: SearchTaskSettings):
+    """``runJob`` function: the rows of each sampled partition the first round searched
+    (its pieces, :func:`~sodm_spark.selection.tuning.search_subsets`), as (key, X, y)."""
+    result = []
+    for key, chunks in partitions_by_key(records):
+        X, y, _, _ = assemble(chunks)
+        rows = np.sort(np.concatenate(search_subsets(X.shape[0], settings.max_rows,
+                                                     settings.pieces, settings.seed, key)))
+        result.append((key, X[rows], y[rows]))
+    return result
+
+
+def _final_task(pieces, X_val, kernel: Kernel, points: PointList,
+                settings: SearchTaskSettings):
+    """``mapPartitions`` function of the second round: every finalist on each piece."""
+    for number, X, y in pieces:
+        with threadpool_limits(max(1, min(settings.threads, os.cpu_count() or 1))):
+            _, scores, stats = search_partition(
+                X, y, X_val, kernel, points, n_classes=settings.n_classes,
+                violation_tol=settings.violation_tol, max_iter=settings.max_iter,
+                seed=[settings.seed, 101, number])
+        yield scores, stats
+
+
+def final_round(sc, prepared: PreparedData, params: SODMParams, result: TuneResult, keys,
+                pieces: int) -> TuneResult:
+    """The search's second round, in place on ``result``: the :func:`finalists` of the first
+    scored again on the same sampled rows cut into pieces of p × SEARCH_PARTITION_ROWS, the
+    partitions one merge below the first round's pieces. A point's rank on 2,500 rows need not
+    hold where the fit's models are larger (smoother kernels win on small pieces); the fit
+    takes the second round's best (:attr:`TuneResult.best_index`). Skipped (``result``
+    unchanged) when the sample is not drawn (``keys`` None), holds fewer rows than one such
+    piece, or more than :data:`FINAL_ROUND_MAX_ROWS`."""
+    piece_rows = params.p * SEARCH_PARTITION_ROWS
+    n_parts = prepared.parts.getNumPartitions()
+    rows_each = min(-(-prepared.n_rows // n_parts), SEARCH_PARTITION_ROWS * pieces)
+    if keys is None or len(result.points) < 2 or \
+            not piece_rows <= len(keys) * rows_each <= FINAL_ROUND_MAX_ROWS:
+        return result
+    started = time.perf_counter()
+    cores = max(1, sc.defaultParallelism)
+    fit_solve = params.local_solve
+    settings = SearchTaskSettings(
+        violation_tol=min(fit_solve.violation_tol * SEARCH_TOL_FACTOR, MAX_SEARCH_TOL),
+        max_iter=fit_solve.max_iter,
+        n_classes=prepared.classes.size if prepared.multi else 0, seed=params.seed,
+        max_rows=SEARCH_PARTITION_ROWS, pieces=pieces, threads=1)
+    points = PointList(finalists(result))
+    X_val, y_val = prepared.validation_pair
+    coded = coded_classes(prepared.classes.size)
+    X_val_b, kernel = sc.broadcast(as_float_rows(X_val, np.float64)), prepared.kernel
+    try:
+        sc.setJobDescription("SODM tune: the sampled rows for the second round")
+        sampled = sorted(sc.runJob(prepared.parts,
+                                   lambda records: _sampled_rows(records, settings),
+                                   partitions=sorted(keys)), key=lambda item: item[0])
+        X = stack_rows([item[1] for item in sampled])
+        y = np.concatenate([item[2] for item in sampled])
+        count = max(1, X.shape[0] // piece_rows)
+        bounds = np.linspace(0, X.shape[0], count + 1).astype(np.int64)
+        cut = [(number, X[bounds[number]:bounds[number + 1]], y[bounds[number]:bounds[number + 1]])
+               for number in range(count)]
+        settings = replace(settings, threads=max(1, cores // min(count, cores)))
+        sc.setJobDescription(f"SODM tune: {len(points)} finalists on {count} pieces of "
+                             f"{piece_rows:,} rows")
+        shares = sc.parallelize(cut, count).mapPartitions(
+            lambda items: _final_task(items, X_val_b.value, kernel, points, settings)).collect()
+    finally:
+        X_val_b.unpersist()
+        sc.setJobDescription(None)
+    scores = np.sum([share[0] for share in shares], axis=0)
+    for j, point in enumerate(points.points()):
+        stats = [share[1][j] for share in shares]
+        result.final_points.append(PointResult(
+            point, accuracy_of_scores(scores[j], y_val, coded), max(s["sweeps"] for s in stats),
+            all(s["converged"] for s in stats), float(sum(s["seconds"] for s in stats)),
+            correct_rows(scores[j], y_val, coded)))
+    result.final_piece_rows, result.final_pieces = int(bounds[1] - bounds[0]), count
+    result.seconds += time.perf_counter() - started
     return result

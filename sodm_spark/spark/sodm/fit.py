@@ -161,9 +161,9 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
         if restored is None:
             if on_plan is not None:
                 on_plan(plan)
+            settings = task_settings.with_cache(plan.cache_mb, plan.storage)
             solved, entry, sizes, scores, kept_fits[level] = _solve_level(
-                sc, previous, level, params, kernel, task_settings.with_cache(plan.cache_mb),
-                cores, eval_X, plan.tasks)
+                sc, previous, level, params, kernel, settings, cores, eval_X, plan.tasks)
             entry.memory_mb, entry.predicted_seconds = plan.memory_mb, plan.predicted_seconds
             entry.tasks = plan.tasks
             if validation_pair is not None:
@@ -236,7 +236,7 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
     best = next(e for e in levels if e.level == chosen)
     global_model, global_report = run_global_step(sc, kept[chosen], prepared, params, chosen,
                                                   validated_levels, validated_correct, cores,
-                                                  on_plan)
+                                                  on_plan, best.partitions)
     if global_model is not None:
         model, compression = global_model, None
     else:
@@ -357,6 +357,7 @@ def _solve_level(sc, previous, level, params, kernel, task_settings, cores, eval
                        rows=int(sum(s["rows"] for s in stats)),
                        warm_start_violation=float(max(s["warm_start_violation"] for s in stats)),
                        kernel="+".join(sorted({s["kernel_mode"] for s in stats})),
+                       storage="+".join(sorted({s["storage"] for s in stats})),
                        max_rows=int(max(s["rows"] for s in stats)),
                        scoring_seconds=float(sum(s["eval_seconds"] for s in stats)))
     scores = None if eval_X is None else np.sum([s["eval_scores"] for s in stats], axis=0)

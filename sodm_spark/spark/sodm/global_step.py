@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...core.kernels import kernel_matrix
 from ...core.labels import coded_classes, correct_rows
 from ...models import nystroem_odm
 from ...models.expansion import KernelExpansion
@@ -98,6 +99,12 @@ def _sample_rows(item, share, seed):
     return np.asarray(chunk.X[drawn], dtype=np.float64), values[drawn]
 
 
+def _level_values(item, centres, kernel):
+    """A chunk's share of the level's f at the centres: Σ_i γ_i y_i k(x_i, z_j) (binary)."""
+    chunk = item[1]
+    return kernel_matrix(kernel, centres, np.asarray(chunk.X)) @ (chunk.gamma * chunk.y)
+
+
 def _chunk_sums(item, shared, steps, theta, v, kernel):
     chunk = item[1]
     centres, coef, direction = shared
@@ -117,10 +124,12 @@ def draw_centres(sc, solved, n_rows: int, n_centres: int, seed: int) -> np.ndarr
     return rows[np.sort(order[:n_centres])]
 
 
-def fit_global(sc, solved, kernel, classes, params, plan: GlobalPlan, on_step=None):
+def fit_global(sc, solved, kernel, classes, params, plan: GlobalPlan, on_step=None,
+               partitions: int = 1):
     """The Nyström ODM of every row of the level ``solved`` (one pass a Newton step, each
-    partition's :func:`~sodm_spark.models.nystroem_odm.pass_sums` added in a tree): (its
-    model, the report for the metrics)."""
+    partition's :func:`~sodm_spark.models.nystroem_odm.pass_sums` added in a tree), started
+    from the level's model (the mean of its ``partitions`` local models, as a merge starts
+    from γ/p: each is a model of the whole data): (its model, the report for the metrics)."""
     started = time.perf_counter()
     centres = draw_centres(sc, solved, plan.rows, plan.centres, params.seed)
     basis = nystroem_odm.centre_basis(kernel, centres)
@@ -135,8 +144,16 @@ def fit_global(sc, solved, kernel, classes, params, plan: GlobalPlan, on_step=No
         finally:
             shared.unpersist()
 
+    # started from the level's model: its values at the centres (a pass of n·m·d kernel
+    # entries, the kernel part of one Newton pass without its n·m² normal matrix)
+    sc.setJobDescription("SODM global step: the level's model at the centres")
+    level_values = solved.map(lambda item: _level_values(item, centres, kernel)).treeReduce(
+        lambda a, b: a + b)
+    start = nystroem_odm.span_start(
+        basis, kernel, level_values / max(1, partitions),
+        nystroem_odm.loss_weight(params.lam, theta, plan.rows) * plan.rows / len(centres))
     coef, newton = nystroem_odm.fit(basis, run_pass, params.lam, theta, v, plan.rows,
-                                    on_step=on_step)
+                                    on_step=on_step, start=start)
     sc.setJobDescription(None)
     model = KernelExpansion(centres.astype(np.float32), coef[:, None], kernel, classes)
     report = {"reason": plan.reason, "rows": plan.rows, "centres": int(centres.shape[0]),
@@ -144,6 +161,8 @@ def fit_global(sc, solved, kernel, classes, params, plan: GlobalPlan, on_step=No
               "work_per_pass": plan.work_per_pass,
               "predicted_seconds": plan.predicted_seconds, "passes": newton.passes,
               "newton_steps": len(newton.steps), "stopped": newton.reason,
+              "start": ("the level's model in the centres' span" if newton.start == "given"
+                        else "α = 0 (F is lower there than at the level's model)"),
               "objective": newton.objectives[-1],
               "seconds": time.perf_counter() - started}
     return model, report
@@ -162,9 +181,10 @@ def validation_correct(model: KernelExpansion, X, y, coded) -> np.ndarray:
 
 
 def run_global_step(sc, solved, prepared, params, chosen, validated_levels, validated_correct,
-                    cores, on_plan):
-    """After the levels of a fit (``prepared``, the ``chosen`` level's RDD ``solved``, the
-    validated levels and their per-row correctness): (the global step's model when the
+                    cores, on_plan, partitions: int = 1):
+    """After the levels of a fit (``prepared``, the ``chosen`` level's RDD ``solved`` of
+    ``partitions`` partitions, the validated levels and their per-row correctness): (the
+    global step's model when the
     validation slice keeps it, else None; its report, or None when it did not run). Two
     classes of dense rows with a validation slice only."""
     if params.global_step == "none" or not validated_levels:
@@ -182,7 +202,8 @@ def run_global_step(sc, solved, prepared, params, chosen, validated_levels, vali
                        prepared.kernel_features, cores, reason)
     if on_plan is not None:
         on_plan(plan)
-    model, report = fit_global(sc, solved, prepared.kernel, prepared.classes, params, plan)
+    model, report = fit_global(sc, solved, prepared.kernel, prepared.classes, params, plan,
+                               partitions=partitions)
     coded = coded_classes(prepared.classes.size)
     level_right = validated_correct[validated_levels.index(chosen)]
     global_right = validation_correct(model, X_val, y_val, coded)

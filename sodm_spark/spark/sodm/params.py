@@ -23,6 +23,7 @@ WARM_STARTS = ("scaled", "concat")
 SCALINGS = ("minmax", "none")
 INPUT_MAPS = ("auto", "none")
 GLOBAL_STEPS = ("auto", "always", "none")
+KERNEL_STORAGES = ("auto", "float32", "int16")
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,10 @@ class SODMParams:
     warm_start: str = "scaled"
     seed: int = 0
     cache_mb: float | None = None  # kernel cache per task; None: what the memory budget allows
+    # the dtype of a level's cached kernel matrices (sodm_spark.spark.sodm.plan.level_storage):
+    # "auto" int16 fixed point (half float32's memory, solvers.kernel_rows.FIXED_POINT) where
+    # the kernel's diagonal bounds its values, else float32; "float32" or "int16" always
+    kernel_storage: str = "auto"
     landmark_candidates: int = LANDMARK_CANDIDATES  # per stratum, Eqn 8 (docs/design.md §2.1)
     label_strata: bool = False  # stratified: split each landmark stratum by class too
     memory_mb: float | None = None  # per task; None: the executor's memory / running tasks
@@ -134,6 +139,9 @@ class SODMParams:
             raise ValueError(f"validation_fraction must lie in (0, 1), got "
                              f"{self.validation_fraction!r}.")
         check_positive_int(self.validation_max_rows, "validation_max_rows")
+        if self.kernel_storage not in KERNEL_STORAGES:
+            raise ValueError(f"kernel_storage must be one of {', '.join(KERNEL_STORAGES)}, got "
+                             f"{self.kernel_storage!r}.")
         if self.global_step not in GLOBAL_STEPS:
             raise ValueError(f"global_step must be one of {', '.join(GLOBAL_STEPS)}, got "
                              f"{self.global_step!r}.")
@@ -158,6 +166,7 @@ class LevelStats(StatsRecord):
     rows: int
     warm_start_violation: float
     kernel: str = ""  # 'cached', 'blocked' (on-demand kernel blocks) or both
+    storage: str = ""  # dtype of the kernel values the partitions kept ('int16': fixed point)
     elapsed: float = 0.0  # since the fit started, partitioning included, test scoring excluded
     max_rows: int = 0  # rows of the largest partition
     memory_mb: float | None = None  # budget of one task at this level
@@ -187,6 +196,7 @@ class LevelPlan:
     estimated: bool = False  # predicted from the GEMM speed, before any level was measured
     advice: str = ""  # what a blocked level costs, and the level count that would be cached
     tasks: int | None = None  # solves at once (fewer than the cores when that keeps it cached)
+    storage: str = "float32"  # dtype of the cached kernel matrices ('int16': fixed point)
 
 
 @dataclass

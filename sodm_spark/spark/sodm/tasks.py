@@ -50,9 +50,10 @@ class LevelTaskSettings:
     seed: int = 0  # the fit's: partition k of level l is solved with the seed [seed, l, k]
     fit_targets: FitTargets = field(default_factory=FitTargets)
 
-    def with_cache(self, cache_mb: float) -> "LevelTaskSettings":
-        """These settings with a level's kernel cache per task (its LevelPlan's)."""
-        return replace(self, solve=replace(self.solve, cache_mb=cache_mb))
+    def with_cache(self, cache_mb: float, storage: str = "float32") -> "LevelTaskSettings":
+        """These settings with a level's kernel cache per task and the dtype of its cached
+        kernel values (its LevelPlan's)."""
+        return replace(self, solve=replace(self.solve, cache_mb=cache_mb, dtype=storage))
 
 
 def support_rows(gamma):
@@ -128,7 +129,7 @@ def solve_partition(key, X, y, gamma, kernel: Kernel, settings: LevelTaskSetting
              "fit_X": None if fit_rows is None or not settings.fit_targets.with_rows else
              X[fit_rows],
              "fit_support": None if fit_rows is None else support[fit_rows],
-             "kernel_mode": result.kernel_mode,
+             "kernel_mode": result.kernel_mode, "storage": result.storage,
              "sweeps": result.n_sweeps, "n_sv": int(support.sum()),
              "converged": result.converged,
              "warm_start_violation": result.warm_start_violation,
