@@ -164,7 +164,7 @@ def test_a_start_from_another_model_reaches_the_same_minimum(seed, lam, theta, v
     # another model of the rows (a kernel ridge on all of them), seen at the centres only
     ridge = np.linalg.solve(kernel_matrix(kernel, X) + 1.0 * np.eye(len(y)), y)
     values = kernel_matrix(kernel, centres, X) @ ridge
-    start = nystroem_odm.span_start(basis, kernel, values, weight)
+    start = nystroem_odm.span_start(basis, values, weight)
     # the start is the closed-form minimizer of ½‖w‖² + c‖K_ZZ T w − f_Z‖²: its gradient is 0
     image = kernel_matrix(kernel, centres) @ basis.transform
     gradient = start + 2.0 * weight * image.T @ (image @ start - values)

@@ -52,10 +52,12 @@ MAX_STEPS, RELATIVE_DECREASE = 30, 1e-7
 
 @dataclass(frozen=True)
 class CentreBasis:
-    """The m centres and the map T (m × r) with α = T w and αᵀ K_ZZ α = ‖w‖²."""
+    """The m centres, the map T = U Λ^-½ (m × r) with α = T w and αᵀ K_ZZ α = ‖w‖², and the
+    r eigenvalues Λ of K_ZZ it keeps."""
 
     centres: np.ndarray
     transform: np.ndarray
+    eigenvalues: np.ndarray
 
 
 def centre_basis(kernel: Kernel, centres: np.ndarray,
@@ -66,7 +68,7 @@ def centre_basis(kernel: Kernel, centres: np.ndarray,
         raise ValueError("the Nyström ODM needs at least one centre (a 2-D array of rows).")
     values, vectors = scipy.linalg.eigh(kernel_matrix(kernel, centres), check_finite=False)
     keep = values > cutoff * max(float(values[-1]), 1e-300)
-    return CentreBasis(centres, vectors[:, keep] / np.sqrt(values[keep]))
+    return CentreBasis(centres, vectors[:, keep] / np.sqrt(values[keep]), values[keep])
 
 
 @dataclass
@@ -150,18 +152,15 @@ def newton_jump(basis: CentreBasis, sums: PassSums, weight: float) -> np.ndarray
     return w
 
 
-def span_start(basis: CentreBasis, kernel: Kernel, values: np.ndarray,
-               weight: float) -> np.ndarray:
+def span_start(basis: CentreBasis, values: np.ndarray, weight: float) -> np.ndarray:
     """w of the model in the centres' span nearest another model whose values at the centres
     are ``values`` (the level's f(z_j)): the minimizer of ½‖w‖² + ``weight``·‖K_ZZ T w − f_Z‖²,
     the objective's penalty and a squared loss on the centres (each standing for M/m rows:
-    ``weight`` = C·M/m), so that a model the span cannot hold is smoothed, not interpolated."""
-    values = np.asarray(values, dtype=np.float64)
-    image = kernel_matrix(kernel, basis.centres) @ basis.transform  # K_ZZ T: w -> f_Z
-    lhs = 2.0 * weight * (image.T @ image)
-    lhs[np.diag_indices_from(lhs)] += 1.0
-    return scipy.linalg.cho_solve(scipy.linalg.cho_factor(lhs, lower=True, check_finite=False),
-                                  2.0 * weight * (image.T @ values), check_finite=False)
+    ``weight`` = C·M/m), so that a model the span cannot hold is smoothed, not interpolated.
+    In the eigenbasis K_ZZ T = U Λ^½, whose Gram matrix is Λ: the normal equations are
+    diagonal, w = 2c·Λ·Tᵀf_Z / (1 + 2c·Λ)."""
+    twice = 2.0 * weight * basis.eigenvalues
+    return twice * (basis.transform.T @ np.asarray(values, dtype=np.float64)) / (1.0 + twice)
 
 
 @dataclass

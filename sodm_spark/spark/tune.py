@@ -152,6 +152,25 @@ def _pieces_stats(a: dict, b: dict) -> dict:
             "converged": a["converged"] and b["converged"], "seconds": a["seconds"] + b["seconds"]}
 
 
+def _task_settings(params: SODMParams, prepared: PreparedData, max_rows, pieces: int,
+                   threads: int) -> SearchTaskSettings:
+    """What a search's tasks read: the fit's solve loosened to the search's violation bound."""
+    fit_solve = params.local_solve
+    return SearchTaskSettings(
+        violation_tol=min(fit_solve.violation_tol * SEARCH_TOL_FACTOR, MAX_SEARCH_TOL),
+        max_iter=fit_solve.max_iter, n_classes=prepared.classes.size if prepared.multi else 0,
+        seed=params.seed, max_rows=max_rows, pieces=pieces, threads=max(1, threads))
+
+
+def _point_result(point, scores, stats, y_val, coded) -> PointResult:
+    """A point's result from its decision values summed over the pieces (``scores``) and each
+    piece's stats."""
+    return PointResult(point, accuracy_of_scores(scores, y_val, coded),
+                       max(s["sweeps"] for s in stats), all(s["converged"] for s in stats),
+                       float(sum(s["seconds"] for s in stats)),
+                       correct_rows(scores, y_val, coded))
+
+
 def tune_sodm(sc, prepared: PreparedData, params: SODMParams, grid: ParamGrid,
               on_point=None, keys=None, default: GridPoint | None = None,
               max_rows: int | None = None, pieces: int = 1) -> TuneResult:
@@ -174,12 +193,7 @@ def tune_sodm(sc, prepared: PreparedData, params: SODMParams, grid: ParamGrid,
     coded = coded_classes(prepared.classes.size)
     n_parts = prepared.parts.getNumPartitions() if keys is None else len(keys)
     cores = max(1, sc.defaultParallelism)
-    fit_solve = params.local_solve
-    settings = SearchTaskSettings(
-        violation_tol=min(fit_solve.violation_tol * SEARCH_TOL_FACTOR, MAX_SEARCH_TOL),
-        max_iter=fit_solve.max_iter, n_classes=prepared.classes.size if prepared.multi else 0,
-        seed=params.seed, max_rows=max_rows, pieces=pieces,
-        threads=max(1, cores // min(n_parts, cores)))
+    settings = _task_settings(params, prepared, max_rows, pieces, cores // min(n_parts, cores))
     kernel = prepared.kernel
     X_val_b = sc.broadcast(as_float_rows(X_val, np.float64))
     result = TuneResult(grid=grid, base_gamma=prepared.kernel.gamma, kernel=prepared.kernel.name,
@@ -193,12 +207,8 @@ def tune_sodm(sc, prepared: PreparedData, params: SODMParams, grid: ParamGrid,
             sc.runJob(prepared.parts, search, partitions=sorted(keys))
         scores = np.sum([share[0] for share in shares], axis=0)
         for j, point in enumerate(grid.points()):
-            stats = [share[1][j] for share in shares]
-            entry = PointResult(point, accuracy_of_scores(scores[j], y_val, coded),
-                                max(s["sweeps"] for s in stats),
-                                all(s["converged"] for s in stats),
-                                float(sum(s["seconds"] for s in stats)),
-                                correct_rows(scores[j], y_val, coded))
+            entry = _point_result(point, scores[j], [share[1][j] for share in shares], y_val,
+                                  coded)
             result.points.append(entry)
             if on_point is not None:
                 on_point(entry, len(result.points), total)
@@ -285,12 +295,7 @@ def final_round(sc, prepared: PreparedData, params: SODMParams, result: TuneResu
         return result
     started = time.perf_counter()
     cores = max(1, sc.defaultParallelism)
-    fit_solve = params.local_solve
-    settings = SearchTaskSettings(
-        violation_tol=min(fit_solve.violation_tol * SEARCH_TOL_FACTOR, MAX_SEARCH_TOL),
-        max_iter=fit_solve.max_iter,
-        n_classes=prepared.classes.size if prepared.multi else 0, seed=params.seed,
-        max_rows=SEARCH_PARTITION_ROWS, pieces=pieces, threads=1)
+    settings = _task_settings(params, prepared, SEARCH_PARTITION_ROWS, pieces, 1)
     points = PointList(finalists(result))
     X_val, y_val = prepared.validation_pair
     coded = coded_classes(prepared.classes.size)
@@ -315,12 +320,9 @@ def final_round(sc, prepared: PreparedData, params: SODMParams, result: TuneResu
         X_val_b.unpersist()
         sc.setJobDescription(None)
     scores = np.sum([share[0] for share in shares], axis=0)
-    for j, point in enumerate(points.points()):
-        stats = [share[1][j] for share in shares]
-        result.final_points.append(PointResult(
-            point, accuracy_of_scores(scores[j], y_val, coded), max(s["sweeps"] for s in stats),
-            all(s["converged"] for s in stats), float(sum(s["seconds"] for s in stats)),
-            correct_rows(scores[j], y_val, coded)))
+    result.final_points = [_point_result(point, scores[j], [share[1][j] for share in shares],
+                                         y_val, coded)
+                           for j, point in enumerate(points.points())]
     result.final_piece_rows, result.final_pieces = int(bounds[1] - bounds[0]), count
     result.seconds += time.perf_counter() - started
     return result

@@ -150,7 +150,7 @@ def fit_global(sc, solved, kernel, classes, params, plan: GlobalPlan, on_step=No
     level_values = solved.map(lambda item: _level_values(item, centres, kernel)).treeReduce(
         lambda a, b: a + b)
     start = nystroem_odm.span_start(
-        basis, kernel, level_values / max(1, partitions),
+        basis, level_values / max(1, partitions),
         nystroem_odm.loss_weight(params.lam, theta, plan.rows) * plan.rows / len(centres))
     coef, newton = nystroem_odm.fit(basis, run_pass, params.lam, theta, v, plan.rows,
                                     on_step=on_step, start=start)
@@ -184,9 +184,8 @@ def run_global_step(sc, solved, prepared, params, chosen, validated_levels, vali
                     cores, on_plan, partitions: int = 1):
     """After the levels of a fit (``prepared``, the ``chosen`` level's RDD ``solved`` of
     ``partitions`` partitions, the validated levels and their per-row correctness): (the
-    global step's model when the
-    validation slice keeps it, else None; its report, or None when it did not run). Two
-    classes of dense rows with a validation slice only."""
+    global step's model when the validation slice keeps it, else None; its report, or None
+    when it did not run). Two classes of dense rows with a validation slice only."""
     if params.global_step == "none" or not validated_levels:
         return None, None
     if prepared.multi or prepared.sparse:

@@ -171,7 +171,7 @@ def level_storage(kernel_storage: str) -> str:
     Fashion-MNIST rows (level 0: one cached partition of 53,898 rows, local[2], 3 paired
     runs): level 0 18 s against 28 s in float32, the whole command 0.83× (45.9 s against
     54.9 s), the same test accuracy (0.9814) and validation one row apart (docs/jobs.md,
-    "Kernel storage")."""
+    "Memory")."""
     return "int16" if kernel_storage == "auto" else kernel_storage
 
 
@@ -182,10 +182,9 @@ def plan_level(level, sizes, n_features, params, memory, done, cores) -> LevelPl
     :func:`level_storage` (int16 fixed point by default: half float32's memory, faster sweeps),
     with a task on every core. When they do not fit with a task per core but would with fewer
     tasks at once (each then has more of the executor's memory and BLAS threads), the level
-    runs with that many
-    (``LevelPlan.tasks``): a cached solve with idle cores in its sweeps is still far cheaper
-    than recomputing kernel rows in every sweep. Raises MemoryBudgetError when its largest
-    partition cannot be solved within the budget.
+    runs with that many (``LevelPlan.tasks``): a cached solve with idle cores in its sweeps is
+    still far cheaper than recomputing kernel rows in every sweep. Raises MemoryBudgetError
+    when its largest partition cannot be solved within the budget.
     """
     partitions, rows = int(sizes.size), int(np.max(sizes))
     executors = max(1, cores // max(1, memory.cores))
