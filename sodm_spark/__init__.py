@@ -16,8 +16,10 @@ short names (full entries in docs/design.md §9):
 The package is folders, one concept each; the layers, top to bottom (an import only ever runs
 downwards; nothing below :mod:`.spark` imports Spark; docs/design.md §5):
 
-- ``jobs/`` (outside the package): thin argparse front-ends for ``spark-submit``.
-- :mod:`.benchmarking`: every method and its peers side by side (``jobs/benchmark.py``);
+- :mod:`.jobs`: the command lines, thin argparse front-ends: console commands (``sodm-train``,
+  ...), ``python -m sodm_spark.jobs.NAME`` and files for ``spark-submit`` (the repository's
+  ``jobs/*.py`` call them).
+- :mod:`.benchmarking`: every method and its peers side by side (``sodm-benchmark``);
   :mod:`.ops`: the jobs' TOML defaults, scheduled retraining, the loopback standalone cluster
   (``python -m sodm_spark.cluster``, the one module beside the folders).
 - :mod:`.estimators`: ``SODMClassifier`` (pyspark.ml) and ``ODMClassifier`` (scikit-learn).

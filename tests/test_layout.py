@@ -40,7 +40,8 @@ LAYERS = (("core",),
           ("baselines",),
           ("spark",),
           ("estimators",),
-          ("ops", "benchmarking"))
+          ("ops", "benchmarking"),
+          ("jobs",))  # the command lines over everything: console commands and spark-submit files
 LAYER = {folder: rank for rank, folders in enumerate(LAYERS) for folder in folders}
 # The one import that runs up the layers, lazily: a model path with a scheme (hdfs://, s3a://)
 # is reached through the running Spark session's Hadoop FileSystem, imported only when such a

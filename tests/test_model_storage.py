@@ -1,6 +1,7 @@
 """Model directories: replaced atomically (a writer killed between any two steps leaves the
 old or the new complete model at the path), and saved / loaded whole through Hadoop's file
-systems (``file://`` here takes the code path ``hdfs://`` or ``s3a://`` take)."""
+systems (a ``file://`` URI handed to the Hadoop store here takes the code path ``hdfs://`` or
+``s3a://`` take). The stores of URIs without Spark: tests/test_uri_storage.py."""
 from contextlib import suppress
 
 import numpy as np
@@ -27,6 +28,8 @@ class DyingStore:
 
     def __getattr__(self, name):
         operation = getattr(self.inner, name)
+        if not callable(operation):  # what the store declares (atomic_rename, ...)
+            return operation
 
         def call(*args):
             if self.calls >= self.die_at:
@@ -100,9 +103,9 @@ def test_versions_are_kept_two_deep_and_flat_files_are_replaced(tmp_path):
 
 
 def test_the_retraining_store_moves_latest_atomically_at_every_step(tmp_path):
-    """The retraining store: a version written (staging + renames), then latest moved
-    (temporary symlink + replace). Dying before any of those file operations leaves latest on
-    a complete model: the previous one, or the new one once the pointer moved."""
+    """The retraining store: a version written (staging + renames), then the _LATEST pointer
+    replaced (staging file + os.replace). Dying before any of those file operations leaves
+    _LATEST on a complete model: the previous one, or the new one once the pointer moved."""
     import os
 
     store = ModelStore(tmp_path / "models")
@@ -129,7 +132,7 @@ def test_the_retraining_store_moves_latest_atomically_at_every_step(tmp_path):
         return calls
 
     steps = len(promote(10**9))
-    assert steps >= 4  # the model's own version rename, the store's rename, symlink, replace
+    assert steps >= 3  # the model's own version rename, the store's rename, _LATEST's replace
     seen = []
     for die_before in range(steps + 1):
         store.point_latest(first)
@@ -138,32 +141,54 @@ def test_the_retraining_store_moves_latest_atomically_at_every_step(tmp_path):
         assert _same(current, _model(1)) or _same(current, _model(2)), die_before
         seen.append(_same(current, _model(2)))
     assert seen == [False] * steps + [True]  # only the last operation (replace) promotes
+    assert not [p for p in (tmp_path / "models").rglob("*") if p.is_symlink()]
 
 
-def test_file_uris_go_through_the_hadoop_file_system(spark, tmp_path):
+def test_the_hadoop_store_saves_and_loads_whole_models(spark, tmp_path):
+    """HadoopStore on ``file://``: the code path of hdfs:// and s3a:// (store_for gives it
+    those schemes while a classic session runs; a file: URI is the local disk)."""
     from sodm_spark.spark.hadoop_store import HadoopStore
 
     uri = f"file://{tmp_path}/remote-model"
+    store = HadoopStore.for_path(uri)
+    assert store.atomic_rename and not store.exclusive_create
     model = _model(6)
-    model.save(uri)
-    model.save(uri)
-    assert _same(KernelExpansion.load(uri), model)
+    model.save(uri, store=store)
+    model.save(uri, store=store)
+    assert _same(KernelExpansion.load(uri, store=store), model)
     # every file is where the URI says, written through Hadoop (its .crc files beside them)
     files = sorted(p.name for p in (tmp_path / "remote-model" / "v-000002").iterdir())
     assert {"arrays.npz", "metadata.json", "_COMPLETE"} <= set(files)
     assert any(name.endswith(".crc") for name in files)  # Hadoop's local file system wrote it
-    store = HadoopStore.for_path(uri)
     assert store.list(uri) == ["v-000001", "v-000002"]
     with pytest.raises(ValueError, match="no such directory"):
-        KernelExpansion.load(f"file://{tmp_path}/nothing")
+        KernelExpansion.load(f"file://{tmp_path}/nothing", store=store)
+    # the pointer files of the retraining registry, and its create-if-absent
+    pointer = f"{uri}/_LATEST"
+    store.replace_bytes(pointer, b"v0001-a\n")
+    store.replace_bytes(pointer, b"v0002-b\n")
+    assert store.read_bytes(pointer) == b"v0002-b\n"
+    assert not [n for n in store.list(uri) if ".tmp-" in n]
+    assert store.create_new(f"{uri}/lock", b"mine") and not store.create_new(f"{uri}/lock", b"x")
+    assert store.read_bytes(f"{uri}/lock") == b"mine"
+    # a Spark Connect client has no JVM: no Hadoop store, and store_for goes to pyarrow
+    from pyspark import SparkContext
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(SparkContext, "_active_spark_context", None)
+        assert HadoopStore.for_session(uri) is None
 
 
-def test_a_file_uri_model_without_spark_names_what_it_needs(tmp_path, monkeypatch):
+def test_a_file_uri_model_without_spark_is_read_from_the_local_disk(tmp_path, monkeypatch):
     from pyspark import SparkContext
 
     monkeypatch.setattr(SparkContext, "_active_spark_context", None)
-    with pytest.raises(ValueError, match="needs a running Spark session"):
-        KernelExpansion.load(f"file://{tmp_path}/m")
+    _model(7).save(f"file://{tmp_path}/m")
+    assert _same(KernelExpansion.load(f"file:{tmp_path}/m"), _model(7))
+    # a scheme only a Hadoop connector reaches: the one line says so
+    with pytest.raises(ValueError, match=r"^wasbs://c@a/m: no file system reaches the scheme "
+                       r"wasbs: \(no classic Spark session .*Hadoop connector"):
+        KernelExpansion.load("wasbs://c@a/m")
 
 
 def test_the_pyspark_ml_writer_replaces_a_model_atomically_on_any_file_system(spark, tmp_path,
@@ -180,11 +205,12 @@ def test_the_pyspark_ml_writer_replaces_a_model_atomically_on_any_file_system(sp
         return counter["store"]
 
     monkeypatch.setattr(HadoopStore, "for_path", staticmethod(counted))
-    new.write().overwrite().save(f"file://{tmp_path}/count")
+    # a plain path: Spark's default file system, through the session's Hadoop store
+    new.write().overwrite().save(f"{tmp_path}/count")
     steps = counter["store"].calls
     outcomes = []
     for die_at in range(steps + 1):
-        uri = f"file://{tmp_path}/ml-{die_at}"
+        uri = f"{tmp_path}/ml-{die_at}"
         monkeypatch.setattr(HadoopStore, "for_path", staticmethod(real))
         old.write().save(uri)
         monkeypatch.setattr(HadoopStore, "for_path",
@@ -199,6 +225,6 @@ def test_the_pyspark_ml_writer_replaces_a_model_atomically_on_any_file_system(sp
     assert outcomes == [False] * switch + [True] * (steps + 1 - switch)
     # without overwrite() an existing model is refused, and stays
     with pytest.raises(OSError, match="already exists"):
-        old.write().save(f"file://{tmp_path}/ml-{steps}")
-    assert _same(SODMClassificationModel.load(f"file://{tmp_path}/ml-{steps}").expansion,
+        old.write().save(f"{tmp_path}/ml-{steps}")
+    assert _same(SODMClassificationModel.load(f"{tmp_path}/ml-{steps}").expansion,
                  new.expansion)

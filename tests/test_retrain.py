@@ -153,18 +153,27 @@ def test_stale_locks_are_taken_over(tmp_path):
         with pytest.raises(LockedError, match="holds"):
             RetrainLock(tmp_path).acquire()  # our own live lock (another open file) holds it
     assert not lock_path.exists()
-    # a record nobody locks is stale whatever pid it names; and half-written lock files
+    # a record whose pid now belongs to another process (its start time differs) is stale
     lock_path.write_text(json.dumps({"pid": os.getpid(), "host": os.uname().nodename,
-                                     "started": time.time() - 7200}))
+                                     "started": time.time() - 7200, "process_start": "1"}))
     with RetrainLock(tmp_path, stale_seconds=3600) as lock:
         assert lock.taken_over["pid"] == os.getpid()
         with pytest.raises(LockedError, match="wait for it"):
             RetrainLock(tmp_path, stale_seconds=3600).acquire()
         with pytest.raises(LockedError, match="longer than 0 h: if that run hangs"):
             RetrainLock(tmp_path, stale_seconds=0).acquire()
+    # a record from another host (a shared disk): its pid cannot be checked, so it is held
+    # until it is older than stale_seconds
+    lock_path.write_text(json.dumps({"pid": 1, "host": "elsewhere", "started": time.time() - 60}))
+    with pytest.raises(LockedError, match="pid 1 on elsewhere.*wait for it"):
+        RetrainLock(tmp_path, stale_seconds=3600).acquire()
+    with RetrainLock(tmp_path, stale_seconds=30) as lock:
+        assert lock.taken_over["host"] == "elsewhere"
+    # an unreadable lock file (ours are written whole, so nobody is writing it)
     lock_path.write_text("{")
     with RetrainLock(tmp_path) as lock:
         assert lock.taken_over == {}
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no markers or staging files left
 
 
 def test_crash_before_the_pointer_moves_leaves_latest_intact(spark, setup, monkeypatch):

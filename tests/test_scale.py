@@ -26,8 +26,8 @@ from sodm_spark.spark.sodm.fit import fit_sodm
 from sodm_spark.spark.sodm.params import SODMParams
 from sodm_spark.spark.sodm.plan import (KERNEL_BOUND_FEATURES, auto_level_count, auto_levels,
                                         cached_level_count, largest_levels)
-from sodm_spark.spark.sodm.tasks import (FitTargets, LevelTaskSettings, PartitionStats,
-                                         solve_partitions)
+from sodm_spark.spark.frames import ReportsParam
+from sodm_spark.spark.sodm.tasks import FitTargets, LevelTaskSettings, solve_partitions
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "jobs"))
@@ -319,13 +319,13 @@ def test_a_level_s_stats_reach_the_driver_through_an_accumulator(spark):
         LocalSolve(100.0, 0.1, 0.2, violation_tol=1e-3, max_iter=200, cache_mb=64.0), seed=0)
     records = [record for key in range(3) for record in as_chunks(
         key, X[key::3], y[key::3], np.arange(key, 300, 3), np.zeros(100))]
-    sink = sc.accumulator({}, PartitionStats())
+    sink = sc.accumulator({}, ReportsParam())
     solved = sc.parallelize(records, 3).mapPartitions(lambda part: solve_partitions(
         part, kernel, settings, 1, 1, report=sink.add)).collect()
     assert sorted(sink.value) == [0, 1, 2]
     assert all(chunk.stats is None for _, chunk in solved)
     assert [sink.value[key]["rows"] for key in range(3)] == [100, 100, 100]
-    merged = PartitionStats().addInPlace({0: {"rows": 1}, 1: {"rows": 2}}, {1: {"rows": 3}})
+    merged = ReportsParam().addInPlace({0: {"rows": 1}, 1: {"rows": 2}}, {1: {"rows": 3}})
     assert merged == {0: {"rows": 1}, 1: {"rows": 3}}
 
 

@@ -1,6 +1,6 @@
-"""The side-by-side benchmark behind ``jobs/benchmark.py``: every method and its peers on the
-same split in one Spark session, each under a time budget, with JSON, Markdown and PNG outputs
-and the results sections of docs/benchmarks.md.
+"""The side-by-side benchmark behind the benchmark job (``sodm-benchmark``): every method and
+its peers on the same split in one Spark session, each under a time budget, with JSON, Markdown
+and PNG outputs (matplotlib: the plots extra) and the results sections of docs/benchmarks.md.
 
 Modules: :mod:`.run` (the job's steps, and the user's files read through Spark), :mod:`.budget`
 (time budgets), :mod:`.methods` (the registry), :mod:`.spark_methods` and :mod:`.driver_fit`

@@ -7,8 +7,10 @@
 """
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
+from ..core.errors import SettingsError
 from .budget import OK
 from .scaling import speedups
 
@@ -18,7 +20,20 @@ OTHER_COLORS = ("black", "tab:brown", "tab:pink", "tab:gray", "tab:olive", "tab:
                 "darkred", "darkgreen", "goldenrod", "magenta", "teal", "coral", "indigo")
 
 
+#: The one line a run that draws gets without matplotlib (pyproject.toml's plots extra)
+MISSING_MATPLOTLIB = ('the benchmark\'s PNG plots need matplotlib, which is not installed: '
+                      'pip install "sodm-spark[plots]" (or "sodm-spark[bench]")')
+
+
+def require_matplotlib() -> None:
+    """Refuse a run that will draw when matplotlib is missing: a SettingsError naming the extra
+    to install (the benchmark job checks this before its methods run, not after)."""
+    if importlib.util.find_spec("matplotlib") is None:
+        raise SettingsError(MISSING_MATPLOTLIB)
+
+
 def _pyplot():
+    require_matplotlib()
     import matplotlib
 
     matplotlib.use("Agg")

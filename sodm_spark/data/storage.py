@@ -1,10 +1,14 @@
-"""Where models live: a local folder or any Hadoop file system, and model directories that are
-replaced atomically.
+"""Where models live (a local folder or any store by URI) and model directories that are
+replaced atomically, whatever the store (docs/operations.md, "Where models live").
 
-A path with a scheme (``hdfs://``, ``s3a://``, ``file://``, ...) goes through the Hadoop
-``FileSystem`` of the running Spark session (:mod:`sodm_spark.spark.hadoop_store`), every file
-of it; a plain path through the local file system. Both offer the few operations a model
-directory needs (:class:`LocalStore` lists them).
+:func:`store_for` picks the store of a path: a plain path or a ``file:`` URI is the local disk
+(:class:`~sodm_spark.data.filesystems.LocalStore`); any other URI (``hdfs://``, ``s3a://``,
+``gs://``, ``abfss://``, ...) is reached through the running classic Spark session's Hadoop
+``FileSystem`` (:mod:`sodm_spark.spark.hadoop_store`) when there is one, since that is the
+cluster's own configuration and credentials and the file system Spark's writers use, else
+through ``pyarrow.fs`` (:class:`~sodm_spark.data.filesystems.ArrowStore`), the only way without
+a JVM (a Spark Connect client, a plain Python process). Every store offers the few operations
+a model directory needs and says whether its renames are atomic.
 
 A model directory holds versions, each complete before it is visible::
 
@@ -13,13 +17,15 @@ A model directory holds versions, each complete before it is visible::
         _COMPLETE         written once the version's files are all in place
       v-000001/           the previous version, kept for readers that just resolved it
 
-:func:`replace_versioned` writes the next version into a hidden staging folder, renames it to
-``v-<n>`` (a new name: nothing is overwritten, so the rename is atomic on local disks and HDFS)
-and only then writes ``_COMPLETE``; :func:`resolve_version` picks the highest complete version.
-A writer killed at any point therefore leaves the old complete model or the new one readable
-at the path, on every file system. Directories written before versions existed (the files at
-the top) are still read, and replaced by the first versioned write. One writer at a time per
-path (the retraining job holds its lock).
+:func:`resolve_version` picks the highest complete version: readers trust nothing else. The
+rule :func:`replace_versioned` keeps on every store: the files of version ``n`` are all in
+place before its ``_COMPLETE`` is written. Where renames are atomic (local disks, HDFS) the
+version is written into a hidden staging folder, renamed to ``v-<n>`` (a new name: nothing is
+overwritten) and then marked complete; object stores have no rename, so the files are written
+straight under ``v-<n>`` and ``_COMPLETE`` last. A writer killed at any point therefore leaves
+the old complete model or the new one readable at the path, on every store. Directories
+written before versions existed (the files at the top) are still read, and replaced by the
+first versioned write. One writer at a time per path (the retraining job holds its lock).
 """
 from __future__ import annotations
 
@@ -27,61 +33,17 @@ import os
 import re
 import shutil
 import stat
+import sys
 import tempfile
 import uuid
 from pathlib import Path
 
+from .filesystems import (ArrowStore, LocalStore, first_line, is_uri, join,  # noqa: F401
+                          local_path, split, uri_scheme)
+
 COMPLETE_MARKER = "_COMPLETE"
 _VERSION = re.compile(r"^v-(\d{6,})$")
-_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 KEEP_VERSIONS = 2  # the new one and the one before it (a reader may have just resolved it)
-
-
-def is_uri(path) -> bool:
-    """True for ``scheme://...`` paths (Hadoop file systems), False for local paths."""
-    return bool(_URI.match(str(path)))
-
-
-def join(base: str, *names: str) -> str:
-    return "/".join([str(base).rstrip("/"), *names])
-
-
-class LocalStore:
-    """The local file system, with the operations :class:`sodm_spark.spark.hadoop_store.HadoopStore`
-    also offers (paths are strings)."""
-
-    def exists(self, path: str) -> bool:
-        return os.path.exists(path)
-
-    def is_dir(self, path: str) -> bool:
-        return os.path.isdir(path)
-
-    def list(self, path: str) -> list[str]:
-        return sorted(os.listdir(path)) if os.path.isdir(path) else []
-
-    def mkdirs(self, path: str) -> None:
-        os.makedirs(path, exist_ok=True)
-
-    def read_bytes(self, path: str) -> bytes:
-        return Path(path).read_bytes()
-
-    def write_bytes(self, path: str, data: bytes) -> None:
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        with open(path, "wb") as stream:
-            stream.write(data)
-            stream.flush()
-            os.fsync(stream.fileno())
-
-    def rename(self, source: str, target: str) -> None:
-        if os.path.exists(target):
-            raise FileExistsError(f"{target} exists; another writer is saving this model.")
-        os.rename(source, target)
-
-    def delete(self, path: str) -> None:
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path, ignore_errors=True)
-        elif os.path.lexists(path):
-            os.remove(path)
 
 
 def replace_file(path, write) -> None:
@@ -112,13 +74,80 @@ def move_into_place(staging: Path, path: Path) -> None:
         os.rename(staging, path)
 
 
-def store_for(path):
-    """The store that reaches ``path``: Hadoop's for a URI, the local one otherwise."""
-    if is_uri(path):
-        from ..spark.hadoop_store import HadoopStore
+def _advice(scheme: str) -> str:
+    if scheme in ("hdfs", "viewfs"):
+        return ("Run it with a classic Spark session (spark-submit), or let pyarrow load "
+                "libhdfs (JAVA_HOME, ARROW_LIBHDFS_DIR, CLASSPATH from `hadoop classpath "
+                "--glob`), or use a local path.")
+    if scheme in ("s3", "s3a", "s3n", "gs", "gcs", "abfs", "abfss"):
+        return ("Give pyarrow the store's credentials (its provider's environment variables), "
+                "or run with a classic Spark session holding the Hadoop connector, or use a "
+                "local path.")
+    return ("pyarrow reaches file:, hdfs://, viewfs://, s3:// (s3a://), gs://, abfs(s)://; "
+            "another scheme needs a classic Spark session with its Hadoop connector "
+            "(spark-submit), or use a local path.")
 
-        return HadoopStore.for_path(str(path))
-    return LocalStore()
+
+def _classic_hadoop_store(path: str, reasons: list):
+    """The running classic Spark session's Hadoop store for ``path``, or None (reason noted).
+    No session without pyspark imported: then nothing is imported at all."""
+    if "pyspark" not in sys.modules:
+        reasons.append("no Spark session")
+        return None
+    from ..spark.hadoop_store import HadoopStore
+
+    try:
+        store = HadoopStore.for_session(path)
+    except ValueError as error:
+        reasons.append(first_line(error))
+        return None
+    if store is None:
+        reasons.append("no classic Spark session (a Spark Connect client has no JVM)")
+    return store
+
+
+def store_for(path):
+    """The store that reaches ``path`` (the module docstring says which, and why): the local
+    disk for a plain path or a ``file:`` URI; for another URI the classic Spark session's
+    Hadoop file system if one runs and reaches it, else pyarrow's; else a one-line ValueError
+    naming the path, the scheme and what to do."""
+    scheme = uri_scheme(path)
+    if scheme is None or scheme == "file":
+        return LocalStore()
+    path, reasons = str(path), []
+    store = _classic_hadoop_store(path, reasons)
+    if store is not None:
+        return store
+    try:
+        return ArrowStore.for_path(path)
+    except ValueError as error:
+        reasons.append(first_line(error))
+    raise ValueError(f"{path}: no file system reaches the scheme {scheme}: "
+                     f"({'; '.join(reasons)}). {_advice(scheme)}")
+
+
+def read_replaced(store, path: str) -> bytes | None:
+    """The bytes of a small file written by the store's ``replace_bytes`` (a pointer), None if
+    there is none. On a store whose replace deletes the old file first (HDFS), a reader in
+    that moment reads the finished staging file that is about to take its place."""
+    path = str(path).rstrip("/")
+    for _ in range(3):
+        if store.exists(path):
+            try:
+                return store.read_bytes(path)
+            except OSError:  # replaced while we looked: look again
+                continue
+        if getattr(store, "atomic_replace", True):
+            return None
+        parent, name = split(path)
+        staged = [n for n in store.list(parent) if n.startswith(f".{name}.tmp-")]
+        if not staged:
+            return None
+        try:  # empty: still being written (the first pointer), so there is none yet
+            return store.read_bytes(join(parent, max(staged))) or None
+        except OSError:  # renamed into place meanwhile: read the file again
+            continue
+    return None
 
 
 def version_number(name: str) -> int | None:
@@ -126,13 +155,17 @@ def version_number(name: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def _complete(store, path: str, number: int) -> bool:
+    return store.exists(join(path, f"v-{number:06d}", COMPLETE_MARKER))
+
+
 def resolve_version(store, path: str, flat_marker: str) -> str | None:
     """The folder holding the current files of the model directory ``path``: its highest
     complete version, else ``path`` itself when it holds ``flat_marker`` (a directory
     written before versions existed), else None."""
     path = str(path).rstrip("/") or "/"
-    complete = [number for number in map(version_number, store.list(path)) if number is not None
-                and store.exists(join(path, f"v-{number:06d}", COMPLETE_MARKER))]
+    complete = [number for number in map(version_number, store.list(path))
+                if number is not None and _complete(store, path, number)]
     if complete:
         return join(path, f"v-{max(complete):06d}")
     return path if store.exists(join(path, flat_marker)) else None
@@ -144,8 +177,9 @@ def replace_versioned(path, write, flat_names=(), keep: int = KEEP_VERSIONS,
     ``path`` (see the module docstring); returns the new version's folder.
 
     ``flat_names`` are the files a pre-version directory keeps at its top; they are deleted
-    once the new version is complete, as are versions older than the newest ``keep`` and
-    staging folders of writers that died. ``store``: the one to use (default: by the path).
+    once the new version is complete, as are complete versions but the newest ``keep``,
+    incomplete versions below the new one and staging folders (both left by writers that
+    died). ``store``: the one to use (default: by the path).
     """
     store = store or store_for(path)
     path = str(path).rstrip("/") or "/"
@@ -155,19 +189,68 @@ def replace_versioned(path, write, flat_names=(), keep: int = KEEP_VERSIONS,
     store.mkdirs(path)
     numbers = [n for n in map(version_number, store.list(path)) if n is not None]
     number = max(numbers, default=0) + 1
-    staging = join(path, f".v-{number:06d}.tmp-{uuid.uuid4().hex[:12]}")
     final = join(path, f"v-{number:06d}")
+    if getattr(store, "atomic_rename", True):
+        staging = join(path, f".v-{number:06d}.tmp-{uuid.uuid4().hex[:12]}")
+        try:
+            write(store, staging)
+            store.rename(staging, final)
+        finally:
+            if store.exists(staging):
+                store.delete(staging)
+    else:  # no rename: readers skip the folder until its marker exists
+        write(store, final)
+    store.write_bytes(join(final, COMPLETE_MARKER), b"")
+    # from here on the new version is what readers get; tidy up what it replaces
+    names = store.list(path)
+    complete = sorted(n for n in map(version_number, names)
+                      if n is not None and n <= number and _complete(store, path, n))
+    kept = set(complete[-max(keep, 1):])
+    for name in names:
+        older = version_number(name)
+        if (older is not None and older < number and older not in kept) or name in flat_names \
+                or (name.startswith(".v-") and ".tmp-" in name):
+            store.delete(join(path, name))
+    return final
+
+
+def publish_directory(path, write, overwrite: bool = False, store=None) -> str:
+    """Make the directory ``write(target)`` writes (Spark's ``frame.write.parquet(target)``, say)
+    appear at ``path``, on any store; returns ``path``. A FileExistsError if it exists and
+    ``overwrite`` is false.
+
+    Atomic renames: written to a hidden sibling, then renamed into place (an old directory is
+    renamed aside first and deleted last). Object stores: the old directory is deleted and
+    ``write(path)`` writes in place; the writer's own completion marker (Spark's ``_SUCCESS``,
+    written when its job commits) is what tells a reader the output is whole."""
+    store = store or store_for(path)
+    path = str(path).rstrip("/")
+    parent, name = split(path)
+    if not name:
+        raise ValueError(f"{path} names no directory to write.")
+    if store.exists(path) and not overwrite:
+        raise FileExistsError(f"{path} exists; pass overwrite (--overwrite) to replace it.")
+    if not getattr(store, "atomic_rename", True):
+        if store.exists(path):
+            store.delete(path)
+        write(path)
+        return path
+    token = uuid.uuid4().hex[:12]
+    staging, retired = join(parent, f".{name}.tmp-{token}"), join(parent, f".{name}.old-{token}")
     try:
-        write(store, staging)
-        store.rename(staging, final)
+        write(staging)
+        if store.exists(path):
+            store.rename(path, retired)
+            try:
+                store.rename(staging, path)
+            except BaseException:
+                store.rename(retired, path)  # the old directory back where it was
+                raise
+        else:
+            store.rename(staging, path)
     finally:
         if store.exists(staging):
             store.delete(staging)
-    store.write_bytes(join(final, COMPLETE_MARKER), b"")
-    # from here on the new version is what readers get; tidy up what it replaces
-    for name in store.list(path):
-        older = version_number(name)
-        if (older is not None and older <= number - keep) or name in flat_names or (
-                name.startswith(".v-") and ".tmp-" in name):
-            store.delete(join(path, name))
-    return final
+        if store.exists(retired) and store.exists(path):
+            store.delete(retired)
+    return path

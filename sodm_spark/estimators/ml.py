@@ -3,7 +3,7 @@
 Modelled on pyspark.ml's LinearSVC: Params with setters and getters, ``featuresCol`` (ML
 vectors or arrays of numbers), ``labelCol``, ``predictionCol`` and ``rawPredictionCol``
 (``[-f(x), f(x)]``, so ``BinaryClassificationEvaluator`` ranks by f). The model predicts with a
-pandas UDF over the broadcast kernel expansion and saves as Spark ML metadata (JSON) plus
+pandas UDF over the kernel expansion (in its closure) and saves as Spark ML metadata (JSON) plus
 ``data/arrays.npz`` — no pickles — in a version folder of the model directory
 (:mod:`sodm_spark.estimators.ml_persistence`). Fitting and tuning go through
 :func:`sodm_spark.spark.train.train`, as the job's do. With ``kernel="linear"`` the fit is
@@ -33,6 +33,7 @@ from ..models.expansion import KernelExpansion
 from ..selection.tuning import ParamGrid
 from ..spark.dsvrg.fit import DSVRGFit
 from ..spark.io import dataframe_to_blocks
+from ..spark.frames import context_of
 from ..spark.sodm.params import SODMParams
 from ..spark.train import Search, fit_params, sodm_params, train
 from .ml_persistence import ModelWriter, VersionedReadWrite
@@ -277,7 +278,7 @@ class SODMClassifier(Estimator, _SODMParams, VersionedReadWrite):
         """:func:`sodm_spark.spark.train.train` on ``dataset``'s feature and label columns."""
         blocks, n_features = dataframe_to_blocks(dataset, self.getFeaturesCol(),
                                                  self.getLabelCol())
-        return train(dataset.sparkSession.sparkContext, blocks, n_features, params,
+        return train(context_of(dataset.sparkSession), blocks, n_features, params,
                      search=search, refuse_classes=self._refuse_classes)
 
     def _refuse_classes(self, classes):
@@ -349,19 +350,19 @@ class SODMClassificationModel(Model, _SODMParams, VersionedReadWrite):
         return float(scores) if np.ndim(scores) == 0 else np.asarray(scores)
 
     def _transform(self, dataset):
-        spark = dataset.sparkSession
         expansion = self.expansion
         binary = expansion.coef.shape[1] == 1
-        payload = spark.sparkContext.broadcast(
-            (expansion.support_vectors, expansion.coef, expansion.kernel,
-             expansion.intercept, expansion.input_map))
+        # the model travels in the function's closure (PySpark broadcasts a large one itself;
+        # a Spark Connect session has no broadcast variables)
+        payload = (expansion.support_vectors, expansion.coef, expansion.kernel,
+                   expansion.intercept, expansion.input_map)
         n_features, features_col = self.numFeatures, self.getFeaturesCol()
         classes = [float(c) for c in expansion.classes]
 
         @F.pandas_udf(ArrayType(DoubleType()))
         def raw_scores_udf(features: pd.Series) -> pd.Series:
             from sodm_spark.models.scoring import raw_scores
-            support_vectors, coef, kernel, intercept, input_map = payload.value
+            support_vectors, coef, kernel, intercept, input_map = payload
             X = np.stack(features.to_numpy()).astype(np.float64) if len(features) else \
                 np.zeros((0, n_features))
             if X.shape[1] != n_features:

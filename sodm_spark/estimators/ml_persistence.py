@@ -1,10 +1,14 @@
 """Saving and loading the pyspark.ml classes of :mod:`sodm_spark.estimators.ml` (docs/design.md §7).
 
 Spark ML metadata (JSON) plus the model's ``data/arrays.npz`` and ``data/metadata.json`` (no
-pickles), written as a new version folder of the model directory through Spark's file system
-(:mod:`sodm_spark.data.storage` over :class:`~sodm_spark.spark.hadoop_store.HadoopStore`), so an
-overwrite never leaves a half-written model. A class read back names a ``_from_saved(store,
-folder)`` constructor: the estimator needs nothing, the model its kernel expansion.
+pickles), written as a new version folder of the model directory (:mod:`sodm_spark.data.storage`),
+so an overwrite never leaves a half-written model. The store is the one Spark's own writer of
+the metadata uses (:func:`model_store`): a plain path is Spark's default file system through
+the classic session's Hadoop ``FileSystem``; a URI goes through
+:func:`sodm_spark.data.storage.store_for` (``file:`` the local disk; others the session's Hadoop
+file system, or pyarrow's when there is no JVM, as on Spark Connect). A class read back names a
+``_from_saved(store, folder)`` constructor: the estimator needs nothing, the model its kernel
+expansion.
 """
 from __future__ import annotations
 
@@ -14,8 +18,19 @@ import uuid
 from pyspark.ml.util import (DefaultParamsReader, DefaultParamsWriter, MLReadable, MLReader,
                              MLWritable, MLWriter)
 
-from ..data.storage import join, replace_versioned, resolve_version
+from ..data.storage import (LocalStore, is_uri, join, replace_versioned, resolve_version,
+                            store_for)
 from ..spark.hadoop_store import HadoopStore
+
+
+def model_store(path: str):
+    """The store of a pyspark.ml model path: for a plain path Spark's default file system (the
+    classic session's Hadoop one, where Spark writes the metadata; the local disk without a
+    JVM), for a URI :func:`~sodm_spark.data.storage.store_for`'s."""
+    if is_uri(path):
+        return store_for(path)
+    store = HadoopStore.for_session(path)
+    return store if store is not None else LocalStore()
 
 
 class ParamsOnlyWriter(MLWriter):
@@ -30,7 +45,7 @@ class ParamsOnlyWriter(MLWriter):
     def save(self, path):
         if not isinstance(path, str):
             raise TypeError(f"path should be a string, got type {type(path)}")
-        store = HadoopStore.for_path(path)  # a plain path means Spark's default file system
+        store = model_store(path)
         if not self.shouldOverwrite and store.exists(path):
             raise OSError(f"Path {path} already exists. To overwrite it, use "
                           "write().overwrite().save(path): the old model stays readable until "
@@ -43,7 +58,7 @@ class ParamsOnlyWriter(MLWriter):
         DefaultParamsWriter.saveMetadata(self.instance, folder, self.sparkSession)
 
     def saveImpl(self, path):  # MLWriter's contract; save() above does the whole job
-        self._write_version(HadoopStore.for_path(path), path)
+        self._write_version(model_store(path), path)
 
 
 def _metadata_class(store, metadata_dir):
@@ -61,10 +76,18 @@ def _point_to_class(store, path, folder):
     """A copy of the version's ``metadata`` at the top of ``path``: pyspark's generic loaders
     (a Pipeline's or CrossValidator's stages) read the class to load from ``path/metadata``
     before handing the path to our reader, which then reads the newest version. Written once
-    per path (renamed into place), replaced only when another class is saved there."""
+    per path (renamed into place; on an object store copied in place), replaced only when
+    another class is saved there."""
     top, source = join(path, "metadata"), join(folder, "metadata")
     wanted = _metadata_class(store, source)
     if store.exists(top) and _metadata_class(store, top) == wanted:
+        return
+    if not getattr(store, "atomic_rename", True):  # an object store: copied in place
+        if store.exists(top):
+            store.delete(top)
+        for name in store.list(source):
+            if not name.endswith(".crc"):
+                store.write_bytes(join(top, name), store.read_bytes(join(source, name)))
         return
     staging = join(path, f".metadata.tmp-{uuid.uuid4().hex[:12]}")
     try:
@@ -91,7 +114,7 @@ class VersionedReader(MLReader):
         self.cls = cls
 
     def load(self, path):
-        store = HadoopStore.for_path(path)
+        store = model_store(path)
         folder = resolve_version(store, path, "metadata") or path
         metadata = DefaultParamsReader.loadMetadata(folder, self.sparkSession)
         instance = self.cls._from_saved(store, folder)

@@ -164,12 +164,15 @@ class KernelExpansion:
 
         return compress(self, max_sv, method, ridge, seed, fit)
 
-    def save(self, path: str | os.PathLike) -> None:
-        """Save to the model directory ``path`` (local, or any Hadoop file system by URI) as
+    def save(self, path: str | os.PathLike, store=None) -> None:
+        """Save to the model directory ``path`` (a local path, or any store by URI: ``file:``,
+        ``hdfs://``, ``s3a://``, ...; :func:`sodm_spark.data.storage.store_for`) as
         ``arrays.npz`` and ``metadata.json`` in a new version of it
         (:mod:`sodm_spark.data.storage`): readers see the old complete model or the new complete
-        one, never a partial one, and a writer killed at any point leaves one of them."""
-        replace_versioned(path, self.write_files, flat_names=MODEL_FILES)
+        one, never a partial one, and a writer killed at any point leaves one of them, on
+        stores without renames too. ``store``: the file system to write (default: by the
+        path)."""
+        replace_versioned(path, self.write_files, flat_names=MODEL_FILES, store=store)
 
     def write_files(self, store, folder: str) -> None:
         """``arrays.npz`` and ``metadata.json`` into ``folder`` of ``store`` (created)."""

@@ -2,26 +2,47 @@
 
 Every job reads the table named after it (``[train_sodm]``, ``[train_baseline]``, ...) plus
 ``[common]`` from the first file found of: ``--config PATH``; ``$SODM_JOBS_CONF``;
-``$SPARK_CONF_DIR/sodm-jobs.toml``; the repository's ``conf/sodm-jobs.toml``. Keys are flag
-names without the leading dashes (``stop-level`` or ``stop_level``). A key in the job's own
-table that the job does not take is an error naming the file and the key, so a typo never
-passes silently.
+``$SPARK_CONF_DIR/sodm-jobs.toml``; the repository's ``conf/sodm-jobs.toml`` (a source
+checkout); the copy installed with the package (``sodm_spark/conf_defaults/``, what a wheel
+has). Keys are flag names without the leading dashes (``stop-level`` or ``stop_level``). A key
+in the job's own table that the job does not take is an error naming the file and the key, so a
+typo never passes silently.
+
+The package carries the repository's ``conf/spark-defaults.conf``, ``log4j2.properties`` and
+``sodm-jobs.toml`` (tests/test_packaging.py keeps the two copies identical): a console command
+started where no Spark configuration is set points ``SPARK_CONF_DIR`` at them
+(:func:`use_packaged_spark_conf`), as the repository's commands do with ``SPARK_CONF_DIR=conf``.
 """
 from __future__ import annotations
 
 import argparse
+import importlib.resources
+import importlib.util
 import json
 import os
 import tomllib
 from pathlib import Path
 
 from ..core.errors import EXIT_CODES, SETTINGS, JobExit, SettingsError
+from ..data.filesystems import is_uri, local_path, uri_scheme
 from ..data.storage import replace_file
 
 CONF_NAME = "sodm-jobs.toml"
 #: conf/ of a source checkout: this module is sodm_spark/ops/jobconf.py, two folders below the
-#: repository root (an installed package has no such file, and the fallback finds nothing)
+#: repository root (an installed package has no such file: it reads :func:`packaged_conf`)
 REPO_CONF = Path(__file__).resolve().parents[2] / "conf" / CONF_NAME
+#: The folder of configuration files installed with the package (package data, no modules)
+PACKAGED_CONF_DIR = "conf_defaults"
+#: What the JVM reads from SPARK_CONF_DIR (the jobs' defaults, sodm-jobs.toml, sit beside them)
+SPARK_CONF_FILES = ("spark-defaults.conf", "log4j2.properties")
+
+
+def packaged_conf(name: str = CONF_NAME):
+    """The installed copy of ``conf/<name>`` (an importlib.resources Traversable: a file, or an
+    entry of the zip that --py-files ships), or None if the package was built without it."""
+    entry = importlib.resources.files("sodm_spark").joinpath(PACKAGED_CONF_DIR, name)
+    return entry if entry.is_file() else None
+
 
 
 def gamma_arg(text):
@@ -35,8 +56,9 @@ def gamma_arg(text):
                                          f"got {text!r}")
 
 
-def find_config(explicit: str | None = None) -> Path | None:
-    """The TOML file a job reads (see the module docstring), or None."""
+def find_config(explicit: str | None = None):
+    """The TOML file a job reads (see the module docstring): a Path, the packaged copy (a
+    Traversable: a Path unless the package runs from a zip), or None."""
     if explicit:
         path = Path(explicit)
         if not path.is_file():
@@ -49,7 +71,32 @@ def find_config(explicit: str | None = None) -> Path | None:
     for candidate in candidates:
         if candidate and Path(candidate).is_file():
             return Path(candidate)
-    return None
+    return packaged_conf()
+
+
+def use_packaged_spark_conf(environ=os.environ) -> str | None:
+    """Point ``SPARK_CONF_DIR`` at the configuration installed with the package when a command
+    starts Spark itself and would find none: no ``SPARK_CONF_DIR``, no JVM already up
+    (spark-submit's: its configuration was read before this runs), and no spark-defaults.conf in
+    ``$SPARK_HOME/conf`` (pip's pyspark ships none). The JVM the session launches then reads
+    its memory settings and the jobs' logging (conf/README.md), as ``SPARK_CONF_DIR=conf``
+    gives the repository's commands. Returns the folder set, or None when it leaves things as
+    they are (also when the package runs from a zip, which Spark cannot read a folder from)."""
+    if environ.get("SPARK_CONF_DIR") or environ.get("PYSPARK_GATEWAY_PORT"):
+        return None
+    home = environ.get("SPARK_HOME")
+    if not home:
+        spec = importlib.util.find_spec("pyspark")
+        locations = list(spec.submodule_search_locations or []) if spec else []
+        home = locations[0] if locations else None
+    if home and (Path(home) / "conf" / "spark-defaults.conf").is_file():
+        return None
+    folder = importlib.resources.files("sodm_spark").joinpath(PACKAGED_CONF_DIR)
+    if not isinstance(folder, Path) or not all((folder / name).is_file()
+                                               for name in SPARK_CONF_FILES):
+        return None
+    environ["SPARK_CONF_DIR"] = str(folder)
+    return str(folder)
 
 
 def job_defaults(job: str, path: Path | None) -> tuple[dict, dict]:
@@ -72,8 +119,9 @@ def parse_with_defaults(parser: argparse.ArgumentParser, job: str, argv=None):
 
     Adds ``--config`` and ``--verbose``. Flags given on the command line win over the file.
     """
-    parser.add_argument("--config", help=f"TOML job defaults (default: {CONF_NAME} in "
-                        "$SPARK_CONF_DIR or the repository's conf/)")
+    parser.add_argument("--config", help=f"TOML job defaults (default: $SODM_JOBS_CONF, else "
+                        f"{CONF_NAME} in $SPARK_CONF_DIR, else the repository's conf/ or the "
+                        "copy installed with the package)")
     add_verbose(parser)
     refuse_in_one_line(parser)
     early, _ = parser.parse_known_args(argv)
@@ -120,13 +168,13 @@ def check_output_paths(directories: dict, files: dict) -> None:
     ``directories`` and ``files`` map a flag (``"--model-out"``) to its path or None. A
     directory output must not be an existing file, a file output not an existing directory,
     and the nearest existing directory above each must be writable (missing directories are
-    created at the end). Paths with a URI scheme (hdfs://, s3a://, ...) are left to their
-    file system.
+    created at the end). ``file:`` URIs are checked as the local paths they name; other URIs
+    (hdfs://, s3a://, ...) are left to their store.
     Raises SettingsError (a ValueError) naming the flag, the path and what to do."""
     for flag, value in {**directories, **files}.items():
-        if not value or "://" in str(value):
+        if not value or (is_uri(value) and uri_scheme(value) != "file"):
             continue
-        path = Path(value)
+        path = Path(local_path(value) if is_uri(value) else value)
         is_directory = flag in directories
         if is_directory and path.exists() and not path.is_dir():
             raise SettingsError(f"{flag} {value} is a file; this output is a directory. Choose "

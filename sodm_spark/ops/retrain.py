@@ -1,29 +1,41 @@
-"""Scheduled retraining: a lock, versioned model directories and an atomic ``latest`` pointer.
+"""Scheduled retraining: a lock, versioned model directories and a ``_LATEST`` pointer file,
+on the local disk or any store by URI (docs/operations.md, "Scheduled retraining"). No
+symlinks and no kernel locks, so the same registry works on HDFS and object stores.
 
 Layout under a models directory::
 
     models/
       versions/v0007-snapshot-2026-11-20/   model/ (KernelExpansion), metrics.json, decision.json
-      latest -> versions/v0007-...          symlink, moved atomically
-      .retrain.lock                         flock-ed by the running retrain (its pid, host, start)
+      _LATEST                               v0007-snapshot-2026-11-20: the production model
+      .retrain.lock                         the running retrain's pid, host, start and token
 
-Every version is written to a temporary directory and renamed into place; ``latest`` is moved by
-creating a temporary symlink and ``os.replace``-ing it over the old one (``ln -sfn`` is not
-atomic). A run that dies at any point therefore leaves ``latest`` pointing at a complete model.
-No Spark here: ``jobs/retrain.py`` trains, this module keeps the files.
+A version is whole before ``_LATEST`` can name it: written to a staging directory and renamed
+into place (local disks, HDFS), or on object stores, which have no rename, uploaded under its
+name before ``_LATEST`` moves. ``_LATEST`` is written last, through the store's atomic
+replace (:mod:`sodm_spark.data.filesystems`: a staging file ``os.replace``-d over it locally,
+one PUT on an object store; on HDFS readers take the staging file in the moment between
+delete and rename). A run that dies at any point therefore leaves ``_LATEST`` naming a
+complete model. Registries written before pointer files existed (a ``latest`` symlink, no
+``_LATEST``) are still read through the symlink, and one that has the symlink keeps it in
+step after ``_LATEST``, for readers of the old layout; a new registry has no symlink. (The
+underscore: on a case-insensitive disk ``LATEST`` would be the old symlink's name.)
+
+The lock is :class:`sodm_spark.ops.lock.RetrainLock` (a file created only if absent). No Spark
+here: the retraining job trains, this module keeps the files.
 """
 from __future__ import annotations
 
-import fcntl
-import json
 import os
 import re
 import shutil
-import socket
 import tempfile
-import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
+
+from ..data.storage import (COMPLETE_MARKER, LocalStore, join, local_path, read_replaced,
+                            store_for, uri_scheme)
+from .lock import LockedError, RetrainLock, StorePath  # noqa: F401 (the jobs import them here)
 
 # Exit codes of jobs/retrain.py (also in its --help and docs/operations.md); a failure exits
 # with its kind's code (sodm_spark.core.errors.EXIT_CODES: 2 settings, 4 unexpected, 5 input,
@@ -33,96 +45,8 @@ KEPT = 1  # the new model was worse than production by more than the threshold; 
 USAGE = 2  # bad flags (argparse), the settings code of every job
 LOCKED = 3  # another retrain holds the lock
 
+POINTER = "_LATEST"
 _VERSION = re.compile(r"^v(\d{4,})-")
-
-
-class LockedError(RuntimeError):
-    """Another run holds the lock."""
-
-
-class RetrainLock:
-    """An exclusive lock: a kernel lock (``fcntl.flock``) on ``.retrain.lock``, which also
-    records the holder's pid, host and start time.
-
-    The kernel lets one open file hold it and releases it when the holder's process ends, so
-    two runs can never hold it at once, and a run that died leaves a file anyone can lock
-    (its record is reported as ``taken_over``). Release deletes the file while still holding
-    the lock; a run that locked the file just before it was deleted sees that its file is no
-    longer the one at the path and tries again. ``stale_seconds``: a live holder older than
-    this is named as probably hung in the error (it is never taken over: kill it first).
-    """
-
-    def __init__(self, directory, stale_seconds: float = 6 * 3600.0):
-        self.path = Path(directory) / ".retrain.lock"
-        self.stale_seconds = stale_seconds
-        self.taken_over: dict | None = None
-        self._handle: int | None = None
-
-    def _holder(self) -> dict | None:
-        try:
-            return json.loads(self.path.read_text())
-        except FileNotFoundError:
-            return None
-        except (OSError, json.JSONDecodeError):
-            return {}  # half-written by a run that died while taking it
-
-    def _refuse(self) -> LockedError:
-        holder = self._holder() or {}
-        started = holder.get("started", 0)
-        hung = (f"; it has held it for {(time.time() - started) / 3600:.1f} h, longer than "
-                f"{self.stale_seconds / 3600:g} h: if that run hangs, stop it"
-                if started and time.time() - started > self.stale_seconds else
-                "; wait for it to finish")
-        return LockedError(f"another retrain (pid {holder.get('pid')} on {holder.get('host')}, "
-                           f"started {time.ctime(started)}) holds {self.path}{hung}.")
-
-    def acquire(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        for _ in range(100):  # only a release racing with us makes us go round
-            handle = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o644)
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(handle)
-                raise self._refuse() from None
-            try:
-                same_file = os.fstat(handle).st_ino == os.stat(self.path).st_ino
-            except FileNotFoundError:
-                same_file = False
-            if not same_file:  # the holder released (deleted) it in between: lock afresh
-                os.close(handle)
-                continue
-            previous = os.read(handle, 1 << 16)
-            if previous:
-                try:
-                    record = json.loads(previous)
-                    self.taken_over = record if isinstance(record, dict) else {}
-                except json.JSONDecodeError:
-                    self.taken_over = {}
-            record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                                 "started": time.time()}).encode()
-            os.ftruncate(handle, 0)
-            os.pwrite(handle, record, 0)
-            os.fsync(handle)
-            self._handle = handle
-            return
-        raise LockedError(f"could not take {self.path}: other runs keep taking and releasing it.")
-
-    def release(self) -> None:
-        if self._handle is None:
-            return
-        try:
-            self.path.unlink(missing_ok=True)  # while locked: nobody else holds this file
-        finally:
-            os.close(self._handle)  # closing the last descriptor drops the kernel lock
-            self._handle = None
-
-    def __enter__(self):
-        self.acquire()
-        return self
-
-    def __exit__(self, *exc):
-        self.release()
 
 
 @dataclass
@@ -158,57 +82,127 @@ def newest_snapshot(directory) -> Path:
     return max(entries, key=lambda p: (p.stat().st_mtime, p.name))
 
 
-class ModelStore:
-    """Versioned model directories with an atomic ``latest`` symlink (module docstring)."""
+def _upload(store, local: Path, target: str) -> None:
+    """The files under the local folder ``local`` into ``target`` of ``store``, completion
+    markers last."""
+    store.mkdirs(target)
+    files = sorted((p for p in local.rglob("*") if p.is_file()),
+                   key=lambda p: (p.name == COMPLETE_MARKER, p.as_posix()))
+    for folder in sorted(p for p in local.rglob("*") if p.is_dir()):
+        store.mkdirs(join(target, *folder.relative_to(local).parts))
+    for path in files:
+        store.write_bytes(join(target, *path.relative_to(local).parts), path.read_bytes())
 
-    def __init__(self, directory):
-        self.directory = Path(directory)
+
+class ModelStore:
+    """Versioned model directories and the ``_LATEST`` pointer (module docstring). A local
+    ``directory`` (a plain path or ``file:``) gives ``Path`` objects, one by URI
+    :class:`StorePath` strings; ``store``: the store to use (default: by the path)."""
+
+    def __init__(self, directory, store=None):
+        if store is None and uri_scheme(directory) in (None, "file"):
+            store = LocalStore()
+        self._store = store  # by URI: found at the first use (a Spark session may start first)
+        self._local = isinstance(store, LocalStore)
+        self.directory = Path(local_path(directory)) if self._local else \
+            StorePath(str(directory).rstrip("/"))
         self.versions = self.directory / "versions"
-        self.latest = self.directory / "latest"
+        self.pointer = self.directory / POINTER
+        self.legacy_link = self.directory / "latest"  # the symlink of registries written before
+
+    @property
+    def store(self):
+        if self._store is None:
+            self._store = store_for(self.directory)
+        return self._store
+
+    @property
+    def latest(self):
+        """The production version's folder (None if there is none): ``store.latest / "model"``."""
+        return self.latest_version()
 
     def version_names(self) -> list[str]:
-        if not self.versions.is_dir():
-            return []
-        return sorted((p.name for p in self.versions.iterdir() if _VERSION.match(p.name)),
+        return sorted((name for name in self.store.list(str(self.versions))
+                       if _VERSION.match(name)),
                       key=lambda name: int(_VERSION.match(name).group(1)))
 
-    def latest_version(self) -> Path | None:
-        if not self.latest.is_symlink():
-            return None
-        target = self.directory / os.readlink(self.latest)
-        return target if target.is_dir() else None
+    def latest_version(self):
+        """The folder ``_LATEST`` names (a registry written before: the ``latest`` symlink's
+        target), None if there is none or it is gone; a ValueError if ``_LATEST`` names no
+        version."""
+        data = read_replaced(self.store, str(self.pointer))
+        if data is not None:
+            name = data.decode("utf-8", "replace").strip()
+            if not _VERSION.match(name) or "/" in name or "\\" in name:
+                raise ValueError(f"{self.pointer} names {name[:80]!r}, not a folder of "
+                                 f"{self.versions}; write the production version's folder name "
+                                 "into it.")
+            version = self.versions / name
+            return version if self.store.is_dir(str(version)) else None
+        if self._local and self.legacy_link.is_symlink():
+            target = self.directory / os.readlink(self.legacy_link)
+            return target if target.is_dir() else None
+        return None
 
-    def write_version(self, label: str, write) -> Path:
-        """Create the next version ``v<n>-<label>`` by ``write(staging_dir)`` then a rename."""
-        self.versions.mkdir(parents=True, exist_ok=True)
+    def write_version(self, label: str, write):
+        """Create the next version ``v<n>-<label>``: ``write(folder)`` fills a local folder
+        (a ``Path``), which then becomes the version whole (renamed; uploaded to a store by
+        URI, renamed where the store renames atomically)."""
+        self.store.mkdirs(str(self.versions))
         names = self.version_names()
         number = int(_VERSION.match(names[-1]).group(1)) + 1 if names else 1
         safe = re.sub(r"[^A-Za-z0-9._-]+", "_", label)[:80] or "model"
         final = self.versions / f"v{number:04d}-{safe}"
-        staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=self.versions))
-        try:
-            write(staging)
-            os.rename(staging, final)
-        finally:
-            if staging.exists():
-                shutil.rmtree(staging)
+        if self._local:
+            staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=self.versions))
+            try:
+                write(staging)
+                os.rename(staging, final)
+            finally:
+                if staging.exists():
+                    shutil.rmtree(staging)
+            return final
+        with tempfile.TemporaryDirectory(prefix="sodm-version-") as local:
+            write(Path(local))
+            if not getattr(self.store, "atomic_rename", True):
+                _upload(self.store, Path(local), str(final))  # _LATEST names it once whole
+                return final
+            staging = self.versions / f".{final.name}.tmp-{uuid.uuid4().hex[:12]}"
+            try:
+                _upload(self.store, Path(local), str(staging))
+                self.store.rename(str(staging), str(final))
+            finally:
+                if self.store.exists(str(staging)):
+                    self.store.delete(str(staging))
         return final
 
-    def point_latest(self, version: Path) -> None:
-        """Move ``latest`` to ``version`` atomically (temporary symlink + os.replace)."""
-        temporary = self.directory / f".latest.tmp-{os.getpid()}"
-        temporary.unlink(missing_ok=True)
-        os.symlink(os.path.relpath(version, self.directory), temporary)
-        os.replace(temporary, self.latest)
+    def point_latest(self, version) -> None:
+        """Make ``version`` the production model: ``_LATEST`` replaced atomically, written last
+        (then the ``latest`` symlink of a registry written before, if it has one)."""
+        self.store.replace_bytes(str(self.pointer), f"{version.name}\n".encode())
+        if self._local and self.legacy_link.is_symlink():
+            temporary = self.directory / f".latest.tmp-{os.getpid()}"
+            temporary.unlink(missing_ok=True)
+            os.symlink(os.path.relpath(version, self.directory), temporary)
+            os.replace(temporary, self.legacy_link)
 
     def prune(self, keep: int) -> list[str]:
-        """Delete all but the newest ``keep`` versions, never the one ``latest`` names."""
+        """Delete all but the newest ``keep`` versions, never the one ``_LATEST`` names; and
+        what runs that died left (staging folders, staging pointers)."""
         current = self.latest_version()
         names = self.version_names()
         doomed = [n for n in names[:-keep] if current is None or n != current.name] \
             if keep > 0 else []
         for name in doomed:
-            shutil.rmtree(self.versions / name)
-        for leftover in self.versions.glob(".*.tmp-*") if self.versions.is_dir() else []:
-            shutil.rmtree(leftover, ignore_errors=True)  # staging dirs of runs that died
+            if self._local:
+                shutil.rmtree(self.versions / name)
+            else:
+                self.store.delete(str(self.versions / name))
+        for name in self.store.list(str(self.versions)):
+            if name.startswith(".") and ".tmp-" in name:
+                self.store.delete(str(self.versions / name))
+        if self.store.exists(str(self.pointer)):
+            for name in self.store.list(str(self.directory)):
+                if name.startswith(f".{POINTER}.tmp-"):
+                    self.store.delete(str(self.directory / name))
         return doomed

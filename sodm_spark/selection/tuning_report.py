@@ -2,6 +2,7 @@
 of validation accuracy, written from :meth:`sodm_spark.spark.tune.TuneResult.to_dict`."""
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -75,11 +76,16 @@ def plot_heatmap(report: dict, path) -> None:
 
 
 def write_report(report: dict, out_dir) -> dict:
-    """tuning.json, tuning.txt and tuning.png in ``out_dir``; returns their paths."""
+    """tuning.json, tuning.txt and tuning.png in ``out_dir``; returns the paths written. The
+    heat map only where matplotlib is installed (the plots extra): the search's choice is in
+    the other two."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"json": out / "tuning.json", "table": out / "tuning.txt", "heatmap": out / "tuning.png"}
     paths["json"].write_text(json.dumps(report, indent=2) + "\n")
     paths["table"].write_text(table(report) + "\n")
-    plot_heatmap(report, paths["heatmap"])
+    if importlib.util.find_spec("matplotlib") is None:
+        del paths["heatmap"]
+    else:
+        plot_heatmap(report, paths["heatmap"])
     return {k: str(v) for k, v in paths.items()}

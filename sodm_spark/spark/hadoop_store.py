@@ -1,11 +1,19 @@
 """Model files on any Hadoop file system (HDFS, S3A, GCS, ``file://``...) through the running
-Spark session's JVM: the same operations as :class:`sodm_spark.data.storage.LocalStore`, so a model
-is saved and loaded whole on the cluster's store, never split with the driver's disk."""
+classic Spark session's JVM: the same operations as :class:`sodm_spark.data.storage.LocalStore`,
+so a model is saved and loaded whole on the cluster's store, with the cluster's configuration
+and credentials, never split with the driver's disk. A Spark Connect client has no JVM
+(:meth:`HadoopStore.for_session` is None there): :func:`sodm_spark.data.storage.store_for` then
+reaches the store through pyarrow. Renames are atomic on ``file``, ``hdfs`` and ``viewfs``
+(and the other schemes of ``ATOMIC_RENAME_SCHEMES``), not on object stores
+(:mod:`sodm_spark.data.filesystems` says what each store guarantees)."""
 from __future__ import annotations
 
+from ..data.filesystems import ATOMIC_RENAME_SCHEMES, join, split, staging_name
 from .io import error_text
 
 _CHUNK_BYTES = 8 << 20  # one py4j call per 8 MB written
+# where create(path, overwrite=false) is decided by one server (the NameNode): create-if-absent
+_EXCLUSIVE_CREATE = frozenset({"hdfs", "viewfs"})
 
 
 class HadoopStore:
@@ -13,6 +21,26 @@ class HadoopStore:
 
     def __init__(self, jvm, hadoop_conf, filesystem):
         self._jvm, self._conf, self._fs = jvm, hadoop_conf, filesystem
+        try:
+            scheme = str(filesystem.getUri().getScheme() or "").lower()
+        except Exception:  # noqa: BLE001 - a file system that names no scheme: no renames
+            scheme = ""
+        self.atomic_rename = scheme in ATOMIC_RENAME_SCHEMES
+        self.atomic_replace = not self.atomic_rename  # one PUT; renames delete the old first
+        self.exclusive_create = scheme in _EXCLUSIVE_CREATE
+
+    @classmethod
+    def for_session(cls, path: str) -> "HadoopStore | None":
+        """:meth:`for_path` when a classic Spark session runs (a JVM behind py4j), None when
+        none does (no session, or a Spark Connect client)."""
+        try:
+            from pyspark import SparkContext
+        except ImportError:  # a Connect-only client (pyspark-client) has no SparkContext
+            return None
+        sc = SparkContext._active_spark_context
+        if sc is None or getattr(sc, "_jvm", None) is None:
+            return None
+        return cls.for_path(path)
 
     @classmethod
     def for_path(cls, path: str) -> "HadoopStore":
@@ -71,6 +99,41 @@ class HadoopStore:
                 stream.write(bytearray(view[start:start + _CHUNK_BYTES]))
         finally:  # close() commits the file (object stores upload it then)
             stream.close()
+
+    def replace_bytes(self, path: str, data: bytes) -> None:
+        """``path`` holds ``data`` afterwards: one PUT on object stores (atomic); elsewhere a
+        staging file renamed over it, the old one deleted first (Hadoop renames over
+        nothing; :func:`sodm_spark.data.storage.read_replaced` covers that moment)."""
+        if not self.atomic_rename:
+            self.write_bytes(path, data)
+            return
+        path = str(path).rstrip("/")
+        parent, name = split(path)
+        staging = join(parent, staging_name(name))
+        try:
+            self.write_bytes(staging, data)
+            if self._fs.exists(self._path(path)):
+                self._fs.delete(self._path(path), False)
+            if not self._fs.rename(self._path(staging), self._path(path)):
+                raise OSError(f"the file system refused to rename {staging} to {path}.")
+        finally:
+            if self._fs.exists(self._path(staging)):
+                self._fs.delete(self._path(staging), False)
+
+    def create_new(self, path: str, data: bytes) -> bool:
+        """Create ``path`` holding ``data`` if it does not exist (False if it does); exclusive
+        where ``exclusive_create`` (HDFS: the NameNode refuses a second create)."""
+        try:
+            stream = self._fs.create(self._path(path), False)
+        except Exception as error:  # py4j: FileAlreadyExistsException, or a real failure
+            if "AlreadyExists" in str(error) or self._fs.exists(self._path(path)):
+                return False
+            raise OSError(error_text(error)) from None
+        try:
+            stream.write(bytearray(data))
+        finally:
+            stream.close()
+        return True
 
     def rename(self, source: str, target: str) -> None:
         target_path = self._path(target)

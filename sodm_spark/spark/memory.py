@@ -63,7 +63,11 @@ def executor_cores(sc) -> int:
         return max(1, sc.defaultParallelism)
     if conf.get("spark.executor.cores", None):
         return max(1, int(conf.get("spark.executor.cores")))
-    executors = max(1, sc._jsc.sc().getExecutorMemoryStatus().size() - 1)  # less the driver
+    if getattr(sc, "_jsc", None) is None:  # Spark Connect: no executor list; the
+        # configured instances, else one executor holding every core
+        executors = max(1, int(conf.get("spark.executor.instances", "1") or 1))
+    else:
+        executors = max(1, sc._jsc.sc().getExecutorMemoryStatus().size() - 1)  # less the driver
     return max(1, sc.defaultParallelism // executors)
 
 

@@ -26,6 +26,7 @@ densified, and a model trained on sparse rows scores them by sparse products.
 from __future__ import annotations
 
 import atexit
+import functools
 import math
 import os
 import shutil
@@ -34,6 +35,7 @@ import threading
 import uuid
 from collections import deque
 from contextlib import contextmanager, suppress
+from pathlib import Path
 
 import numpy as np
 import scipy.sparse
@@ -47,6 +49,7 @@ from ..models.expansion import KernelExpansion
 from .io import ROW_ID_SHIFT, batch_matrix, numeric_array_column
 from .io.arrow import is_vector_type, vector_rows
 from .memory import executor_cores
+from .frames import context_of, inline_file, partition_count, uses_frames
 
 RAW_COLUMN, PREDICTION_COLUMN, ROW_ID_COLUMN = "rawPrediction", "prediction", "row_id"
 # Partitions: the input's, and for a model that costs more than 1e7 flops per row (2 · support
@@ -103,7 +106,7 @@ def start_python_workers(spark, model: KernelExpansion) -> threading.Thread:
     scoring job here, and Spark reuses the workers (``spark.python.worker.reuse``) for the
     scoring tasks, which run through the same Arrow runner. Join the thread before the scoring
     job."""
-    cores = max(1, spark.sparkContext.defaultParallelism)
+    cores = max(1, context_of(spark).defaultParallelism)
     width = 1 if sparse_rows.is_sparse(model.support_vectors) else \
         max(1, int(model.support_vectors.shape[1]))
     warm_up = spark.range(cores, numPartitions=cores).mapInArrow(
@@ -234,7 +237,9 @@ def _score_batches(spec, kind, n_features, key_col, precision, classes, block_by
         from ..models.scoring import SupportSet
 
         current = precision
-        support = SupportSet.open(spec, SparkFiles.get)
+        inline = spec.get("inline")  # a Spark Connect session's model: in the closure
+        support = SupportSet.open(spec, SparkFiles.get if inline is None else
+                                  functools.partial(inline_file, inline))
         input_map = spec["input_map"]
         for batch in batches:
             n = batch.num_rows
@@ -278,7 +283,8 @@ def _score_batches(spec, kind, n_features, key_col, precision, classes, block_by
             if 2 * rescored > n:
                 current = "float64"
             yield _output_batch(keys, scores, classes)
-            rows_scored.add(n)
+            if rows_scored is not None:
+                rows_scored.add(n)
     return score
 
 
@@ -306,7 +312,8 @@ def score_dataframe(df, model: KernelExpansion, features_col: str = "features",
     if precision not in scoring.PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(scoring.PRECISIONS)}, "
                          f"got {precision!r}.")
-    sc = df.sparkSession.sparkContext
+    sc = context_of(df.sparkSession)
+    connect = uses_frames(sc)
     if key_col is not None and key_col not in df.columns:
         raise ValueError(f"the data have no key column {key_col!r}; their columns are "
                          f"{df.columns[:20]}.")
@@ -315,7 +322,7 @@ def score_dataframe(df, model: KernelExpansion, features_col: str = "features",
     feature_columns, kind = _features(df, features_col, exclude, n_features)
     key = df[key_col] if key_col else _row_ids()  # numbered before any repartition
     selected = df.select(key.alias("key"), *feature_columns)
-    current = selected.rdd.getNumPartitions()
+    current = partition_count(selected)
     # a kernel entry costs a product over the support set's width (the projected inputs of a
     # compressed model), or over a sparse row's values
     cost_width = memory_width(model.support_vectors) if sparse_rows.is_sparse(
@@ -337,7 +344,7 @@ def score_dataframe(df, model: KernelExpansion, features_col: str = "features",
     schema = StructType([StructField("key", key_type), StructField(PREDICTION_COLUMN, DoubleType()),
                          StructField(RAW_COLUMN, ArrayType(DoubleType()))])
     classes = np.asarray(model.classes, dtype=np.float64)
-    if rows_scored is None:
+    if rows_scored is None and not connect:
         rows_scored = sc.accumulator(0)
     folder = tempfile.mkdtemp(prefix="sodm-predict-")
     names = []
@@ -348,6 +355,9 @@ def score_dataframe(df, model: KernelExpansion, features_col: str = "features",
         spec = support.save(folder, prefix=f"sodm-predict-{uuid.uuid4().hex[:12]}-")
         names = [name for name in spec["names"].values() if name]
         spec["input_map"] = model.input_map
+        if connect:  # no addFile: the files travel in the closure
+            spec["inline"] = {name: Path(folder, name).read_bytes() for name in names}
+            names = []
         for name in names:
             sc.addFile(os.path.join(folder, name))
         scored = selected.mapInArrow(

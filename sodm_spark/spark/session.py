@@ -14,9 +14,13 @@ from pyspark.sql import SparkSession
 from ..core.sparse_rows import stack_rows
 from .io import Block
 
-#: The jobs' logging (conf/log4j2.properties beside the package, when it is installed from the
-#: repository or the image): failed tasks' traces to the log file, not the console.
-JOBS_LOG_CONFIG = Path(__file__).resolve().parents[2] / "conf" / "log4j2.properties"
+#: The jobs' logging (conf/log4j2.properties beside the package when it runs from the
+#: repository or the image, else the copy the package ships in conf_defaults/): failed tasks'
+#: traces to the log file, not the console.
+JOBS_LOG_CONFIG = next((path for path in (
+    Path(__file__).resolve().parents[2] / "conf" / "log4j2.properties",
+    Path(__file__).resolve().parents[1] / "conf_defaults" / "log4j2.properties")
+    if path.is_file()), Path(__file__).resolve().parents[1] / "conf_defaults" / "log4j2.properties")
 
 
 def get_session(app_name: str, master: str | None = None,
@@ -25,11 +29,21 @@ def get_session(app_name: str, master: str | None = None,
 
     The master is ``master`` if given, else spark-submit's (its ``--master`` or
     spark-defaults.conf), else ``local[*]``. In local mode the Python workers run this interpreter, the
-    one that has sodm_spark installed.
+    one that has sodm_spark installed. A Spark Connect URL (``sc://host:port``, or
+    ``connect:local[N]`` for a local server; else the ``SPARK_REMOTE`` environment variable)
+    gives a Connect session (:func:`remote_url`).
     """
     active = SparkSession.getActiveSession()
     if active is not None:
         return active, False
+    remote = remote_url(master)
+    if remote is not None:  # Spark Connect: the server holds the settings and the workers
+        builder = SparkSession.builder.remote(remote).appName(app_name)
+        if remote.startswith("local"):  # a server of its own: local settings apply
+            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+            for key, value in (config or {}).items():
+                builder = builder.config(key, value)
+        return builder.getOrCreate(), True
     if os.environ.get("PYSPARK_GATEWAY_PORT"):
         # Under spark-submit the JVM is already up: connect first, or SparkConf() is empty and
         # spark-submit's --master would be overridden. (Launching a JVM here instead would
@@ -49,11 +63,24 @@ def get_session(app_name: str, master: str | None = None,
     return spark, True
 
 
+def remote_url(master: str | None = None) -> str | None:
+    """The Spark Connect server to use: ``master`` when it is a Connect URL (``sc://host:port``)
+    or ``connect:local[N]`` (a local server of this process), else the ``SPARK_REMOTE``
+    environment variable that pyspark itself reads; None for a classic session."""
+    if master and master.startswith("sc://"):
+        return master
+    if master and master.startswith("connect:"):
+        return master[len("connect:"):]
+    return None if master else os.environ.get("SPARK_REMOTE") or None
+
+
 def use_jobs_logging(spark) -> None:
     """Spark's own default logging prints every failed task's Python and Java traces on the
     console; a job started without ``SPARK_CONF_DIR`` pointing at a log4j2 configuration gets
     :data:`JOBS_LOG_CONFIG` instead (a configuration of the user's own is kept)."""
     conf_dir = os.environ.get("SPARK_CONF_DIR")
+    if getattr(spark, "_jsc", None) is None:  # Spark Connect: the server logs as it is set up
+        return
     if (conf_dir and (Path(conf_dir) / "log4j2.properties").is_file()) \
             or not JOBS_LOG_CONFIG.is_file():
         return
@@ -75,7 +102,28 @@ def job_session(app_name: str, master: str | None = None, config: dict | None = 
         yield spark
     finally:
         if created:
-            spark.stop()
+            stop_session(spark)
+
+
+def stop_session(spark) -> None:
+    """Stop ``spark``. A Spark Connect client first waits for the releases of its finished
+    operations, which it sends from a thread pool: ``stop`` releases the session first, and the
+    server would log every release still in flight as an error on the console. (pyspark 4.0
+    and 4.1 wait for them in the pool's ``shutdown``; later versions keep the client's
+    futures, waited for here.)"""
+    if getattr(spark, "_jsc", None) is None:
+        from concurrent.futures import wait
+
+        from pyspark.sql.connect.client import reattach
+
+        futures = getattr(getattr(spark, "client", None), "_release_futures", None)
+        if futures:
+            wait(list(futures), timeout=10)
+        iterator = getattr(reattach, "ExecutePlanResponseReattachableIterator", None)
+        shutdown = getattr(iterator, "shutdown", None)
+        if shutdown is not None:
+            shutdown()
+    spark.stop()
 
 
 #: Persisted rows (the input, every solved level) go to the executors' local disks, never to the
@@ -88,8 +136,13 @@ PERSIST = StorageLevel.DISK_ONLY
 def store(rdd) -> None:
     """Compute a persisted RDD and keep it, counted by the JVM alone: PySpark's ``count``
     would read every record back into a Python worker, a pass over all the rows (8-10 s at
-    600,000 × 784) just to count them."""
-    rdd._jrdd.count()
+    600,000 × 784) just to count them. Records over DataFrames
+    (:class:`~sodm_spark.spark.frames.FrameRDD`) are checkpointed instead."""
+    materialize = getattr(rdd, "materialize", None)
+    if materialize is not None:
+        materialize()
+    else:
+        rdd._jrdd.count()
 
 
 def numpy_to_blocks(sc, X: np.ndarray, y: np.ndarray, n_slices: int | None = None,

@@ -14,6 +14,7 @@ import io
 import numpy as np
 import scipy.sparse
 
+from ..frames import context_of, partition_count, rows_of
 from .blocks import (MAX_BLOCK_BYTES, ROW_ID_SHIFT, Block, DataFormatError, feature_bytes,
                      to_feature_dtype)
 
@@ -270,10 +271,11 @@ def dataframe_to_blocks(df, features_col="features", label_col="label", *,
     else:
         kind = "columns"
         prepared, d = _column_features(df, label, features_col, label_col, schema, where)
-    if min_partitions is not None and prepared.rdd.getNumPartitions() < min_partitions:
+    sc = context_of(df.sparkSession)
+    if min_partitions is not None and partition_count(prepared) < min_partitions:
         prepared = prepared.repartition(min_partitions)
     itemsize = np.dtype(dtype).itemsize
     chunk_rows = max(1, min(CHUNK_ROWS, MAX_BLOCK_BYTES // (itemsize * max(d, 1))))
     payloads = prepared.mapInArrow(_arrow_to_payloads(kind, d, chunk_rows, dtype),
                                    "payload binary")
-    return payloads.rdd.mapPartitions(_payloads_to_blocks), d
+    return rows_of(payloads, sc).mapPartitions(_payloads_to_blocks), d

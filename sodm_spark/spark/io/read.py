@@ -12,6 +12,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from ...core.validation import max_abs_value
+from ..frames import context_of, is_connect
 from .arrow import dataframe_to_blocks
 from .blocks import (DataFormatError, DataPathError, check_n_features, check_positive,
                      empty_message, error_text, spark_read)
@@ -38,8 +39,71 @@ def _normalize_format(fmt, path):
     return name
 
 
+class ListedPath:
+    """A listed file or folder, as a Hadoop ``FileStatus`` answers for it (the methods the
+    readers call), from pyarrow.fs: a Spark Connect client has no JVM to ask."""
+
+    def __init__(self, uri: str, is_dir: bool, length: int):
+        self.uri, self.is_dir, self.length = uri, is_dir, length
+
+    def isDirectory(self) -> bool:
+        return self.is_dir
+
+    def getLen(self) -> int:
+        return self.length
+
+    def getPath(self):
+        return self
+
+    def toUri(self) -> str:
+        return self.uri
+
+
+def _listed_by_arrow(path) -> list[ListedPath]:
+    """``path`` (a plain path, with globs, or a URI pyarrow.fs reaches) as ListedPaths."""
+    import glob
+    import os
+
+    import pyarrow.fs as pafs
+
+    from ...data.filesystems import arrow_uri, is_uri
+
+    if is_uri(path) and not str(path).startswith("file:"):
+        filesystem, inner = pafs.FileSystem.from_uri(arrow_uri(str(path)))
+        scheme = str(path).split(":", 1)[0]
+        names, prefix = [inner], f"{scheme}://"
+    else:
+        filesystem, prefix = pafs.LocalFileSystem(), "file://"
+        local = str(path)[len("file:"):] if str(path).startswith("file:") else str(path)
+        local = "/" + local.lstrip("/") if str(path).startswith("file:") else local
+        names = [os.path.abspath(name) for name in sorted(glob.glob(local))]
+    listed = []
+    for info in filesystem.get_file_info(names):
+        if info.type == pafs.FileType.NotFound:
+            continue
+        is_dir = info.type == pafs.FileType.Directory
+        length = sum(child.size or 0 for child in filesystem.get_file_info(
+            pafs.FileSelector(info.path, recursive=True))) if is_dir else (info.size or 0)
+        listed.append(ListedPath(prefix + info.path.lstrip("/") if prefix != "file://"
+                                 else prefix + info.path, is_dir, length))
+    return listed
+
+
 def input_statuses(spark, path, fmt):
-    """Hadoop FileStatus list of ``path`` (globs allowed); a DataPathError if nothing matches."""
+    """Hadoop FileStatus list of ``path`` (globs allowed); a DataPathError if nothing matches.
+    A Spark Connect session lists through pyarrow.fs instead (:class:`ListedPath`)."""
+    if is_connect(spark):
+        try:
+            statuses = _listed_by_arrow(path)
+        except Exception as exc:  # pyarrow: unknown scheme, no credentials, ...
+            raise DataPathError(f"{path} (format {fmt!r}) cannot be listed "
+                                f"({error_text(exc)}). Check the path and its scheme "
+                                "(file://, hdfs://, s3a://).") from None
+        if not statuses:
+            raise DataPathError(f"{path} (format {fmt!r}) does not exist. Check the path (on "
+                                "a cluster it must be visible to every executor, e.g. on "
+                                "HDFS or a shared volume).")
+        return statuses
     sc = spark.sparkContext
     try:
         jvm = sc._jvm
@@ -65,10 +129,12 @@ def _check_not_all_empty(statuses, path, fmt):
 def input_slices(spark, statuses) -> int:
     """How many input slices ``statuses`` (files or folders) are read in: one per
     :data:`INPUT_SPLIT_BYTES`, at least 2 (Spark's own default on 2+ cores)."""
-    sc = spark.sparkContext
     total = 0
     for status in statuses:
-        if status.isDirectory():
+        if isinstance(status, ListedPath):
+            total += status.getLen()
+        elif status.isDirectory():
+            sc = spark.sparkContext
             path = status.getPath()
             total += path.getFileSystem(sc._jsc.hadoopConfiguration()) \
                 .getContentSummary(path).getLength()
@@ -130,6 +196,8 @@ def read_blocks(spark, path, fmt, n_features=None, min_partitions=None, *, label
     statuses = input_statuses(spark, path, fmt)
     _check_not_all_empty(statuses, path, fmt)
     slices = input_slices(spark, statuses)
+    if fmt == "libsvm" and is_connect(spark):
+        return _libsvm_by_spark(spark, path, n_features, sparse, dtype, min_partitions, slices)
     if fmt == "libsvm":
         return read_libsvm_spark(spark, str(path), statuses, n_features,
                                  max(slices, min_partitions or 0), sparse, dtype, dense_advice)
@@ -140,7 +208,7 @@ def read_blocks(spark, path, fmt, n_features=None, min_partitions=None, *, label
         files = local_parquet_files(statuses, features_col, label_col or "label")
         if files is not None:
             where = f"{path} (format 'parquet')"
-            blocks, d = read_parquet_files(spark.sparkContext, files, features_col,
+            blocks, d = read_parquet_files(context_of(spark), files, features_col,
                                            label_col or "label", dtype, where)
             if min_partitions is not None and blocks.getNumPartitions() < min_partitions:
                 blocks = blocks.repartition(min_partitions)
@@ -163,3 +231,22 @@ def read_blocks(spark, path, fmt, n_features=None, min_partitions=None, *, label
                               "Pass n_features=None or the matching value (CSV and Parquet "
                               "columns are not padded).", path=str(path))
     return blocks, d
+
+
+def _libsvm_by_spark(spark, path, n_features, sparse, dtype, min_partitions, slices):
+    """LIBSVM text on a Spark Connect session: Spark's own ``libsvm`` source into a DataFrame,
+    then :func:`dataframe_to_blocks` (dense rows). The line-numbered reader of a classic
+    session (:mod:`.libsvm`) needs the RDD API: a malformed line fails here with Spark's own
+    message, and the classic session's reader names its file and line."""
+    if sparse is True:  # "auto" reads dense rows here
+        raise ValueError(f"{path}: sparse LIBSVM blocks need a classic Spark session (the RDD "
+                         "API); on Spark Connect read it with sparse=False, or convert it to "
+                         "Parquet.")
+    where = f"{path} (format 'libsvm')"
+    reader = spark.read.format("libsvm")
+    if n_features is not None:
+        reader = reader.option("numFeatures", str(n_features))
+    with _sql_conf(spark, "spark.sql.files.minPartitionNum", str(slices)):
+        df = spark_read(where, lambda: reader.load(str(path)))
+        return dataframe_to_blocks(df, "features", "label", where=where,
+                                   min_partitions=min_partitions, dtype=dtype)

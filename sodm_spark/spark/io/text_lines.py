@@ -17,6 +17,7 @@ import warnings
 import numpy as np
 
 from ...core.validation import bad_value_rows
+from ..frames import is_connect
 from .blocks import DataFormatError
 
 #: Lines named in a refusal besides the first.
@@ -212,7 +213,10 @@ def check_csv_cells(spark, path, statuses, names, columns, sep=",", header=True,
     returns the data rows. ``names`` are the columns, ``columns`` maps the checked positions
     to their role (``"label"`` or ``"feature"``); with ``header`` the first line of every file
     is skipped (lines equal to it). Raises a DataFormatError naming the file, the 1-based line,
-    the column and the cell, what is wrong and what to do."""
+    the column and the cell, what is wrong and what to do. A Spark Connect session (no text
+    RDD to number lines by) checks the parsed cells instead (:func:`_check_csv_frame`)."""
+    if is_connect(spark):
+        return _check_csv_frame(spark, path, names, columns, sep, header, limit)
     lines = spark.sparkContext.textFile(str(path), min_partitions)
     header_line = next(iter(lines.take(1)), None) if header else None
     stats = sorted(lines.mapPartitionsWithIndex(
@@ -234,3 +238,37 @@ def check_csv_cells(spark, path, statuses, names, columns, sep=",", header=True,
             f"{position + 1} of {len(names)}) {phrase} in the row [{shown}{more}]{others}. "
             f"{_cell_advice(kind, role)}.", path=str(path), token=value)
     return sum(s[2] for s in stats)
+
+
+def _check_csv_frame(spark, path, names, columns, sep, header, limit) -> int:
+    """:func:`check_csv_cells` through Spark's CSV reader: the first row with a checked cell
+    that is empty, not a number, not finite or beyond ±``limit`` is refused naming its file,
+    column and cell (a DataFrame has no line numbers); returns the data rows."""
+    import functools
+
+    from pyspark.sql import functions as F
+
+    raw = spark.read.csv(str(path), header=bool(header), sep=sep)
+    cells = raw.toDF(*[f"_c{j}" for j in range(len(raw.columns))])
+
+    def bad(position):
+        value = F.col(f"_c{position}").try_cast("double")
+        wrong = value.isNull() | F.isnan(value) | (F.abs(value) == float("inf"))
+        return wrong | (F.abs(value) > limit) if limit else wrong
+
+    flags = [bad(position).alias(f"bad{position}") for position in columns]
+    found = cells.select("*", F.input_file_name().alias("file"), *flags).where(
+        functools.reduce(lambda a, b: a | b, [F.col(f"bad{p}") for p in columns])).limit(1)
+    first = found.collect()
+    if first:
+        row = first[0]
+        position = next(p for p in columns if row[f"bad{p}"])
+        role, value = columns[position], row[f"_c{position}"]
+        raise DataFormatError(
+            f"{row['file']} (format 'csv'): column {names[position]!r} "
+            f"({'the label column' if role == 'label' else 'a feature column'}, column "
+            f"{position + 1} of {len(names)}) holds {value!r}, not a finite number"
+            f"{f' within ±{limit:g}' if limit else ''}. Fill or drop such rows, or fix the "
+            "separator (Spark Connect names the file and the cell; a classic session also "
+            "names the line).", path=str(path), token=value)
+    return cells.count()

@@ -27,8 +27,9 @@ from ...models.compression import (SPARSE_KMEANS, compare_scores, local_fit_shar
 from ...selection.stopping import (NEXT_LEVEL_BLOCKED, REACHED_STOP_LEVEL, WARM_START_OPTIMAL,
                                    choose_level, next_level_blocked, rows_right,
                                    unbeaten_levels)
+from ..frames import map_with_reports, ordered_sum
 from ..memory import MemoryBudgetError, executor_memory
-from ..session import PERSIST, store
+from ..session import PERSIST
 from .checkpoint import (LevelCheckpoint, assemble_partition, block_fingerprint, deal_by_layout,
                          merge_fingerprints)
 from .level_model import (LocalFit, collect_level, compress_level,
@@ -37,7 +38,7 @@ from .params import LevelStats, SODMFit, SODMParams
 from .global_step import public_report, run_global_step
 from .plan import plan_level
 from .prepare import PreparedData, partition_prepared, prepare_sodm
-from .tasks import (FitTargets, LevelTaskSettings, PartitionStats, checkpoint_layout, merge_key,
+from .tasks import (FitTargets, LevelTaskSettings, checkpoint_layout, merge_key,
                     solve_partitions)
 
 #: With a compressed model, the uncompressed one is scored on the test rows too (the report's
@@ -113,8 +114,8 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
     if checkpoint_dir is not None:
         if prepared.fingerprint is None:  # prepared elsewhere (a search): one more pass
             sc.setJobDescription("SODM checkpoint: fingerprint the data")
-            prepared.fingerprint = prepared.labelled.map(block_fingerprint).treeReduce(
-                merge_fingerprints)
+            prepared.fingerprint = ordered_sum(prepared.labelled, block_fingerprint,
+                                               merge_fingerprints)
         checkpoint = LevelCheckpoint(checkpoint_dir, params.settings(), n_rows, n_features,
                                      classes, prepared.fingerprint)
         if checkpoint.exists() and not resume:
@@ -341,13 +342,11 @@ def _solve_level(sc, previous, level, params, kernel, task_settings, cores, eval
     if tasks is not None and tasks < running:
         previous, running = previous.coalesce(tasks), tasks  # partitions stay in key order
     threads = max(1, cores // running)
-    sink = sc.accumulator({}, PartitionStats())
-    solved = previous.mapPartitions(lambda records: solve_partitions(
-        records, kernel, task_settings, level, threads,
-        None if eval_X is None else eval_X.value, sink.add),
-        preservesPartitioning=True).persist(PERSIST)
-    store(solved)  # the stats came through the accumulator: no pass reads the chunks back
-    stats = [sink.value[key] for key in sorted(sink.value)]
+    rows = None if eval_X is None else eval_X.value
+    # the stats come back beside the chunks: no pass reads the chunks back
+    solved, reported = map_with_reports(sc, previous, lambda records, report: solve_partitions(
+        records, kernel, task_settings, level, threads, rows, report))
+    stats = [reported[key] for key in sorted(reported)]
     previous.unpersist()
     entry = LevelStats(level=level, partitions=len(stats), seconds=0.0,
                        objective=float(sum(s["objective"] for s in stats)),

@@ -22,8 +22,10 @@ from ...core.labels import coded_classes, correct_rows
 from ...models import nystroem_odm
 from ...models.expansion import KernelExpansion
 from ...selection.stopping import holdout_values, oversampled_share, paired_gain
+from ..frames import ordered_sum
 from .params import GLOBAL_STEPS
 from .plan import gemm_flops_per_second
+from .tasks import chunk_order
 
 #: "auto" tries the global step when the chosen level's validation accuracy is less than this
 #: far above the majority class's share of the slice (the levels learned almost nothing).
@@ -118,7 +120,9 @@ def draw_centres(sc, solved, n_rows: int, n_centres: int, seed: int) -> np.ndarr
     row a level holds is a support vector or near one (ODM duals are dense)."""
     share = oversampled_share(1.0, n_centres, n_rows)
     sc.setJobDescription("SODM global step: draw the centres")
-    pieces = solved.map(lambda item: _sample_rows(item, share, seed)).collect()
+    pieces = [piece for _, piece in sorted(  # in chunk order, whatever order they came in
+        solved.map(lambda item: (chunk_order(item), _sample_rows(item, share, seed))).collect(),
+        key=lambda pair: pair[0])]
     rows = np.concatenate([piece[0] for piece in pieces])
     order = np.argsort(np.concatenate([piece[1] for piece in pieces]), kind="stable")
     return rows[np.sort(order[:n_centres])]
@@ -139,16 +143,16 @@ def fit_global(sc, solved, kernel, classes, params, plan: GlobalPlan, on_step=No
         sc.setJobDescription("SODM global step: a Newton pass over the rows")
         shared = sc.broadcast((centres, coef, direction))
         try:
-            return solved.map(lambda item: _chunk_sums(item, shared.value, steps, theta, v,
-                                                       kernel)).treeReduce(lambda a, b: a + b)
+            return ordered_sum(solved, lambda item: _chunk_sums(
+                item, shared.value, steps, theta, v, kernel), lambda a, b: a + b, chunk_order)
         finally:
             shared.unpersist()
 
     # started from the level's model: its values at the centres (a pass of n·m·d kernel
     # entries, the kernel part of one Newton pass without its n·m² normal matrix)
     sc.setJobDescription("SODM global step: the level's model at the centres")
-    level_values = solved.map(lambda item: _level_values(item, centres, kernel)).treeReduce(
-        lambda a, b: a + b)
+    level_values = ordered_sum(solved, lambda item: _level_values(item, centres, kernel),
+                               lambda a, b: a + b, chunk_order)
     start = nystroem_odm.span_start(
         basis, level_values / max(1, partitions),
         nystroem_odm.loss_weight(params.lam, theta, plan.rows) * plan.rows / len(centres))

@@ -25,7 +25,8 @@ from ...models.compression import (LOCAL_FIT_ROWS_PER_POINT, candidates_wanted, 
                                    fit_rows_wanted, fitted_model, principal_projection)
 from ...models.expansion import KernelExpansion
 from ..memory import result_limit_mb
-from .tasks import chunk_support_vectors, partial_scores
+from ..frames import ordered_sum
+from .tasks import chunk_order, chunk_support_vectors, partial_scores
 
 
 class LocalFit(NamedTuple):
@@ -50,8 +51,8 @@ def level_scores(sc, solved, X_eval, kernel, what="score rows"):
     sc.setJobDescription(f"SODM: {what}")
     rows = sc.broadcast(as_float_rows(X_eval, np.float32))
     try:
-        return solved.map(lambda item: partial_scores(item, rows.value, kernel)) \
-            .treeReduce(np.add)
+        return ordered_sum(solved, lambda item: partial_scores(item, rows.value, kernel),
+                           np.add, chunk_order)
     finally:
         rows.unpersist()
 

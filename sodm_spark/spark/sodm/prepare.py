@@ -28,6 +28,7 @@ from ...core.sparse_rows import DENSE_PRODUCT_DENSITY, as_float_rows, dense_enou
 from ...models import input_projection
 from ...selection.stopping import (exact_share, holdout_mask, holdout_values,
                                    oversampled_share, validation_share)
+from ..frames import ordered_sum
 from ..io import check_blocks
 from ..memory import executor_memory
 from ..partitioning import landmark_candidates_wanted, partition_blocks
@@ -131,7 +132,7 @@ def checked_classes(blocks, n_features: int, with_rows: bool = False,
 def row_count_and_variance(blocks) -> tuple[int, int, float]:
     """(rows, features, variance over all entries) of a Block RDD in one pass — what
     ``gamma="scale"`` needs, without collecting the data."""
-    n_rows, count, total, squares = blocks.map(_moments).treeReduce(np.add)
+    n_rows, count, total, squares = ordered_sum(blocks, _moments, np.add)
     n_rows = int(n_rows)
     return n_rows, int(round(count / n_rows)), float(squares / count - (total / count) ** 2)
 
@@ -204,11 +205,11 @@ def prepare_sodm(sc, blocks, params: SODMParams, classes, test=None, validation=
     if not blocks.is_cached:  # several passes follow: parse the input once
         labelled.persist(PERSIST)
     if fingerprint:  # the same pass hashes the rows for the checkpoint
-        stats, data_fingerprint = labelled.map(
-            lambda b: (_column_stats(b), block_fingerprint(b))).treeReduce(
+        stats, data_fingerprint = ordered_sum(
+            labelled, lambda b: (_column_stats(b), block_fingerprint(b)),
             lambda a, b: (ColumnStats.merge(a[0], b[0]), merge_fingerprints(a[1], b[1])))
     else:
-        stats, data_fingerprint = labelled.map(_column_stats).treeReduce(ColumnStats.merge), None
+        stats, data_fingerprint = ordered_sum(labelled, _column_stats, ColumnStats.merge), None
     n_all = stats.n
     if params.levels is None:  # from the rows: their number, width and the memory
         levels = auto_level_count(n_all, params.p, row_width(stats),

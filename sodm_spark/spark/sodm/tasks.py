@@ -7,7 +7,8 @@ most :data:`~sodm_spark.spark.partitioning.CHUNK_BYTES` of rows; y is ±1, or cl
 
 :func:`solve_partitions` solves each partition's local ODM (Eqn 1 with the partition's own m·c,
 i.e. the block-diagonal problem of Eqn 4) warm-started from its current γ and writes it back as
-chunks, the first carrying the solve's stats (or an accumulator takes them); :func:`merge_key`
+chunks, the first carrying the solve's stats (or a report function takes them:
+:func:`~sodm_spark.spark.frames.map_with_reports`); :func:`merge_key`
 merges every p consecutive partitions (k → k // p) by re-keying their chunks and scaling γ, so
 a merge moves chunks and never concatenates them; the rest give a chunk's share of f and its
 support vectors. What every task of a level reads is one frozen :class:`LevelTaskSettings`
@@ -23,7 +24,6 @@ import time
 from dataclasses import dataclass, field, replace
 
 import numpy as np
-from pyspark.accumulators import AccumulatorParam
 from threadpoolctl import threadpool_limits
 
 from ...core.kernels import Kernel, decision_values
@@ -65,8 +65,9 @@ def solve_partitions(records, kernel: Kernel, settings: LevelTaskSettings, level
                      eval_X=None, report=None):
     """``mapPartitions`` function: every partition of the records solved
     (:func:`solve_partition`) and written back as chunks, its stats on the first — or, with
-    ``report``, handed to ``report({key: stats})`` (an accumulator's ``add``: the stats then
-    reach the driver without a pass over the solved chunks)."""
+    ``report``, handed to ``report({key: stats})`` (an accumulator's ``add``, or a report row
+    beside the chunks: :func:`~sodm_spark.spark.frames.map_with_reports`; the stats then reach
+    the driver without a pass over the solved chunks)."""
     for key, chunks in partitions_by_key(records):
         X, y, ids, gamma = assemble(chunks)
         gamma, stats = solve_partition(key, X, y, gamma, kernel, settings, level, threads,
@@ -77,17 +78,6 @@ def solve_partitions(records, kernel: Kernel, settings: LevelTaskSettings, level
             report({key: stats})
             stats = None
         yield from as_chunks(key, X, y, ids, gamma, stats)
-
-
-class PartitionStats(AccumulatorParam):
-    """An accumulator of ``{key: stats}``: a retried task's stats replace its first attempt's."""
-
-    def zero(self, value):
-        return {}
-
-    def addInPlace(self, value1, value2):
-        value1.update(value2)
-        return value1
 
 
 def solve_partition(key, X, y, gamma, kernel: Kernel, settings: LevelTaskSettings, level,
@@ -177,6 +167,13 @@ def chunk_support_vectors(item):
     support = support_rows(chunk.gamma)
     return (chunk.ids[support], chunk.X[support],
             expansion_coefficients(chunk.y, chunk.gamma)[support])
+
+
+def chunk_order(item):
+    """(partition, order) of a chunk record: its place in the level, however a shuffle
+    delivered it (sums over chunks are taken in this order:
+    :func:`~sodm_spark.spark.frames.ordered_sum`)."""
+    return item[0], item[1].order
 
 
 def checkpoint_layout(item):

@@ -1,0 +1,236 @@
+"""The records of :mod:`sodm_spark.spark.frames` over a DataFrame: :class:`FrameRDD`, the RDD
+operations the Spark layer uses, each narrow one composed into the next stage's one
+``mapInArrow`` pass, the shuffles placing every record exactly where the RDD API would
+(the module docstring of :mod:`.frames` says how and why)."""
+from __future__ import annotations
+
+import functools
+import itertools
+import pickle
+
+from pyspark import StorageLevel
+
+#: One record a row: ``part`` the partition it belongs to after an exact shuffle (``salt`` the
+#: value hashed to reach it), ``src`` and ``seq`` where it came from (the order kept within).
+SCHEMA = "part long, salt long, src long, seq long, payload binary"
+
+
+def _records(batches, raw=False):
+    """The records of a task's Arrow batches, unpickled one at a time (``raw``: each payload
+    as a 1-tuple of bytes, a DataFrame's own binary column)."""
+    for batch in batches:
+        payloads = batch.column(batch.schema.get_field_index("payload"))
+        for i in range(batch.num_rows):
+            yield (payloads[i].as_py(),) if raw else \
+                pickle.loads(memoryview(payloads[i].as_buffer()))
+
+
+def _task(pending, assign=None, salts=None, raw=False):
+    """The ``mapInArrow`` function of a stage: the pending record functions over this
+    partition's records, each output record one row (its ``part`` from ``assign``)."""
+    def run(batches):
+        import pyarrow as pa
+        from pyspark import TaskContext
+
+        index = TaskContext.get().partitionId()
+        records = _records(batches, raw)
+        out = records if pending is None else pending(index, records)
+        for position, record in enumerate(out):
+            if isinstance(record, Report):  # beside the data, read back without it
+                part, record = REPORT_PART, record.value
+            else:
+                part = index if assign is None else assign(index, position, record)
+            yield pa.RecordBatch.from_pydict(
+                {"part": [part], "salt": [part if salts is None else salts[part]],
+                 "src": [index], "seq": [position],
+                 "payload": [pickle.dumps(record, protocol=5)]},
+                schema=pa.schema([("part", pa.int64()), ("salt", pa.int64()),
+                                  ("src", pa.int64()), ("seq", pa.int64()),
+                                  ("payload", pa.binary())]))
+    return run
+
+
+#: The ``part`` of a report row (:func:`map_with_reports`): no partition has it.
+REPORT_PART = -1
+
+
+class Report:
+    """A value a task returns beside its records (:func:`map_with_reports`)."""
+
+    def __init__(self, value):
+        self.value = value
+
+
+def _compose(first, then):
+    if first is None:
+        return then
+    return lambda index, records: then(index, first(index, records))
+
+
+class FrameRDD:
+    """The subset of the RDD API the Spark layer uses, over a DataFrame of :data:`SCHEMA`
+    (docstring of :mod:`.frames`), for a :class:`~.frames.FrameContext` ``ctx``. ``pending``: record functions (index, iterator) → iterator
+    still to run over ``base``, all in the next stage's one Python pass."""
+
+    def __init__(self, ctx, base, n_partitions: int, pending=None, raw=False):
+        self.ctx, self.base, self.n, self.pending = ctx, base, n_partitions, pending
+        self.raw = raw  # base's payloads are a DataFrame's bytes, not pickled records
+        self._persist = None  # the storage level asked for
+        self._stored = False  # base holds this RDD's records, checkpointed
+
+    # --- narrow transformations (lazy, composed into one stage) ----------------------------
+    def _base(self):
+        """The DataFrame the next stage reads, checkpointed first when persisted."""
+        if self.base is None:
+            raise RuntimeError("these records were unpersisted and cannot be read again")
+        if self._persist is not None and not self._stored:
+            self.base = self._stage().localCheckpoint(eager=True, storageLevel=self._persist)
+            self.pending, self._stored, self.raw = None, True, False
+        return self.base
+
+    def mapPartitionsWithIndex(self, fn, preservesPartitioning=False) -> "FrameRDD":
+        base = self._base()
+        return FrameRDD(self.ctx, base, self.n, _compose(self.pending, fn), self.raw)
+
+    def mapPartitions(self, fn, preservesPartitioning=False) -> "FrameRDD":
+        return self.mapPartitionsWithIndex(lambda _, records: fn(records))
+
+    def map(self, fn) -> "FrameRDD":
+        return self.mapPartitions(lambda records: map(fn, records))
+
+    def flatMap(self, fn) -> "FrameRDD":
+        return self.mapPartitions(lambda records: itertools.chain.from_iterable(
+            map(fn, records)))
+
+    def filter(self, fn) -> "FrameRDD":
+        return self.mapPartitions(lambda records: filter(fn, records))
+
+    def values(self) -> "FrameRDD":
+        return self.map(lambda pair: pair[1])
+
+    def keys(self) -> "FrameRDD":
+        return self.map(lambda pair: pair[0])
+
+    def getNumPartitions(self) -> int:
+        return self.n
+
+    # --- shuffles that place records exactly -----------------------------------------------
+    def exact_shuffle(self, n: int, assign) -> "FrameRDD":
+        """The records in ``n`` partitions, record r of partition i at position j going to
+        ``assign(i, j, r)``, kept in (source partition, position) order within each."""
+        salts = self.ctx.salts(n)
+        stage = self._frame(assign=assign, salts=salts)
+        shuffled = stage.repartition(n, "salt").sortWithinPartitions("part", "src", "seq")
+        return FrameRDD(self.ctx, shuffled, n)
+
+    def partitionBy(self, n: int, partition_func=hash) -> "FrameRDD":
+        return self.exact_shuffle(n, lambda index, position, pair: partition_func(pair[0]) % n)
+
+    def coalesce(self, n: int, shuffle: bool = False) -> "FrameRDD":
+        if n >= self.n:
+            return self
+        previous = self.n
+        # Spark's coalescer without locality: partition j joins group i when
+        # i·N/n ≤ j < (i+1)·N/n, ranges of consecutive partitions
+        group = [0] * previous
+        for i in range(n):
+            for j in range(i * previous // n, (i + 1) * previous // n):
+                group[j] = i
+        return self.exact_shuffle(n, lambda index, position, record: group[index])
+
+    def repartition(self, n: int) -> "FrameRDD":
+        return self.exact_shuffle(n, lambda index, position, record: (index + position) % n)
+
+    # --- persistence -------------------------------------------------------------------------
+    def persist(self, storage_level=StorageLevel.DISK_ONLY) -> "FrameRDD":
+        self._persist = storage_level
+        return self
+
+    def cache(self) -> "FrameRDD":
+        return self.persist(StorageLevel.MEMORY_AND_DISK)
+
+    @property
+    def is_cached(self) -> bool:
+        return self._persist is not None
+
+    def materialize(self) -> None:
+        """Compute and keep a persisted DataFrame of records (``store``)."""
+        if self._persist is None:
+            self._persist = StorageLevel.DISK_ONLY
+        self._base()
+
+    def unpersist(self, blocking: bool = False) -> "FrameRDD":
+        """Drop the checkpoint: its rows go when the last reference to its DataFrame does."""
+        if self._stored:
+            self.base = None
+        self._persist = None
+        return self
+
+    # --- actions ----------------------------------------------------------------------------
+    def _frame(self, assign=None, salts=None, partitions=None):
+        """The DataFrame of this RDD's records (of ``partitions`` only, when given), placed by
+        ``assign`` for an exact shuffle; a persisted RDD is stored first."""
+        self._base()
+        return self._stage(assign, salts, partitions)
+
+    def _stage(self, assign=None, salts=None, partitions=None):
+        if self.base is None:
+            raise RuntimeError("these records were unpersisted and cannot be read again")
+        base = self.base
+        if partitions is not None:
+            from pyspark.sql import functions as F
+            base = base.where(F.spark_partition_id().isin([int(p) for p in partitions]))
+        if self.pending is None and assign is None and not self.raw:
+            return base
+        return base.mapInArrow(_task(self.pending, assign, salts, self.raw), SCHEMA)
+
+    def collect(self, partitions=None) -> list:
+        rows = self._frame(partitions=partitions).select("payload").collect()
+        return [pickle.loads(row["payload"]) for row in rows]
+
+    def toLocalIterator(self):
+        for row in self._frame().select("payload").toLocalIterator():
+            yield pickle.loads(row["payload"])
+
+    def count(self) -> int:
+        return int(sum(self.mapPartitions(lambda records: [sum(1 for _ in records)])
+                       .collect()))
+
+    def sum(self):
+        return sum(self.mapPartitions(lambda records: [sum(records)]).collect())
+
+    def reduce(self, fn):
+        def local(records):
+            records = iter(records)
+            first = next(records, _EMPTY)
+            if first is not _EMPTY:
+                yield functools.reduce(fn, records, first)
+        parts = self.mapPartitions(local).collect()
+        if not parts:
+            raise ValueError("Can not reduce() empty RDD")
+        return functools.reduce(fn, parts)
+
+    treeReduce = reduce
+
+    def first(self):
+        found = self.take(1)
+        if not found:
+            raise ValueError("RDD is empty")
+        return found[0]
+
+    def take(self, n: int) -> list:
+        rows = self._frame().select("payload").limit(n).collect()
+        return [pickle.loads(row["payload"]) for row in rows]
+
+    def zipWithIndex(self) -> "FrameRDD":
+        counts = self.mapPartitionsWithIndex(
+            lambda index, records: [(index, sum(1 for _ in records))]).collect()
+        offsets = dict.fromkeys(range(self.n), 0)
+        total = 0
+        for index, count in sorted(counts):
+            offsets[index], total = total, total + count
+        return self.mapPartitionsWithIndex(
+            lambda index, records: ((r, offsets[index] + j) for j, r in enumerate(records)))
+
+
+_EMPTY = object()

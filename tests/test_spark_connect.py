@@ -1,0 +1,165 @@
+"""The Spark layer on a session without the RDD API (Spark Connect): the records over
+DataFrames (sodm_spark.spark.frames) against the RDD operations they stand in for, and the
+estimator's fit and transform through a local Spark Connect server against the same fits on
+classic Spark, bit for bit (binary and multi-class levels, DSVRG for the linear kernel)."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sodm_spark.spark.frames import FrameContext, FrameRDD, map_with_reports
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: name: (data set, SODMClassifier settings), fitted on both kinds of session.
+FITS = {
+    "binary": ("binary", {"levels": 2, "seed": 3}),
+    "classes": ("classes", {"levels": 2, "seed": 3, "strata": 5}),
+    "linear": ("binary", {"kernel": "linear", "seed": 3}),
+}
+
+
+def _glom(rdd):
+    return [sorted(part) for part in rdd.glom().collect()]
+
+
+def _frame_glom(records: FrameRDD):
+    found = records.mapPartitionsWithIndex(lambda index, it: [(index, sorted(it))]).collect()
+    return [part for _, part in sorted(found)]
+
+
+def test_records_over_dataframes_land_where_the_rdd_operations_put_them(spark):
+    """parallelize's slices, partitionBy's key k in partition k, coalesce's consecutive
+    ranges, zipWithIndex, runJob on some partitions, reduce: as a SparkContext does them."""
+    sc, frames = spark.sparkContext, FrameContext(spark)
+    values = list(range(10))
+    assert _frame_glom(frames.parallelize(values, 4)) == _glom(sc.parallelize(values, 4))
+    pairs = [(k % 5, k) for k in range(23)]
+    by_key = frames.parallelize(pairs, 3).partitionBy(5, lambda k: k)
+    assert _frame_glom(by_key) == _glom(sc.parallelize(pairs, 3).partitionBy(5, lambda k: k))
+    assert all(key == index for index, part in enumerate(_frame_glom(by_key))
+               for key, _ in part)
+    seven = list(range(14))
+    assert _frame_glom(frames.parallelize(seven, 7).coalesce(3)) == \
+        _glom(sc.parallelize(seven, 7).coalesce(3))
+    assert frames.parallelize(values, 3).zipWithIndex().collect() == \
+        sc.parallelize(values, 3).zipWithIndex().collect()
+    assert frames.runJob(frames.parallelize(values, 4), lambda it: [sum(it)], [1, 3]) == \
+        sc.runJob(sc.parallelize(values, 4), lambda it: [sum(it)], [1, 3])
+    assert frames.parallelize(values, 4).treeReduce(lambda a, b: a + b) == 45
+    assert frames.parallelize(values, 4).count() == 10
+    assert frames.parallelize(values, 2).take(3) == [0, 1, 2]
+
+
+def test_reports_come_back_beside_the_data_as_an_accumulator_s_would(spark):
+    """map_with_reports: the same records and reports on DataFrames as through an
+    accumulator; records that were unpersisted refuse to be read."""
+    def fn(records, report):
+        records = list(records)
+        report({records[0]: len(records)})
+        yield from (r * 2 for r in records)
+
+    sc, frames = spark.sparkContext, FrameContext(spark)
+    data, reports = map_with_reports(sc, sc.parallelize(range(12), 3), fn)
+    frame_data, frame_reports = map_with_reports(frames, frames.parallelize(range(12), 3), fn)
+    assert frame_reports == reports == {0: 4, 4: 4, 8: 4}
+    assert frame_data.collect() == data.collect()
+    frame_data.unpersist()
+    with pytest.raises(RuntimeError, match="unpersisted"):
+        frame_data.collect()
+
+
+def _write_data(spark, folder: Path) -> None:
+    from sklearn.datasets import make_classification
+
+    for name, classes in (("binary", 2), ("classes", 3)):
+        X, y = make_classification(n_samples=1000, n_features=6, n_informative=4,
+                                   n_classes=classes, random_state=11)
+        rows = [(float(label), [float(v) for v in row]) for row, label in zip(X, y)]
+        spark.createDataFrame(rows, "label double, features array<double>") \
+            .repartition(3).write.parquet(str(folder / name))
+
+
+@pytest.mark.skipif(pytest.importorskip("grpc", reason="pyspark[connect] is not installed")
+                    is None, reason="pyspark[connect] is not installed")
+def test_the_estimator_fits_and_transforms_the_same_through_spark_connect(spark, tmp_path):
+    """SODMClassifier on a local Spark Connect server: the same support vectors,
+    coefficients, raw predictions and predictions as on classic Spark for the levels (two
+    classes, three) and DSVRG (kernel='linear'); a model saved through Connect reads back
+    the same on both."""
+    from sodm_spark.estimators.ml import SODMClassificationModel, SODMClassifier
+
+    _write_data(spark, tmp_path)
+    out = tmp_path / "connect.npz"
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable,
+               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, str(ROOT / "tests" / "connect_client.py"),
+                           str(tmp_path), str(out)], env=env, capture_output=True, text=True,
+                          timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    remote = np.load(out)
+    for name, (data, settings) in FITS.items():
+        df = spark.read.parquet(str(tmp_path / data))
+        model = SODMClassifier(**settings).fit(df)
+        scored = model.transform(df).select("rawPrediction", "prediction").toPandas()
+        assert np.array_equal(remote[f"{name}_sv"], model.expansion.support_vectors), name
+        assert np.array_equal(remote[f"{name}_coef"], model.expansion.coef), name
+        np.testing.assert_array_equal(
+            remote[f"{name}_raw"], np.stack([v.toArray() for v in scored["rawPrediction"]]))
+        np.testing.assert_array_equal(remote[f"{name}_prediction"],
+                                      scored["prediction"].to_numpy())
+        labels = df.select("label").toPandas()["label"].to_numpy()
+        assert np.mean(scored["prediction"].to_numpy() == labels) > 0.7, name
+        if name == "binary":
+            saved = SODMClassificationModel.load(str(tmp_path / "model_connect"))
+            assert np.array_equal(saved.expansion.coef, model.expansion.coef)
+            np.testing.assert_array_equal(remote["binary_reloaded"],
+                                          scored["prediction"].to_numpy())
+
+
+def _connect_job(module: str, argv: list[str], cwd: Path) -> str:
+    """A job run as a user runs it against a local Spark Connect server of its own: its
+    console output (it must succeed)."""
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
+    done = subprocess.run([sys.executable, "-m", module, "--master", "connect:local[2]", *argv],
+                          env=env, cwd=cwd, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    assert "Traceback" not in done.stderr and "ERROR" not in done.stderr, done.stderr[-3000:]
+    return done.stdout
+
+
+@pytest.mark.skipif(pytest.importorskip("grpc", reason="pyspark[connect] is not installed")
+                    is None, reason="pyspark[connect] is not installed")
+def test_the_train_and_predict_jobs_give_the_same_model_and_predictions_on_spark_connect(
+        spark, tmp_path):
+    """sodm-train (its default search first, then the levels) and sodm-predict with
+    ``--master connect:local[2]``: the model and the predictions of the same jobs run on
+    classic Spark."""
+    import pandas as pd
+
+    from sodm_spark.jobs import predict, train_sodm
+    from sodm_spark.models.expansion import KernelExpansion
+
+    _write_data(spark, tmp_path)
+    data = str(tmp_path / "binary")
+    train = ["--data", data, "--format", "parquet", "--levels", "2", "--seed", "5"]
+    printed = _connect_job("sodm_spark.jobs.train_sodm",
+                           [*train, "--model-out", str(tmp_path / "connect_model")], tmp_path)
+    assert "search" in printed and "model written to" in printed
+    _connect_job("sodm_spark.jobs.predict", ["--model", str(tmp_path / "connect_model"),
+                                             "--data", data, "--out",
+                                             str(tmp_path / "connect_scores")], tmp_path)
+    assert train_sodm.main([*train, "--model-out", str(tmp_path / "classic_model")]) == 0
+    assert predict.main(["--model", str(tmp_path / "classic_model"), "--data", data,
+                         "--out", str(tmp_path / "classic_scores")]) == 0
+    remote, local = (KernelExpansion.load(str(tmp_path / f"{kind}_model"))
+                     for kind in ("connect", "classic"))
+    assert np.array_equal(remote.support_vectors, local.support_vectors)
+    assert np.array_equal(remote.coef, local.coef) and remote.kernel == local.kernel
+    scores = [pd.read_parquet(tmp_path / f"{kind}_scores").sort_values("row_id")
+              .reset_index(drop=True) for kind in ("connect", "classic")]
+    pd.testing.assert_frame_equal(scores[0], scores[1])
+    assert len(scores[0]) == 1000
