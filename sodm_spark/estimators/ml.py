@@ -23,7 +23,7 @@ from pyspark.ml.functions import array_to_vector, vector_to_array
 from pyspark.ml.linalg import VectorUDT
 from pyspark.ml.param import Param, Params, TypeConverters
 from pyspark.ml.param.shared import (HasFeaturesCol, HasLabelCol, HasMaxIter, HasPredictionCol,
-                                     HasRawPredictionCol, HasSeed, HasTol)
+                                     HasProbabilityCol, HasRawPredictionCol, HasSeed, HasTol)
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DoubleType
 
@@ -111,8 +111,8 @@ def _read_param_table(table: str) -> dict:
 _PARAMS = _read_param_table(_PARAM_TABLE)
 
 
-class _SODMParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasRawPredictionCol, HasTol,
-                  HasMaxIter, HasSeed):
+class _SODMParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasRawPredictionCol,
+                  HasProbabilityCol, HasTol, HasMaxIter, HasSeed):
     """The params of :data:`_PARAMS` (set on the class below) and their SODMParams defaults."""
 
     def __init__(self):
@@ -241,10 +241,10 @@ class SODMClassifier(Estimator, _SODMParams, VersionedReadWrite):
 
     @keyword_only
     def __init__(self, *, featuresCol="features", labelCol="label", predictionCol="prediction",
-                 rawPredictionCol="rawPrediction", kernel="rbf", gamma="scale", degree=3,
-                 coef0=0.0, fitIntercept=True, kernelOffset=0.0, scale="minmax", lam=1e5, theta=0.1,
-                 v=0.2, tol=1e-2, maxIter=1000, p=3, levels=None,
-                 strata=20, stopLevel=0, partitioner="stratified", warmStart="scaled",
+                 rawPredictionCol="rawPrediction", probabilityCol="probability", kernel="rbf",
+                 gamma="scale", degree=3, coef0=0.0, fitIntercept=True, kernelOffset=0.0,
+                 scale="minmax", lam=1e5, theta=0.1, v=0.2, tol=1e-2, maxIter=1000, p=3,
+                 levels=None, strata=20, stopLevel=0, partitioner="stratified", warmStart="scaled",
                  cacheMb=None, kernelStorage="auto", seed=0, autoStop=True, validationFraction=0.1,
                  minImprovement=0.002, timeBudget=None, globalStep="auto",
                  globalCentres=1000):
@@ -307,7 +307,9 @@ class SODMClassifier(Estimator, _SODMParams, VersionedReadWrite):
 
 @_make_setters_and_getters
 class SODMClassificationModel(Model, _SODMParams, VersionedReadWrite):
-    """The fitted kernel expansion; ``transform`` adds rawPrediction and prediction columns.
+    """The fitted kernel expansion; ``transform`` adds rawPrediction and prediction columns,
+    and ``probabilityCol`` (class probabilities, Platt's sigmoids fitted on the fit's
+    validation slice: :mod:`sodm_spark.models.calibration`) when the model is calibrated.
 
     Attributes
     ----------
@@ -385,7 +387,18 @@ class SODMClassificationModel(Model, _SODMParams, VersionedReadWrite):
         else:  # the first largest score, as numpy's argmax
             prediction = F.element_at(F.array(*[F.lit(c) for c in classes]),
                                       F.array_position(raw, F.array_max(raw)).cast("int"))
-        return out.withColumn(self.getPredictionCol(), prediction)
+        out = out.withColumn(self.getPredictionCol(), prediction)
+        calibration = expansion.calibration  # Platt's sigmoids, as KernelExpansion.predict_proba
+        if calibration is None or not self.getProbabilityCol():
+            return out
+        sigmoids = [F.lit(1.0) / (F.lit(1.0) + F.exp(F.lit(float(a)) * raw[1 if binary else c]
+                                                      + F.lit(float(b))))
+                    for c, (a, b) in enumerate(zip(calibration.slopes, calibration.intercepts))]
+        total = sum(sigmoids[1:], sigmoids[0])  # one-vs-rest sigmoids normalized (0: uniform)
+        probabilities = [F.lit(1.0) - sigmoids[0], sigmoids[0]] if binary else [
+            F.when(total > 0, p / total).otherwise(F.lit(1.0 / len(sigmoids))) for p in sigmoids]
+        return out.withColumn(self.getProbabilityCol(),
+                              array_to_vector(F.array(*probabilities)))
 
     def compress(self, max_sv: int, method: str = "kmeans") -> "SODMClassificationModel":
         """A copy over at most ``max_sv`` points

@@ -19,6 +19,7 @@ from ..core.column_stats import scale_rows
 from ..core.kernels import Kernel, decision_values
 from ..core.labels import labels_from_scores  # noqa: F401 (the model's labels; importable here)
 from ..data.storage import join, replace_versioned, resolve_version, store_for
+from .calibration import SigmoidCalibration
 
 FORMAT_NAME = "sodm_spark.KernelExpansion"
 # 2: the feature scaling (written only when a model has one, else 1); 3: sparse support
@@ -115,6 +116,7 @@ class KernelExpansion:
     feature_columns: np.ndarray | None = None
     projection_center: np.ndarray | None = None
     projection_components: np.ndarray | None = None
+    calibration: SigmoidCalibration | None = None  # class probabilities from f (Platt)
 
     @property
     def input_map(self) -> InputMap:
@@ -155,6 +157,31 @@ class KernelExpansion:
     def predict(self, X: np.ndarray) -> np.ndarray:
         scores = self.decision_function(X)
         return scores if self.is_regression else labels_from_scores(scores, self.classes)
+
+    def predict_proba(self, X) -> np.ndarray:
+        """(n, C) class probabilities of raw rows, in the order of ``classes``, from the
+        model's calibration (:mod:`.calibration`: Platt's sigmoid of f, fitted on rows held
+        out from training)."""
+        if self.calibration is None:
+            raise ValueError("this model has no calibration, so no probabilities: calibrate it "
+                             "on held-out rows (KernelExpansion.calibrated(X, y)) first.")
+        return self.calibration.probabilities(self.decision_function(X))
+
+    def calibrated(self, X, y) -> "KernelExpansion":
+        """This model with Platt's sigmoids fitted on raw rows ``X`` with labels ``y`` (values
+        of ``classes``): rows held out from its training, whose decision values are honest."""
+        classes = np.asarray(self.classes)
+        y = np.asarray(y)
+        unknown = ~np.isin(y, classes)
+        if self.is_regression or unknown.any():
+            raise ValueError("a calibration needs the labels of a classifier's classes"
+                             + ("" if self.is_regression else
+                                f"; row {int(np.flatnonzero(unknown)[0])} has label "
+                                f"{y[unknown][0].item()!r}, not one of {classes.tolist()}")
+                             + ".")
+        labels = np.searchsorted(classes, y) if classes.size > 1 else np.zeros(y.size, int)
+        return replace(self, calibration=SigmoidCalibration.fit(
+            self.decision_function(X), labels, classes.size))
 
     def compress(self, max_sv: int, method: str = "kmeans", ridge: float = 1e-6,
                  seed: int = 0, fit: str = "data") -> "KernelExpansion":
@@ -204,6 +231,8 @@ class KernelExpansion:
                     "n_features": int(self.support_vectors.shape[1])}
         if self.projection_components is not None:
             metadata["n_features_in"] = self.n_features_in
+        if self.calibration is not None:  # plain numbers; older readers skip the key
+            metadata["calibration"] = self.calibration.to_dict()
         store.mkdirs(folder)
         store.write_bytes(join(folder, "arrays.npz"), buffer.getbuffer())
         store.write_bytes(join(folder, "metadata.json"),
@@ -288,4 +317,11 @@ class KernelExpansion:
             raise ValueError(f"{folder}: arrays.npz holds a projection of shape "
                              f"{components.shape} for support vectors of {expected[1]} "
                              f"features (a truncated or mixed copy). {redo}")
+        if "calibration" in metadata:
+            try:
+                model = replace(model, calibration=SigmoidCalibration.from_dict(
+                    metadata["calibration"]))
+            except (KeyError, TypeError, ValueError) as error:
+                raise ValueError(f"{metadata_path}: its calibration cannot be read "
+                                 f"({type(error).__name__}: {error}). {redo}") from None
         return model

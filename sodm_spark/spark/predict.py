@@ -52,6 +52,7 @@ from .memory import executor_cores
 from .frames import context_of, inline_file, partition_count, uses_frames
 
 RAW_COLUMN, PREDICTION_COLUMN, ROW_ID_COLUMN = "rawPrediction", "prediction", "row_id"
+PROBABILITY_COLUMN = "probability"  # a calibrated model's class probabilities
 # Partitions: the input's, and for a model that costs more than 1e7 flops per row (2 · support
 # vectors · features: about 6,400 SVs of 784 features) at most SCORING_TASK_FLOPS of kernel GEMM
 # per task (about 10-30 s of one core), so that tasks stay short.
@@ -86,17 +87,20 @@ def _warm_up_scoring(kernel, width: int):
     return warm_up
 
 
-def _output_batch(keys, scores, classes):
-    """The Arrow batch a scoring task yields: key, prediction (the label) and rawPrediction."""
+def _output_batch(keys, scores, classes, calibration=None):
+    """The Arrow batch a scoring task yields: key, prediction (the label) and rawPrediction,
+    and with the model's ``calibration`` the class probabilities (KernelExpansion's)."""
     import pyarrow as pa
 
     labels = labels_from_scores(scores, classes)
     raw = np.concatenate([-scores, scores], axis=1) if scores.shape[1] == 1 else scores
-    offsets = pa.array(np.arange(0, raw.size + 1, raw.shape[1], dtype=np.int32))
+    columns = [raw] if calibration is None else [raw, calibration.probabilities(scores)]
+    lists = [pa.ListArray.from_arrays(pa.array(np.arange(0, c.size + 1, c.shape[1],
+                                                         dtype=np.int32)), pa.array(c.ravel()))
+             for c in columns]
     return pa.RecordBatch.from_arrays(
-        [keys, pa.array(labels.astype(np.float64)),
-         pa.ListArray.from_arrays(offsets, pa.array(raw.ravel()))],
-        names=["key", PREDICTION_COLUMN, RAW_COLUMN])
+        [keys, pa.array(labels.astype(np.float64)), *lists],
+        names=["key", PREDICTION_COLUMN, RAW_COLUMN, PROBABILITY_COLUMN][:2 + len(lists)])
 
 
 def start_python_workers(spark, model: KernelExpansion) -> threading.Thread:
@@ -282,7 +286,7 @@ def _score_batches(spec, kind, n_features, key_col, precision, classes, block_by
             scores, rescored = support.raw_scores(X, current, block_bytes)
             if 2 * rescored > n:
                 current = "float64"
-            yield _output_batch(keys, scores, classes)
+            yield _output_batch(keys, scores, classes, spec.get("calibration"))
             if rows_scored is not None:
                 rows_scored.add(n)
     return score
@@ -342,7 +346,9 @@ def score_dataframe(df, model: KernelExpansion, features_col: str = "features",
     threads = thread_plan(counts, executor_cores(sc), task_cpus)
     key_type = df.schema[key_col].dataType if key_col else LongType()
     schema = StructType([StructField("key", key_type), StructField(PREDICTION_COLUMN, DoubleType()),
-                         StructField(RAW_COLUMN, ArrayType(DoubleType()))])
+                         StructField(RAW_COLUMN, ArrayType(DoubleType()))]
+                        + ([] if model.calibration is None else
+                           [StructField(PROBABILITY_COLUMN, ArrayType(DoubleType()))]))
     classes = np.asarray(model.classes, dtype=np.float64)
     if rows_scored is None and not connect:
         rows_scored = sc.accumulator(0)
@@ -354,7 +360,7 @@ def score_dataframe(df, model: KernelExpansion, features_col: str = "features",
         # file names are SparkFiles keys: unique in the session
         spec = support.save(folder, prefix=f"sodm-predict-{uuid.uuid4().hex[:12]}-")
         names = [name for name in spec["names"].values() if name]
-        spec["input_map"] = model.input_map
+        spec["input_map"], spec["calibration"] = model.input_map, model.calibration
         if connect:  # no addFile: the files travel in the closure
             spec["inline"] = {name: Path(folder, name).read_bytes() for name in names}
             names = []

@@ -22,6 +22,7 @@ import numpy as np
 from ...core.errors import SettingsError
 from ...core.labels import accuracy_of_scores, coded_classes, correct_rows, raw_labels
 from ...core.sparse_rows import as_float_rows, stack_rows
+from ...models.calibration import SigmoidCalibration
 from ...models.compression import (SPARSE_KMEANS, compare_scores, local_fit_share, most_points,
                                    resolve_max_sv)
 from ...selection.stopping import (NEXT_LEVEL_BLOCKED, REACHED_STOP_LEVEL, WARM_START_OPTIMAL,
@@ -277,10 +278,15 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
         if compression is not None:
             compression["test"] = {"accuracy_after": test_accuracy, "rows": len(y_test)} \
                 if full_test is None else compare_scores(full_test, scores, y_test, classes)
-    if compression is not None and full is not None and n_validation:
-        compression["validation"] = compare_scores(
-            full[:n_validation], model.input_scores(validation_pair[0]),
-            raw_labels(validation_pair[1], classes), classes)
+    if n_validation:  # the model's own scores on the held-out slice: its calibration's rows
+        y_validation = raw_labels(validation_pair[1], classes)
+        own = full[:n_validation] if global_model is None and compression is None and \
+            full is not None else model.input_scores(validation_pair[0])
+        model = replace(model, calibration=SigmoidCalibration.fit(
+            own, np.searchsorted(classes, y_validation), len(classes)))
+        if compression is not None and full is not None:
+            compression["validation"] = compare_scores(full[:n_validation], own, y_validation,
+                                                       classes)
     if prepared.projection is not None:  # scored above on projected rows; it takes raw ones
         projection = prepared.projection
         if model.projection_components is not None:  # the compression projected them again
