@@ -107,6 +107,28 @@ def staging_name(name: str) -> str:
     return f".{name}.tmp-{time.time_ns():020d}-{uuid.uuid4().hex[:8]}"
 
 
+def replace_through_staging(store, path: str, data: bytes, move) -> None:
+    """``path`` of ``store`` holds ``data`` afterwards: one write where renames are not atomic
+    (an object store's PUT replaces an object whole); else a staging file beside it, put in its
+    place by ``move(staging, path)``, the old file deleted first where the store cannot rename
+    over one (``atomic_replace`` False: HDFS; :func:`sodm_spark.data.storage.read_replaced`
+    covers that moment). The staging file never stays."""
+    if not store.atomic_rename:
+        store.write_bytes(path, data)
+        return
+    path = str(path).rstrip("/")
+    parent, name = split(path)
+    staging = join(parent, staging_name(name))
+    try:
+        store.write_bytes(staging, data)
+        if not store.atomic_replace and store.exists(path):
+            store.delete(path)
+        move(staging, path)
+    finally:
+        if store.exists(staging):
+            store.delete(staging)
+
+
 class LocalStore:
     """The local file system: plain paths and ``file:`` URIs (paths are strings). The
     operations every store offers (:class:`ArrowStore`,
@@ -247,20 +269,8 @@ class ArrowStore:
 
     def replace_bytes(self, path: str, data: bytes) -> None:
         """``path`` holds ``data`` afterwards (see ``atomic_replace`` in the module docstring)."""
-        if not self.atomic_rename:
-            self.write_bytes(path, data)  # one PUT
-            return
-        path = str(path).rstrip("/")
-        parent, name = split(path)
-        staging = join(parent, staging_name(name))
-        try:
-            self.write_bytes(staging, data)
-            if not self.atomic_replace and self.exists(path):
-                self._fs.delete_file(self._path(path))  # HDFS renames over nothing
-            self._fs.move(self._path(staging), self._path(path))
-        finally:
-            if self.exists(staging):
-                self.delete(staging)
+        replace_through_staging(self, path, data, lambda staging, target: self._fs.move(
+            self._path(staging), self._path(target)))  # over the old file where it can
 
     def rename(self, source: str, target: str) -> None:
         if self.exists(target):

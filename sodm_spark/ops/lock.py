@@ -80,6 +80,16 @@ def _alive(holder: dict) -> bool:
     return stat[0] not in "ZX" and (recorded is None or str(recorded) == stat[1])
 
 
+def _write_new(path, data: bytes) -> None:
+    """Create ``path`` holding ``data``, synced; FileExistsError if it exists."""
+    handle = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    try:
+        os.write(handle, data)
+        os.fsync(handle)
+    finally:
+        os.close(handle)
+
+
 class RetrainLock:
     """The lock of a models directory (module docstring): ``with RetrainLock(directory):``.
 
@@ -171,12 +181,7 @@ class RetrainLock:
 
     def _write_aside(self, data: bytes) -> Path:
         staging = self.path.with_name(f"{self.path.name}.{uuid.uuid4().hex[:12]}.tmp")
-        handle = os.open(staging, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        try:
-            os.write(handle, data)
-            os.fsync(handle)
-        finally:
-            os.close(handle)
+        _write_new(staging, data)
         return staging
 
     def _create_local(self, data: bytes) -> bool:
@@ -188,14 +193,9 @@ class RetrainLock:
             return False
         except OSError:  # no hard links on this file system: create it in place
             try:
-                handle = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+                _write_new(self.path, data)
             except FileExistsError:
                 return False
-            try:
-                os.write(handle, data)
-                os.fsync(handle)
-            finally:
-                os.close(handle)
             return True
         finally:
             staging.unlink(missing_ok=True)

@@ -146,9 +146,6 @@ class FrameRDD:
         self._persist = storage_level
         return self
 
-    def cache(self) -> "FrameRDD":
-        return self.persist(StorageLevel.MEMORY_AND_DISK)
-
     @property
     def is_cached(self) -> bool:
         return self._persist is not None

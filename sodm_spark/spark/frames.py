@@ -103,8 +103,6 @@ class Shared:
     def unpersist(self, blocking: bool = False) -> None:
         self.value = None
 
-    destroy = unpersist
-
 
 class FrameContext:
     """A SparkContext's stand-in over any session (docstring of the module)."""

@@ -8,7 +8,7 @@ reaches the store through pyarrow. Renames are atomic on ``file``, ``hdfs`` and 
 (:mod:`sodm_spark.data.filesystems` says what each store guarantees)."""
 from __future__ import annotations
 
-from ..data.filesystems import ATOMIC_RENAME_SCHEMES, join, split, staging_name
+from ..data.filesystems import ATOMIC_RENAME_SCHEMES, replace_through_staging
 from .io import error_text
 
 _CHUNK_BYTES = 8 << 20  # one py4j call per 8 MB written
@@ -102,23 +102,9 @@ class HadoopStore:
 
     def replace_bytes(self, path: str, data: bytes) -> None:
         """``path`` holds ``data`` afterwards: one PUT on object stores (atomic); elsewhere a
-        staging file renamed over it, the old one deleted first (Hadoop renames over
-        nothing; :func:`sodm_spark.data.storage.read_replaced` covers that moment)."""
-        if not self.atomic_rename:
-            self.write_bytes(path, data)
-            return
-        path = str(path).rstrip("/")
-        parent, name = split(path)
-        staging = join(parent, staging_name(name))
-        try:
-            self.write_bytes(staging, data)
-            if self._fs.exists(self._path(path)):
-                self._fs.delete(self._path(path), False)
-            if not self._fs.rename(self._path(staging), self._path(path)):
-                raise OSError(f"the file system refused to rename {staging} to {path}.")
-        finally:
-            if self._fs.exists(self._path(staging)):
-                self._fs.delete(self._path(staging), False)
+        staging file renamed over it, the old one deleted first (Hadoop renames over nothing:
+        :func:`~sodm_spark.data.filesystems.replace_through_staging`)."""
+        replace_through_staging(self, path, data, self.rename)
 
     def create_new(self, path: str, data: bytes) -> bool:
         """Create ``path`` holding ``data`` if it does not exist (False if it does); exclusive

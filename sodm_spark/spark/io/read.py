@@ -66,17 +66,16 @@ def _listed_by_arrow(path) -> list[ListedPath]:
 
     import pyarrow.fs as pafs
 
-    from ...data.filesystems import arrow_uri, is_uri
+    from ...data.filesystems import arrow_uri, local_path, uri_scheme
 
-    if is_uri(path) and not str(path).startswith("file:"):
+    scheme = uri_scheme(path)
+    remote = scheme not in (None, "file")
+    if remote:
         filesystem, inner = pafs.FileSystem.from_uri(arrow_uri(str(path)))
-        scheme = str(path).split(":", 1)[0]
-        names, prefix = [inner], f"{scheme}://"
+        names = [inner]
     else:
-        filesystem, prefix = pafs.LocalFileSystem(), "file://"
-        local = str(path)[len("file:"):] if str(path).startswith("file:") else str(path)
-        local = "/" + local.lstrip("/") if str(path).startswith("file:") else local
-        names = [os.path.abspath(name) for name in sorted(glob.glob(local))]
+        filesystem = pafs.LocalFileSystem()
+        names = [os.path.abspath(name) for name in sorted(glob.glob(local_path(path)))]
     listed = []
     for info in filesystem.get_file_info(names):
         if info.type == pafs.FileType.NotFound:
@@ -84,8 +83,8 @@ def _listed_by_arrow(path) -> list[ListedPath]:
         is_dir = info.type == pafs.FileType.Directory
         length = sum(child.size or 0 for child in filesystem.get_file_info(
             pafs.FileSelector(info.path, recursive=True))) if is_dir else (info.size or 0)
-        listed.append(ListedPath(prefix + info.path.lstrip("/") if prefix != "file://"
-                                 else prefix + info.path, is_dir, length))
+        uri = f"{scheme}://{info.path.lstrip('/')}" if remote else f"file://{info.path}"
+        listed.append(ListedPath(uri, is_dir, length))
     return listed
 
 
