@@ -44,3 +44,23 @@ def odm_primal(w, X, y, lam, theta, v):
     xi = np.maximum(0, 1 - theta - margin)
     eps = np.maximum(0, margin - 1 - theta)
     return 0.5 * w @ w + lam / (2 * m) * np.sum(xi ** 2 + v * eps ** 2) / (1 - theta) ** 2
+
+
+def odm_weighted_primal_reference(X, y, weights, lam, theta, v):
+    """The weighted ODM primal for the linear kernel, ½‖w‖² + λ/(2S) Σ_i s_i (ξ_i² + v ε_i²) /
+    (1-θ)² with S = Σ s_i, minimized over w by L-BFGS-B (it is smooth: the squared hinges have
+    continuous gradients); returns (w, the primal's value). No dual, no code of the solver."""
+    total = weights.sum()
+    factor = lam / (2 * total * (1 - theta) ** 2)
+
+    def objective(w):
+        margin = y * (X @ w)
+        xi = np.maximum(0, 1 - theta - margin)
+        eps = np.maximum(0, margin - 1 - theta)
+        value = 0.5 * w @ w + factor * np.sum(weights * (xi ** 2 + v * eps ** 2))
+        d_margin = factor * weights * (-2 * xi + 2 * v * eps)
+        return value, w + X.T @ (d_margin * y)
+
+    result = minimize(objective, np.zeros(X.shape[1]), jac=True, method="L-BFGS-B",
+                      options=dict(ftol=1e-16, gtol=1e-12, maxiter=50000))
+    return result.x, result.fun

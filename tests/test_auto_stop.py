@@ -506,3 +506,148 @@ def test_the_stop_rule_replayed_on_the_stored_records_gives_the_documented_table
     assert re.search(rf"\| all 18 runs \| \| {re.escape(totals[2:])}",
                      (root / "README.md").read_text())
     assert f"| all 18 runs | | | | {max(lost):.2f} | {np.mean(lost):.3f} |" in table
+
+
+# --- another decision metric than accuracy (SODMParams.metric) ---------------------------------
+
+
+def _imbalanced_levels():
+    """Two levels on an 80/20 slice: level 2 predicts the majority class for every row (0.80
+    accuracy) with a ranking at chance; level 1 ranks the rows well but puts
+    its threshold low (0.66 accuracy)."""
+    rng = np.random.default_rng(31)
+    y = np.where(np.arange(1000) < 200, 1.0, -1.0)
+    majority = -1.0 - 0.01 * rng.random(1000)
+    ranked = (y > 0) * 2.5 + rng.normal(size=1000) * 0.6 - 0.1
+    return y, majority, ranked
+
+
+def test_accuracy_and_auc_keep_different_levels_where_they_disagree():
+    from sodm_spark.selection.metrics import Evaluation
+
+    y, majority, ranked = _imbalanced_levels()
+    right = [np.where(s > 0, 1.0, -1.0) == y for s in (majority, ranked)]
+    assert np.mean(right[0]) == 0.8 and np.mean(right[1]) < 0.75
+    assert choose_level([2, 1], right) == 2  # accuracy: the majority-class level
+    judged = [Evaluation(s, y, metric="auc") for s in (majority, ranked)]
+    assert judged[0].value < 0.6 < 0.95 < judged[1].value
+    assert choose_level([2, 1], judged) == 1
+    # the look-ahead in AUC units: the gain times the error ratio, capped by the error left
+    gain, stderr = stopping.paired_difference(*judged)
+    ratio = (1 - judged[1].value) / (1 - judged[0].value)
+    assert predicted_gain(judged, 1.0) == pytest.approx(
+        min(1 - judged[1].value, ratio * (gain + stderr)))
+    # the rule takes the levels judged by its own metric, and says so when given others
+    rule = StopRule(metric="auc", min_improvement=0.5)
+    assert rule.reason_to_stop(judged, 1.0, 1.0) == SMALL_IMPROVEMENT
+    with pytest.raises(ValueError, match="judges by auc; the levels were judged by accuracy"):
+        rule.reason_to_stop(right, 1.0, 1.0)
+    with pytest.raises(ValueError, match="metric must be one of accuracy, auc, logloss, f1, "
+                                         "balanced_accuracy, got 'roc'"):
+        StopRule(metric="roc")
+
+
+def test_levels_record_and_replay_their_decision_values_for_another_metric():
+    y, majority, ranked = _imbalanced_levels()
+    assert stopping.validation_fields(majority, y, "accuracy") == {}  # as fits always recorded
+    records = []
+    for level, scores in ((2, majority), (1, ranked)):
+        right = np.where(scores > 0, 1.0, -1.0) == y
+        records.append({"level": level, "validation_wrong": np.flatnonzero(~right).tolist(),
+                        **stopping.validation_fields(scores, y, "auc", seed=3),
+                        "elapsed": 10.0, "predicted_seconds": 100.0, "kernel": "cached",
+                        "partitions": 3 ** level, "tasks": 2})
+    from sklearn.metrics import roc_auc_score
+
+    assert records[1]["validation_auc"] == pytest.approx(roc_auc_score(y, ranked), abs=1e-12)
+    assert records[1]["validation_decisions"] == ranked.tolist()
+    levels, judged = stopping.level_evaluations(records, 1000, "auc", y, seed=3)
+    assert levels == [2, 1] and [j.value for j in judged] == [r["validation_auc"]
+                                                                for r in records]
+    rule = StopRule(metric="auc")
+    assert replay(records, 1000, rule, cores=2, labels=y, seed=3)[1] == 1
+    assert replay(records, 1000, StopRule(), cores=2)[1] == 2  # by accuracy, as before
+    with pytest.raises(ValueError, match="level 2 recorded no validation decision values"):
+        stopping.level_evaluations([{"level": 2, "validation_wrong": []}], 1000, "f1", y)
+
+
+def test_an_unknown_metric_is_refused_in_one_line_listing_the_choices(capsys):
+    from sodm_spark.jobs.train_args import parse_args
+
+    with pytest.raises(ValueError, match="^metric must be one of accuracy, auc, logloss, f1, "
+                                         "balanced_accuracy, got 'precision'.$"):
+        SODMParams(metric="precision")
+    with pytest.raises(SystemExit):
+        parse_args(["--metric", "precision"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "invalid choice: 'precision'" in err[-1]
+    assert all(name in err[-1] for name in ("accuracy", "auc", "logloss", "f1",
+                                            "balanced_accuracy"))
+    assert parse_args(["--metric", "auc"]).metric == "auc"
+
+
+def test_a_fit_judged_by_auc_records_decides_and_keeps_by_auc(spark, data, monkeypatch):
+    """Every level records its decision values on the slice and their AUC (scikit-learn's of
+    the same values); the stop rule is given those AUC evaluations; the level kept and the
+    global step's keep decision are the AUC's."""
+    from sklearn.metrics import roc_auc_score
+
+    from sodm_spark.selection.metrics import Evaluation
+
+    monkeypatch.setattr(stopping, "CHEAP_LEVEL_SHARE", 0.0)
+    given = []
+    original = StopRule.reason_to_stop
+
+    def spy(self, judged, elapsed, next_seconds):
+        given.append((self.metric, list(judged)))
+        return original(self, judged, elapsed, next_seconds)
+
+    monkeypatch.setattr(StopRule, "reason_to_stop", spy)
+    X, y, X_val, y_val = data
+    sc = spark.sparkContext
+    params = replace(BASE, metric="auc", global_step="always", global_centres=200)
+    fit = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, [-1.0, 1.0],
+                   validation=(X_val, y_val))
+    assert len(fit.levels) >= 2 and given
+    for entry in fit.levels:
+        decisions = np.asarray(entry.validation_decisions)
+        assert entry.validation_auc == pytest.approx(roc_auc_score(y_val, decisions), abs=1e-12)
+        assert entry.validation_accuracy == np.mean(np.where(decisions > 0, 1.0, -1.0) == y_val)
+        assert "validation_auc" in entry.to_dict()
+    for metric, judged in given:  # what the rule decided from: the levels' AUC evaluations
+        assert metric == "auc" and all(isinstance(j, Evaluation) for j in judged)
+        assert [j.value for j in judged] == [e.validation_auc for e in fit.levels[:len(judged)]]
+    judged = [Evaluation(np.asarray(e.validation_decisions), y_val, metric="auc", seed=BASE.seed)
+              for e in fit.levels]
+    assert fit.best_level == choose_level([e.level for e in fit.levels], judged, BASE.confidence)
+    solved, chosen, _ = replay([e.to_dict() for e in fit.levels], len(y_val), params.stop_rule,
+                               sc.defaultParallelism, labels=y_val, seed=BASE.seed)
+    assert solved == [e.level for e in fit.levels] and chosen == fit.best_level
+    report = fit.global_step
+    assert report["ran"] and report["metric"] == "auc"
+    best = next(e for e in fit.levels if e.level == fit.best_level)
+    assert report["level_validation_auc"] == best.validation_auc
+    assert report["kept"] == (report["validation_auc"] > report["level_validation_auc"])
+    if report["kept"]:  # the model is the global step's: its own AUC is the one reported
+        scores = fit.model.decision_function(X_val)
+        assert report["validation_auc"] == pytest.approx(roc_auc_score(y_val, scores), abs=1e-6)
+    else:  # the model is the level's: the decision values it recorded
+        np.testing.assert_allclose(fit.model.decision_function(X_val), best.validation_decisions,
+                                   rtol=0, atol=1e-4 * np.abs(best.validation_decisions).max())
+
+
+def test_resume_judges_by_the_recorded_decision_values(spark, data, tmp_path):
+    X, y, X_val, y_val = data
+    sc = spark.sparkContext
+    params = replace(BASE, metric="logloss", min_improvement=1.0)
+    whole = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, [-1.0, 1.0],
+                     validation=(X_val, y_val))
+    fit_sodm(sc, numpy_to_blocks(sc, X, y), replace(params, stop_level=1), [-1.0, 1.0],
+             validation=(X_val, y_val), checkpoint_dir=tmp_path)
+    resumed = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, [-1.0, 1.0],
+                       validation=(X_val, y_val), checkpoint_dir=tmp_path, resume=True)
+    assert [e.validation_logloss for e in resumed.levels] == \
+        [e.validation_logloss for e in whole.levels]
+    assert (resumed.stopped_at, resumed.stop_reason, resumed.best_level) == \
+        (whole.stopped_at, whole.stop_reason, whole.best_level)
+    _same_model(resumed.model, whole.model)

@@ -8,6 +8,7 @@ other kernel families forced with ``OPENBLAS_CORETYPE`` (DYNAMIC_ARCH builds, as
 scipy's wheels are): Prescott's SSE3 kernels, the oldest, and Haswell's AVX2 ones.
 """
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -42,4 +43,5 @@ def test_the_numerical_tests_pass_under_other_blas_kernels(core_type):
     summary = run.stdout.strip().splitlines()[-1] if run.stdout.strip() else run.stderr[-500:]
     assert run.returncode == 0, \
         f"under OPENBLAS_CORETYPE={core_type} (kernels {architecture}):\n" + run.stdout[-6000:]
-    assert " passed" in summary and "failed" not in summary, summary
+    # "3 xfailed" (expected failures) is not a failure
+    assert " passed" in summary and not re.search(r"\d+ failed", summary), summary

@@ -29,14 +29,16 @@ MODULES = sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.part
 FOLDERS = sorted(p for p in PACKAGE.iterdir() if p.is_dir() and any(p.rglob("*.py")))
 # What sits beside the folders: the package and the `python -m sodm_spark.cluster` name of
 # ops/cluster.py (docker/docker-compose.yml's health checks, the guides), and the class path
-# sodm_spark.ml that Spark ML metadata saved before the layout by package names.
-TOP_LEVEL_FILES = ["__init__.py", "cluster.py", "ml.py"]
+# sodm_spark.ml that Spark ML metadata saved before the layout by package names; and the
+# MLflow flavor, sodm_spark.mlflow as MLflow names flavors (tests/test_mlflow.py: its imports).
+TOP_LEVEL_FILES = ["__init__.py", "cluster.py", "ml.py", "mlflow.py"]
 
 # The layers, bottom to top: a module imports its own folder and the folders of lower layers,
 # never a folder of its own layer or above.
 LAYERS = (("core",),
           ("solvers", "partition", "data"),
-          ("models", "selection"),
+          ("models",),
+          ("selection",),  # judges models: the logloss calibrates them (models/calibration.py)
           ("baselines",),
           ("spark",),
           ("estimators",),
@@ -51,7 +53,7 @@ UPWARD_EXCEPTIONS = {"data/storage.py": ("sodm_spark.spark.hadoop_store",)}
 # Folders that never import Spark (docs/design.md §5): every layer below spark/. And the
 # scikit-learn estimator, which sits above it.
 SPARK_FREE = ("core", "solvers", "partition", "data", "models", "selection", "baselines")
-SPARK_FREE_MODULES = ("estimators/sklearn.py",)
+SPARK_FREE_MODULES = ("estimators/sklearn.py", "estimators/probability.py")
 
 # Inside spark/: train.py and tune.py over the two algorithms, over the shared modules.
 SPARK_ENTRY = ("spark.train", "spark.tune")

@@ -26,7 +26,7 @@ CONF_FILES = ("spark-defaults.conf", "log4j2.properties", "sodm-jobs.toml")
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 COMMANDS = {"sodm-train": "train_sodm", "sodm-tune": "tune", "sodm-predict": "predict",
             "sodm-retrain": "retrain", "sodm-benchmark": "benchmark",
-            "sodm-train-baseline": "train_baseline"}
+            "sodm-train-baseline": "train_baseline", "sodm-export-onnx": "export_onnx"}
 
 
 @pytest.mark.parametrize("name", CONF_FILES)

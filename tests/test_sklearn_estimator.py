@@ -17,9 +17,21 @@ from conftest import make_problem, model_files
 pytestmark = pytest.mark.numerics  # rerun under other BLAS kernels: tests/test_blas_kernels.py
 
 
+def _expected_failures(estimator):
+    """The checks ODMClassifier fails, as scikit-learn's SVC does, and why: the defaults'
+    gamma='scale' is 1/(d·Var X) of the rows as given, and a solve stops at a violation of
+    tol = 1e-3, so repeating rows (changing Var X) is not exactly weighting them.
+    tests/test_weights.py checks that equivalence with a fixed gamma and a tight tol."""
+    reason = ("gamma='scale' and tol=1e-3: repeated rows change Var X; equivalence is tested "
+              "in tests/test_weights.py")
+    return {"check_sample_weight_equivalence_on_dense_data": reason,
+            "check_sample_weight_equivalence_on_sparse_data": reason}
+
+
 # Every check scikit-learn has for classifiers; the only one it skips by itself is
 # check_array_api_input (needs SCIPY_ARRAY_API and an array-API library; we take numpy only).
-@parametrize_with_checks([ODMClassifier(), ODMClassifier(kernel="laplacian", dtype="float64")])
+@parametrize_with_checks([ODMClassifier(), ODMClassifier(kernel="laplacian", dtype="float64")],
+                         expected_failed_checks=_expected_failures)
 def test_scikit_learn_estimator_checks(estimator, check):
     check(estimator)
 

@@ -350,3 +350,71 @@ def test_the_second_round_scores_the_finalists_on_larger_pieces_of_the_same_rows
     whole = tune_sodm(spark.sparkContext, prepared, params, SMALL_GRID)
     tune_module.final_round(spark.sparkContext, prepared, params, whole, None, 1)
     assert whole.final_points == [] and whole.to_dict()["final_round"] is None
+
+
+# --- ranked by another metric than accuracy (SODMParams.metric) --------------------------------
+
+
+def _two_points():
+    """Two grid points' decision values on an 80/20 slice: the first predicts the majority class
+    everywhere (0.80 accuracy, AUC at chance), the second ranks the rows well with its threshold
+    low (0.66 accuracy, AUC near 1)."""
+    rng = np.random.default_rng(31)
+    y = np.where(np.arange(1000) < 200, 1.0, -1.0)
+    majority = -1.0 - 0.01 * rng.random(1000)
+    ranked = (y > 0) * 2.5 + rng.normal(size=1000) * 0.6 - 0.1
+    return y, [majority, ranked]
+
+
+def test_the_search_takes_the_best_point_by_the_metric():
+    from sklearn.metrics import roc_auc_score
+
+    from sodm_spark.selection.metrics import Evaluation
+    from sodm_spark.selection.tuning import choose_point
+
+    y, scores = _two_points()
+    right = [np.where(s > 0, 1.0, -1.0) == y for s in scores]
+    by_auc = [Evaluation(s, y, metric="auc") for s in scores]
+    assert [np.mean(r) for r in right] == [0.8, 0.66]
+    assert [j.value for j in by_auc] == pytest.approx([roc_auc_score(y, s) for s in scores])
+    assert choose_point(right, [10, 10]) == 0  # accuracy: the majority-class point
+    assert choose_point(by_auc, [10, 10]) == 1  # AUC: the point that ranks
+    # the default point is kept unless the best beats it significantly, by the metric
+    assert choose_point(right, [10, 10], default=1) == 0
+    assert choose_point(by_auc, [10, 10], default=0) == 1
+    close = by_auc[1].with_scores(scores[1] + 0.05 * np.random.default_rng(2).normal(size=1000))
+    assert choose_point([by_auc[1], close], [10, 10], default=0) == 0
+    # logloss: lower is better
+    by_loss = [Evaluation(s, y, metric="logloss") for s in scores]
+    assert by_loss[1].value < by_loss[0].value and choose_point(by_loss) == 1
+
+
+def test_train_job_with_metric_auc_tunes_stops_and_reports_by_it(spark, job_files, capsys):
+    metrics = job_files / "metrics.json"
+    report = job_files / "report"
+    assert train_sodm.main(["--data", str(job_files / "train.svm"), "--levels", "1", "--tune",
+                            "--grid", "gamma=0.5,2 lam=10,1000 theta=0.1 v=0.5", "--metric",
+                            "auc", "--tune-report", str(report), "--metrics-out",
+                            str(metrics)]) == 0
+    out = capsys.readouterr().out
+    summary = json.loads(metrics.read_text())
+    tuning = summary["tuning"]
+    assert tuning["metric"] == "auc"
+    assert tuning["best"]["validation_auc"] == max(p["validation_auc"] for p in tuning["points"])
+    assert "val auc" in (report / "tuning.txt").read_text()
+    # the levels table has the AUC column beside the accuracy's
+    lines = out.splitlines()
+    header = next(line for line in lines if line.split()[:2] == ["level", "partitions"])
+    assert "val acc     val auc  test acc" in header
+    assert summary["metric"] == "auc" and summary["levels"]
+    for entry in summary["levels"]:
+        assert {"validation_accuracy", "validation_auc", "validation_decisions"} <= set(entry)
+        row = next(line.split() for line in lines if line.split()[:2] == [
+            str(entry["level"]), str(entry["partitions"])])
+        assert row[-1] == f"{entry['validation_auc']:.4f}"
+        assert row[-2] == f"{entry['validation_accuracy']:.4f}"
+    best = next(e for e in summary["levels"] if e["level"] == summary["best_level"])
+    assert summary["validation_auc"] == best["validation_auc"]
+    assert summary["validation_accuracy"] == best["validation_accuracy"]  # kept for old readers
+    assert f"(validation accuracy {best['validation_accuracy']:.4f}, auc " \
+        f"{best['validation_auc']:.4f} on " in out

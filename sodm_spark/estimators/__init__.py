@@ -1,4 +1,5 @@
-"""The user-facing estimators: ``ODMClassifier`` (scikit-learn, ``sklearn.py``, free of Spark) and
+"""The user-facing estimators: ``ODMClassifier`` (scikit-learn, ``sklearn.py``, free of Spark; its
+``probability=True`` calibration on out-of-fold decision values in ``probability.py``) and
 ``SODMClassifier`` / ``SODMClassificationModel`` (pyspark.ml, ``ml.py``, saved by
 ``ml_persistence.py``). The comparators' estimators live beside their numerics in
 ``baselines/``.

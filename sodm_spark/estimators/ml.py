@@ -68,12 +68,22 @@ class SODMClassifier(Estimator, _SODMParams, VersionedReadWrite):
         SODM: partitions merged per level, L (unset: from the rows), the S strata, the last
         level solved, how rows are dealt, the merged level's start, the kernel cache per task
         and the dtype of its values (docs/design.md §1.3), every random choice.
-    autoStop, validationFraction, minImprovement, timeBudget : Param
-        Automatic stopping between levels (docs/design.md §2.7).
+    autoStop, validationFraction, minImprovement, timeBudget, metric : Param
+        Automatic stopping between levels, and what it, the level kept, ``tune`` and the global
+        step judge by: accuracy, auc, logloss, f1 or balanced_accuracy (docs/design.md §2.7).
     globalStep, globalCentres : Param
         The global step after the levels (docs/design.md §2.9).
+    calibration : Param
+        ``probabilityCol``'s map from decision values to class probabilities, fitted on the
+        validation slice: ``sigmoid`` (Platt's, the default), ``isotonic`` or ``none``
+        (docs/design.md §7; the linear kernel holds its slice out of the rows too).
     fitIntercept : Param
         Linear kernel: fit an unpenalized intercept.
+    classWeight, weightCol : Param
+        ``balanced`` or ``label:weight`` pairs: each class's rows weighted in every solve
+        (levels, search, global step, DSVRG) and in the validation scores (docs/design.md
+        §1.4); a numeric column of each row's weight (finite, >= 0; rows of weight 0 are left
+        out), times its class's. Unset, every row weighs 1.
 
     The fitted :class:`SODMClassificationModel` has ``expansion`` (the
     :class:`~sodm_spark.models.expansion.KernelExpansion`), ``levelStats`` (one dict per solved
@@ -107,7 +117,8 @@ class SODMClassifier(Estimator, _SODMParams, VersionedReadWrite):
                  levels=None, strata=20, stopLevel=0, partitioner="stratified", warmStart="scaled",
                  cacheMb=None, kernelStorage="auto", seed=0, autoStop=True, validationFraction=0.1,
                  minImprovement=0.002, timeBudget=None, globalStep="auto",
-                 globalCentres=1000):
+                 globalCentres=1000, calibration="sigmoid", classWeight=None,
+                 metric="accuracy", weightCol=None):
         super().__init__()
         self._set(**self._input_kwargs)
 
@@ -135,9 +146,12 @@ class SODMClassifier(Estimator, _SODMParams, VersionedReadWrite):
                           self.v: best.v}), trained.search
 
     def _train(self, dataset, params, search=None):
-        """:func:`sodm_spark.spark.train.train` on ``dataset``'s feature and label columns."""
+        """:func:`sodm_spark.spark.train.train` on ``dataset``'s feature and label columns (and
+        its weight column, when ``weightCol`` is set: each row's weight, docs/design.md
+        §1.4)."""
+        weight_col = self.getOrDefault("weightCol") if self.isDefined("weightCol") else None
         blocks, n_features = dataframe_to_blocks(dataset, self.getFeaturesCol(),
-                                                 self.getLabelCol())
+                                                 self.getLabelCol(), weight_col=weight_col or None)
         return train(context_of(dataset.sparkSession), blocks, n_features, params,
                      search=search, refuse_classes=self._refuse_classes)
 
@@ -168,8 +182,9 @@ class SODMClassifier(Estimator, _SODMParams, VersionedReadWrite):
 @_make_setters_and_getters
 class SODMClassificationModel(Model, _SODMParams, VersionedReadWrite):
     """The fitted kernel expansion; ``transform`` adds rawPrediction and prediction columns,
-    and ``probabilityCol`` (class probabilities, Platt's sigmoids fitted on the fit's
-    validation slice: :mod:`sodm_spark.models.calibration`) when the model is calibrated.
+    and ``probabilityCol`` (class probabilities: the ``calibration`` Param's map, Platt's
+    sigmoid or an isotonic one, fitted on the fit's validation slice,
+    :mod:`sodm_spark.models.calibration`) when the model is calibrated.
 
     Attributes
     ----------
@@ -220,6 +235,10 @@ class SODMClassificationModel(Model, _SODMParams, VersionedReadWrite):
                    expansion.intercept, expansion.input_map)
         n_features, features_col = self.numFeatures, self.getFeaturesCol()
         classes = [float(c) for c in expansion.classes]
+        # a sigmoid or an isotonic map (.calibration), applied in the scoring UDF itself: a
+        # second UDF over its output would be chained to it, and Spark would score every row
+        # twice
+        calibration = expansion.calibration if self.getProbabilityCol() else None
 
         @F.pandas_udf(ArrayType(DoubleType()))
         def raw_scores_udf(features: pd.Series) -> pd.Series:
@@ -234,13 +253,16 @@ class SODMClassificationModel(Model, _SODMParams, VersionedReadWrite):
             X = input_map(X)  # the model's scaling and projection, as KernelExpansion's
             # jobs/predict.py's scoring: float32 kernel blocks, boundary rows in float64
             scores, _ = raw_scores(X, support_vectors, coef, kernel, intercept)
-            return pd.Series(list(np.concatenate([-scores, scores], axis=1) if binary
-                                  else scores))
+            out = [-scores, scores] if binary else [scores]
+            if calibration is not None:  # then the class probabilities, as predict_proba's
+                out.append(calibration.probabilities(scores[:, 0] if binary else scores))
+            return pd.Series(list(np.concatenate(out, axis=1)))
 
         column = F.col(self.getFeaturesCol())
         if isinstance(dataset.schema[self.getFeaturesCol()].dataType, VectorUDT):
             column = vector_to_array(column)
-        raw = raw_scores_udf(column)
+        scored = raw_scores_udf(column)
+        raw = scored if calibration is None else F.slice(scored, 1, len(classes))
         out = dataset.withColumn(self.getRawPredictionCol(), array_to_vector(raw))
         if binary:
             prediction = F.when(raw[1] > 0, F.lit(classes[1])).otherwise(F.lit(classes[0]))
@@ -248,17 +270,10 @@ class SODMClassificationModel(Model, _SODMParams, VersionedReadWrite):
             prediction = F.element_at(F.array(*[F.lit(c) for c in classes]),
                                       F.array_position(raw, F.array_max(raw)).cast("int"))
         out = out.withColumn(self.getPredictionCol(), prediction)
-        calibration = expansion.calibration  # Platt's sigmoids, as KernelExpansion.predict_proba
-        if calibration is None or not self.getProbabilityCol():
+        if calibration is None:
             return out
-        sigmoids = [F.lit(1.0) / (F.lit(1.0) + F.exp(F.lit(float(a)) * raw[1 if binary else c]
-                                                      + F.lit(float(b))))
-                    for c, (a, b) in enumerate(zip(calibration.slopes, calibration.intercepts))]
-        total = sum(sigmoids[1:], sigmoids[0])  # one-vs-rest sigmoids normalized (0: uniform)
-        probabilities = [F.lit(1.0) - sigmoids[0], sigmoids[0]] if binary else [
-            F.when(total > 0, p / total).otherwise(F.lit(1.0 / len(sigmoids))) for p in sigmoids]
-        return out.withColumn(self.getProbabilityCol(),
-                              array_to_vector(F.array(*probabilities)))
+        probability = F.slice(scored, len(classes) + 1, len(classes))
+        return out.withColumn(self.getProbabilityCol(), array_to_vector(probability))
 
     def compress(self, max_sv: int, method: str = "kmeans") -> "SODMClassificationModel":
         """A copy over at most ``max_sv`` points

@@ -7,7 +7,8 @@ import re
 
 from pyspark.ml.param import Param, Params, TypeConverters
 from pyspark.ml.param.shared import (HasFeaturesCol, HasLabelCol, HasMaxIter, HasPredictionCol,
-                                     HasProbabilityCol, HasRawPredictionCol, HasSeed, HasTol)
+                                     HasProbabilityCol, HasRawPredictionCol, HasSeed, HasTol,
+                                     HasWeightCol)
 
 from ..spark.sodm.params import SODMParams
 from ..spark.train import sodm_params
@@ -60,12 +61,22 @@ autoStop           bool   stop merging when a level no longer improves the valid
                           model is the best level's
 validationFraction float  share of the rows held out for autoStop (at most 10,000 rows:
                           exactly that many from 100,000 rows on)
-minImprovement     float  autoStop: least validation accuracy gain a merge must bring
+minImprovement     float  autoStop: least validation accuracy gain a merge must bring (in the
+                          units of metric)
+metric             text   what the stop rule, the level kept, tune and the global step judge by
+                          on the validation slice: accuracy (default), auc, logloss, f1 or
+                          balanced_accuracy
 timeBudget         float  autoStop: no level whose predicted seconds would end the fit later
 globalStep         text   auto (after the levels, one Nyström ODM of every row when the chosen
                           level is near the majority class or the last merge gained nothing;
                           kept where the validation slice ranks it higher), always or none
 globalCentres      int    centres of the global step (default 1000)
+classWeight        text   balanced (each class the same total weight, n / (C·n_c)) or
+                          label:weight pairs such as '0:1,1:5': each class's rows weighted in
+                          every solve, the global step and the validation scores (unset: 1)
+calibration        text   sigmoid (default: Platt's sigmoid of the decision values), isotonic
+                          (a monotone map; needs more rows) or none: class probabilities
+                          fitted on the validation slice, the model's probabilityCol
 """
 
 
@@ -86,7 +97,7 @@ _PARAMS = _read_param_table(_PARAM_TABLE)
 
 
 class _SODMParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasRawPredictionCol,
-                  HasProbabilityCol, HasTol, HasMaxIter, HasSeed):
+                  HasProbabilityCol, HasTol, HasMaxIter, HasSeed, HasWeightCol):
     """The params of :data:`_PARAMS` (set on the class below) and their SODMParams defaults."""
 
     def __init__(self):
@@ -130,7 +141,7 @@ def _make_setters_and_getters(cls):
     """setX/getX for every param (the shared column, tol, maxIter and seed params included), as
     pyspark.ml classes spell them out by hand; the shared mixins' own getters are kept."""
     for name in _SODM_PARAM_NAMES + ("fitIntercept", "featuresCol", "labelCol", "predictionCol",
-                                     "rawPredictionCol"):
+                                     "rawPredictionCol", "weightCol"):
         title = name[0].upper() + name[1:]
 
         def setter(self, value, _name=name):

@@ -7,6 +7,8 @@ import numpy as np
 import scipy.sparse
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.exceptions import ConvergenceWarning
+from sklearn.exceptions import NotFittedError
+from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
 from ..core.estimator_inputs import (check_fit_data, check_predict_data, encode_classes,
@@ -14,10 +16,12 @@ from ..core.estimator_inputs import (check_fit_data, check_predict_data, encode_
 from ..core.kernels import LAPLACIAN_SPARSE, Kernel
 from ..core.labels import plus_minus
 from ..core.validation import check_odm_params, seed_from
+from ..core.weights import estimator_weights
 from ..models.expansion import KernelExpansion
 from ..solvers.local_solve import LocalSolve, expansion_coefficients
 from ..solvers.odm_primal import newton_primal
 from ..solvers.svrg import svrg
+from .probability import calibrated_model, check_calibration
 
 
 SOLVERS = ("auto", "dcd", "newton", "svrg")
@@ -66,6 +70,17 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
         c·Σ_i γ_i y_i (see :mod:`sodm_spark.core.kernels`). Measured on Fashion-MNIST, letter and
         satellite with the RBF kernel, c = 1 changed test accuracy by at most a few rows
         (docs/jobs.md, "Intercepts"), hence the default 0, the paper's model.
+    class_weight : None, 'balanced' or dict label: weight, default None. Each class's rows'
+        margin loss times its weight (with ``fit``'s ``sample_weight``, the product), as
+        :class:`sklearn.svm.SVC`'s; 'balanced' is n / (C·n_c) (docs/design.md §1.4).
+    probability : bool, default False. Fit a calibration too, as ``SVC(probability=True)``
+        does: on every row's decision value from a model fitted without the row's fold (5
+        stratified folds seeded by ``random_state``; :mod:`sodm_spark.estimators.probability`),
+        which costs 5 more fits; then ``predict_proba`` and ``predict_log_proba`` exist.
+    calibration : 'sigmoid' (default, Platt's) or 'isotonic' (a monotone map, for a few
+        thousand rows or more): the map from decision values to probabilities
+        (:mod:`sodm_spark.models.calibration`). Three or more classes: one map per class of
+        its one-vs-rest score, each row's probabilities divided by their sum.
 
     Binary labels may be any two values; more than two classes are fitted one-vs-rest.
 
@@ -126,7 +141,8 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
 
     def __init__(self, kernel="rbf", gamma="scale", degree=3, coef0=0.0, lam=1000.0, theta=0.1,
                  v=0.5, tol=1e-3, max_iter=1000, cache_mb=None, dtype="float32",
-                 random_state=None, solver="auto", fit_intercept=True, kernel_offset=0.0):
+                 random_state=None, solver="auto", fit_intercept=True, kernel_offset=0.0,
+                 class_weight=None, probability=False, calibration="sigmoid"):
         keep_params(self, locals())
 
     def _solver(self):
@@ -145,7 +161,19 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
         tags.input_tags.sparse = self.kernel != "laplacian"  # L1 distances need dense rows
         return tags
 
-    def fit(self, X, y):
+    def fit(self, X, y, sample_weight=None):
+        """Fit on rows ``X`` with labels ``y`` (:meth:`_fit_rows`); with ``probability``, the
+        model's calibration too, on out-of-fold decision values (:mod:`.probability`)."""
+        check_calibration(self)
+        self._fit_rows(X, y, sample_weight)
+        if self.probability:
+            self.model_ = calibrated_model(self, X, y, sample_weight)
+        return self
+
+    def _fit_rows(self, X, y, sample_weight=None):
+        """Fit on rows ``X`` with labels ``y``; ``sample_weight`` (one number ≥ 0 per row)
+        and ``class_weight`` weight each row's margin loss (docs/design.md §1.4: an integer
+        weight is that many copies of the row; rows of weight 0 are left out)."""
         solver = self._solver()
         if solver in PRIMAL_SOLVERS and self.kernel != "linear":
             raise ValueError(f"solver={solver!r} works on the primal and needs kernel='linear', "
@@ -168,24 +196,30 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
                                max_iter=self.max_iter, cache_mb=self.cache_mb,
                                dtype=self.dtype)
         y_index = encode_classes(self, y)
+        weights = estimator_weights(self.class_weight, self.classes_, y_index, sample_weight)
         kernel = Kernel.create(self.kernel, self.gamma, self.degree, self.coef0, X,
                                self.kernel_offset)
+        kept = None  # the rows fitted, when some of weight 0 are left out
+        if weights is not None and not weights.all():
+            kept = np.flatnonzero(weights)
+            X, y_index, weights = X[kept], y_index[kept], weights[kept]
         self.kernel_ = kernel
         self._gamma = kernel.gamma
         # Binary: one problem with classes_[1] as +1. More classes: one-vs-rest.
         targets = [1] if self.classes_.size == 2 else range(self.classes_.size)
         if solver in PRIMAL_SOLVERS:
-            return self._fit_primal(solver, X, y_index, targets, kernel)
+            return self._fit_primal(solver, X, y_index, targets, kernel, weights)
         n_classes = 0 if self.classes_.size == 2 else self.classes_.size
         y_solved = y_index if n_classes else plus_minus(y_index, 1)
         # every class's solve shares the one seed, as ODMClassifier's always have
         solution = solve.solve(X, y_solved, kernel, n_classes,
-                               seed=seed_from(self.random_state), seed_each_class=False)
+                               seed=seed_from(self.random_state), seed_each_class=False,
+                               weights=weights)
         for run in solution.runs:
             self._warn_unless_converged(run)
         coef = expansion_coefficients(y_solved, solution.gamma).reshape(X.shape[0], -1)
         return self._store_dual(X, coef, kernel, solution.sweeps, solution.objectives,
-                                solution.converged)
+                                solution.converged, kept)
 
     def _warn_unless_converged(self, result):
         if not result.converged:
@@ -194,20 +228,22 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
                 f"violation {result.violation:.3g} > tol={self.tol}; increase max_iter or tol.",
                 ConvergenceWarning)
 
-    def _store_dual(self, X, coef, kernel, n_iter, objectives, converged):
-        """The fitted attributes of a dual fit from its coefficients γ_i y_i, (m, outputs)."""
-        self.support_ = np.flatnonzero(np.any(coef != 0.0, axis=1))
-        self.support_vectors_ = X[self.support_]
-        self.dual_coef_ = coef[self.support_].T
+    def _store_dual(self, X, coef, kernel, n_iter, objectives, converged, kept=None):
+        """The fitted attributes of a dual fit from its coefficients γ_i y_i, (m, outputs);
+        ``kept``: the fitted rows' positions in the rows given (``support_`` indexes those)."""
+        support = np.flatnonzero(np.any(coef != 0.0, axis=1))
+        self.support_ = support if kept is None else kept[support]
+        self.support_vectors_ = X[support]
+        self.dual_coef_ = coef[support].T
         self.n_iter_ = np.asarray(n_iter)
         self.objective_ = np.asarray(objectives)
         self.converged_ = bool(converged)
         self.intercept_ = np.zeros(coef.shape[1])
-        self.model_ = KernelExpansion(self.support_vectors_, coef[self.support_], kernel,
+        self.model_ = KernelExpansion(self.support_vectors_, coef[support], kernel,
                                       self.classes_)
         return self
 
-    def _fit_primal(self, solver, X, y_index, targets, kernel):
+    def _fit_primal(self, solver, X, y_index, targets, kernel, sample_weight=None):
         """The linear primal by Newton (exact) or SVRG (ODM_svrg): one (w, b) per output,
         stored as a linear expansion with intercepts."""
         weights, intercepts, n_iter, objectives, converged = [], [], [], [], []
@@ -220,13 +256,14 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
             if solver == "svrg":
                 result = svrg(X, y_pm, self.lam, self.theta, self.v, epochs=self.max_iter,
                               relative_change_tol=relative_change_tol,
-                              seed=seed_from(self.random_state), fit_intercept=bias)
+                              seed=seed_from(self.random_state), fit_intercept=bias,
+                              weights=sample_weight)
                 n_iter.append(result.epochs)
                 done = result.converged
             else:
                 result = newton_primal(X, y_pm, self.lam, self.theta, self.v,
                                        gradient_tol=gradient_tol, max_iter=self.max_iter,
-                                       fit_intercept=bias)
+                                       fit_intercept=bias, weights=sample_weight)
                 n_iter.append(result.iterations)
                 done = result.iterations < self.max_iter
             weights.append(result.w)
@@ -250,11 +287,15 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
 
     @classmethod
     def from_expansion(cls, expansion: KernelExpansion) -> "ODMClassifier":
-        """A fitted predictor from a saved or Spark-trained binary model (no refit)."""
+        """A fitted predictor from a saved or Spark-trained model (no refit); a calibrated
+        model keeps its calibration (``probability=True``: ``predict_proba``)."""
         kernel = expansion.kernel
+        calibration = expansion.calibration
         model = cls(kernel=kernel.name, gamma=kernel.gamma, degree=kernel.degree,
                     coef0=kernel.coef0, kernel_offset=kernel.offset,
-                    fit_intercept=expansion.intercept is not None)
+                    fit_intercept=expansion.intercept is not None,
+                    probability=calibration is not None,
+                    calibration="sigmoid" if calibration is None else calibration.method)
         model.classes_ = np.asarray(expansion.classes)
         model.kernel_, model._gamma = kernel, kernel.gamma
         model.support_ = np.arange(expansion.support_vectors.shape[0])
@@ -279,3 +320,27 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
 
     def predict(self, X):
         return predict_labels(self, X)
+
+    def _check_proba(self):
+        if not self.probability:
+            raise AttributeError("predict_proba is not available when probability=False")
+        return True
+
+    @available_if(_check_proba)
+    def predict_proba(self, X):
+        """(n, n_classes) class probabilities, columns in the order of ``classes_``: the
+        calibration fitted with ``probability=True``. The predictions stay those of
+        :meth:`predict` (the decision values), which may disagree with the largest
+        probability near the boundary, as ``SVC``'s do."""
+        X = check_predict_data(self, X, accept_sparse=self._accept_sparse())
+        if self.model_.calibration is None:
+            raise NotFittedError("predict_proba is not available when fitted with "
+                                 "probability=False; fit again with probability=True.")
+        return self.model_.predict_proba(X)
+
+    @available_if(_check_proba)
+    def predict_log_proba(self, X):
+        """The logarithms of :meth:`predict_proba` (-inf where a probability is 0, which an
+        isotonic map can give)."""
+        with np.errstate(divide="ignore"):
+            return np.log(self.predict_proba(X))

@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import argparse
 
+from sodm_spark.core.weights import canonical_class_weight, parse_class_weight
+from sodm_spark.jobs.train_mlflow import add_mlflow_arguments
 from sodm_spark.models import input_projection
+from sodm_spark.models.calibration import CALIBRATIONS
 from sodm_spark.models.compression import AUTO_ABOVE, AUTO_POINTS, METHODS as COMPRESSION_METHODS
 from sodm_spark.ops.jobconf import gamma_arg, parse_with_defaults
+from sodm_spark.selection.metrics import METRICS
 from sodm_spark.selection.tuning import ParamGrid
 from sodm_spark.spark.dsvrg.fit import DSVRGParams
 from sodm_spark.spark.partitioning import PARTITIONERS
@@ -38,6 +42,11 @@ def parse_args(argv=None, prog="train_sodm.py", description=None,
                         "x training rows kernel entries per level; by default only when that "
                         "is cheap)")
     parser.add_argument("--format", choices=("libsvm", "csv", "parquet"), default="libsvm")
+    parser.add_argument("--weight-col", metavar="COLUMN",
+                        help="CSV or Parquet: the column of each row's weight (a number >= 0; "
+                        "rows of weight 0 are left out; a CSV without a header names it by "
+                        "0-based position), times --class-weight's; the test and "
+                        "--validation-data rows are not weighted")
     parser.add_argument("--levels", type=levels_arg, default=defaults.levels,
                         help="L: start from K = p^L partitions (default 'auto': partitions of "
                         f"about {TOP_PARTITION_ROWS:,} rows, or for rows of "
@@ -106,6 +115,10 @@ def parse_args(argv=None, prog="train_sodm.py", description=None,
                           f"{defaults.min_improvement} = {100 * defaults.min_improvement:g} "
                           "points a level): the last merge's paired gain, --stop-confidence "
                           "standard errors up, times the ratio of the last two merges' gains")
+    stopping.add_argument("--metric", choices=METRICS, default=defaults.metric,
+                          help="what the stop rule, the level kept, --tune and the global step "
+                          "judge by on the validation rows: accuracy (default), auc, logloss, "
+                          "f1 or balanced_accuracy; --min-improvement is in its units")
     stopping.add_argument("--stop-confidence", dest="confidence", type=float,
                           default=defaults.confidence,
                           help="standard errors of the paired comparisons between levels "
@@ -123,6 +136,11 @@ def parse_args(argv=None, prog="train_sodm.py", description=None,
     stopping.add_argument("--global-centres", type=int, default=defaults.global_centres,
                           help="centres of the global step (default %(default)s; a pass costs "
                           "rows x centres x (inputs + centres) multiply-adds)")
+    stopping.add_argument("--calibration", choices=CALIBRATIONS, default=defaults.calibration,
+                          help="class probabilities saved with the model, fitted on the "
+                          "validation slice (the linear kernel holds one out too): sigmoid "
+                          "(default, Platt's), isotonic (a monotone map; wants a few thousand "
+                          "rows) or none (the linear kernel then trains on every row)")
     tuning = parser.add_argument_group(
         "hyperparameter search", "--tune scores a grid of (gamma, lam, theta, v) on the top "
         "level's partitions against the validation rows, then fits the best point")
@@ -147,6 +165,12 @@ def parse_args(argv=None, prog="train_sodm.py", description=None,
     parser.add_argument("--model-out", help="directory for the model (written atomically)")
     parser.add_argument("--metrics-out", help="JSON file for per-level metrics")
     parser.add_argument("--seed", type=int, default=defaults.seed)
+    parser.add_argument("--class-weight", type=class_weight_arg, default=None,
+                        metavar="balanced|LABEL:W,...",
+                        help="weight each class's rows in every solve, the global step and the "
+                        "validation scores: 'balanced' (n / (classes x rows of the class): "
+                        "each class the same total weight) or pairs such as '0:1,1:5' "
+                        "(unnamed classes weigh 1); default: every row weighs 1")
     parser.add_argument("--checkpoint-dir",
                         help="record every finished level here (γ and the partition layout)")
     parser.add_argument("--resume", action="store_true",
@@ -165,6 +189,7 @@ def parse_args(argv=None, prog="train_sodm.py", description=None,
                         help="linear kernel: stop when the objective changes less (relative)")
     parser.add_argument("--partitions", type=int,
                         help="linear kernel: DSVRG partitions (default: the cores Spark has)")
+    add_mlflow_arguments(parser)
     if tune_only:
         parser.set_defaults(tune=True, tune_report="tuning-report")
     args, args.config = parse_with_defaults(parser, "train_sodm", argv)
@@ -211,6 +236,14 @@ def max_sv_arg(text):
         raise argparse.ArgumentTypeError(f"--max-sv must be 'auto', 'none' or a positive "
                                          f"integer, got {text!r}")
     return value
+
+
+def class_weight_arg(text):
+    """argparse type of ``--class-weight``: None, 'balanced' or (label, weight) pairs."""
+    try:
+        return canonical_class_weight(parse_class_weight(text))
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def grid_arg(text):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse
 
+from sodm_spark.core.errors import SettingsError
 from sodm_spark.core.validation import check_two_classes, shown_classes
 from sodm_spark.data.datasets import make_linear, make_nonlinear
 from sodm_spark.jobs.train_args import DEFAULT_TEST_ROWS
@@ -68,6 +69,25 @@ def read_driver_side(spark, path, args, n_features, sparse, flag):
     return pair
 
 
+def check_weight_col(args):
+    """Refuse ``--weight-col`` where the data have no columns to name: the built-in data and
+    LIBSVM rows (a SettingsError, before any data are read)."""
+    if args.weight_col is None:
+        return
+    if args.data is None:
+        raise SettingsError("--weight-col names a column of --data, but no --data was given "
+                            "(the built-in data have no weights); pass CSV or Parquet data.")
+    if args.format == "libsvm":
+        raise SettingsError(f"--weight-col {args.weight_col}: LIBSVM rows have no weight "
+                            "column; write the data as CSV or Parquet (--format) with one.")
+
+
+def weight_column(args):
+    """``--weight-col`` as read_blocks takes it: a name, or for CSV a 0-based position."""
+    text = args.weight_col
+    return int(text) if args.format == "csv" and text is not None and text.isdigit() else text
+
+
 def load_data(spark, args, params=None):
     """(training blocks RDD, classes, test (X, y) or None, n_features) for the flags given
     (``params``: the fit's, :func:`check_settings`'; None: built from ``args``)."""
@@ -81,7 +101,7 @@ def load_data(spark, args, params=None):
     # the kernel path computes its kernel blocks in float32: its dense rows are stored so
     blocks, n_features = read_blocks(spark, args.data, args.format, sparse=sparse,
                                      dtype=np.float64 if linear else np.float32,
-                                     dense_advice=advice)
+                                     dense_advice=advice, weight_col=weight_column(args))
     # parsed once, by the checking job; the fit's passes (SODM levels, DSVRG epochs) read the
     # rows from here (DSVRG then keeps no second copy), on local disk, not the JVM heap
     blocks = blocks.persist(PERSIST)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sodm_spark.selection.tuning import DEFAULT_SEARCH_GRID_TEXT, SEARCH_PARTITION_ROWS
-from sodm_spark.selection.tuning_report import point_line, table, write_report
+from sodm_spark.selection.tuning_report import COLUMNS, point_line, table, write_report
 from sodm_spark.spark.sodm.global_step import GlobalPlan
 from sodm_spark.spark.sodm.plan import kernel_mb, storage_itemsize
 from sodm_spark.spark.train import Progress
@@ -43,9 +43,11 @@ def printed_progress(args) -> Progress:
         print(point_line(entry.to_dict(), index, total, base["gamma"]), flush=True)
 
     def levels_started(params):
+        # the metric the levels are judged by, beside the accuracy (SODMParams.metric)
+        judged = "" if params.metric == "accuracy" else f" {COLUMNS[params.metric]:>11}"
         print(f"{'level':>5} {'partitions':>10} {'seconds':>9} {'predicted':>9} {'kernel':>8} "
-              f"{'objective':>14} {'SVs':>8} {'sweeps':>7} {'scoring':>8} {'val acc':>8} "
-              f"{'test acc':>9}", flush=True)
+              f"{'objective':>14} {'SVs':>8} {'sweeps':>7} {'scoring':>8} {'val acc':>8}"
+              f"{judged} {'test acc':>9}", flush=True)
         checkpoint_dir = args.checkpoint_dir  # a search before is seeded: it chose the same point
         if args.resume and (Path(checkpoint_dir) / "state.json").exists():
             print(f"resuming from {checkpoint_dir}: the levels it holds are not solved again",
@@ -57,7 +59,8 @@ def printed_progress(args) -> Progress:
     return Progress(on_search=search_started, on_point=point_scored,
                     on_searched=lambda result: show_search(result, args.tune_report),
                     on_fit=dsvrg_started if args.kernel == "linear" else levels_started,
-                    on_plan=show_plan, on_level=show_level, on_epoch=show_epoch)
+                    on_plan=show_plan, on_epoch=show_epoch,
+                    on_level=lambda entry: show_level(entry, args.metric))
 
 
 def show_search(result, report_dir=None):
@@ -78,9 +81,12 @@ def show_search(result, report_dir=None):
         "" if best["final_validation_accuracy"] is None else
         f" on pieces of {SEARCH_PARTITION_ROWS:,} rows, {best['final_validation_accuracy']:.4f} "
         f"on pieces of {final['piece_rows']:,}")
+    metric = report.get("metric", "accuracy")
+    if metric != "accuracy":  # the value it was chosen by first
+        accuracy = f"{best[f'validation_{metric}']:.4f}, accuracy {accuracy}"
     print(f"{'chosen' if default is not None else 'best'}: --gamma {best['gamma']:.6g} --lam "
-          f"{best['lam']:g} --theta {best['theta']:g} --v {best['v']:g} (validation accuracy "
-          f"{accuracy}"
+          f"{best['lam']:g} --theta {best['theta']:g} --v {best['v']:g} (validation "
+          f"{metric.replace('_', ' ')} {accuracy}"
           + ("; the default point, no other beats it significantly" if kept else "")
           + f"; tuning took {result.seconds:.2f} s)", flush=True)
     if report_dir:
@@ -105,15 +111,18 @@ def show_plan(plan):
           + (f"; {plan.advice}" if plan.advice else ""), flush=True)
 
 
-def show_level(entry):
-    """A solved level's row of the levels table."""
+def show_level(entry, metric: str = "accuracy"):
+    """A solved level's row of the levels table (with a column of ``metric`` beside the
+    accuracy's when the levels are judged by another)."""
     predicted = "" if entry.predicted_seconds is None else f"{entry.predicted_seconds:.2f}"
     scoring = entry.scoring_seconds / max(1, entry.tasks or 1)  # of the level's seconds
     print(f"{entry.level:>5} {entry.partitions:>10} {entry.seconds:>9.2f} {predicted:>9} "
           f"{entry.kernel:>8} {entry.objective:>14.6g} {entry.n_sv:>8} "
           f"{entry.sweeps_max:>7} {scoring:>8.2f} "
           f"{_accuracy_text(entry.validation_accuracy):>8} "
-          f"{_accuracy_text(entry.test_accuracy):>9}", flush=True)
+          + ("" if metric == "accuracy" else
+             f"{_accuracy_text(getattr(entry, f'validation_{metric}')):>11} ")
+          + f"{_accuracy_text(entry.test_accuracy):>9}", flush=True)
 
 
 def show_epoch(entry):
@@ -131,8 +140,13 @@ def levels_summary(fit, params):
                "n_sv": int(fit.model.support_vectors.shape[0]), "rows": fit.n_rows,
                "validation_rows": fit.validation_rows, "stopped_at": fit.stopped_at,
                "stop_reason": fit.stop_reason, "best_level": fit.best_level,
-               "validation_accuracy": best.validation_accuracy,
+               "metric": params.metric, "validation_accuracy": best.validation_accuracy,
                "test_accuracy": fit.test_accuracy, "params": vars(params)}
+    judged = ""  # the best level's value of the metric the levels were judged by
+    metric = params.metric
+    if metric != "accuracy":
+        value = summary[f"validation_{metric}"] = getattr(best, f"validation_{metric}")
+        judged = "" if value is None else f", {metric.replace('_', ' ')} {value:.4f}"
     if fit.input_map is not None:
         summary["input_map"] = fit.input_map
         show_input_map(fit.input_map)
@@ -147,8 +161,9 @@ def levels_summary(fit, params):
     print(f"stopped after level {fit.stopped_at}: {fit.stop_reason}; the model is "
           + ("the global step's, not " if kept_global else "")
           + f"level {fit.best_level}'s" + ("" if best.validation_accuracy is None else
-                                   f" (validation accuracy {best.validation_accuracy:.4f} on "
-                                   f"{fit.validation_rows:,} rows{_slice_reason(fit, params)})"),
+                                   f" (validation accuracy {best.validation_accuracy:.4f}"
+                                   f"{judged} on {fit.validation_rows:,} rows"
+                                   f"{_slice_reason(fit, params)})"),
           flush=True)
     print(f"trained on {fit.n_rows:,} rows in {fit.train_seconds:.2f} s "
           f"(partitioning {fit.partition_seconds:.2f} s); {summary['n_sv']:,} support vectors"
@@ -175,8 +190,17 @@ def show_global_step(report):
           f"{report['newton_steps']} Newton steps in {report['passes']} passes, "
           f"{report['seconds']:.1f} s ({report['stopped']}); "
           f"validation {report['validation_accuracy']:.4f} against the level's "
-          f"{report['level_validation_accuracy']:.4f}{test}: "
+          f"{report['level_validation_accuracy']:.4f}{_judged_by(report)}{test}: "
           + ("kept" if report["kept"] else "the level's model kept"), flush=True)
+
+
+def _judged_by(report) -> str:
+    """The global step's and the level's values of the metric that decided, if not accuracy."""
+    metric = report.get("metric")
+    if metric is None:
+        return ""
+    return (f" ({metric.replace('_', ' ')} {report[f'validation_{metric}']:.4f} against "
+            f"{report[f'level_validation_{metric}']:.4f})")
 
 
 def show_input_map(report):
@@ -223,8 +247,11 @@ def dsvrg_summary(fit, params):
                "n_sv": 1, "rows": fit.n_rows, "step": fit.step, "intercept": fit.intercept,
                "test_accuracy": last.test_accuracy, "objective": last.objective,
                "layout": fit.layout, "resident_hits": fit.resident_hits,
-               "resident_misses": fit.resident_misses, "params": vars(params)}
+               "resident_misses": fit.resident_misses, "validation_rows": fit.validation_rows,
+               "params": vars(params)}
     print(f"trained on {fit.n_rows} rows in {fit.train_seconds:.2f} s with DSVRG "
           f"({len(fit.epochs)} epochs, step {fit.step:.3g})"
-          + ("" if last.test_accuracy is None else f"; test accuracy {last.test_accuracy:.4f}"))
+          + ("" if last.test_accuracy is None else f"; test accuracy {last.test_accuracy:.4f}")
+          + ("" if not fit.validation_rows else
+             f"; {params.calibration} calibration on {fit.validation_rows:,} held-out rows"))
     return summary

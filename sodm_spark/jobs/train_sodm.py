@@ -15,8 +15,9 @@ magnitude instead, so zeros stay zeros); only the laplacian kernel needs dense r
 or setting ends the job with one `error: ...` line and its kind's exit code (sodm_spark.core.errors;
 docs/operations.md, "When a job fails").
 
-The job in four modules: its flags (train_args.py), its data and the checks before the fit
-(train_data.py), its printed lines and metrics (train_report.py), and this one, which runs them.
+The job in five modules: its flags (train_args.py), its data and the checks before the fit
+(train_data.py), its printed lines and metrics (train_report.py), its MLflow run with --mlflow
+(train_mlflow.py), and this one, which runs them.
 """
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ import sys
 
 from sodm_spark.core.errors import SETTINGS, reported, run_job
 from sodm_spark.jobs.train_args import parse_args
-from sodm_spark.jobs.train_data import load_data, read_driver_side, row_layout
+from sodm_spark.jobs.train_data import check_weight_col, load_data, read_driver_side, row_layout
+from sodm_spark.jobs.train_mlflow import check_mlflow, log_run
 from sodm_spark.jobs.train_report import dsvrg_summary, levels_summary, printed_progress
 from sodm_spark.ops.jobconf import check_output_paths, use_packaged_spark_conf, write_outputs
 from sodm_spark.selection.tuning import ParamGrid
@@ -87,6 +89,8 @@ def check_settings(args):
                         "--tune-report": args.tune_report}, {"--metrics-out": args.metrics_out})
     if args.data is None and args.kernel != "linear":
         check_levels_fit_rows(args.rows, params.p, params.levels)
+    check_weight_col(args)
+    check_mlflow(args)  # MLflow installed, its store opens (--mlflow)
     return params
 
 
@@ -103,6 +107,7 @@ def main(argv=None, prog="train_sodm.py", description=None, tune_only=False) -> 
         with reported(value_errors=SETTINGS):  # the outputs were checked before the work
             write_outputs(None if fit is None else fit.model, summary, args.model_out,
                           args.metrics_out)
+            log_run(args, None if fit is None else fit.model, summary)  # --mlflow
     return 0
 
 

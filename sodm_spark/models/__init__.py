@@ -5,6 +5,6 @@ rows), ``nystroem_odm.py`` (the global step's Nyström ODM) and ``scoring.py`` (
 re-checks, the batch scorer's numerics).
 
 Imports only the layers below it (docs/design.md §5): ``core/``, ``partition/`` (compression's
-landmarks and k-means) and ``data/`` (model folders, ``storage.py``); never Spark,
-``selection/`` beside it or a layer above. This ``__init__`` imports nothing.
+landmarks and k-means) and ``data/`` (model folders, ``storage.py``); never Spark or a layer
+above (``selection/`` is the next one up: it judges models). This ``__init__`` imports nothing.
 """

@@ -19,7 +19,8 @@ from ..core.column_stats import scale_rows
 from ..core.kernels import Kernel, decision_values
 from ..core.labels import labels_from_scores  # noqa: F401 (the model's labels; importable here)
 from ..data.storage import join, replace_versioned, resolve_version, store_for
-from .calibration import SigmoidCalibration
+from .calibration import (IsotonicCalibration, SigmoidCalibration, calibration_from_dict,
+                          fit_calibration)
 
 FORMAT_NAME = "sodm_spark.KernelExpansion"
 # 2: the feature scaling (written only when a model has one, else 1); 3: sparse support
@@ -116,7 +117,8 @@ class KernelExpansion:
     feature_columns: np.ndarray | None = None
     projection_center: np.ndarray | None = None
     projection_components: np.ndarray | None = None
-    calibration: SigmoidCalibration | None = None  # class probabilities from f (Platt)
+    # class probabilities from f (Platt's sigmoid or an isotonic map, .calibration)
+    calibration: SigmoidCalibration | IsotonicCalibration | None = None
 
     @property
     def input_map(self) -> InputMap:
@@ -160,16 +162,17 @@ class KernelExpansion:
 
     def predict_proba(self, X) -> np.ndarray:
         """(n, C) class probabilities of raw rows, in the order of ``classes``, from the
-        model's calibration (:mod:`.calibration`: Platt's sigmoid of f, fitted on rows held
-        out from training)."""
+        model's calibration (:mod:`.calibration`: Platt's sigmoid or an isotonic map of f,
+        fitted on rows held out from training; one-vs-rest maps normalized for 3+ classes)."""
         if self.calibration is None:
             raise ValueError("this model has no calibration, so no probabilities: calibrate it "
                              "on held-out rows (KernelExpansion.calibrated(X, y)) first.")
         return self.calibration.probabilities(self.decision_function(X))
 
-    def calibrated(self, X, y) -> "KernelExpansion":
-        """This model with Platt's sigmoids fitted on raw rows ``X`` with labels ``y`` (values
-        of ``classes``): rows held out from its training, whose decision values are honest."""
+    def calibrated(self, X, y, method: str = "sigmoid") -> "KernelExpansion":
+        """This model with a calibration of ``method`` ("sigmoid": Platt's; "isotonic")
+        fitted on raw rows ``X`` with labels ``y`` (values of ``classes``): rows held out from
+        its training, whose decision values are honest. "none": without one."""
         classes = np.asarray(self.classes)
         y = np.asarray(y)
         unknown = ~np.isin(y, classes)
@@ -180,8 +183,8 @@ class KernelExpansion:
                                 f"{y[unknown][0].item()!r}, not one of {classes.tolist()}")
                              + ".")
         labels = np.searchsorted(classes, y) if classes.size > 1 else np.zeros(y.size, int)
-        return replace(self, calibration=SigmoidCalibration.fit(
-            self.decision_function(X), labels, classes.size))
+        return replace(self, calibration=fit_calibration(
+            method, self.decision_function(X), labels, classes.size))
 
     def compress(self, max_sv: int, method: str = "kmeans", ridge: float = 1e-6,
                  seed: int = 0, fit: str = "data") -> "KernelExpansion":
@@ -319,7 +322,7 @@ class KernelExpansion:
                              f"features (a truncated or mixed copy). {redo}")
         if "calibration" in metadata:
             try:
-                model = replace(model, calibration=SigmoidCalibration.from_dict(
+                model = replace(model, calibration=calibration_from_dict(
                     metadata["calibration"]))
             except (KeyError, TypeError, ValueError) as error:
                 raise ValueError(f"{metadata_path}: its calibration cannot be read "

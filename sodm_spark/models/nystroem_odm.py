@@ -100,11 +100,13 @@ def pieces(margins: np.ndarray, theta: float, v: float) -> tuple[np.ndarray, np.
 
 def pass_sums(kernel: Kernel, centres: np.ndarray, X: np.ndarray, y: np.ndarray,
               coef: np.ndarray, direction: np.ndarray, steps, theta: float, v: float,
-              block_mb: float = 64.0) -> PassSums:
+              block_mb: float = 64.0, weights=None) -> PassSums:
     """:class:`PassSums` of the rows ``X`` with labels ``y`` (±1) at α = ``coef`` +
     t·``direction`` for t in ``steps``; the normal matrix at ``steps[0]``. Kernel blocks in
-    float64 (the normal matrix's small eigen-directions are resolved)."""
+    float64 (the normal matrix's small eigen-directions are resolved). ``weights``: each row's
+    s_i (None: 1), multiplying its D_i (docs/design.md §1.4; M of C is then Σ s_i)."""
     y = np.asarray(y, dtype=np.float64)
+    row_weight = None if weights is None else np.asarray(weights, dtype=np.float64)
     steps = np.asarray(steps, dtype=np.float64)
     m = centres.shape[0]
     losses, normal, target = np.zeros(steps.size), np.zeros((m, m)), np.zeros(m)
@@ -116,6 +118,8 @@ def pass_sums(kernel: Kernel, centres: np.ndarray, X: np.ndarray, y: np.ndarray,
         along = labels * (block @ direction)
         for index, step in enumerate(steps):
             weight, tau = pieces(start + step * along, theta, v)
+            if row_weight is not None:
+                weight = weight * row_weight[rows]
             deviation = start + step * along - tau
             losses[index] += float(np.dot(weight, deviation * deviation))
             if index == 0:

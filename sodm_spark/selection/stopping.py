@@ -11,7 +11,10 @@ the validation slice that every level predicts:
   its standard error √(b + c + 1)/n from the b rows one level gets right and the other wrong
   and the c the other way round, McNemar's counts; one row more keeps it honest when none
   changed). A difference of 0.2 points on 1,000 independent rows has a standard error of
-  about 0.6 points; paired, only the few changed rows count.
+  about 0.6 points; paired, only the few changed rows count. With another ``metric``
+  (:mod:`.metrics`: auc, logloss, f1, balanced_accuracy) the levels are compared by that
+  metric's paired difference (:func:`~.metrics.paired_difference`), the gains, the errors and
+  ``min_improvement`` in its units (the logloss's with the sign flipped: a gain is a drop).
 * **look-ahead**: the next merge is predicted to gain what the last one gained times the ratio
   of the last two merges' gains (:func:`predicted_gain`): on a learning curve
   e(m) = e∞ + b·m^-β each p-fold larger partition gains p^-β times what the merge before it
@@ -37,12 +40,20 @@ the validation slice that every level predicts:
 
 The model kept (:func:`choose_level`) is the most merged of the validated levels that no other
 validated level beats by more than ``confidence`` standard errors of their paired difference. The validation rows are held out of the training rows by :func:`holdout_mask`.
+
+A level is judged by its per-row correctness (bool, accuracy: what every fit records, as
+``validation_wrong``) or by an :class:`~.metrics.Evaluation` of its recorded decision values
+(``validation_decisions``, recorded where the metric is not accuracy or the rows are
+weighted); :func:`level_evaluations` builds either from a fit's records.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
+
+from .metrics import (Evaluation, check_metric, error_of, mcnemar_gain, metric_of,
+                      paired_difference)
 
 # reasons written to the metrics JSON (``stop_reason``)
 REACHED_STOP_LEVEL = "reached stop level"
@@ -127,54 +138,50 @@ def best_level(accuracies: list[tuple[int, float]]) -> int:
     return best_level_
 
 
-def paired_gain(before: np.ndarray, after: np.ndarray) -> tuple[float, float]:
+def paired_gain(before: np.ndarray, after: np.ndarray, weights=None) -> tuple[float, float]:
     """(gain, standard error) of the accuracy of ``after`` over ``before``, both the per-row
     correctness (bool) of two models on the same rows: gain (b − c)/n and standard error
     √(b + c + 1)/n, with b the rows only ``after`` gets right and c the rows only ``before``
-    does (McNemar's discordant counts)."""
-    before, after = np.asarray(before, dtype=bool), np.asarray(after, dtype=bool)
-    if before.shape != after.shape or before.size == 0:
-        raise ValueError("paired_gain needs the correctness of both models on the same rows.")
-    gained = int(np.count_nonzero(after & ~before))
-    lost = int(np.count_nonzero(before & ~after))
-    n = before.size
-    return (gained - lost) / n, float(np.sqrt(gained + lost + 1.0)) / n
+    does (McNemar's discordant counts; weighted rows: :func:`~.metrics.mcnemar_gain`)."""
+    return mcnemar_gain(before, after, weights)
 
 
-def predicted_gain(correct: list[np.ndarray], confidence: float = 0.0) -> float | None:
+def predicted_gain(correct: list, confidence: float = 0.0) -> float | None:
     """The gain the next merge is predicted to bring (module docstring), ``confidence``
-    standard errors above the estimate; None before two levels."""
+    standard errors above the estimate; None before two levels. ``correct``: the levels'
+    per-row correctness, or their :class:`~.metrics.Evaluation` by one metric."""
     if len(correct) < 2:
         return None
-    gain, stderr = paired_gain(correct[-2], correct[-1])
-    error_left = 1.0 - float(np.mean(correct[-1]))
+    gain, stderr = paired_difference(correct[-2], correct[-1])
+    error_left = error_of(correct[-1])
     if len(correct) >= 3:
         # e(m) = e∞ + b·m^-β: each p-fold larger partition gains p^-β times what the merge
         # before it gained, whatever the irreducible error e∞ (no ratio after a merge that
         # gained nothing)
-        before, _ = paired_gain(correct[-3], correct[-2])
+        before, _ = paired_difference(correct[-3], correct[-2])
         ratio = 1.0 if before <= 0.0 else min(1.0, max(0.0, gain / before))
     else:  # one merge measured: its levels' error ratio, which takes e∞ = 0 (an overestimate)
-        error_before = 1.0 - float(np.mean(correct[-2]))
+        error_before = error_of(correct[-2])
         ratio = 1.0 if error_before <= 0.0 else min(1.0, max(0.0, error_left / error_before))
-    # on these rows no merge can gain more than the error that is left
+    # on these rows no merge can gain more than the error that is left (the logloss: itself)
     return min(error_left, ratio * (gain + confidence * stderr))
 
 
-def choose_level(levels: list[int], correct: list[np.ndarray], confidence: float = 1.0) -> int:
+def choose_level(levels: list[int], correct: list, confidence: float = 1.0) -> int:
     """The level whose model a fit returns, of the validated ``levels`` (in the order solved,
-    with their per-row validation correctness): the last (most merged) level that no other
-    level beats by more than ``confidence`` standard errors of their paired difference
-    (:func:`paired_gain`). One always qualifies: no level beats the most accurate one by a
-    positive gain. Weighing every level, not only the last two, keeps a level that a later,
-    worse one would otherwise hide (levels 2, 1, 0 at 0.8616, 0.8408, 0.8393 on the slice:
+    with their per-row validation correctness, or their :class:`~.metrics.Evaluation` by the
+    fit's metric): the last (most merged) level that no other level beats by more than
+    ``confidence`` standard errors of their paired difference
+    (:func:`~.metrics.paired_difference`). One always qualifies: no level beats the best one
+    by a positive gain. Weighing every level, not only the last two, keeps a level that a
+    later, worse one would otherwise hide (levels 2, 1, 0 at 0.8616, 0.8408, 0.8393 on the slice:
     level 2, where the last two alone would give level 1)."""
     if not levels:
         raise ValueError("no level has been validated yet")
     return unbeaten_levels(levels, correct, confidence)[-1]
 
 
-def unbeaten_levels(levels: list[int], correct: list[np.ndarray],
+def unbeaten_levels(levels: list[int], correct: list,
                     confidence: float = 1.0) -> list[int]:
     """The ``levels`` (in the order solved) that no other level beats by more than
     ``confidence`` standard errors of their paired difference; never empty when ``levels``
@@ -184,7 +191,7 @@ def unbeaten_levels(levels: list[int], correct: list[np.ndarray],
         raise ValueError(f"one correctness vector per level is needed, got {len(levels)} "
                          f"levels and {len(correct)} vectors.")
     def beats(other, candidate):
-        gain, stderr = paired_gain(correct[candidate], correct[other])
+        gain, stderr = paired_difference(correct[candidate], correct[other])
         return gain > confidence * stderr
 
     return [level for candidate, level in enumerate(levels)
@@ -196,20 +203,23 @@ def unbeaten_levels(levels: list[int], correct: list[np.ndarray],
 class StopRule:
     """Automatic stopping between levels (see the module docstring); ``None`` disables a test.
 
-    ``min_improvement``: accuracy (0.002 = 0.2 points) the next merge must be expected to add,
-    at ``confidence`` standard errors (one-sided; 1.0 is 84%)."""
+    ``min_improvement``: accuracy (0.002 = 0.2 points), or with another ``metric`` that
+    metric's difference (the logloss's drop), the next merge must be expected to add, at
+    ``confidence`` standard errors (one-sided; 1.0 is 84%)."""
 
     min_improvement: float | None = 0.002
     time_budget: float | None = None
     confidence: float = 1.0
+    metric: str = "accuracy"  # what the levels are judged by (sodm_spark.selection.metrics)
 
     def __post_init__(self):
         self.validate()
 
     def validate(self) -> None:
+        check_metric(self.metric)
         if self.min_improvement is not None and not self.min_improvement >= 0.0:
-            raise ValueError(f"min_improvement must be >= 0 (an accuracy difference, e.g. "
-                             f"0.002 for 0.2 points), got {self.min_improvement!r}.")
+            raise ValueError(f"min_improvement must be >= 0 (a difference of the metric, e.g. "
+                             f"0.002 for 0.2 points of accuracy), got {self.min_improvement!r}.")
         if self.time_budget is not None and not self.time_budget > 0.0:
             raise ValueError(f"time_budget must be a positive number of seconds, got "
                              f"{self.time_budget!r}.")
@@ -222,8 +232,12 @@ class StopRule:
         """Why the fit should stop before the next level, or None to go on.
 
         ``correct`` is the per-row validation correctness of the levels solved so far, in
-        order; ``elapsed`` the seconds spent; ``next_seconds`` the next level's prediction.
+        order (or their :class:`~.metrics.Evaluation` by :attr:`metric`); ``elapsed`` the
+        seconds spent; ``next_seconds`` the next level's prediction.
         """
+        if correct and metric_of(correct[-1]) != self.metric:
+            raise ValueError(f"the stop rule judges by {self.metric}; the levels were judged by "
+                             f"{metric_of(correct[-1])}.")
         cheap = next_seconds is not None and next_seconds < CHEAP_LEVEL_SHARE * elapsed
         if self.min_improvement is not None and not cheap:
             upper = predicted_gain(correct, self.confidence)
@@ -249,19 +263,69 @@ def rows_right(wrong, n_rows: int) -> np.ndarray:
     return right
 
 
-def replay(levels: list[dict], n_validation: int, rule: StopRule, cores: int):
+def records_decisions(metric: str, weights=None) -> bool:
+    """Whether a level records its decision values on the slice (``validation_decisions``):
+    where correctness alone cannot judge it, another metric than accuracy or weighted rows."""
+    return check_metric(metric) != "accuracy" or weights is not None
+
+
+def validation_fields(scores, labels, metric: str, seed: int = 0, weights=None) -> dict:
+    """What a level records of its decision values ``scores`` on the slice besides its
+    accuracy: nothing for unweighted accuracy, else the values themselves
+    (``validation_decisions``) and the metric's (``validation_<metric>``, the logloss as
+    it is)."""
+    if not records_decisions(metric, weights):
+        return {}
+    scores = np.asarray(scores, dtype=np.float64)
+    fields = {"validation_decisions": scores.tolist()}
+    if metric != "accuracy":
+        fields[f"validation_{metric}"] = Evaluation(scores, labels, weights, metric, seed).value
+    return fields
+
+
+def level_evaluations(entries, n_validation: int, metric: str = "accuracy", labels=None,
+                      weights=None, seed: int = 0):
+    """(levels, how each is judged) of the validated ``entries`` (a fit's level records or a
+    metrics JSON's "levels", in the order solved): the per-row correctness from
+    ``validation_wrong`` for unweighted accuracy, as fits always judged, else an
+    :class:`~.metrics.Evaluation` by ``metric`` of the recorded ``validation_decisions``
+    against the slice's ``labels`` (coded: ±1 or class numbers) and ``weights``."""
+    def read(entry, name):
+        return entry.get(name) if isinstance(entry, dict) else getattr(entry, name, None)
+
+    kept = [e for e in entries if n_validation and read(e, "validation_wrong") is not None]
+    if not records_decisions(metric, weights):
+        return ([read(e, "level") for e in kept],
+                [rows_right(read(e, "validation_wrong"), n_validation) for e in kept])
+    judged = []
+    for entry in kept:
+        decisions = read(entry, "validation_decisions")
+        if decisions is None:
+            raise ValueError(f"level {read(entry, 'level')} recorded no validation decision "
+                             f"values; judging it by {metric} needs them.")
+        judged.append(Evaluation(np.asarray(decisions), labels, weights, metric, seed))
+    return [read(e, "level") for e in kept], judged
+
+
+def replay(levels: list[dict], n_validation: int, rule: StopRule, cores: int, labels=None,
+           weights=None, seed: int = 0):
     """What automatic stopping would have done in a fit that ran every level instead: (the
     levels it would have solved, the level whose model it would return, why it stopped).
 
     ``levels`` are the fit's records in the order solved (a metrics JSON's "levels", with
     each level's ``validation_wrong``, ``elapsed``, ``predicted_seconds``, ``kernel``,
-    ``partitions`` and ``tasks``); the decisions are :class:`StopRule`'s and
-    :func:`choose_level`'s, with the level after stopped before when its kernels were not
-    cached with every core solving, as ``fit_sodm`` decides between levels.
+    ``partitions`` and ``tasks``, and ``validation_decisions`` to judge by another metric
+    than accuracy: then the slice's coded ``labels``, ``weights`` and the fit's ``seed`` too);
+    the decisions are :class:`StopRule`'s and :func:`choose_level`'s, with the level after
+    stopped before when its kernels were not cached with every core solving, as ``fit_sodm``
+    decides between levels.
     """
+    _, judged = level_evaluations(levels, n_validation, rule.metric, labels, weights, seed)
+    if len(judged) != len(levels):
+        raise ValueError("replay needs every level's validation record.")
     correct = []
     for index, entry in enumerate(levels):
-        correct.append(rows_right(entry["validation_wrong"], n_validation))
+        correct.append(judged[index])
         if index + 1 == len(levels):
             reason = "every level recorded"
             break

@@ -6,9 +6,9 @@ so one grid serves data of any scale. SODM's top level cuts the data into many s
 partitions that each look like the whole (SODM paper, Eqns 7-8), so the search runs there:
 every partition solves its local ODM (Eqn 1 with the partition's m, the block-diagonal
 problem of Eqn 4) for every grid point, and a grid point's score on the validation rows is
-the accuracy of the sum of the partitions' decision functions — exactly the model the top
-level of a fit with that point would define, scored as the job's automatic stopping scores
-a level.
+the accuracy (or the fit's metric, :mod:`.metrics`) of the sum of the partitions' decision
+functions — exactly the model the top level of a fit with that point would define, scored as
+the job's automatic stopping scores a level.
 
 Per partition the work is shared: the kernel matrix is computed once (one GEMM) and every
 further γ multiple of the RBF and Laplacian kernels is an element-wise power of it
@@ -30,6 +30,8 @@ import scipy.sparse
 from ..core.kernels import Kernel, operand_rows
 from ..core.sparse_rows import as_float_rows
 from ..core.validation import check_odm_params
+from ..core.weights import combined_weights
+from .metrics import Evaluation, paired_difference, score_of
 from ..solvers.local_solve import LocalSolve, expansion_coefficients
 from ..solvers.kernel_rows import full_q_matrix, signed_kernel
 
@@ -176,13 +178,16 @@ def _scaled_kernels(kernel: Kernel, scales, X: np.ndarray, X_val: np.ndarray):
 
 
 def search_partition(X, y, X_val, kernel: Kernel, grid: ParamGrid, *, n_classes: int = 0,
-                     violation_tol: float = 1e-3, max_iter: int = 1000, seed=0):
+                     violation_tol: float = 1e-3, max_iter: int = 1000, seed=0,
+                     class_weights=None, row_weights=None):
     """Solve one partition's local ODM for every grid point and return its share of the
     validation decision values.
 
     ``y`` is ±1 (binary) or class numbers in [0, n_classes) (one-vs-rest duals of every class,
     solved together); ``X_val`` the validation rows; every point is solved until its largest
-    projected-gradient violation is at most ``violation_tol`` (or ``max_iter`` sweeps).
+    projected-gradient violation is at most ``violation_tol`` (or ``max_iter`` sweeps), its
+    rows weighted by ``class_weights`` (one per class, coded order) times ``row_weights`` (a
+    weight column's, one per row of ``X``; None: unweighted).
     Returns (points, scores, stats): scores (n_points, n_val) or (n_points, n_val, C) in
     float64 — summed over partitions they are the top level's f — and per point a dict of
     sweeps, objective, convergence and seconds.
@@ -195,6 +200,8 @@ def search_partition(X, y, X_val, kernel: Kernel, grid: ParamGrid, *, n_classes:
     # binary solve reads it as it is
     order = np.random.default_rng([*np.atleast_1d(seed).tolist(), 71]).permutation(X.shape[0])
     X, y = X[order], y[order]
+    weights = combined_weights(None if row_weights is None else np.asarray(row_weights)[order],
+                               class_weights, y)
     points = grid.points()
     n_val, m = X_val.shape[0], X.shape[0]
     scores = np.zeros((len(points), n_val) + ((n_classes,) if n_classes else ()))
@@ -217,7 +224,8 @@ def search_partition(X, y, X_val, kernel: Kernel, grid: ParamGrid, *, n_classes:
                                max_iter=max_iter)
             result = solve.solve(X, y, scaled, n_classes, warm_start=previous,
                                  seed=[*np.atleast_1d(seed).tolist(), index],
-                                 kernel_values=K if n_classes else None, signed_q=signed_q)
+                                 kernel_values=K if n_classes else None, signed_q=signed_q,
+                                 weights=weights)
             warm[(point.theta, point.v)] = (point.lam, result.gamma)
             coefficients.append(expansion_coefficients(y, result.gamma))
             stats.append({"sweeps": int(result.n_sweeps), "objective": float(result.objective),
@@ -264,12 +272,17 @@ def search_subsets(n_rows: int, max_rows: int | None, pieces: int, seed, key: in
             for i in range(max(1, min(pieces, n_rows // max_rows)))]
 
 
-def significantly_better(candidate: np.ndarray, reference: np.ndarray) -> bool:
+def significantly_better(candidate, reference) -> bool:
     """Whether the model right on rows ``candidate`` beats the one right on ``reference`` by
     more than chance on the same rows: McNemar's test at about two standard errors. Only the
     rows the two disagree on tell them apart (b: candidate right, c: reference right), and
     b − c has a standard deviation of √(b + c) when both are equally good: a gain of 5 rows
-    is noise when 25 rows disagree (2√25 = 10), and real when 5 do."""
+    is noise when 25 rows disagree (2√25 = 10), and real when 5 do. Two
+    :class:`~.metrics.Evaluation` of another metric: its paired gain above two of its
+    standard errors (:func:`~.metrics.paired_difference`)."""
+    if isinstance(candidate, Evaluation) or isinstance(reference, Evaluation):
+        gain, stderr = paired_difference(reference, candidate)
+        return gain > 2.0 * stderr
     b = int(np.sum(candidate & ~reference))
     c = int(np.sum(~candidate & reference))
     return b - c > 2.0 * math.sqrt(b + c)
@@ -285,3 +298,18 @@ def best_point(accuracies, sweeps=None) -> int:
         return int(tied[0])
     sweeps = np.asarray(sweeps)
     return int(tied[np.argmin(sweeps[tied])])  # argmin keeps the earliest among equal sweeps
+
+
+def choose_point(judged: list, sweeps=None, default: int | None = None,
+                 values=None) -> int:
+    """Index of the point a search takes, from how the validation rows judge each point
+    (``judged``: per-row correctness, accuracy, or an :class:`~.metrics.Evaluation` by the
+    fit's metric): the highest by the metric (``values``, oriented: higher is better; by
+    default from ``judged``), ties as :func:`best_point` breaks them; the ``default`` point
+    (an index) unless that one is :func:`significantly_better` than it."""
+    if values is None:
+        values = [score_of(entry) for entry in judged]
+    best = best_point(values, sweeps)
+    if default is not None and not significantly_better(judged[best], judged[default]):
+        return default
+    return best

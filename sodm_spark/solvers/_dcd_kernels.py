@@ -44,7 +44,8 @@ def _visit(Q, i, gamma, u, a_zeta, a_beta, lower, upper, shrink_threshold, may_s
     """Visit point i: its violation before the update, or -1.0 if it is shrunk instead.
 
     ``Q`` holds the rows of the points indexed like ``gamma`` and ``u`` (all of Q, or one
-    block's sub-matrix); the update keeps ``u = Qγ`` with one axpy of row i.
+    block's sub-matrix); the update keeps ``u = Qγ`` with one axpy of row i. ``a_zeta`` and
+    ``a_beta`` are point i's own diagonal terms (the problem's divided by the row's weight).
     """
     g_old = gamma[i]
     violation, grad_zeta, grad_beta = _point_violation(g_old, u[i], a_zeta, a_beta, lower, upper)
@@ -61,15 +62,16 @@ def _visit(Q, i, gamma, u, a_zeta, a_beta, lower, upper, shrink_threshold, may_s
 
 
 @njit(cache=True)
-def block_solve(Q_bb, gamma_b, u_b, active_b, order_rounds, a_zeta, a_beta, lower, upper,
-                shrink_threshold, inner_tol):
+def block_solve(Q_bb, gamma_b, u_b, active_b, order_rounds, a_zeta, a_beta, inverse_weight_b,
+                lower, upper, shrink_threshold, inner_tol):
     """Block coordinate descent on one block, all other points fixed.
 
     ``Q_bb`` is the block's B×B sub-matrix, ``gamma_b``/``u_b`` its γ and Qγ entries (updated in
     place), ``active_b`` its shrinking mask, ``order_rounds`` one seeded permutation of range(B)
-    per inner sweep. The first sweep measures the block's violations and shrinks; the others
-    run until the block's own violation is below ``inner_tol``. Returns the first-sweep
-    violation.
+    per inner sweep, ``inverse_weight_b`` each point's 1/s_i (a row of weight s_i has the
+    diagonal terms a_zeta/s_i and a_beta/s_i: ``odm_dcd.ODMProblem``). The first sweep measures
+    the block's violations and shrinks; the others run until the block's own violation is below
+    ``inner_tol``. Returns the first-sweep violation.
     """
     first_violation = 0.0
     for sweep in range(order_rounds.shape[0]):
@@ -78,8 +80,9 @@ def block_solve(Q_bb, gamma_b, u_b, active_b, order_rounds, a_zeta, a_beta, lowe
             i = order_rounds[sweep, k]
             if not active_b[i]:
                 continue
-            violation = _visit(Q_bb, i, gamma_b, u_b, a_zeta, a_beta, lower, upper,
-                               shrink_threshold, sweep == 0)
+            violation = _visit(Q_bb, i, gamma_b, u_b, a_zeta * inverse_weight_b[i],
+                               a_beta * inverse_weight_b[i], lower, upper, shrink_threshold,
+                               sweep == 0)
             if violation < 0.0:
                 active_b[i] = False
             sweep_violation = max(sweep_violation, violation)
@@ -143,22 +146,24 @@ def add_rows(u, rows, deltas):
 
 
 @njit(cache=True)
-def max_violation(gamma, u, a_zeta, a_beta, lower, upper):
+def max_violation(gamma, u, a_zeta, a_beta, inverse_weight, lower, upper):
     """Largest projected-gradient violation over all points (the stopping measure)."""
     worst = 0.0
     for i in range(gamma.shape[0]):
-        violation, _, _ = _point_violation(gamma[i], u[i], a_zeta, a_beta, lower, upper)
+        violation, _, _ = _point_violation(gamma[i], u[i], a_zeta * inverse_weight[i],
+                                           a_beta * inverse_weight[i], lower, upper)
         if violation > worst:
             worst = violation
     return worst
 
 
 @njit(cache=True)
-def violations(gamma, u, a_zeta, a_beta, lower, upper):
-    """Projected-gradient violation of every point."""
+def violations(gamma, u, a_zeta, a_beta, inverse_weight, lower, upper):
+    """Projected-gradient violation of every point (``inverse_weight``: each point's 1/s_i)."""
     out = np.empty(gamma.shape[0])
     for i in range(gamma.shape[0]):
-        out[i], _, _ = _point_violation(gamma[i], u[i], a_zeta, a_beta, lower, upper)
+        out[i], _, _ = _point_violation(gamma[i], u[i], a_zeta * inverse_weight[i],
+                                        a_beta * inverse_weight[i], lower, upper)
     return out
 
 

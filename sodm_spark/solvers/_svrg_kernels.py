@@ -33,8 +33,9 @@ def _dot(a, b, d):
 
 
 @njit(cache=True)
-def inner_dense(w, w_snap, g, X, y, rows, step, a, lower, upper, v, has_bias, mu):
-    """Alg. 2 line 14 over ``rows``: w ← (1-η)w - η·g - η·δ_i x̃_i, in place on ``w``.
+def inner_dense(w, w_snap, g, X, y, rows, step, a, row_factor, lower, upper, v, has_bias, mu):
+    """Alg. 2 line 14 over ``rows``: w ← (1-η)w - η·g - η·δ_i x̃_i, in place on ``w``; row i's
+    loss weighs ``a · row_factor[i]`` (its weight, :func:`.svrg.row_factors`).
 
     The SVRG direction ∇p_i(w) - ∇p_i(w̃) + μ̃ with μ̃ = w̃ + g equals w + g + δ_i x̃_i,
     δ_i = (c_i(w) - c_i(w̃))·y_i. With ``has_bias``, x̃_i = x_i - mu (mu = 0: no centring) and
@@ -57,7 +58,7 @@ def inner_dense(w, w_snap, g, X, y, rows, step, a, lower, upper, v, has_bias, mu
             for k in range(d):
                 dot += X[i, k] * w[k]
                 dot_snap += X[i, k] * w_snap[k]
-        delta = _delta(y[i], dot, dot_snap, a, lower, upper, v)
+        delta = _delta(y[i], dot, dot_snap, a * row_factor[i], lower, upper, v)
         if has_bias:
             for k in range(d):
                 w[k] = decay * w[k] - step * g[k] - step * delta * (X[i, k] - mu[k])
@@ -68,8 +69,8 @@ def inner_dense(w, w_snap, g, X, y, rows, step, a, lower, upper, v, has_bias, mu
 
 
 @njit(cache=True)
-def inner_csr(z, w_snap, g, indptr, indices, data, y, rows, step, a, lower, upper, v, d,
-              has_bias, mu):
+def inner_csr(z, w_snap, g, indptr, indices, data, y, rows, step, a, row_factor, lower, upper,
+              v, d, has_bias, mu):
     """The same steps as ``inner_dense`` in O(nnz(x_i)) each, on CSR rows.
 
     w is kept lazily as w = s·z + r·g + q·mu: the dense part (1-η)w - η·g + η·δ_i·mu of a step
@@ -110,7 +111,7 @@ def inner_csr(z, w_snap, g, indptr, indices, data, y, rows, step, a, lower, uppe
         else:
             score = s * zx + r * gx
             score_snap = wx
-        delta = _delta(y[i], score, score_snap, a, lower, upper, v)
+        delta = _delta(y[i], score, score_snap, a * row_factor[i], lower, upper, v)
         s *= decay
         r = decay * r - step
         if has_bias:

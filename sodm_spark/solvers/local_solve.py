@@ -109,7 +109,7 @@ class LocalSolve:
 
     def solve(self, X, y, kernel, n_classes: int = 0, *, warm_start=None, seed=0,
               seed_each_class: bool = True, kernel_values=None,
-              signed_q=None) -> LocalSolution:
+              signed_q=None, weights=None) -> LocalSolution:
         """Solve the local ODM dual(s) (Eqn 1) of ``X`` (m rows, dense or CSR) with ``kernel``.
 
         ``n_classes`` 0: ``y`` is ±1, one binary dual. C ≥ 3: ``y`` holds class numbers in
@@ -119,7 +119,8 @@ class LocalSolve:
         kernel rows on demand), each seeded ``[*seed, c]``, or ``seed`` itself when not
         ``seed_each_class``. ``warm_start``: γ of the shape solved ((m,) or (m, C)) or None;
         ``seed`` fixes every shuffle. ``signed_q`` (binary only): diag(y) K diag(y) of the rows
-        in their order, read as it is (:func:`~.odm_dcd.solve_odm_dual`).
+        in their order, read as it is (:func:`~.odm_dcd.solve_odm_dual`). ``weights``: each
+        row's s_i > 0 (:class:`~.odm_dcd.ODMProblem`), None for all 1.
         """
         dtype = np.dtype(self.dtype)
         if not n_classes:
@@ -127,7 +128,7 @@ class LocalSolve:
                                     violation_tol=self.violation_tol, max_iter=self.max_iter,
                                     gamma0=warm_start, seed=seed, cache_mb=self.cache_mb,
                                     dtype=dtype, kernel_values=kernel_values,
-                                    signed_q=signed_q)
+                                    signed_q=signed_q, weights=weights)
             return LocalSolution(result.gamma, result.u, result.objective,
                                  np.array([result.objective]), np.array([result.n_sweeps]),
                                  result.kernel_mode, [result], result.storage)
@@ -142,7 +143,8 @@ class LocalSolve:
             joint = solve_odm_multiclass(X, y_index, n_classes, kernel, self.lam, self.theta,
                                          self.v, violation_tol=self.violation_tol,
                                          max_iter=self.max_iter, gamma0=warm_start, seed=seed,
-                                         dtype=joint_dtype, kernel_values=kernel_values)
+                                         dtype=joint_dtype, kernel_values=kernel_values,
+                                         weights=weights)
             return LocalSolution(joint.gamma, joint.u, float(joint.objectives.sum()),
                                  joint.objectives, np.full(n_classes, joint.n_sweeps),
                                  "cached", [joint], joint_dtype.name)
@@ -150,7 +152,8 @@ class LocalSolve:
                                   self.v, violation_tol=self.violation_tol, max_iter=self.max_iter,
                                   gamma0=None if warm_start is None else warm_start[:, c],
                                   seed=[*np.atleast_1d(seed).tolist(), c] if seed_each_class
-                                  else seed, cache_mb=self.cache_mb, dtype=dtype)
+                                  else seed, cache_mb=self.cache_mb, dtype=dtype,
+                                  weights=weights)
                    for c in range(n_classes)]
         return LocalSolution(np.stack([r.gamma for r in results], axis=1),
                              np.stack([r.u for r in results], axis=1),

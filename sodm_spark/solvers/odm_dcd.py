@@ -45,26 +45,44 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ODMProblem:
-    """The constants of one local ODM dual (Eqn 1) on ``m`` rows; the local problem uses m·c."""
+    """The constants of one local ODM dual (Eqn 1) on ``m`` rows; the local problem uses m·c.
+
+    ``weights`` (one s_i > 0 per row, None: all 1) weight each row's margin loss in the primal,
+    ``λ/(2S) · Σ_i s_i (ξ_i² + v·ε_i²) / (1-θ)²`` with ``S = Σ_i s_i`` in place of M: row i's
+    diagonal terms in the dual become ``S·c·v / s_i`` and ``S·c / s_i``
+    (docs/design.md §1.4). An integer weight is that many copies of the row; unit weights are
+    Eqn 1 itself, bit for bit.
+    """
 
     lam: float
     theta: float
     v: float
     m: int
+    weights: np.ndarray | None = None
 
     @property
     def c(self) -> float:
         return (1.0 - self.theta) ** 2 / (self.lam * self.v)
 
     @property
+    def total_weight(self) -> float:
+        """S = Σ_i s_i: M for unit weights."""
+        return self.m if self.weights is None else float(np.sum(self.weights))
+
+    @property
+    def inverse_weight(self) -> np.ndarray:
+        """1/s_i per row: row i's share of the diagonal terms."""
+        return np.ones(self.m) if self.weights is None else 1.0 / self.weights
+
+    @property
     def a_zeta(self) -> float:
-        """Diagonal added to Q for ζ: M·c·v."""
-        return self.m * self.c * self.v
+        """Diagonal added to Q for ζ: S·c·v (divided by s_i for row i)."""
+        return self.total_weight * self.c * self.v
 
     @property
     def a_beta(self) -> float:
-        """Diagonal added to Q for β: M·c."""
-        return self.m * self.c
+        """Diagonal added to Q for β: S·c (divided by s_i for row i)."""
+        return self.total_weight * self.c
 
     @property
     def lower(self) -> float:
@@ -78,16 +96,20 @@ class ODMProblem:
         """Dual objective of Eqn (1) from γ and u = Qγ."""
         zeta = np.maximum(gamma, 0.0)
         beta = np.maximum(-gamma, 0.0)
+        zeta_w, beta_w = zeta, beta
+        if self.weights is not None:  # each row's diagonal term over its weight
+            zeta_w, beta_w = zeta / np.sqrt(self.weights), beta / np.sqrt(self.weights)
         return float(
             0.5 * gamma @ u
-            + 0.5 * self.a_beta * (self.v * zeta @ zeta + beta @ beta)
+            + 0.5 * self.a_beta * (self.v * zeta_w @ zeta_w + beta_w @ beta_w)
             - self.lower * zeta.sum()
             + self.upper * beta.sum()
         )
 
     def violation(self, gamma: np.ndarray, u: np.ndarray) -> float:
         """Largest projected-gradient violation (the KKT residual used for stopping)."""
-        return float(loops.max_violation(gamma, u, self.a_zeta, self.a_beta, self.lower, self.upper))
+        return float(loops.max_violation(gamma, u, self.a_zeta, self.a_beta, self.inverse_weight,
+                                         self.lower, self.upper))
 
 
 @dataclass
@@ -116,7 +138,7 @@ def solve_odm_dual(X: np.ndarray, y: np.ndarray, kernel: Kernel, lam: float, the
                    inner_sweeps: int = 8, dtype=np.float32, shrinking: bool = True,
                    block_mb: float = 256.0, mode: str = "auto", callback=None,
                    kernel_values: np.ndarray | None = None,
-                   signed_q: np.ndarray | None = None) -> DCDResult:
+                   signed_q: np.ndarray | None = None, weights=None) -> DCDResult:
     """Solve the ODM dual (Eqn 1) on ``X`` (m×d float, dense or CSR) and ``y`` (±1) by
     coordinate descent, until the largest projected-gradient violation over all rows
     (:meth:`ODMProblem.violation`) is at most ``violation_tol`` (the violation bound the package's
@@ -133,6 +155,9 @@ def solve_odm_dual(X: np.ndarray, y: np.ndarray, kernel: Kernel, lam: float, the
     caller solving many problems on one matrix and one y: the solve reads it as it is (no copy)
     and keeps the rows' order, so the caller shuffles them once instead (gathering a shuffled
     copy of a 2,000-row matrix took longer than many of a search's solves).
+
+    ``weights``: one s_i > 0 per row, each row's margin loss weighted (:class:`ODMProblem`;
+    None: all 1, Eqn 1 itself). Rows of weight 0 are the caller's to leave out.
 
     ``dtype`` int16 (:data:`~.kernel_rows.FIXED_POINT`) keeps a cached Q in fixed point, half
     the memory of float32, where the kernel bounds its values by its diagonal
@@ -157,7 +182,7 @@ def solve_odm_dual(X: np.ndarray, y: np.ndarray, kernel: Kernel, lam: float, the
                  else fixed_point_scale(kernel, X))
         if scale is None:
             dtype = np.dtype(np.float32)
-    problem = ODMProblem(lam, theta, v, m)
+    weights = checked_weights(weights, m)
     if gamma0 is None:
         gamma = np.zeros(m)
     else:
@@ -184,6 +209,7 @@ def solve_odm_dual(X: np.ndarray, y: np.ndarray, kernel: Kernel, lam: float, the
     shuffled = np.arange(m) if signed_q is not None else rng.permutation(m)
     if signed_q is None:
         X, y, gamma = X[shuffled], y[shuffled], gamma[shuffled]
+    problem = ODMProblem(lam, theta, v, m, None if weights is None else weights[shuffled])
     if mode == "cached":
         if signed_q is not None:
             Q = signed_q
@@ -201,9 +227,25 @@ def solve_odm_dual(X: np.ndarray, y: np.ndarray, kernel: Kernel, lam: float, the
     original = np.empty(m, dtype=np.int64)
     original[shuffled] = np.arange(m)
     gamma, u = gamma[original], u[original]
+    problem = ODMProblem(lam, theta, v, m, weights)  # in the rows' given order
     return DCDResult(gamma=gamma, u=u, objective=problem.objective(gamma, u), n_sweeps=n_sweeps,
                      violation=violation, converged=converged, kernel_mode=mode, history=history,
                      kernel_rows_computed=computed, storage=dtype.name)
+
+
+def checked_weights(weights, m: int) -> np.ndarray | None:
+    """``weights`` as float64, one positive finite number per row (None stays None)."""
+    if weights is None:
+        return None
+    weights = np.asarray(weights, dtype=np.float64)
+    if weights.shape != (m,):
+        raise ValueError(f"weights must hold one number per row ({m}), got shape "
+                         f"{weights.shape}.")
+    bad = ~(np.isfinite(weights) & (weights > 0.0))
+    if bad.any():
+        raise ValueError(f"weights must be positive and finite; row {int(np.argmax(bad))} has "
+                         f"{weights[bad][0]!r} (leave rows of weight 0 out of the solve).")
+    return weights
 
 
 def next_shrink_threshold(violation: float, shrinking: bool) -> float:
@@ -290,9 +332,10 @@ def _solve_blocks(blocks, problem, gamma, rng, violation_tol, max_iter, shrinkin
     history = []
     violation, converged, sweep = np.inf, False, 0
     everyone = np.arange(m)
+    inverse_weight = problem.inverse_weight
     for sweep in range(1, max_iter + 1):
-        violations = loops.violations(gamma, u, problem.a_zeta, problem.a_beta, problem.lower,
-                                      problem.upper)
+        violations = loops.violations(gamma, u, problem.a_zeta, problem.a_beta, inverse_weight,
+                                      problem.lower, problem.upper)
         violation = float(violations.max()) if m else 0.0
         active = (np.flatnonzero(violations > ACTIVE_SHARE_OF_TOL * violation_tol)
                   if shrinking else everyone)
@@ -317,8 +360,9 @@ def _solve_blocks(blocks, problem, gamma, rng, violation_tol, max_iter, shrinkin
             gamma_b, u_b = gamma[index].copy(), u[index].copy()
             orders = np.stack([rng.permutation(index.size) for _ in range(inner_sweeps)])
             loops.block_solve(q_bb, gamma_b, u_b, np.ones(index.size, dtype=np.bool_), orders,
-                              problem.a_zeta, problem.a_beta, problem.lower, problem.upper,
-                              np.inf, 0.5 * violation_tol)  # a block's inner bound
+                              problem.a_zeta, problem.a_beta, inverse_weight[index],
+                              problem.lower, problem.upper, np.inf,
+                              0.5 * violation_tol)  # a block's inner bound
             add_rows(u, gamma_b - gamma[index])
             gamma[index] = gamma_b
     return sweep, float(violation), converged, history, u

@@ -27,7 +27,7 @@ from ..core.sparse_rows import as_float_rows
 from ..core.validation import check_odm_params
 from ._dcd_kernels import _point_optimum, _point_violation
 from .kernel_rows import full_q_matrix
-from .odm_dcd import ODMProblem, next_shrink_threshold
+from .odm_dcd import ODMProblem, checked_weights, next_shrink_threshold
 
 
 @dataclass
@@ -51,8 +51,8 @@ def one_vs_rest_signs(y_index: np.ndarray, n_classes: int) -> np.ndarray:
 
 
 @njit(cache=True)
-def multiclass_sweep(K, signs, gamma, V, order, active, a_zeta, a_beta, lower, upper,
-                     thresholds, violations):
+def multiclass_sweep(K, signs, gamma, V, order, active, a_zeta, a_beta, inverse_weight,
+                     lower, upper, thresholds, violations):
     """One sweep over the points in ``order``, each class of a point that is still active.
 
     ``V`` is (C, m) with ``V[c] = K (y_c ∘ γ_c)``; a changed coordinate costs one axpy of row
@@ -68,20 +68,21 @@ def multiclass_sweep(K, signs, gamma, V, order, active, a_zeta, a_beta, lower, u
     for t in range(order.shape[0]):
         i = order[t]
         q_ii = K[i, i]
+        a_zeta_i, a_beta_i = a_zeta * inverse_weight[i], a_beta * inverse_weight[i]
         for c in range(n_classes):
             if not active[i, c]:
                 continue
             y_ic = signs[i, c]
             g_old = gamma[i, c]
             u_ic = y_ic * V[c, i]
-            violation, grad_zeta, grad_beta = _point_violation(g_old, u_ic, a_zeta, a_beta,
-                                                               lower, upper)
+            violation, grad_zeta, grad_beta = _point_violation(g_old, u_ic, a_zeta_i,
+                                                               a_beta_i, lower, upper)
             if g_old == 0.0 and grad_zeta > thresholds[c] and grad_beta > thresholds[c]:
                 active[i, c] = False  # at its optimum 0 with room to spare: shrink
                 continue
             violations[c] = max(violations[c], violation)
-            delta = _point_optimum(u_ic - q_ii * g_old, q_ii, a_zeta, a_beta, lower, upper) \
-                - g_old
+            delta = _point_optimum(u_ic - q_ii * g_old, q_ii, a_zeta_i, a_beta_i, lower,
+                                   upper) - g_old
             if delta != 0.0:
                 gamma[i, c] = g_old + delta
                 step = delta * y_ic
@@ -107,15 +108,16 @@ def solve_odm_multiclass(X: np.ndarray, y_index: np.ndarray, n_classes: int, ker
                          lam: float, theta: float, v: float, *, violation_tol: float = 1e-3,
                          max_iter: int = 1000, gamma0=None, seed=0, dtype=np.float32,
                          shrinking: bool = True, block_mb: float = 256.0,
-                         callback=None, kernel_values: np.ndarray | None = None
-                         ) -> MulticlassDCDResult:
+                         callback=None, kernel_values: np.ndarray | None = None,
+                         weights=None) -> MulticlassDCDResult:
     """The C one-vs-rest ODM duals (Eqn 1, class c against the rest) of ``X`` with class
     numbers ``y_index`` in [0, C), solved together with the whole kernel matrix in memory.
 
     ``gamma0`` (m, C) warm-starts every class; a class with no row here is a problem with
     only negatives (its γ pushes every margin to -(1-θ) or below). Arguments otherwise as
     :func:`~sodm_spark.solvers.odm_dcd.solve_odm_dual` (cached mode; ``kernel_values`` the
-    m×m kernel matrix if the caller already computed it).
+    m×m kernel matrix if the caller already computed it; ``weights`` each row's s_i > 0, the
+    same in every class's problem).
     """
     check_odm_params(lam, theta, v)
     if violation_tol <= 0 or not np.isfinite(violation_tol):
@@ -126,7 +128,8 @@ def solve_odm_multiclass(X: np.ndarray, y_index: np.ndarray, n_classes: int, ker
     if y_index.shape != (m,) or (m and (y_index.min() < 0 or y_index.max() >= n_classes)):
         raise ValueError(f"y_index must hold one class number in [0, {n_classes}) per row.")
     signs = one_vs_rest_signs(y_index.astype(np.int64), n_classes)
-    problem = ODMProblem(lam, theta, v, m)
+    problem = ODMProblem(lam, theta, v, m, checked_weights(weights, m))
+    inverse_weight = problem.inverse_weight
     gamma = np.zeros((m, n_classes)) if gamma0 is None else \
         np.array(gamma0, dtype=np.float64, copy=True)
     if gamma.shape != (m, n_classes) or not np.all(np.isfinite(gamma)):
@@ -149,7 +152,8 @@ def solve_odm_multiclass(X: np.ndarray, y_index: np.ndarray, n_classes: int, ker
         points = np.flatnonzero(active.any(axis=1))
         order = points[rng.permutation(points.size)]
         multiclass_sweep(K, signs, gamma, V, order, active, problem.a_zeta, problem.a_beta,
-                         problem.lower, problem.upper, thresholds, class_violations)
+                         inverse_weight, problem.lower, problem.upper, thresholds,
+                         class_violations)
         violation = float(class_violations.max()) if n_classes else 0.0
         history.append(violation)
         if callback is not None:

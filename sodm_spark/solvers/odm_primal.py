@@ -36,10 +36,11 @@ class NewtonResult:
 
 
 def newton_primal(X, y, lam, theta, v, *, gradient_tol=1e-10, max_iter=100, w0=None,
-                  fit_intercept=True) -> NewtonResult:
+                  fit_intercept=True, weights=None) -> NewtonResult:
     """Minimize the ODM primal; stop when ‖∇P‖ ≤ gradient_tol·max(1, ‖∇P(0)‖).
     ``fit_intercept`` (default, as MLlib and scikit-learn) adds the unpenalized bias b; ``w0``
-    may hold d or (with an intercept) d+1 entries."""
+    may hold d or (with an intercept) d+1 entries. ``weights``: each row's s_i > 0, the loss
+    a weighted mean over S = Σ s_i (docs/design.md §1.4)."""
     check_odm_params(lam, theta, v)
     X = X.tocsr() if sp.issparse(X) else np.ascontiguousarray(X, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
@@ -52,17 +53,21 @@ def newton_primal(X, y, lam, theta, v, *, gradient_tol=1e-10, max_iter=100, w0=N
         w0 = np.asarray(w0, dtype=np.float64).reshape(-1)
         w[:w0.size] = w0
 
+    total = float(m) if weights is None else float(np.sum(weights))
+    row_weight = np.ones(m) if weights is None else np.asarray(weights, dtype=np.float64)
+
     def objective_and_gradient(w):
-        loss, grad = loss_gradient_sum(w, X, y, lam, theta, v, fit_intercept)
-        return 0.5 * float(w[:d] @ w[:d]) + loss / m, penalized(w, fit_intercept) + grad / m
+        loss, grad = loss_gradient_sum(w, X, y, lam, theta, v, fit_intercept, weights=weights)
+        return (0.5 * float(w[:d] @ w[:d]) + loss / total,
+                penalized(w, fit_intercept) + grad / total)
 
     def hessian_vector(X_active, d_active):
         def product(s):
-            weights = s[:d]
-            inner = X_active @ weights + (s[d] if fit_intercept else 0.0)
+            direction_w = s[:d]
+            inner = X_active @ direction_w + (s[d] if fit_intercept else 0.0)
             scaled = d_active * inner
             out = np.zeros(n_params)
-            out[:d] = weights + X_active.T @ scaled
+            out[:d] = direction_w + X_active.T @ scaled
             if fit_intercept:
                 out[d] = scaled.sum() + _BIAS_RIDGE * s[d]
             return out
@@ -73,9 +78,9 @@ def newton_primal(X, y, lam, theta, v, *, gradient_tol=1e-10, max_iter=100, w0=N
     iteration = 0
     for iteration in range(1, max_iter + 1):
         margins = y * (X @ w[:d] + (w[d] if fit_intercept else 0.0))
-        weights = np.where(margins < 1 - theta, 1.0, np.where(margins > 1 + theta, v, 0.0))
-        active = np.flatnonzero(weights)
-        X_active, d_active = X[active], weights[active] * (a / m)
+        piece = np.where(margins < 1 - theta, 1.0, np.where(margins > 1 + theta, v, 0.0))
+        active = np.flatnonzero(piece)
+        X_active, d_active = X[active], piece[active] * row_weight[active] * (a / total)
         if d <= 2000:
             dense = X_active.toarray() if sp.issparse(X_active) else X_active
             if fit_intercept:

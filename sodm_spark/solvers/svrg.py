@@ -49,8 +49,8 @@ from ..core.validation import check_odm_params
 from ._svrg_kernels import inner_csr, inner_dense
 
 __all__ = ["SVRGResult", "column_means", "default_step", "epoch_rng", "loss_gradient_sum",
-           "penalized", "primal_objective", "row_sq_norms", "sample_rows", "smoothness", "step_for",
-           "svrg", "svrg_inner"]
+           "penalized", "primal_objective", "row_factors", "row_sq_norms", "sample_rows",
+           "smoothness", "step_for", "svrg", "svrg_inner"]
 
 
 # ---------------------------------------------------------------- input handling
@@ -109,10 +109,12 @@ def _as_center(center, d: int, fit_intercept: bool):
     return np.ascontiguousarray(_as_vector(center, d, "center"))
 
 
-def loss_gradient_sum(w, X, y, lam, theta, v, fit_intercept=False, center=None):
+def loss_gradient_sum(w, X, y, lam, theta, v, fit_intercept=False, center=None, weights=None):
     """Σ_i λ/(2(1-θ)²)(ξ_i²+vε_i²) and Σ_i c_i(w) y_i x_i (the data part of Σ_i ∇p_i; with
     ``fit_intercept`` w = (w, b) and the gradient sum gains Σ_i c_i y_i as its last entry).
-    With ``center`` μ the rows are x_i - μ and w = (w, b'), b' = b + wᵀμ.
+    With ``center`` μ the rows are x_i - μ and w = (w, b'), b' = b + wᵀμ. ``weights``: each
+    row's s_i multiplies its terms (docs/design.md §1.4; the sums are then divided by
+    S = Σ s_i, not M).
 
     One matvec X @ w and one X.T @ coeffs (BLAS or sparse); both sums add over rows, so a
     treeAggregate can sum partitions' results (Alg. 2 line 7).
@@ -130,8 +132,13 @@ def loss_gradient_sum(w, X, y, lam, theta, v, fit_intercept=False, center=None):
     margins = y * scores
     xi = np.maximum(1.0 - theta - margins, 0.0)
     eps = np.maximum(margins - 1.0 - theta, 0.0)
-    loss_sum = 0.5 * a * float(xi @ xi + v * (eps @ eps))
-    coeffs = a * (v * eps - xi) * y          # c_i(w)·y_i
+    if weights is None:
+        loss_sum = 0.5 * a * float(xi @ xi + v * (eps @ eps))
+        coeffs = a * (v * eps - xi) * y          # c_i(w)·y_i
+    else:
+        weights = np.asarray(weights, dtype=np.float64)
+        loss_sum = 0.5 * a * float(weights @ (xi * xi + v * (eps * eps)))
+        coeffs = a * (v * eps - xi) * y * weights
     grad_sum = np.asarray(X.T @ coeffs, dtype=np.float64).reshape(-1)
     if fit_intercept:
         total = float(coeffs.sum())
@@ -168,18 +175,29 @@ def row_sq_norms(X, center=None) -> np.ndarray:
     return sq
 
 
-def smoothness(X, lam, theta, v, fit_intercept=False, center=None) -> float:
+def smoothness(X, lam, theta, v, fit_intercept=False, center=None, row_factor=None) -> float:
     """L_max = 1 + λ/(1-θ)²·max(1, v)·max_i ‖x_i‖² (‖(x_i - μ, 1)‖² with ``fit_intercept`` and
-    ``center``): every p_i is L_max-smooth, since ∇²p_i ⪯ I + λ/(1-θ)²·max(1, v)·x_i x_iᵀ."""
+    ``center``): every p_i is L_max-smooth, since ∇²p_i ⪯ I + λ/(1-θ)²·max(1, v)·x_i x_iᵀ;
+    with ``row_factor`` (:func:`row_factors`) each row's term times its factor."""
     X = _as_matrix(X)
     if X.shape[0] == 0:
         raise ValueError("X has no rows.")
     center = _as_center(center, X.shape[1], fit_intercept)
-    return 1.0 + _scale(lam, theta) * max(1.0, v) * (float(row_sq_norms(X, center).max())
-                                                      + bool(fit_intercept))
+    norms = row_sq_norms(X, center) + bool(fit_intercept)
+    if row_factor is not None:
+        norms = norms * row_factor
+    return 1.0 + _scale(lam, theta) * max(1.0, v) * float(norms.max())
 
 
-def default_step(X, lam, theta, v, inner_steps=None, fit_intercept=False, center=None) -> float:
+def row_factors(weights, n_rows: int, total_weight: float) -> np.ndarray:
+    """M·s_i/S per row: a uniformly sampled row's loss gradient times this is an unbiased
+    sample of the weighted mean (1/S)·Σ_i s_i ∇ℓ_i (docs/design.md §1.4); 1 without weights."""
+    weights = np.asarray(weights, dtype=np.float64)
+    return weights * (float(n_rows) / float(total_weight))
+
+
+def default_step(X, lam, theta, v, inner_steps=None, fit_intercept=False, center=None,
+                 row_factor=None) -> float:
     """A safe SVRG step: η = 1/(2·L_max), smaller when an epoch is long (see ``step_for``).
 
     The classical analyses (Johnson & Zhang 2013; Xiao & Zhang's prox-SVRG) need η < 1/(4L)
@@ -196,7 +214,8 @@ def default_step(X, lam, theta, v, inner_steps=None, fit_intercept=False, center
     (``svrg_inner`` needs it for the (1-η) decay of its lazy scaling).
     ``inner_steps`` (m, the steps per epoch) lowers η for long epochs, see ``step_for``.
     """
-    return step_for(smoothness(X, lam, theta, v, fit_intercept, center), inner_steps)
+    return step_for(smoothness(X, lam, theta, v, fit_intercept, center, row_factor),
+                    inner_steps)
 
 
 def step_for(l_max: float, inner_steps=None) -> float:
@@ -221,7 +240,7 @@ def step_for(l_max: float, inner_steps=None) -> float:
 
 # ---------------------------------------------------------------- the inner steps
 def svrg_inner(w, snapshot, mean_data_grad, X, y, rows, step, lam, theta, v,
-               fit_intercept=False, center=None) -> np.ndarray:
+               fit_intercept=False, center=None, row_factor=None) -> np.ndarray:
     """Run len(rows) SVRG steps w ← w - η(∇p_i(w) - ∇p_i(w̃) + μ̃) over ``rows`` in order.
 
     ``snapshot`` is w̃ and ``mean_data_grad`` = grad_sum/M at w̃ (so μ̃ = penalized(w̃) +
@@ -230,7 +249,8 @@ def svrg_inner(w, snapshot, mean_data_grad, X, y, rows, step, lam, theta, v,
     modified. Dense rows cost O(d) per step, CSR rows O(nnz(x_i)) plus O(d) once at the end.
     With ``fit_intercept`` the three vectors hold (w, b), d+1 entries; with ``center`` μ as
     well, (w, b') on the rows x_i - μ (``mean_data_grad`` from ``loss_gradient_sum`` with the
-    same ``center``).
+    same ``center``). ``row_factor`` (:func:`row_factors`): each row's loss gradient times its
+    factor, for weighted rows (None: 1).
     """
     X = _as_matrix(X)
     n, d = X.shape
@@ -253,16 +273,19 @@ def svrg_inner(w, snapshot, mean_data_grad, X, y, rows, step, lam, theta, v,
     if rows.size == 0:
         return w
     a, lower, upper, v = _scale(lam, theta), 1.0 - theta, 1.0 + theta, float(v)
+    factor = np.ones(n) if row_factor is None else \
+        np.ascontiguousarray(row_factor, dtype=np.float64)
     if sp.issparse(X):
         s, r, q, b = inner_csr(w, w_snap, g, X.indptr, X.indices, X.data, y, rows, step,
-                               a, lower, upper, v, d, fit_intercept, mu)
+                               a, factor, lower, upper, v, d, fit_intercept, mu)
         w[:d] *= s
         w[:d] += r * g[:d]
         if fit_intercept:
             w[:d] += q * mu
             w[d] = b
     else:
-        inner_dense(w, w_snap, g, X, y, rows, step, a, lower, upper, v, fit_intercept, mu)
+        inner_dense(w, w_snap, g, X, y, rows, step, a, factor, lower, upper, v, fit_intercept,
+                    mu)
     return w
 
 
@@ -304,7 +327,7 @@ class SVRGResult:
 
 def svrg(X, y, lam, theta, v, *, epochs=30, inner_steps=None, step=None,
          relative_change_tol=1e-6, w0=None, seed=0, fit_intercept=True,
-         intercept0=0.0) -> SVRGResult:
+         intercept0=0.0, weights=None) -> SVRGResult:
     """Single-node SVRG on the ODM primal (ODM_svrg, Johnson & Zhang 2013; SODM Sec. 3.3).
 
     Each epoch: full gradient at the snapshot w̃ (= the last iterate, option I), then
@@ -313,6 +336,7 @@ def svrg(X, y, lam, theta, v, *, epochs=30, inner_steps=None, step=None,
     after ``epochs`` epochs. ``step`` defaults to ``default_step``. ``fit_intercept`` (default, as
     MLlib and scikit-learn) adds the unpenalized bias b, started at ``intercept0``; the steps
     then run on centred rows (module docstring) and the result is turned back into (w, b).
+    ``weights``: each row's s_i > 0, P's loss a weighted mean (docs/design.md §1.4).
     """
     check_odm_params(lam, theta, v)
     X = _as_matrix(X)
@@ -329,9 +353,15 @@ def svrg(X, y, lam, theta, v, *, epochs=30, inner_steps=None, step=None,
     if inner_steps < 1:
         raise ValueError(f"inner_steps must be at least 1, got {inner_steps!r}.")
     fit_intercept = bool(fit_intercept)
+    total, factor = float(n), None
+    if weights is not None:
+        weights = np.asarray(weights, dtype=np.float64)
+        total = float(weights.sum())
+        factor = row_factors(weights, n, total)
+    # the weighted column means centre as well as the plain ones (the centring only moves b)
     center = column_means(X) if fit_intercept else None
-    step = (default_step(X, lam, theta, v, inner_steps, fit_intercept, center) if step is None
-            else float(step))
+    step = (default_step(X, lam, theta, v, inner_steps, fit_intercept, center, factor)
+            if step is None else float(step))
     w = np.zeros(d) if w0 is None else np.array(_as_vector(w0, d, "w0"), copy=True)
     if fit_intercept:  # b' = b + wᵀμ on the centred rows
         w = np.append(w, float(intercept0) + float(w @ center))
@@ -341,15 +371,17 @@ def svrg(X, y, lam, theta, v, *, epochs=30, inner_steps=None, step=None,
     def regularizer(w):
         return 0.5 * float(w[:d] @ w[:d])
 
-    loss_sum, grad_sum = loss_gradient_sum(w, X, y, lam, theta, v, fit_intercept, center)
-    objective = regularizer(w) + loss_sum / n
+    loss_sum, grad_sum = loss_gradient_sum(w, X, y, lam, theta, v, fit_intercept, center,
+                                           weights)
+    objective = regularizer(w) + loss_sum / total
     history, converged, epoch = [objective], False, 0
     for epoch in range(1, int(epochs) + 1):
         rows = sample_rows(n, inner_steps, epoch_rng(seed, epoch - 1))
-        w = svrg_inner(w, w, grad_sum / n, X, y, rows, step, lam, theta, v, fit_intercept,
-                       center)
-        loss_sum, grad_sum = loss_gradient_sum(w, X, y, lam, theta, v, fit_intercept, center)
-        new_objective = regularizer(w) + loss_sum / n
+        w = svrg_inner(w, w, grad_sum / total, X, y, rows, step, lam, theta, v, fit_intercept,
+                       center, factor)
+        loss_sum, grad_sum = loss_gradient_sum(w, X, y, lam, theta, v, fit_intercept, center,
+                                               weights)
+        new_objective = regularizer(w) + loss_sum / total
         history.append(new_objective)
         if not np.isfinite(new_objective):
             raise FloatingPointError(f"SVRG diverged at epoch {epoch} (step {step:g} too large).")

@@ -55,9 +55,10 @@ class Partitioning:
         check_positive_int(self.landmark_candidates, "landmark_candidates")
 
 
-Chunk = namedtuple("Chunk", "order X y ids gamma stats")
+Chunk = namedtuple("Chunk", "order X y ids gamma stats weights", defaults=(None,))
 Chunk.__doc__ = """A run of a partition's rows: ``order`` (a tuple) places it among the
-partition's chunks, ``stats`` is the solve's record on a partition's first chunk, else None."""
+partition's chunks, ``stats`` is the solve's record on a partition's first chunk, else None;
+``weights`` the rows' weight column (docs/design.md §1.4), or None."""
 
 #: Most bytes of features in one chunk (the input blocks' bound).
 CHUNK_BYTES = MAX_BLOCK_BYTES
@@ -68,6 +69,14 @@ def assemble(chunks):
     chunks = sorted(chunks, key=lambda chunk: chunk.order)
     return (stack_rows([c.X for c in chunks]), np.concatenate([c.y for c in chunks]),
             np.concatenate([c.ids for c in chunks]), np.concatenate([c.gamma for c in chunks]))
+
+
+def assembled_weights(chunks):
+    """The weight column of a partition's rows in :func:`assemble`'s order, or None."""
+    chunks = sorted(chunks, key=lambda chunk: chunk.order)
+    if all(chunk.weights is None for chunk in chunks):
+        return None
+    return np.concatenate([chunk.weights for chunk in chunks])
 
 
 def partitions_by_key(records):
@@ -81,7 +90,7 @@ def partitions_by_key(records):
         yield key, [chunk for _, chunk in group]
 
 
-def as_chunks(key, X, y, ids, gamma, stats=None):
+def as_chunks(key, X, y, ids, gamma, stats=None, weights=None):
     """(key, Chunk) records of at most :data:`CHUNK_BYTES` each for one partition's rows;
     ``stats`` goes with the first."""
     n = X.shape[0]
@@ -89,7 +98,8 @@ def as_chunks(key, X, y, ids, gamma, stats=None):
     for number, start in enumerate(range(0, max(n, 1), step)):
         rows = slice(start, start + step)
         yield key, Chunk((number,), X[rows], y[rows], ids[rows], gamma[rows],
-                         stats if number == 0 else None)
+                         stats if number == 0 else None,
+                         None if weights is None else weights[rows])
 
 
 def whole_partitions(records):
@@ -101,7 +111,8 @@ def whole_partitions(records):
 # --- task functions (module level: shipped to executors without driver state) ----------------
 
 def _sample_rows(item, fraction, seed):
-    (X, _, _), index = item
+    block, index = item
+    X = block[0]
     return X[np.random.default_rng([seed, 7, index]).random(X.shape[0]) < fraction]
 
 
@@ -113,7 +124,8 @@ def _assign_strata(item, how, centers, kernel, label_groups=2):
     strata: 2 for ±1 labels, C for class numbers), so each partition also gets the exact class
     proportions of every stratum.
     """
-    (X, y, ids), index = item
+    block, index = item
+    X, y = block[0], block[1]
     if how.startswith("landmarks"):
         strata = nearest_landmark(X, centers, kernel)
         if how == "landmarks+labels":
@@ -129,7 +141,9 @@ def _assign_strata(item, how, centers, kernel, label_groups=2):
 def _deal(item, strata, offsets, n_partitions, direct, seed):
     """Split one input block into (target partition, chunk) pairs, γ = 0; ``strata`` and
     ``offsets`` are this block's (stratum per row, first dealing position per stratum)."""
-    (X, y, ids), index = item
+    block, index = item
+    X, y, ids = block[:3]
+    weights = block[3] if len(block) > 3 else None  # a weight column's
     if direct:  # DC-ODM: the cluster is the partition
         targets = strata
     else:
@@ -137,7 +151,8 @@ def _deal(item, strata, offsets, n_partitions, direct, seed):
     for target in np.unique(targets):
         rows = targets == target
         yield int(target), Chunk((index,), X[rows], y[rows], ids[rows],
-                                 np.zeros(int(rows.sum())), None)
+                                 np.zeros(int(rows.sum())), None,
+                                 None if weights is None else weights[rows])
 
 
 # --- driver -----------------------------------------------------------------------------------

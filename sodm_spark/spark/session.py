@@ -146,9 +146,10 @@ def store(rdd) -> None:
 
 
 def numpy_to_blocks(sc, X: np.ndarray, y: np.ndarray, n_slices: int | None = None,
-                    first_row_id: int = 0):
-    """An RDD of Blocks holding ``X``/``y`` (row ids = row numbers), for driver-side data;
-    ``X`` dense (blocks of float64) or a scipy sparse matrix (blocks of float64 CSR).
+                    first_row_id: int = 0, weights=None):
+    """An RDD of Blocks holding ``X``/``y`` (row ids = row numbers; ``weights``: each row's
+    weight, positive, or None), for driver-side data; ``X`` dense (blocks of float64) or a
+    scipy sparse matrix (blocks of float64 CSR).
 
     By default one slice per 5,000 rows (at least 2, at most 64): a function of the data only,
     not of how many executors have registered yet, so the partitioning seeded from these
@@ -165,7 +166,8 @@ def numpy_to_blocks(sc, X: np.ndarray, y: np.ndarray, n_slices: int | None = Non
             np.ascontiguousarray(X[a:b], dtype=np.float64)
 
     pieces = [Block(rows(a, b), np.asarray(y[a:b], np.float64),
-                    np.arange(a, b, dtype=np.int64) + first_row_id)
+                    np.arange(a, b, dtype=np.int64) + first_row_id,
+                    None if weights is None else np.asarray(weights[a:b], np.float64))
               for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
     return sc.parallelize(pieces, len(pieces))
 

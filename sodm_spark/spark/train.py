@@ -20,7 +20,8 @@ from ..core.validation import check_two_classes, shown_classes
 from ..selection.tuning import (DEFAULT_SEARCH_GRID_TEXT, DEFAULT_SEARCH_POINT,
                                 SEARCH_PARTITION_ROWS, GridPoint, ParamGrid, search_pieces,
                                 search_sample)
-from .dsvrg.fit import DSVRGFit, DSVRGParams, fit_dsvrg
+from .dsvrg.fit import DSVRGFit, DSVRGParams
+from .dsvrg.holdout import fit_calibrated
 from .sodm.fit import fit_sodm
 from .sodm.params import SODMFit, SODMParams
 from .sodm.prepare import checked_classes, prepare_sodm
@@ -54,7 +55,11 @@ def fit_params(settings: Mapping) -> SODMParams | DSVRGParams:
     if params.kernel != "linear":
         return params
     return DSVRGParams(lam=params.lam, theta=params.theta, v=params.v, strata=params.strata,
-                       seed=params.seed, **{name: settings[key] for key, name
+                       seed=params.seed, class_weight=params.class_weight,
+                       calibration=params.calibration,
+                       validation_fraction=params.validation_fraction,
+                       validation_max_rows=params.validation_max_rows,
+                       **{name: settings[key] for key, name
                                             in LINEAR_SETTINGS.items()
                                             if settings.get(key) is not None})
 
@@ -131,7 +136,8 @@ def train(sc, blocks, n_features: int, params: SODMParams | DSVRGParams, classes
     ``classes``: the label values, when the caller has counted them (else one checking job
     does); :func:`check_classes` refuses what the fit cannot take, through ``refuse_classes``
     if given. ``test``: (X, y) on the driver, scored as the fit goes; ``validation``: (X, y)
-    the levels' automatic stopping (and a search) score instead of held-out rows. ``search``
+    the levels' automatic stopping (and a search) score, and the model's calibration is
+    fitted on, instead of held-out rows (DSVRG's too: :mod:`.dsvrg.holdout`). ``search``
     scores a grid first and fits its best point (``search.then_fit`` False: the search alone).
     ``level_options``: fit_sodm's ``checkpoint_dir``, ``resume``, ``max_sv``,
     ``compress_method`` and ``test_every_level``; DSVRG takes none of them, nor a search.
@@ -149,8 +155,9 @@ def train(sc, blocks, n_features: int, params: SODMParams | DSVRGParams, classes
     classes = check_classes(classes, linear, refuse_classes)
     if linear:
         _call(progress.on_fit, params)
-        fit = fit_dsvrg(sc, blocks, params, classes, n_features, test=test,
-                        on_epoch=progress.on_epoch)
+        # calibrated on ``validation``, else on a slice held out as the levels hold theirs
+        fit = fit_calibrated(sc, blocks, params, classes, n_features, validation, test=test,
+                             on_epoch=progress.on_epoch)
         return Trained(fit, params)
     prepared = result = None
     if search is not None:

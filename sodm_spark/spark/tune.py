@@ -10,9 +10,10 @@ warm-started along λ (to ``SEARCH_TOL_FACTOR`` × the fit's violation bound), a
 its share of the validation rows' decision values per grid point
 (:func:`sodm_spark.selection.tuning.search_partition`); the driver sums the shares (a level's f)
 and scores them, so on partitions no larger than the pieces each grid point's accuracy is the one
-a fit with that point would report for its top level. Every grid point is reported when the
-job ends (one job instead of one per γ multiple: the kernel once per partition, not once per
-multiple). A sampled search then has a second round (:func:`final_round`): its finalists scored
+a fit with that point would report for its top level. The points are ranked by the fit's
+metric (``SODMParams.metric``, :mod:`sodm_spark.selection.metrics`; accuracy by default).
+Every grid point is reported when the job ends (one job instead of one per γ multiple: the
+kernel once per partition, not once per multiple). A sampled search then has a second round (:func:`final_round`): its finalists scored
 on the same rows in pieces one merge larger.
 """
 from __future__ import annotations
@@ -27,10 +28,11 @@ from threadpoolctl import threadpool_limits
 from ..core.kernels import Kernel
 from ..core.labels import accuracy_of_scores, coded_classes, correct_rows
 from ..core.sparse_rows import as_float_rows, stack_rows
+from ..selection.metrics import Evaluation, oriented
 from ..selection.tuning import (MAX_SEARCH_TOL, SEARCH_PARTITION_ROWS, SEARCH_SAMPLE_ROWS,
-                                SEARCH_TOL_FACTOR, GridPoint, ParamGrid, best_point,
-                                search_partition, search_subsets, significantly_better)
-from .partitioning import assemble, partitions_by_key
+                                SEARCH_TOL_FACTOR, GridPoint, ParamGrid, choose_point,
+                                search_partition, search_subsets)
+from .partitioning import assemble, assembled_weights, partitions_by_key
 from .sodm.params import SODMParams
 from .sodm.prepare import PreparedData
 
@@ -43,10 +45,26 @@ class PointResult:
     converged: bool  # every partition reached the search's violation bound
     seconds: float  # summed over partitions (task time)
     correct: np.ndarray | None = field(default=None, repr=False)  # per validation row
+    # judged by another metric than accuracy: its Evaluation of the point's scores
+    evaluation: Evaluation | None = field(default=None, repr=False)
+
+    @property
+    def judged(self):
+        """How the validation rows judge the point (tuning.choose_point)."""
+        return self.correct if self.evaluation is None else self.evaluation
+
+    @property
+    def ranking(self) -> float:
+        """The point's value by the fit's metric, higher better."""
+        if self.evaluation is None:
+            return self.validation_accuracy
+        return oriented(self.evaluation.metric, self.evaluation.value)
 
     def to_dict(self) -> dict:
+        metric = {} if self.evaluation is None else {
+            f"validation_{self.evaluation.metric}": self.evaluation.value}
         return {**self.point.to_dict(), "validation_accuracy": self.validation_accuracy,
-                "sweeps_max": self.sweeps_max, "converged": self.converged,
+                **metric, "sweeps_max": self.sweeps_max, "converged": self.converged,
                 "task_seconds": self.seconds}
 
 
@@ -64,17 +82,17 @@ class TuneResult:
     final_points: list = field(default_factory=list)  # PointResult of each finalist
     final_piece_rows: int = 0
     final_pieces: int = 0
+    metric: str = "accuracy"  # what the points are ranked by (SODMParams.metric)
 
     @property
     def best_index(self) -> int:
         """The point a fit takes: the best of the second round when it ran, else of the grid;
         the default point unless that one beats it significantly on the validation rows."""
         ranked = self.final_points or self.points
-        best = ranked[best_point([p.validation_accuracy for p in ranked],
-                                 [p.sweeps_max for p in ranked])]
-        defaults = [p for p in ranked if p.point == self.default]
-        if defaults and not significantly_better(best.correct, defaults[0].correct):
-            best = defaults[0]
+        defaults = [i for i, p in enumerate(ranked) if p.point == self.default]
+        best = ranked[choose_point([p.judged for p in ranked], [p.sweeps_max for p in ranked],
+                                   defaults[0] if defaults else None,
+                                   [p.ranking for p in ranked])]
         return next(i for i, p in enumerate(self.points) if p.point == best.point)
 
     @property
@@ -94,14 +112,18 @@ class TuneResult:
                        theta=point.theta, v=point.v)
 
     def to_dict(self) -> dict:
-        best = self.best
-        return {"grid": self.grid.to_dict(), "base_gamma": self.base_gamma,
+        best, final, metric = self.best, self.best_final, self.metric
+        chosen = {} if metric == "accuracy" else {
+            f"validation_{metric}": best.to_dict()[f"validation_{metric}"],
+            f"final_validation_{metric}": None if final is None
+            else final.to_dict()[f"validation_{metric}"]}
+        return {"grid": self.grid.to_dict(), "base_gamma": self.base_gamma, "metric": metric,
                 "kernel": self.kernel, "partitions": self.partitions,
                 "validation_rows": self.validation_rows, "seconds": self.seconds,
                 "best": {**best.point.to_dict(), "gamma": self.base_gamma * best.point.gamma_scale,
                          "validation_accuracy": best.validation_accuracy,
-                         "final_validation_accuracy": None if self.best_final is None
-                         else self.best_final.validation_accuracy},
+                         "final_validation_accuracy": None if final is None
+                         else final.validation_accuracy, **chosen},
                 "default": None if self.default is None else self.default.to_dict(),
                 "points": [p.to_dict() for p in self.points],
                 "final_round": None if not self.final_points else {
@@ -123,6 +145,7 @@ class SearchTaskSettings:
     max_rows: int | None  # a partition larger than this is searched in pieces of this many
     pieces: int  # pieces searched per partition larger than max_rows
     threads: int  # BLAS threads per task
+    class_weights: tuple | None = None  # one per class, coded order (PreparedData's)
 
 
 def _search_task(records, X_val, kernel: Kernel, grid: ParamGrid,
@@ -132,6 +155,7 @@ def _search_task(records, X_val, kernel: Kernel, grid: ParamGrid,
     (:func:`~sodm_spark.selection.tuning.search_subsets`)."""
     for key, chunks in partitions_by_key(records):
         X, y, _, _ = assemble(chunks)
+        weights = assembled_weights(chunks)
         total = merged = None
         for rows in search_subsets(X.shape[0], settings.max_rows, settings.pieces,
                                    settings.seed, key):
@@ -139,7 +163,8 @@ def _search_task(records, X_val, kernel: Kernel, grid: ParamGrid,
                 _, scores, stats = search_partition(
                     X[rows], y[rows], X_val, kernel, grid, n_classes=settings.n_classes,
                     violation_tol=settings.violation_tol, max_iter=settings.max_iter,
-                    seed=[settings.seed, 97, key])
+                    seed=[settings.seed, 97, key], class_weights=settings.class_weights,
+                    row_weights=None if weights is None else weights[rows])
             total = scores if total is None else total + scores
             merged = stats if merged is None else list(map(_pieces_stats, merged, stats))
         yield total, merged
@@ -159,16 +184,21 @@ def _task_settings(params: SODMParams, prepared: PreparedData, max_rows, pieces:
     return SearchTaskSettings(
         violation_tol=min(fit_solve.violation_tol * SEARCH_TOL_FACTOR, MAX_SEARCH_TOL),
         max_iter=fit_solve.max_iter, n_classes=prepared.classes.size if prepared.multi else 0,
-        seed=params.seed, max_rows=max_rows, pieces=pieces, threads=max(1, threads))
+        seed=params.seed, max_rows=max_rows, pieces=pieces, threads=max(1, threads),
+        class_weights=prepared.class_weights)
 
 
-def _point_result(point, scores, stats, y_val, coded) -> PointResult:
+def _point_result(point, scores, stats, y_val, coded, params: SODMParams,
+                  weights=None) -> PointResult:
     """A point's result from its decision values summed over the pieces (``scores``) and each
-    piece's stats."""
+    piece's stats, judged by ``params.metric`` on the validation rows weighted by ``weights``
+    (their class and row weights; None: unweighted)."""
+    evaluation = None if params.metric == "accuracy" and weights is None else Evaluation(
+        scores, y_val, weights, params.metric, params.seed)
     return PointResult(point, accuracy_of_scores(scores, y_val, coded),
                        max(s["sweeps"] for s in stats), all(s["converged"] for s in stats),
                        float(sum(s["seconds"] for s in stats)),
-                       correct_rows(scores, y_val, coded))
+                       correct_rows(scores, y_val, coded), evaluation)
 
 
 def tune_sodm(sc, prepared: PreparedData, params: SODMParams, grid: ParamGrid,
@@ -197,7 +227,8 @@ def tune_sodm(sc, prepared: PreparedData, params: SODMParams, grid: ParamGrid,
     kernel = prepared.kernel
     X_val_b = sc.broadcast(as_float_rows(X_val, np.float64))
     result = TuneResult(grid=grid, base_gamma=prepared.kernel.gamma, kernel=prepared.kernel.name,
-                        partitions=n_parts, validation_rows=int(len(y_val)), default=default)
+                        partitions=n_parts, validation_rows=int(len(y_val)), default=default,
+                        metric=params.metric)
     total = len(grid)
     try:
         sc.setJobDescription(f"SODM tune: {total} grid points on {n_parts} partitions")
@@ -208,7 +239,7 @@ def tune_sodm(sc, prepared: PreparedData, params: SODMParams, grid: ParamGrid,
         scores = np.sum([share[0] for share in shares], axis=0)
         for j, point in enumerate(grid.points()):
             entry = _point_result(point, scores[j], [share[1][j] for share in shares], y_val,
-                                  coded)
+                                  coded, params, prepared.validation_weights)
             result.points.append(entry)
             if on_point is not None:
                 on_point(entry, len(result.points), total)
@@ -243,10 +274,10 @@ class PointList:
 
 
 def finalists(result: TuneResult, count: int = FINALISTS) -> list:
-    """The ``count`` points of the first round with the highest validation accuracy (ties:
-    fewer sweeps, then grid order) and the default point."""
+    """The ``count`` points of the first round with the highest validation accuracy, or
+    value of the fit's metric (ties: fewer sweeps, then grid order) and the default point."""
     ranked = sorted(range(len(result.points)),
-                    key=lambda i: (-result.points[i].validation_accuracy,
+                    key=lambda i: (-result.points[i].ranking,
                                    result.points[i].sweeps_max, i))
     chosen = [result.points[i].point for i in ranked[:count]]
     if result.default is not None and result.default not in chosen:
@@ -256,25 +287,28 @@ def finalists(result: TuneResult, count: int = FINALISTS) -> list:
 
 def _sampled_rows(records, settings: SearchTaskSettings):
     """``runJob`` function: the rows of each sampled partition the first round searched
-    (its pieces, :func:`~sodm_spark.selection.tuning.search_subsets`), as (key, X, y)."""
+    (its pieces, :func:`~sodm_spark.selection.tuning.search_subsets`), as (key, X, y,
+    weights or None)."""
     result = []
     for key, chunks in partitions_by_key(records):
         X, y, _, _ = assemble(chunks)
+        weights = assembled_weights(chunks)
         rows = np.sort(np.concatenate(search_subsets(X.shape[0], settings.max_rows,
                                                      settings.pieces, settings.seed, key)))
-        result.append((key, X[rows], y[rows]))
+        result.append((key, X[rows], y[rows], None if weights is None else weights[rows]))
     return result
 
 
 def _final_task(pieces, X_val, kernel: Kernel, points: PointList,
                 settings: SearchTaskSettings):
     """``mapPartitions`` function of the second round: every finalist on each piece."""
-    for number, X, y in pieces:
+    for number, X, y, weights in pieces:
         with threadpool_limits(max(1, min(settings.threads, os.cpu_count() or 1))):
             _, scores, stats = search_partition(
                 X, y, X_val, kernel, points, n_classes=settings.n_classes,
                 violation_tol=settings.violation_tol, max_iter=settings.max_iter,
-                seed=[settings.seed, 101, number])
+                seed=[settings.seed, 101, number], class_weights=settings.class_weights,
+                row_weights=weights)
         yield scores, stats
 
 
@@ -307,9 +341,11 @@ def final_round(sc, prepared: PreparedData, params: SODMParams, result: TuneResu
                                    partitions=sorted(keys)), key=lambda item: item[0])
         X = stack_rows([item[1] for item in sampled])
         y = np.concatenate([item[2] for item in sampled])
+        w = None if sampled[0][3] is None else np.concatenate([item[3] for item in sampled])
         count = max(1, X.shape[0] // piece_rows)
         bounds = np.linspace(0, X.shape[0], count + 1).astype(np.int64)
-        cut = [(number, X[bounds[number]:bounds[number + 1]], y[bounds[number]:bounds[number + 1]])
+        cut = [(number, X[bounds[number]:bounds[number + 1]], y[bounds[number]:bounds[number + 1]],
+                None if w is None else w[bounds[number]:bounds[number + 1]])
                for number in range(count)]
         settings = replace(settings, threads=max(1, cores // min(count, cores)))
         sc.setJobDescription(f"SODM tune: {len(points)} finalists on {count} pieces of "
@@ -321,7 +357,7 @@ def final_round(sc, prepared: PreparedData, params: SODMParams, result: TuneResu
         sc.setJobDescription(None)
     scores = np.sum([share[0] for share in shares], axis=0)
     result.final_points = [_point_result(point, scores[j], [share[1][j] for share in shares],
-                                         y_val, coded)
+                                         y_val, coded, params, prepared.validation_weights)
                            for j, point in enumerate(points.points())]
     result.final_piece_rows, result.final_pieces = int(bounds[1] - bounds[0]), count
     result.seconds += time.perf_counter() - started

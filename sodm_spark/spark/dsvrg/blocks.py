@@ -45,7 +45,9 @@ CHUNK_BYTES = 8 << 20
 
 
 def partition_chunks(index, blocks, positive):
-    """An input partition's rows as (index, (X, ±1 y, ids)) chunks of at most ~8 MB.
+    """An input partition's rows as (index, (X, ±1 y, ids)) chunks of at most ~8 MB; rows with
+    a weight column's weight s_i carry ±s_i as y (DSVRGTaskSettings.labels_and_weights reads
+    both back), so the stacked and resident (X, y) blocks need no third array.
 
     Spark hands a cached partition to Python several times faster as many mid-sized pickles
     than as one large one (DSVRG reads a partition from the RDD once when its block is
@@ -58,6 +60,9 @@ def partition_chunks(index, blocks, positive):
         nbytes = block.X.data.nbytes if scipy.sparse.issparse(block.X) else block.X.nbytes
         step = max(1, int(CHUNK_BYTES * n // max(nbytes, 1)))
         y = plus_minus(block.y, positive)
+        weights = block[3] if len(block) > 3 else None
+        if weights is not None:
+            y = y * weights
         for start in range(0, n, step):
             rows = slice(start, start + step)
             yield index, (block.X[rows], y[rows], block.row_ids[rows])

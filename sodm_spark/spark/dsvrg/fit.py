@@ -17,6 +17,7 @@ files between jobs, and one turn of the round robin is one Spark job over a run 
 resident on one host: :mod:`.blocks` (which also cuts the input into chunks); w is
 bit-identical whichever path served a block and however the cluster is shaped. Rows that must
 be dealt into partitions are dealt as SODM deals them (:mod:`sodm_spark.spark.partitioning`).
+Class probabilities come from rows held out of the epochs (:mod:`.holdout`).
 """
 from __future__ import annotations
 
@@ -31,6 +32,9 @@ from ...core.errors import SettingsError
 from ...core.kernels import Kernel
 from ...core.labels import accuracy_of_scores, coded_classes, plus_minus
 from ...core.validation import check_odm_params, check_positive_int, check_two_classes
+from ...core.weights import (canonical_class_weight, class_weights_for, combined_weights,
+                             row_weights)
+from ...models.calibration import CALIBRATIONS
 from ...models.expansion import KernelExpansion
 from ...partition import nearest_landmark, partitions_look_like_whole, select_landmarks
 from ...solvers.svrg import (epoch_rng, loss_gradient_sum, row_sq_norms, sample_rows, step_for,
@@ -58,8 +62,17 @@ class DSVRGParams:
     seed: int = 0
     resident: bool = True  # keep partitions' blocks in executor scratch files between jobs
     fit_intercept: bool = True  # unpenalized bias b, f(x) = wᵀx + b (solvers.svrg docstring)
+    # None, "balanced" or (label, weight) pairs: each class's rows weighted in the loss
+    # (sodm_spark.core.weights)
+    class_weight: object = None
+    # the model's class probabilities, fitted on rows held out as SODM's validation slice is
+    # (sodm_spark.spark.dsvrg.holdout; SODMParams' defaults): "sigmoid", "isotonic" or "none"
+    calibration: str = "sigmoid"
+    validation_fraction: float = 0.1
+    validation_max_rows: int = 10_000
 
     def __post_init__(self):
+        object.__setattr__(self, "class_weight", canonical_class_weight(self.class_weight))
         self.validate()
 
     def validate(self) -> None:
@@ -73,6 +86,13 @@ class DSVRGParams:
             raise ValueError(f"step must lie in (0, 1), got {self.step!r}.")
         if self.n_partitions is not None and self.n_partitions < 1:
             raise ValueError(f"n_partitions must be positive, got {self.n_partitions!r}.")
+        if self.calibration not in CALIBRATIONS:
+            raise ValueError(f"calibration must be one of {', '.join(CALIBRATIONS)}, got "
+                             f"{self.calibration!r}.")
+        if not 0.0 < self.validation_fraction < 1.0:
+            raise ValueError(f"validation_fraction must lie in (0, 1), got "
+                             f"{self.validation_fraction!r}.")
+        check_positive_int(self.validation_max_rows, "validation_max_rows")
 
 
 @dataclass(frozen=True)
@@ -86,6 +106,22 @@ class DSVRGTaskSettings:
     fit_intercept: bool
     seed: int  # partition k draws its rows of epoch e from epoch_rng([seed, k], e)
     center: object = None  # Broadcast of the column means μ (with the intercept), or None
+    # (weight of the -1 rows, of the +1 rows) and M/S: a row's loss gradient in a step is
+    # times M·s_i/S (solvers.svrg.row_factors); None: unweighted
+    class_weights: tuple | None = None
+    weight_scale: float = 1.0
+    row_weighted: bool = False  # y holds ±s_i, the rows' weight column (blocks.partition_chunks)
+
+    def labels_and_weights(self, y):
+        """(±1 labels, each row's s_i: its weight column's times its class's, or None)."""
+        if not self.row_weighted:
+            return y, row_weights(y, self.class_weights)
+        signs = np.sign(y)
+        return signs, combined_weights(np.abs(y), self.class_weights, signs)
+
+    def row_factor(self, weights):
+        """Each row's M·s_i/S for its weights ``weights``, or None (unweighted)."""
+        return None if weights is None else weights * self.weight_scale
 
     def center_value(self):
         """μ on the executor (the rows are centred with it), or None."""
@@ -114,6 +150,7 @@ class DSVRGFit:
     layout: str = ""  # how the rows were laid out into partitions
     resident_hits: int = 0  # partition tasks served from resident blocks
     resident_misses: int = 0  # ... that had to read the persisted RDD instead (after the first)
+    validation_rows: int = 0  # held-out rows the model's calibration was fitted on
 
 
 # --- partition tasks and layout ----------------------------------------------------------------
@@ -127,8 +164,11 @@ def _survey_block(key, X, y, wanted, seed):
     if not sparse:
         keys = np.random.default_rng([seed, 7, key]).random(X.shape[0])
         sample = np.array(X[np.argsort(keys, kind="stable")[:wanted]])  # in random-key order
+    # the weight of each class's rows (a weight column's: y holds ±s_i), else their counts
+    weight_sums = (float(np.abs(y[y < 0]).sum()), float(np.abs(y[y > 0]).sum()))
     return (X.shape[0], int(np.sum(y > 0)), float(row_sq_norms(X).max()), sparse, sample,
-            np.asarray(X.sum(axis=0), dtype=np.float64).reshape(-1))
+            np.asarray(X.sum(axis=0), dtype=np.float64).reshape(-1), weight_sums,
+            bool(np.any(np.abs(y) != 1.0)))
 
 
 def _strata_by_class(X, y, landmarks, n_strata):
@@ -142,18 +182,25 @@ def _loss_and_gradient(X, y, w, settings: DSVRGTaskSettings, with_norm=False):
     """The partition's (loss sum, gradient sum) at w; with ``with_norm`` also its largest
     ‖x_i - μ‖² (the step's L_max on centred rows, known once μ is)."""
     center = settings.center_value()
+    y, weights = settings.labels_and_weights(y)
     sums = loss_gradient_sum(w, X, y, settings.lam, settings.theta, settings.v,
-                             settings.fit_intercept, center)
+                             settings.fit_intercept, center, weights)
     if not with_norm:
         return sums
-    return sums + (float(row_sq_norms(X, center).max()),)
+    factor = settings.row_factor(weights)
+    if factor is None:
+        return sums + (float(row_sq_norms(X, center).max()),)
+    # weighted: each row's smoothness term times its factor, the intercept's 1 included
+    return sums + (float(((row_sq_norms(X, center) + settings.fit_intercept) * factor).max()),)
 
 
 def _hop(X, y, key, w, snapshot, mean_grad, step, settings: DSVRGTaskSettings, epoch):
     """One partition's turn: SVRG steps over its own rows without replacement (Alg. 2 l. 14)."""
     rows = sample_rows(X.shape[0], X.shape[0], epoch_rng([settings.seed, key], epoch))
+    y, weights = settings.labels_and_weights(y)
     return svrg_inner(w, snapshot, mean_grad, X, y, rows, step, settings.lam, settings.theta,
-                      settings.v, settings.fit_intercept, settings.center_value())
+                      settings.v, settings.fit_intercept, settings.center_value(),
+                      settings.row_factor(weights))
 
 
 def _uniform_sample(survey, wanted, seed):
@@ -250,8 +297,18 @@ def fit_dsvrg(sc, blocks, params: DSVRGParams, classes, n_features: int, test=No
         bias = bool(params.fit_intercept)
         mu = sum(entry[6] for entry in survey) / n_rows if bias else np.zeros(n_features)
         center = sc.broadcast(mu) if bias else None
-        settings = DSVRGTaskSettings(params.lam, params.theta, params.v, fit_intercept=bias,
-                                     seed=params.seed, center=center)
+        positives = sum(entry[2] for entry in survey)
+        class_weights = class_weights_for(params.class_weight, classes,
+                                          [n_rows - positives, positives])
+        row_weighted = any(entry[8] for entry in survey)  # a weight column (not all 1)
+        weight_sums = np.sum([entry[7] for entry in survey], axis=0) if row_weighted else \
+            np.array([n_rows - positives, positives], dtype=np.float64)
+        total_weight = float(n_rows) if class_weights is None and not row_weighted else \
+            float((np.ones(2) if class_weights is None else class_weights) @ weight_sums)
+        settings = DSVRGTaskSettings(
+            params.lam, params.theta, params.v, fit_intercept=bias, seed=params.seed,
+            center=center, weight_scale=n_rows / total_weight, row_weighted=row_weighted,
+            class_weights=None if class_weights is None else tuple(class_weights.tolist()))
         w = np.zeros(n_features + bias)  # (w, b') with an intercept, b' = b + wᵀμ
         if w0 is not None:
             w0 = np.asarray(w0, dtype=np.float64).reshape(-1)
@@ -282,7 +339,7 @@ def fit_dsvrg(sc, blocks, params: DSVRGParams, classes, n_features: int, test=No
                 loss += sums[key][0]
                 grad += sums[key][1]
             weights = w[:n_features]
-            result = (0.5 * float(weights @ weights) + loss / n_rows, grad / n_rows)
+            result = (0.5 * float(weights @ weights) + loss / total_weight, grad / total_weight)
             return result + ((max(sums[key][2] for key in keys),) if with_norm else ())
 
         def raw_intercept(w):
@@ -293,7 +350,9 @@ def fit_dsvrg(sc, blocks, params: DSVRGParams, classes, n_features: int, test=No
         sc.setJobDescription("DSVRG epoch 0: full gradient")
         objective, mean_grad, max_sq_norm = full_pass(w, with_norm=True)
         scale = params.lam / (1 - params.theta) ** 2
-        l_max = 1.0 + scale * max(1.0, params.v) * (max_sq_norm + bias)
+        # weighted: max_sq_norm already holds the intercept's 1 and each row's factor
+        weighted = settings.class_weights is not None or settings.row_weighted
+        l_max = 1.0 + scale * max(1.0, params.v) * (max_sq_norm + (0.0 if weighted else bias))
         step = params.step or step_for(l_max, n_rows)  # an epoch is n_rows steps
         turns = blocks_.turns()  # known once every block has been read
         layout += f"; {len(turns)} turn{'s' * (len(turns) > 1)} per epoch"

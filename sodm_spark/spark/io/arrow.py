@@ -116,24 +116,28 @@ def numbered_batches(batches):
         local += n
 
 
-def _serialize_block(X, y, ids):
+def _serialize_block(X, y, ids, weights=None):
     buffer = io.BytesIO()
-    for array in (X, y, ids):
+    for array in (X, y, ids) if weights is None else (X, y, ids, weights):
         np.save(buffer, array, allow_pickle=False)
     return buffer.getvalue()
 
 
 def _deserialize_block(payload):
     buffer = io.BytesIO(payload)
-    return Block(*(np.load(buffer, allow_pickle=False) for _ in range(3)))
+    arrays = [np.load(buffer, allow_pickle=False) for _ in range(3)]
+    if buffer.tell() < len(payload):  # a weight column's values follow
+        arrays.append(np.load(buffer, allow_pickle=False))
+    return Block(*arrays)
 
 
-def _arrow_to_payloads(kind, d, chunk_rows, dtype=np.float64):
-    """The ``mapInArrow`` function: record batches ``[label, features...]`` -> np.save payloads.
+def _arrow_to_payloads(kind, d, chunk_rows, dtype=np.float64, weighted=False):
+    """The ``mapInArrow`` function: record batches ``[label, (weight,) features...]`` -> np.save
+    payloads.
 
-    ``kind`` is ``"array"`` (column 1 is list<double> of length ``d``) or ``"columns"``
-    (columns 1..d are doubles); features are stored in ``dtype``. Row ids are
-    ``(partitionId << 40) + local row``.
+    ``kind`` is ``"array"`` (the first feature column is list<double> of length ``d``) or
+    ``"columns"`` (d double columns); features are stored in ``dtype``; ``weighted``: column 1
+    holds each row's weight. Row ids are ``(partitionId << 40) + local row``.
     """
     def to_payloads(batches):
         import pyarrow as pa
@@ -141,12 +145,15 @@ def _arrow_to_payloads(kind, d, chunk_rows, dtype=np.float64):
         for batch, first_id, _ in numbered_batches(batches):
             n = batch.num_rows
             y = np.asarray(batch.column(0).to_numpy(zero_copy_only=False), dtype=np.float64)
-            X = batch_matrix(batch, kind, 1, d)
+            weights = None if not weighted else np.asarray(
+                batch.column(1).to_numpy(zero_copy_only=False), dtype=np.float64)
+            X = batch_matrix(batch, kind, 1 + weighted, d)
             for start in range(0, n, chunk_rows):
                 stop = min(n, start + chunk_rows)
                 ids = np.arange(first_id + start, first_id + stop, dtype=np.int64)
-                payload = _serialize_block(to_feature_dtype(X[start:stop], dtype),
-                                           np.ascontiguousarray(y[start:stop]), ids)
+                payload = _serialize_block(
+                    to_feature_dtype(X[start:stop], dtype), np.ascontiguousarray(y[start:stop]),
+                    ids, None if weights is None else np.ascontiguousarray(weights[start:stop]))
                 yield pa.RecordBatch.from_arrays([pa.array([payload], type=pa.binary())],
                                                  names=["payload"])
     return to_payloads
@@ -173,12 +180,15 @@ def _joined(parts):
         return parts[0]
     return Block(np.ascontiguousarray(np.concatenate([p.X for p in parts])),
                  np.concatenate([p.y for p in parts]),
-                 np.concatenate([p.row_ids for p in parts]))
+                 np.concatenate([p.row_ids for p in parts]),
+                 None if parts[0].weights is None else
+                 np.concatenate([p.weights for p in parts]))
 
 
 def _array_features(df, label, features_col, dtype, where):
-    """``(DataFrame [label, features array], d)`` (:func:`numeric_array_column`) after one job
-    that checks every row's array (no nulls, one length)."""
+    """``(DataFrame [label, (weight,) features array], d)`` (:func:`numeric_array_column`;
+    ``label`` the leading Columns) after one job that checks every row's array (no nulls, one
+    length)."""
     from pyspark.sql import functions as F
 
     feats = numeric_array_column(features_col, dtype)
@@ -186,7 +196,7 @@ def _array_features(df, label, features_col, dtype, where):
         raise ValueError(f"{where}: the features column {features_col!r} has type "
                          f"{dtype.simpleString()}; expected an ML vector or an array of "
                          "numbers (or pass features_col=[...] naming numeric columns).")
-    prepared = df.select(label, feats.alias("features"))
+    prepared = df.select(*label, feats.alias("features"))
     stats = prepared.agg(F.count(F.lit(1)).alias("n"),
                          F.min(F.size("features")).alias("lo"),
                          F.max(F.size("features")).alias("hi"),
@@ -204,8 +214,8 @@ def _array_features(df, label, features_col, dtype, where):
 
 
 def _column_features(df, label, features_col, label_col, schema, where):
-    """``(DataFrame [label, f0..f{d-1} doubles], d)``: the named numeric columns, or every
-    column other than the label."""
+    """``(DataFrame [label, (weight,) f0..f{d-1} doubles], d)``: the named numeric columns, or
+    every column other than those of ``label_col`` (the label and weight columns' names)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import NumericType
 
@@ -217,7 +227,7 @@ def _column_features(df, label, features_col, label_col, schema, where):
             raise ValueError(f"{where} has no column(s) {missing}; its columns are "
                              f"{columns[:20]}.")
     else:
-        feature_cols = [c for c in columns if c != label_col]
+        feature_cols = [c for c in columns if c not in label_col]
     non_numeric = [c for c in feature_cols if not isinstance(schema[c], NumericType)]
     if non_numeric:
         raise ValueError(
@@ -226,16 +236,46 @@ def _column_features(df, label, features_col, label_col, schema, where):
             f"is no features column {features_col!r}. Provide a vector/array features "
             "column, or keep only the label and numeric feature columns.")
     if not feature_cols:
-        raise ValueError(f"{where} has no feature columns besides {label_col!r}.")
-    prepared = df.select(label, *[F.col(c).cast("double").alias(f"f{j}")
-                                  for j, c in enumerate(feature_cols)])
+        raise ValueError(f"{where} has no feature columns besides {', '.join(label_col)}.")
+    prepared = df.select(*label, *[F.col(c).cast("double").alias(f"f{j}")
+                                   for j, c in enumerate(feature_cols)])
     if prepared.limit(1).count() == 0:
         raise DataFormatError(f"{where} has no rows. Check the input path or filter.")
     return prepared, len(feature_cols)
 
 
+def _weight_column(df, weight_col, schema, where):
+    """The Column of ``weight_col``'s weights as doubles, after one job that refuses a null,
+    NaN, infinite or negative weight (naming how many rows and the first such value) and a
+    column whose weights are all 0. Rows of weight 0 are left out by the caller."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import NumericType
+
+    if weight_col not in schema:
+        raise ValueError(f"{where} has no weight column {weight_col!r}; its columns are "
+                         f"{list(schema)[:20]}. Pass the column that holds each row's weight.")
+    if not isinstance(schema[weight_col], NumericType):
+        raise ValueError(f"{where}: the weight column {weight_col!r} has type "
+                         f"{schema[weight_col].simpleString()}, not a number.")
+    weight = F.col(weight_col).cast("double")
+    bad = weight.isNull() | F.isnan(weight) | (weight < 0) | (F.abs(weight) == float("inf"))
+    stats = df.agg(F.sum(bad.cast("int")).alias("bad"),
+                   F.first(F.when(bad, F.coalesce(weight.cast("string"), F.lit("null"))),
+                           ignorenulls=True).alias("example"),
+                   F.sum((weight > 0).cast("int")).alias("positive")).first()
+    if stats["bad"]:
+        raise DataFormatError(f"{where}: {stats['bad']} row(s) of the weight column "
+                              f"{weight_col!r} are not a finite number >= 0 (one is "
+                              f"{stats['example']}). Fix or drop those rows.")
+    if not stats["positive"]:
+        raise DataFormatError(f"{where}: every weight in column {weight_col!r} is 0 (or "
+                              "there are no rows): nothing to fit.")
+    return weight
+
+
 def dataframe_to_blocks(df, features_col="features", label_col="label", *,
-                        where="the DataFrame", min_partitions=None, dtype=np.float64):
+                        where="the DataFrame", min_partitions=None, dtype=np.float64,
+                        weight_col=None):
     """A DataFrame as ``(RDD[Block], d)`` via Arrow: Blocks of at most MAX_BLOCK_BYTES of
     features in ``dtype`` (float64 or float32).
 
@@ -250,6 +290,8 @@ def dataframe_to_blocks(df, features_col="features", label_col="label", *,
 
     ``where`` names the data in error messages (the readers pass the path); with
     ``min_partitions`` a DataFrame with fewer partitions is repartitioned (round robin).
+    ``weight_col``: a numeric column of row weights (each finite and >= 0, checked by one
+    job), carried in the Blocks' ``weights``; rows of weight 0 are left out.
     """
     from pyspark.sql import functions as F
     from pyspark.sql.types import NumericType
@@ -264,18 +306,25 @@ def dataframe_to_blocks(df, features_col="features", label_col="label", *,
         raise ValueError(f"{where}: the label column {label_col!r} has type "
                          f"{schema[label_col].simpleString()}, not a number. Map the labels to "
                          "numbers (e.g. 0/1 or -1/+1) first.")
-    label = F.col(label_col).cast("double").alias("label")
+    leading = [F.col(label_col).cast("double").alias("label")]
+    if weight_col is not None:
+        weight = _weight_column(df, weight_col, schema, where)
+        df = df.filter(weight > 0)  # a row of weight 0 is not in the fit
+        leading.append(weight.alias("weight"))
     if isinstance(features_col, str) and features_col in columns:
         kind = "array"
-        prepared, d = _array_features(df, label, features_col, schema[features_col], where)
+        prepared, d = _array_features(df, leading, features_col, schema[features_col], where)
     else:
         kind = "columns"
-        prepared, d = _column_features(df, label, features_col, label_col, schema, where)
+        prepared, d = _column_features(df, leading, features_col,
+                                       [label_col] + ([weight_col] if weight_col else []),
+                                       schema, where)
     sc = context_of(df.sparkSession)
     if min_partitions is not None and partition_count(prepared) < min_partitions:
         prepared = prepared.repartition(min_partitions)
     itemsize = np.dtype(dtype).itemsize
     chunk_rows = max(1, min(CHUNK_ROWS, MAX_BLOCK_BYTES // (itemsize * max(d, 1))))
-    payloads = prepared.mapInArrow(_arrow_to_payloads(kind, d, chunk_rows, dtype),
+    payloads = prepared.mapInArrow(_arrow_to_payloads(kind, d, chunk_rows, dtype,
+                                                      weight_col is not None),
                                    "payload binary")
     return rows_of(payloads, sc).mapPartitions(_payloads_to_blocks), d

@@ -18,10 +18,12 @@ from ...core.sparse_rows import DENSE_FROM_DENSITY, dense_enough
 from ...core.validation import max_abs_value
 from ...data.formats.libsvm import csr_to_dense
 
-Block = namedtuple("Block", "X y row_ids")
+Block = namedtuple("Block", "X y row_ids weights", defaults=(None,))
 Block.__doc__ = """Rows of one partition: ``X`` (n, d) C-contiguous float64 or float32 (or CSR),
 at most :data:`MAX_BLOCK_BYTES` of it unless one row is larger, ``y`` float64 (n,) raw labels as
-read, ``row_ids`` int64 (n,) globally unique and deterministic. A partition may hold several."""
+read, ``row_ids`` int64 (n,) globally unique and deterministic, ``weights`` float64 (n,) each
+row's weight s_i > 0 (a weight column, docs/design.md §1.4) or None (every row weighs 1). A
+partition may hold several."""
 
 BlockStats = namedtuple("BlockStats", "label_counts n_rows row_width", defaults=(None,))
 BlockStats.__doc__ = """Result of :func:`check_blocks`: ``label_counts`` maps each distinct label
@@ -121,14 +123,14 @@ def to_feature_dtype(X, dtype):
     return np.ascontiguousarray(X, dtype=dtype)
 
 
-def bounded_blocks(X, y, row_ids, max_bytes: int = MAX_BLOCK_BYTES):
-    """Blocks of consecutive rows of (X, y, row_ids), each at most ``max_bytes`` of features
-    (at least one row)."""
+def bounded_blocks(X, y, row_ids, max_bytes: int = MAX_BLOCK_BYTES, weights=None):
+    """Blocks of consecutive rows of (X, y, row_ids[, weights]), each at most ``max_bytes`` of
+    features (at least one row)."""
     n = X.shape[0]
     step = max(1, int(max_bytes * n // max(1, feature_bytes(X)))) if n else 1
     for start in range(0, n, step):
         rows = slice(start, start + step)
-        yield Block(X[rows], y[rows], row_ids[rows])
+        yield Block(X[rows], y[rows], row_ids[rows], None if weights is None else weights[rows])
 
 
 def block_from_parsed(parsed, row_ids, d, sparse=False, dtype=np.float64):
@@ -202,7 +204,7 @@ def _summarize_blocks(n_features, max_labels):
         n_huge, huge_ids, largest = 0, [], 0.0
         n_values, any_sparse = 0, False
         for block in blocks:
-            X, y, ids = block
+            X, y, ids = block[:3]
             is_csr = scipy.sparse.issparse(X) and X.format == "csr"
             if not ((isinstance(X, np.ndarray) or is_csr) and isinstance(y, np.ndarray)
                     and isinstance(ids, np.ndarray)):

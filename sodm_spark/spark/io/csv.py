@@ -40,9 +40,30 @@ def _label_position(names, label_col, header, where):
                      "them or a 0-based column position.")
 
 
-def read_csv_df(spark, path, label_col, header, sep, statuses, limit=None):
-    """The CSV as ``(DataFrame label + f0..f{d-1}, feature column names, where)``, validated:
-    every cell a finite number (at most ``limit`` in magnitude when given).
+def _weight_position(names, weight_col, label_pos, where):
+    """0-based position of the weight column ``weight_col`` (a name or a position), which
+    must not be the label column."""
+    if isinstance(weight_col, (int, np.integer)) and not isinstance(weight_col, bool):
+        if not -len(names) <= weight_col < len(names):
+            raise ValueError(f"weight_col={weight_col} is out of range for {where}, which has "
+                             f"{len(names)} columns.")
+        position = int(weight_col) % len(names)
+    elif weight_col in names:
+        position = names.index(weight_col)
+    else:
+        raise ValueError(f"weight_col={weight_col!r} is not a column of {where}; its columns "
+                         f"are {names[:20]}{' ...' if len(names) > 20 else ''}. Pass one of "
+                         "them or a 0-based column position.")
+    if position == label_pos:
+        raise ValueError(f"weight_col={weight_col!r} is the label column of {where}; name "
+                         "the column that holds each row's weight.")
+    return position
+
+
+def read_csv_df(spark, path, label_col, header, sep, statuses, limit=None, weight_col=None):
+    """The CSV as ``(DataFrame label (+ weight) + f0..f{d-1}, feature column names, where)``,
+    validated: every cell a finite number (at most ``limit`` in magnitude when given).
+    ``weight_col`` (a name or position) is read as the column ``weight``, not a feature.
 
     ``header=None`` detects a header (first row not all numbers); see
     :func:`sodm_spark.spark.io.read_blocks` for ``label_col``; ``statuses`` are the input's
@@ -66,6 +87,8 @@ def read_csv_df(spark, path, label_col, header, sep, statuses, limit=None):
                               f"column and at least one feature column (separator {sep!r}: "
                               "pass sep=... if the file uses another one).", path=path)
     label_pos = _label_position(names, label_col, header, where)
+    weight_pos = None if weight_col is None else \
+        _weight_position(names, weight_col, label_pos, where)
     positional = [f"_c{i}" for i in range(len(names))]
     df = raw.toDF(*positional)
 
@@ -74,8 +97,10 @@ def read_csv_df(spark, path, label_col, header, sep, statuses, limit=None):
     if check_csv_cells(spark, path, statuses, names, dict.fromkeys(range(len(names)), "feature")
                        | {label_pos: "label"}, sep, bool(header), limit) == 0:
         raise DataFormatError(empty_message(path, "csv", "has no data rows"), path=path)
-    feature_pos = [j for j in range(len(names)) if j != label_pos]
-    out = df.select(F.col(positional[label_pos]).try_cast("double").alias("label"),
+    feature_pos = [j for j in range(len(names)) if j not in (label_pos, weight_pos)]
+    weight = [] if weight_pos is None else \
+        [F.col(positional[weight_pos]).try_cast("double").alias("weight")]
+    out = df.select(F.col(positional[label_pos]).try_cast("double").alias("label"), *weight,
                     *[F.col(positional[j]).try_cast("double").alias(f"f{k}")
                       for k, j in enumerate(feature_pos)])
     return out, [f"f{k}" for k in range(len(feature_pos))], where

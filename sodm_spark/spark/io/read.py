@@ -159,7 +159,7 @@ def _sql_conf(spark, key, value):
 
 def read_blocks(spark, path, fmt, n_features=None, min_partitions=None, *, label_col=None,
                 features_col="features", header=None, sep=",", sparse=False,
-                dtype=np.float64, dense_advice=None):
+                dtype=np.float64, dense_advice=None, weight_col=None):
     """Read ``path`` (a file, folder or glob; any Hadoop file system) into ``(RDD[Block], d)``.
 
     ``fmt`` is ``"libsvm"``, ``"csv"`` or ``"parquet"``. Blocks of at most
@@ -187,7 +187,9 @@ def read_blocks(spark, path, fmt, n_features=None, min_partitions=None, *, label
       four times faster).
 
     For CSV/Parquet ``n_features`` must match the data, and ``min_partitions`` repartitions
-    the DataFrame (round robin, deterministic) when it has fewer partitions.
+    the DataFrame (round robin, deterministic) when it has fewer partitions. ``weight_col``
+    (CSV or Parquet; a name, or a position in a CSV) holds each row's weight (finite, >= 0;
+    rows of weight 0 are left out), carried in the Blocks' ``weights``; LIBSVM has none.
     """
     fmt = _normalize_format(fmt, path)
     n_features = check_n_features(n_features)
@@ -195,6 +197,9 @@ def read_blocks(spark, path, fmt, n_features=None, min_partitions=None, *, label
     statuses = input_statuses(spark, path, fmt)
     _check_not_all_empty(statuses, path, fmt)
     slices = input_slices(spark, statuses)
+    if fmt == "libsvm" and weight_col is not None:
+        raise ValueError(f"{path}: LIBSVM rows have no weight column (weight_col="
+                         f"{weight_col!r}); write the data as CSV or Parquet with one.")
     if fmt == "libsvm" and is_connect(spark):
         return _libsvm_by_spark(spark, path, n_features, sparse, dtype, min_partitions, slices)
     if fmt == "libsvm":
@@ -203,7 +208,7 @@ def read_blocks(spark, path, fmt, n_features=None, min_partitions=None, *, label
     if sparse:
         raise ValueError(f"sparse={sparse!r} is supported for LIBSVM input only, not {fmt!r}.")
     blocks = None
-    if fmt == "parquet":  # files every executor reads as local paths: pyarrow in the tasks
+    if fmt == "parquet" and weight_col is None:  # local files: pyarrow in the tasks
         files = local_parquet_files(statuses, features_col, label_col or "label")
         if files is not None:
             where = f"{path} (format 'parquet')"
@@ -216,15 +221,17 @@ def read_blocks(spark, path, fmt, n_features=None, min_partitions=None, *, label
         with _sql_conf(spark, "spark.sql.files.minPartitionNum", str(slices)):
             if fmt == "csv":
                 df, feature_cols, where = read_csv_df(spark, str(path), label_col, header, sep,
-                                                      statuses, max_abs_value(dtype))
-                blocks, d = dataframe_to_blocks(df, feature_cols, "label", where=where,
-                                                min_partitions=min_partitions, dtype=dtype)
+                                                      statuses, max_abs_value(dtype),
+                                                      weight_col)
+                blocks, d = dataframe_to_blocks(
+                    df, feature_cols, "label", where=where, min_partitions=min_partitions,
+                    dtype=dtype, weight_col=None if weight_col is None else "weight")
             else:
                 where = f"{path} (format 'parquet')"
                 df = spark_read(where, lambda: spark.read.parquet(str(path)))
                 blocks, d = dataframe_to_blocks(df, features_col, label_col or "label",
                                                 where=where, min_partitions=min_partitions,
-                                                dtype=dtype)
+                                                dtype=dtype, weight_col=weight_col)
     if n_features is not None and n_features != d:
         raise DataFormatError(f"{where} has {d} feature columns but n_features={n_features}. "
                               "Pass n_features=None or the matching value (CSV and Parquet "

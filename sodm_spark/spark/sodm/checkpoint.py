@@ -29,8 +29,9 @@ from ..partitioning import as_chunks
 STATE_FILE = "state.json"
 FORMAT = "sodm_spark.checkpoint"
 FORMAT_VERSION = 1
-# Parameters that do not change what a finished level holds.
-_NOT_COMPARED = ("stop_level", "min_improvement", "time_budget")
+# Parameters that do not change what a finished level holds (the calibration is fitted after
+# the levels, so a checkpoint written before it existed resumes too).
+_NOT_COMPARED = ("stop_level", "min_improvement", "time_budget", "calibration")
 
 
 _ID_RANGE_BITS = 16
@@ -86,6 +87,10 @@ def block_fingerprint(block) -> dict:
     if len(ids) == 0:
         return {}
     hashes = row_hashes(X, y, ids)
+    if len(block) > 3 and block[3] is not None:  # a weight column changes the fit too
+        weight_bits = np.ascontiguousarray(block[3], dtype=np.float64).view(np.uint64)
+        with np.errstate(over="ignore"):
+            hashes = hashes ^ _mix(weight_bits + np.uint64(0x632BE59BD9B4E019))
     ranges = np.asarray(ids, dtype=np.int64) >> _ID_RANGE_BITS
     out = {}
     for value in np.unique(ranges):
@@ -142,11 +147,12 @@ class LevelCheckpoint:
             raise ValueError(f"{self.state_path} is not a checkpoint this version reads "
                              f"(format {state.get('format')!r} v{state.get('format_version')!r}).")
         mine = json.loads(json.dumps(self.identity, default=str))
-        if state["identity"] != mine:
-            changed = sorted(key for key in set(mine["params"]) | set(state["identity"]["params"])
-                             if mine["params"].get(key) != state["identity"]["params"].get(key))
-            other = [key for key in ("n_rows", "n_features", "classes")
-                     if mine[key] != state["identity"][key]]
+        # a setting an older checkpoint does not record compares as None, its unset value
+        changed = sorted(key for key in set(mine["params"]) | set(state["identity"]["params"])
+                         if mine["params"].get(key) != state["identity"]["params"].get(key))
+        other = [key for key in ("n_rows", "n_features", "classes")
+                 if mine[key] != state["identity"][key]]
+        if changed or other:
             raise ValueError(
                 f"checkpoint {self.directory} belongs to another fit (differs in "
                 f"{', '.join(changed + other)}); resume with the same data and flags, or use "
@@ -219,14 +225,16 @@ class LevelCheckpoint:
 
 def deal_by_layout(item, lookup_ids, lookup_keys, lookup_positions):
     """Sub-blocks of one (X, ±1 y, ids) block keyed by their checkpointed partition."""
-    X, y, ids = item
+    X, y, ids = item[:3]
+    weights = item[3] if len(item) > 3 else None  # a weight column's
     where = np.searchsorted(lookup_ids, ids)
     where = np.minimum(where, lookup_ids.size - 1)
     present = lookup_ids[where] == ids  # Ca-ODM levels keep only support vectors
     keys, positions = lookup_keys[where], lookup_positions[where]
     for key in np.unique(keys[present]):
         rows = present & (keys == key)
-        yield int(key), (positions[rows], X[rows], y[rows], ids[rows])
+        yield int(key), (positions[rows], X[rows], y[rows], ids[rows],
+                         None if weights is None else weights[rows])
 
 
 def assemble_partition(records, gammas):
@@ -241,4 +249,6 @@ def assemble_partition(records, gammas):
         X = stack_rows([p[1] for p in pieces])
         y = np.concatenate([p[2] for p in pieces])[order]
         ids = np.concatenate([p[3] for p in pieces])[order]
-        yield from as_chunks(key, X[order], y, ids, gammas[key])
+        weights = None if pieces[0][4] is None else \
+            np.concatenate([p[4] for p in pieces])[order]
+        yield from as_chunks(key, X[order], y, ids, gammas[key], weights=weights)

@@ -22,12 +22,12 @@ import numpy as np
 from ...core.errors import SettingsError
 from ...core.labels import accuracy_of_scores, coded_classes, correct_rows, raw_labels
 from ...core.sparse_rows import as_float_rows, stack_rows
-from ...models.calibration import SigmoidCalibration
+from ...models.calibration import fit_calibration
 from ...models.compression import (SPARSE_KMEANS, compare_scores, local_fit_share, most_points,
                                    resolve_max_sv)
 from ...selection.stopping import (NEXT_LEVEL_BLOCKED, REACHED_STOP_LEVEL, WARM_START_OPTIMAL,
-                                   choose_level, next_level_blocked, rows_right,
-                                   unbeaten_levels)
+                                   choose_level, level_evaluations, next_level_blocked,
+                                   unbeaten_levels, validation_fields)
 from ..frames import map_with_reports, ordered_sum
 from ..memory import MemoryBudgetError, executor_memory
 from ..session import PERSIST
@@ -103,13 +103,15 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
     width = prepared.row_width or n_features
     training, started = prepared.training, prepared.started
     test_pair, validation_pair = prepared.test_pair, prepared.validation_pair
+    validation_weights = prepared.validation_weights  # its rows' class and row weights
     fit_share = local_fit_share(max_sv, n_rows)
     # what every level's tasks read (the kernel cache is set per level, by its plan); the fit
     # rows travel with the stats when they fit the driver's result limit
     task_settings = LevelTaskSettings(
         params.local_solve, n_classes=classes.size if multi else 0, seed=params.seed,
         fit_targets=FitTargets(fit_share, fit_rows_collectable(sc, fit_share * n_rows,
-                                                               _row_bytes(prepared))))
+                                                               _row_bytes(prepared))),
+        class_weights=prepared.class_weights)
 
     checkpoint = None
     if checkpoint_dir is not None:
@@ -172,6 +174,9 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
                 correct = correct_rows(scores[:n_validation], validation_pair[1], coded)
                 entry.validation_accuracy = float(np.mean(correct))
                 entry.validation_wrong = np.flatnonzero(~correct).tolist()
+                vars(entry).update(validation_fields(  # judged by params.metric, weighted
+                    scores[:n_validation], validation_pair[1], params.metric, params.seed,
+                    validation_weights))
             if test_every_level and test_pair is not None:
                 entry.test_accuracy = accuracy_of_scores(scores[n_validation:], test_pair[1],
                                                          coded)
@@ -182,8 +187,9 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
             # level no other one beats (a beaten level stays beaten)
             still_eligible = {level, level + 1}
             if params.auto_stop:
-                still_eligible.update(unbeaten_levels(*_validated(levels, n_validation),
-                                                      params.confidence))
+                still_eligible.update(unbeaten_levels(
+                    *_validated(levels, validation_pair, params, validation_weights),
+                    params.confidence))
             for older in [key for key in kept if key not in still_eligible]:
                 kept.pop(older).unpersist()
                 kept_scores.pop(older, None)
@@ -210,8 +216,8 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
                 stop_reason = f"next level does not fit the memory budget: {error}"
             if plan is not None and params.auto_stop:
                 stop_reason = params.stop_rule.reason_to_stop(
-                    _validated(levels, n_validation)[1], time.perf_counter() - started,
-                    plan.predicted_seconds) or ""
+                    _validated(levels, validation_pair, params, validation_weights)[1],
+                    time.perf_counter() - started, plan.predicted_seconds) or ""
                 if not stop_reason and next_level_blocked(plan.kernel, plan.tasks,
                                                           plan.partitions, cores):
                     stop_reason = (f"{NEXT_LEVEL_BLOCKED} (level {plan.level}: {plan.advice}; "
@@ -228,7 +234,8 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
                     .partitionBy(n_level_partitions // params.p, lambda key: key))
         level -= 1
     chosen = level
-    validated_levels, validated_correct = _validated(levels, n_validation)
+    validated_levels, validated_correct = _validated(levels, validation_pair, params,
+                                                     validation_weights)
     if params.auto_stop and validated_levels:
         chosen = choose_level(validated_levels, validated_correct, params.confidence)
     if chosen not in kept:  # resumed right after the best level: read it back
@@ -282,8 +289,8 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
         y_validation = raw_labels(validation_pair[1], classes)
         own = full[:n_validation] if global_model is None and compression is None and \
             full is not None else model.input_scores(validation_pair[0])
-        model = replace(model, calibration=SigmoidCalibration.fit(
-            own, np.searchsorted(classes, y_validation), len(classes)))
+        model = replace(model, calibration=fit_calibration(  # params.calibration's method
+            params.calibration, own, np.searchsorted(classes, y_validation), len(classes)))
         if compression is not None and full is not None:
             compression["validation"] = compare_scores(full[:n_validation], own, y_validation,
                                                        classes)
@@ -329,11 +336,12 @@ def _row_bytes(prepared) -> float:
     return 8 * prepared.row_width if prepared.sparse else 4 * prepared.kernel_features
 
 
-def _validated(levels, n_validation):
-    """(levels, their per-row validation correctness) of the levels that were validated, in
-    the order solved (a resumed fit has them from its checkpoint)."""
-    kept = [e for e in levels if e.validation_wrong is not None and n_validation]
-    return [e.level for e in kept], [rows_right(e.validation_wrong, n_validation) for e in kept]
+def _validated(levels, validation, params, weights=None):
+    """(levels, how the slice judges each: its per-row correctness, or an Evaluation by
+    ``params.metric`` with the rows' ``weights``) of the levels that were validated, in the
+    order solved (a resumed fit has them from its checkpoint)."""
+    return ([], []) if validation is None else level_evaluations(
+        levels, len(validation[1]), params.metric, validation[1], weights, seed=params.seed)
 
 
 def _solve_level(sc, previous, level, params, kernel, task_settings, cores, eval_X=None,

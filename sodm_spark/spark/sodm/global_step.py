@@ -8,7 +8,8 @@ every row can still learn. After the levels, :func:`global_step_reason` decides 
 try it; :func:`fit_global` draws the centres among the chosen level's rows, states the plan
 (rows × centres × inputs a pass, the passes expected, the predicted seconds), runs the Newton
 steps with each step's sums added over the level's partitions, and the fit keeps the result
-only where the validation slice ranks it above the level's model (:func:`keeps_global`).
+only where the validation slice ranks it above the level's model by the fit's metric
+(:func:`keeps_global`; :mod:`sodm_spark.selection.metrics`).
 """
 from __future__ import annotations
 
@@ -19,9 +20,11 @@ import numpy as np
 
 from ...core.kernels import kernel_matrix
 from ...core.labels import coded_classes, correct_rows
+from ...core.weights import combined_weights
 from ...models import nystroem_odm
 from ...models.expansion import KernelExpansion
-from ...selection.stopping import holdout_values, oversampled_share, paired_gain
+from ...selection.metrics import Evaluation, correct_of, metric_of, paired_difference
+from ...selection.stopping import holdout_values, oversampled_share
 from ..frames import ordered_sum
 from .params import GLOBAL_STEPS
 from .plan import gemm_flops_per_second
@@ -58,11 +61,12 @@ class GlobalPlan:
                 f"passes, predicted {self.predicted_seconds:,.0f} s")
 
 
-def global_step_reason(mode: str, levels: list[int], correct: list[np.ndarray],
+def global_step_reason(mode: str, levels: list[int], correct: list,
                        chosen: int, majority_share: float) -> str | None:
     """Why the global step runs after the levels, or None: always with ``mode="always"``,
     never with "none"; with "auto" when the ``chosen`` level (its per-row validation
-    correctness in ``correct``, in the order solved) is within :data:`NEAR_MAJORITY` of the
+    correctness, or its Evaluation by the fit's metric, in ``correct``, in the order
+    solved) is within :data:`NEAR_MAJORITY` of the
     majority class's share of the slice, or when the last merge gained nothing on the slice.
     Never after level 0, whose one partition is already the exact ODM of every row."""
     if mode not in GLOBAL_STEPS:
@@ -71,11 +75,11 @@ def global_step_reason(mode: str, levels: list[int], correct: list[np.ndarray],
         return None
     if mode == "always":
         return "global_step='always'"
-    accuracy = float(np.mean(correct[levels.index(chosen)]))
+    accuracy = float(np.mean(correct_of(correct[levels.index(chosen)])))
     if accuracy < majority_share + NEAR_MAJORITY:
         return (f"level {chosen}'s validation accuracy {accuracy:.4f} is within "
                 f"{NEAR_MAJORITY:g} of the majority class's {majority_share:.4f}")
-    if len(levels) >= 2 and paired_gain(correct[-2], correct[-1])[0] <= 0.0:
+    if len(levels) >= 2 and paired_difference(correct[-2], correct[-1])[0] <= 0.0:
         return f"the merge into level {levels[-1]} gained nothing on the validation slice"
     return None
 
@@ -107,11 +111,19 @@ def _level_values(item, centres, kernel):
     return kernel_matrix(kernel, centres, np.asarray(chunk.X)) @ (chunk.gamma * chunk.y)
 
 
-def _chunk_sums(item, shared, steps, theta, v, kernel):
+def _chunk_sums(item, shared, steps, theta, v, kernel, class_weights=None):
     chunk = item[1]
     centres, coef, direction = shared
     return nystroem_odm.pass_sums(kernel, centres, np.asarray(chunk.X), chunk.y, coef,
-                                  direction, steps, theta, v)
+                                  direction, steps, theta, v,
+                                  weights=combined_weights(chunk.weights, class_weights, chunk.y))
+
+
+def _chunk_weight(item, class_weights):
+    """Σ s_i of a chunk's rows (their weight column's times their class's)."""
+    chunk = item[1]
+    weights = combined_weights(chunk.weights, class_weights, chunk.y)
+    return float(chunk.y.size if weights is None else np.sum(weights))
 
 
 def draw_centres(sc, solved, n_rows: int, n_centres: int, seed: int) -> np.ndarray:
@@ -129,7 +141,7 @@ def draw_centres(sc, solved, n_rows: int, n_centres: int, seed: int) -> np.ndarr
 
 
 def fit_global(sc, solved, kernel, classes, params, plan: GlobalPlan, on_step=None,
-               partitions: int = 1):
+               partitions: int = 1, class_weights=None, row_weighted: bool = False):
     """The Nyström ODM of every row of the level ``solved`` (one pass a Newton step, each
     partition's :func:`~sodm_spark.models.nystroem_odm.pass_sums` added in a tree), started
     from the level's model (the mean of its ``partitions`` local models, as a merge starts
@@ -138,13 +150,17 @@ def fit_global(sc, solved, kernel, classes, params, plan: GlobalPlan, on_step=No
     centres = draw_centres(sc, solved, plan.rows, plan.centres, params.seed)
     basis = nystroem_odm.centre_basis(kernel, centres)
     theta, v = params.theta, params.v
+    # class weights: M of the loss's C is the rows' total weight (docs/design.md §1.4)
+    total = plan.rows if class_weights is None and not row_weighted else ordered_sum(
+        solved, lambda item: _chunk_weight(item, class_weights), lambda a, b: a + b, chunk_order)
 
     def run_pass(coef, direction, steps):
         sc.setJobDescription("SODM global step: a Newton pass over the rows")
         shared = sc.broadcast((centres, coef, direction))
         try:
             return ordered_sum(solved, lambda item: _chunk_sums(
-                item, shared.value, steps, theta, v, kernel), lambda a, b: a + b, chunk_order)
+                item, shared.value, steps, theta, v, kernel, class_weights), lambda a, b: a + b,
+                chunk_order)
         finally:
             shared.unpersist()
 
@@ -155,8 +171,8 @@ def fit_global(sc, solved, kernel, classes, params, plan: GlobalPlan, on_step=No
                                lambda a, b: a + b, chunk_order)
     start = nystroem_odm.span_start(
         basis, level_values / max(1, partitions),
-        nystroem_odm.loss_weight(params.lam, theta, plan.rows) * plan.rows / len(centres))
-    coef, newton = nystroem_odm.fit(basis, run_pass, params.lam, theta, v, plan.rows,
+        nystroem_odm.loss_weight(params.lam, theta, total) * total / len(centres))
+    coef, newton = nystroem_odm.fit(basis, run_pass, params.lam, theta, v, total,
                                     on_step=on_step, start=start)
     sc.setJobDescription(None)
     model = KernelExpansion(centres.astype(np.float32), coef[:, None], kernel, classes)
@@ -172,10 +188,10 @@ def fit_global(sc, solved, kernel, classes, params, plan: GlobalPlan, on_step=No
     return model, report
 
 
-def keeps_global(level_correct: np.ndarray, global_correct: np.ndarray) -> bool:
-    """Whether the slice ranks the global model above the level's: more rows right (the
-    paired gain positive)."""
-    return paired_gain(level_correct, global_correct)[0] > 0.0
+def keeps_global(level_correct, global_correct) -> bool:
+    """Whether the slice ranks the global model above the level's: the paired gain of its
+    metric positive (accuracy, from the per-row correctness: more rows right)."""
+    return paired_difference(level_correct, global_correct)[0] > 0.0
 
 
 def validation_correct(model: KernelExpansion, X, y, coded) -> np.ndarray:
@@ -187,7 +203,8 @@ def validation_correct(model: KernelExpansion, X, y, coded) -> np.ndarray:
 def run_global_step(sc, solved, prepared, params, chosen, validated_levels, validated_correct,
                     cores, on_plan, partitions: int = 1):
     """After the levels of a fit (``prepared``, the ``chosen`` level's RDD ``solved`` of
-    ``partitions`` partitions, the validated levels and their per-row correctness): (the
+    ``partitions`` partitions, the validated levels and how the slice judged each: per-row
+    correctness, or an Evaluation by the fit's metric): (the
     global step's model when the validation slice keeps it, else None; its report, or None
     when it did not run). Two classes of dense rows with a validation slice only."""
     if params.global_step == "none" or not validated_levels:
@@ -206,12 +223,20 @@ def run_global_step(sc, solved, prepared, params, chosen, validated_levels, vali
     if on_plan is not None:
         on_plan(plan)
     model, report = fit_global(sc, solved, prepared.kernel, prepared.classes, params, plan,
-                               partitions=partitions)
+                               partitions=partitions, class_weights=prepared.class_weights,
+                               row_weighted=prepared.row_weighted)
     coded = coded_classes(prepared.classes.size)
     level_right = validated_correct[validated_levels.index(chosen)]
-    global_right = validation_correct(model, X_val, y_val, coded)
-    report.update(ran=True, validation_accuracy=float(np.mean(global_right)),
-                  level_validation_accuracy=float(np.mean(level_right)),
+    if isinstance(level_right, Evaluation):  # judged by the fit's metric, as the level was
+        global_right = level_right.with_scores(model.input_scores(X_val))
+        metric = metric_of(level_right)
+        if metric != "accuracy":  # beside the accuracies, which the report always gives
+            report.update({"metric": metric, f"validation_{metric}": global_right.value,
+                           f"level_validation_{metric}": level_right.value})
+    else:
+        global_right = validation_correct(model, X_val, y_val, coded)
+    report.update(ran=True, validation_accuracy=float(np.mean(correct_of(global_right))),
+                  level_validation_accuracy=float(np.mean(correct_of(level_right))),
                   kept=keeps_global(level_right, global_right), model=model)
     return (model if report["kept"] else None), report
 

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field, fields
 
 from ...core.kernels import Kernel
 from ...core.validation import check_positive_int
+from ...core.weights import canonical_class_weight
+from ...models.calibration import CALIBRATIONS
 from ...models.expansion import KernelExpansion
 from ...selection.stopping import StopRule
 from ...solvers.local_solve import LocalSolve
@@ -87,12 +89,23 @@ class SODMParams:
     min_improvement: float = 0.002
     time_budget: float | None = None
     confidence: float = 1.0  # standard errors of the stop rule's paired comparisons
+    # what the stop rule, the level kept, the search and the global step judge by on the
+    # validation slice: accuracy, auc, logloss, f1 or balanced_accuracy
+    # (sodm_spark.selection.metrics); min_improvement is in its units
+    metric: str = "accuracy"
     # the global step after the levels (sodm_spark.spark.sodm.global_step): "auto" where the
     # chosen level is near the majority class or the last merge gained nothing, "always",
     # "none"; a Nyström ODM of every training row on this many centres (1,000: 0.7864 test
     # accuracy on 300,000 flights rows in 4 passes of 5 s each here, 2,000: 0.7882 in 4 of 16 s)
     global_step: str = "auto"
     global_centres: int = 1000
+    # class probabilities fitted on the validation slice and saved with the model
+    # (sodm_spark.models.calibration): "sigmoid" (Platt), "isotonic" or "none"
+    calibration: str = "sigmoid"
+    # each class's rows weighted in every dual and in the validation scores: None, "balanced"
+    # (n / (C·n_c): each class the same total weight) or (label, weight) pairs
+    # (sodm_spark.core.weights; a dict or "label:weight,..." text is accepted and stored so)
+    class_weight: object = None
 
     # The parts the fit reads, built from the fields above once, each validating its own
     # settings as it is built: what every partition's solve reads (its kernel cache is set per
@@ -108,9 +121,11 @@ class SODMParams:
                                            max_iter=self.max_iter),
                  "partitioning": Partitioning(self.partitioner, self.strata, self.seed,
                                               self.landmark_candidates, self.label_strata),
-                 "stop_rule": StopRule(self.min_improvement, self.time_budget, self.confidence)}
+                 "stop_rule": StopRule(self.min_improvement, self.time_budget, self.confidence,
+                                      self.metric)}
         for name, part in parts.items():
             object.__setattr__(self, name, part)
+        object.__setattr__(self, "class_weight", canonical_class_weight(self.class_weight))
         if int(self.p) != self.p or self.p < 2:
             raise ValueError(f"p (partitions merged per level) must be an integer >= 2, got {self.p!r}.")
         if self.levels is not None and (int(self.levels) != self.levels or self.levels < 0):
@@ -146,6 +161,9 @@ class SODMParams:
             raise ValueError(f"global_step must be one of {', '.join(GLOBAL_STEPS)}, got "
                              f"{self.global_step!r}.")
         check_positive_int(self.global_centres, "global_centres")
+        if self.calibration not in CALIBRATIONS:
+            raise ValueError(f"calibration must be one of {', '.join(CALIBRATIONS)}, got "
+                             f"{self.calibration!r}.")
 
     def settings(self) -> dict:
         """The fields a user sets (not the parts built from them), by name."""
@@ -179,6 +197,13 @@ class LevelStats(StatsRecord):
     # positions of the validation rows this level's model gets wrong: the stop rule compares
     # levels row by row (sodm_spark.selection.stopping.paired_gain), also after a resume
     validation_wrong: list | None = None
+    # with another metric than accuracy (SODMParams.metric): its value on the slice, and the
+    # level's decision values there, which the stop rule judges it by, also after a resume
+    validation_auc: float | None = None
+    validation_logloss: float | None = None
+    validation_f1: float | None = None
+    validation_balanced_accuracy: float | None = None
+    validation_decisions: list | None = None
     test_accuracy: float | None = None
 
 

@@ -25,11 +25,12 @@ from ...core.errors import SettingsError
 from ...core.kernels import Kernel, gamma_value
 from ...core.labels import coded_labels, raw_labels
 from ...core.sparse_rows import DENSE_PRODUCT_DENSITY, as_float_rows, dense_enough, stack_rows
+from ...core.weights import BALANCED, class_weights_for, combined_weights
 from ...models import input_projection
 from ...selection.stopping import (exact_share, holdout_mask, holdout_values,
                                    oversampled_share, validation_share)
 from ..frames import ordered_sum
-from ..io import check_blocks
+from ..io import Block, check_blocks
 from ..memory import executor_memory
 from ..partitioning import landmark_candidates_wanted, partition_blocks
 from ..session import PERSIST
@@ -43,25 +44,46 @@ from .plan import auto_level_count, check_levels_fit_rows
 def _coded_block(block, classes):
     """A block's raw labels coded: ±1 with ``classes[1]`` as +1, or class numbers 0..C-1
     (float) in the order of ``classes`` (3+ classes)."""
-    return block.X, coded_labels(block.y, classes), block.row_ids
+    return Block(block.X, coded_labels(block.y, classes), block.row_ids, _weights_of(block))
+
+
+def _weights_of(block):
+    """A block's row weights (a weight column's), or None."""
+    return block[3] if len(block) > 3 else None
+
+
+def _with_rows(block, X=None, rows=None):
+    """The block with features ``X`` (same rows), or only the rows ``rows`` (a mask)."""
+    weights = _weights_of(block)
+    if rows is None:
+        return Block(X, block[1], block[2], weights)
+    return Block(block[0][rows], block[1][rows], block[2][rows],
+                 None if weights is None else weights[rows])
+
+
+def _class_counts(block, n_classes):
+    """Rows per class of a coded block (±1 → [-1, +1], or class numbers), as floats."""
+    y = block[1]
+    index = (y > 0).astype(np.int64) if n_classes == 2 else y.astype(np.int64)
+    return np.bincount(index, minlength=n_classes).astype(np.float64)
 
 
 def _held_out_rows(block, seed, fraction, candidate_fraction):
     """(X, ±1 y, hash values) of the rows of a (X, ±1 y, ids) block held out for validation,
-    and a seeded sample of its other rows as landmark candidates (one pass for both)."""
-    X, y, ids = block
+    a seeded sample of its other rows as landmark candidates (one pass for both), and the
+    held-out rows' weights (None without a weight column)."""
+    X, y, ids = block[:3]
+    weights = _weights_of(block)
     values = holdout_values(ids, seed)
     rows = values < fraction
     held = X[rows]
     kept = X[~rows]
     candidates = kept[_block_draws(ids, seed, 7, kept.shape[0]) < candidate_fraction]
-    return held, y[rows], values[rows], candidates
+    return held, y[rows], values[rows], candidates, None if weights is None else weights[rows]
 
 
 def _kept_rows(block, seed, fraction):
-    X, y, ids = block
-    rows = ~holdout_mask(ids, seed, fraction)
-    return X[rows], y[rows], ids[rows]
+    return _with_rows(block, rows=~holdout_mask(block[2], seed, fraction))
 
 
 def _moments(block):
@@ -81,14 +103,12 @@ def _column_stats(block):
 def _scaled(block, scaling):
     """(X mapped by the feature scaling (offset, scale, columns) in its own float dtype, y,
     ids): :func:`sodm_spark.core.column_stats.scale_rows`."""
-    X, y, ids = block
-    return scale_rows(X, *scaling), y, ids
+    return _with_rows(block, scale_rows(block[0], *scaling))
 
 
 def _projected(block, projection):
     """(X mapped onto the fit's principal directions, in X's float dtype, y, ids)."""
-    X, y, ids = block
-    return projection.projected(X), y, ids
+    return _with_rows(block, projection.projected(block[0]))
 
 
 def _block_draws(ids, seed, salt, n):
@@ -100,15 +120,15 @@ def _block_draws(ids, seed, salt, n):
 
 def _sampled_rows(block, seed, fraction):
     """A seeded sample of a (X, y, ids) block's rows, the same whatever the block layout."""
-    X, _, ids = block
+    X, _, ids = block[:3]
     return X[_block_draws(ids, seed, 11, X.shape[0]) < fraction]
 
 
 def _as_csr(block):
     """The block with CSR rows (dense ones converted: a fit with any sparse block is sparse)."""
-    X, y, ids = block
-    return (X if scipy.sparse.issparse(X) else scipy.sparse.csr_matrix(X, dtype=np.float64)), \
-        y, ids
+    X = block[0]
+    return _with_rows(block, X if scipy.sparse.issparse(X)
+                      else scipy.sparse.csr_matrix(X, dtype=np.float64))
 
 
 # --- driver -----------------------------------------------------------------------------------
@@ -168,6 +188,20 @@ class PreparedData:
     # candidates, test and validation pairs are mapped, and the model stores it
     projection: object = None
     input_map_report: dict | None = None  # the rule's figures (input_projection)
+    # one weight per class in coded order (sodm_spark.core.weights), None: unweighted; the
+    # partitions' duals, the search and the validation scores weight their rows by them
+    class_weights: tuple | None = None
+    validation_row_weights: np.ndarray | None = None  # the held-out rows' weight column
+    row_weighted: bool = False  # the rows carry a weight column (docs/design.md §1.4)
+
+    @property
+    def validation_weights(self) -> np.ndarray | None:
+        """Each validation row's weight (its weight column's times its class's), or None: the
+        scores the stop rule, the search and the global step compare are weighted so."""
+        if self.validation_pair is None:
+            return None
+        return combined_weights(self.validation_row_weights, self.class_weights,
+                                self.validation_pair[1])
 
     @property
     def kernel_features(self) -> int:
@@ -211,6 +245,8 @@ def prepare_sodm(sc, blocks, params: SODMParams, classes, test=None, validation=
     else:
         stats, data_fingerprint = ordered_sum(labelled, _column_stats, ColumnStats.merge), None
     n_all = stats.n
+    # whether the rows carry a weight column (every block does, or none): the first block's
+    row_weighted = bool(labelled.map(lambda b: _weights_of(b) is not None).take(1)[0])
     if params.levels is None:  # from the rows: their number, width and the memory
         levels = auto_level_count(n_all, params.p, row_width(stats),
                                   executor_memory(sc, params.memory_mb), params)
@@ -220,6 +256,7 @@ def prepare_sodm(sc, blocks, params: SODMParams, classes, test=None, validation=
     if hold_out is None:  # one level to solve leaves nothing to choose between
         hold_out = params.auto_stop and params.levels > params.stop_level
     training, validation_pair, candidates = labelled, validation, None
+    validation_row_weights = None  # a weight column's, of held-out rows
     if validation is None and hold_out:
         fraction = validation_share(params.validation_fraction, params.validation_max_rows,
                                     n_all)
@@ -235,11 +272,15 @@ def prepare_sodm(sc, blocks, params: SODMParams, classes, test=None, validation=
         X_val = stack_rows([piece[0] for piece in pieces])
         y_val = np.concatenate([piece[1] for piece in pieces])
         values = np.concatenate([piece[2] for piece in pieces])
+        w_val = None if all(piece[4] is None for piece in pieces) else \
+            np.concatenate([piece[4] for piece in pieces])
         if drawn > fraction:  # trimmed to exactly validation_max_rows rows
             fraction = exact_share(values, params.validation_max_rows, drawn)
             X_val, y_val = X_val[values < fraction], y_val[values < fraction]
+            w_val = None if w_val is None else w_val[values < fraction]
         if 0 < X_val.shape[0] < n_all:
             validation_pair = (X_val, raw_labels(y_val, classes))
+            validation_row_weights = w_val
             stats = stats.without(X_val)
             training = labelled.map(lambda b: _kept_rows(b, seed, fraction))
             candidates = stack_rows([piece[3] for piece in pieces]) if wanted else None
@@ -272,8 +313,16 @@ def prepare_sodm(sc, blocks, params: SODMParams, classes, test=None, validation=
         training = training.map(lambda b: _projected(b, projection))
         if candidates is not None:
             candidates = projection.projected(candidates)
+    class_weights = None
+    if params.class_weight is not None:  # 'balanced' counts the training rows of each class
+        n_classes = classes.size
+        counts = None if params.class_weight != BALANCED else \
+            ordered_sum(training, lambda b: _class_counts(b, n_classes), np.add)
+        class_weights = tuple(class_weights_for(params.class_weight, classes, counts).tolist())
     prepared = PreparedData(
         params=params, labelled=labelled, training=training, classes=classes, kernel=kernel,
+        class_weights=class_weights, validation_row_weights=validation_row_weights,
+        row_weighted=row_weighted,
         n_rows=n_rows, n_features=n_features, started=started, candidates=candidates,
         fingerprint=data_fingerprint, scaling=scaling,
         row_width=row_width(stats) if projection is None else projection.components.shape[1],

@@ -27,8 +27,9 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from ...core.kernels import Kernel, decision_values
+from ...core.weights import combined_weights
 from ...solvers.local_solve import LocalSolve, expansion_coefficients
-from ..partitioning import Chunk, as_chunks, assemble, partitions_by_key
+from ..partitioning import Chunk, as_chunks, assemble, assembled_weights, partitions_by_key
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,9 @@ class LevelTaskSettings:
     n_classes: int = 0  # 0: one binary ODM on ±1 labels; C ≥ 3: one-vs-rest on class numbers
     seed: int = 0  # the fit's: partition k of level l is solved with the seed [seed, l, k]
     fit_targets: FitTargets = field(default_factory=FitTargets)
+    # one weight per class (coded order: -1 then +1, or class numbers), every row of a class
+    # weighted so in its partition's dual (sodm_spark.core.weights); None: unweighted
+    class_weights: tuple | None = None
 
     def with_cache(self, cache_mb: float, storage: str = "float32") -> "LevelTaskSettings":
         """These settings with a level's kernel cache per task and the dtype of its cached
@@ -70,19 +74,22 @@ def solve_partitions(records, kernel: Kernel, settings: LevelTaskSettings, level
     the driver without a pass over the solved chunks)."""
     for key, chunks in partitions_by_key(records):
         X, y, ids, gamma = assemble(chunks)
+        weights = assembled_weights(chunks)
         gamma, stats = solve_partition(key, X, y, gamma, kernel, settings, level, threads,
-                                       eval_X)
+                                       eval_X, weights)
         if stats.get("fit_rows") is not None:  # positions -> the rows' ids
             stats["fit_rows"] = ids[stats["fit_rows"]]
         if report is not None:
             report({key: stats})
             stats = None
-        yield from as_chunks(key, X, y, ids, gamma, stats)
+        yield from as_chunks(key, X, y, ids, gamma, stats, weights)
 
 
 def solve_partition(key, X, y, gamma, kernel: Kernel, settings: LevelTaskSettings, level,
-                    threads, eval_X=None):
+                    threads, eval_X=None, row_weights=None):
     """One local ODM (Eqn 1 on the partition's m rows), warm-started from ``gamma``: (γ, stats).
+    Each row's weight is its ``row_weights`` entry (a weight column's) times its class's
+    (docs/design.md §1.4).
 
     With a ``settings.fit_targets.share`` the stats also carry a seeded share of the rows
     (positions, ``fit_rows``) and the local model f_k on them (``fit_scores``), which the solve
@@ -103,7 +110,8 @@ def solve_partition(key, X, y, gamma, kernel: Kernel, settings: LevelTaskSetting
     warm_start = None if settings.n_classes and gamma.ndim == 1 else gamma
     with threadpool_limits(max(1, min(threads, os.cpu_count() or 1))):
         result = settings.solve.solve(X, y, kernel, settings.n_classes, warm_start=warm_start,
-                                      seed=seed)
+                                      seed=seed, weights=combined_weights(
+                                          row_weights, settings.class_weights, y))
         scoring = time.perf_counter()
         eval_scores = None if eval_X is None else _scores(kernel, eval_X, X, y, result.gamma)
         scoring = time.perf_counter() - scoring
@@ -139,11 +147,12 @@ def merge_key(item, p, scale, support_only):
     """A chunk of partition k as a chunk of k // p (placed after the chunks of lower
     children), γ multiplied by ``scale``; ``support_only`` (Ca-ODM) keeps its support rows."""
     key, chunk = item
-    X, y, ids, gamma = chunk.X, chunk.y, chunk.ids, chunk.gamma
+    X, y, ids, gamma, weights = chunk.X, chunk.y, chunk.ids, chunk.gamma, chunk.weights
     if support_only:
         keep = support_rows(gamma)
         X, y, ids, gamma = X[keep], y[keep], ids[keep], gamma[keep]
-    return key // p, Chunk((key % p, *chunk.order), X, y, ids, gamma * scale, None)
+        weights = None if weights is None else weights[keep]
+    return key // p, Chunk((key % p, *chunk.order), X, y, ids, gamma * scale, None, weights)
 
 
 def _scores(kernel, X_eval, X, y, gamma):

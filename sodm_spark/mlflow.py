@@ -1,0 +1,240 @@
+"""The MLflow flavor of the package's kernel models (docs/design.md §7): ``save_model``,
+``log_model`` and ``load_model`` as MLflow's own flavors have them, and a ``python_function``
+flavor, so ``mlflow.pyfunc.load_model(uri).predict(rows)`` scores a model wherever MLflow serves
+one (pip install "sodm-spark[mlflow]").
+
+Named ``sodm_spark.mlflow`` as MLflow names its flavors (``mlflow.sklearn``): an MLmodel file
+names this module as the loader of its ``python_function`` flavor. It sits beside the folders,
+over ``models/`` and ``core/`` only (docs/design.md §5): the job (``jobs/train_mlflow.py``) and a
+user's code import it; no folder of the package does. ``import mlflow`` here is MLflow itself
+(absolute imports; tests/test_mlflow.py checks it).
+
+An MLflow model directory made here holds ``MLmodel``, the environment files and ``model/``: the
+model as :meth:`KernelExpansion.save` writes it (``arrays.npz`` + ``metadata.json``, never
+pickles), the same folder a job's ``--model-out`` gets. Any model holding a
+:class:`KernelExpansion` is accepted: ``ODMClassifier`` (its ``model_``), pyspark.ml's
+``SODMClassificationModel`` (its ``expansion``), the comparators.
+
+The ``python_function`` flavor's ``predict`` takes a pandas DataFrame (the feature columns in
+the training data's order), a numpy array or a scipy CSR matrix, and returns a pandas DataFrame:
+``prediction`` (the labels, or f for a regression model) and, for a calibrated model, one
+``probability_<class>`` column per class in the order of ``classes`` (the values of
+:meth:`KernelExpansion.predict_proba`). Both come from one pass of the decision function.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import sys
+
+import mlflow
+import numpy as np
+import pandas as pd
+import yaml
+from mlflow import pyfunc
+from mlflow.exceptions import MlflowException
+from mlflow.models import Model, ModelSignature
+from mlflow.models.model import MLMODEL_FILE_NAME
+from mlflow.models.utils import _save_example
+from mlflow.types.schema import ColSpec, Schema
+# MLflow's own flavors write their environment files with these helpers; the extra pins MLflow
+# below 4, where they stand as they are (pyproject.toml)
+from mlflow.utils.environment import (_CONDA_ENV_FILE_NAME, _CONSTRAINTS_FILE_NAME,
+                                      _PYTHON_ENV_FILE_NAME, _REQUIREMENTS_FILE_NAME,
+                                      _mlflow_conda_env, _process_conda_env,
+                                      _process_pip_requirements, _PythonEnv,
+                                      _validate_env_arguments)
+
+from sodm_spark.core.labels import labels_from_scores
+from sodm_spark.models.expansion import FORMAT_NAME, KernelExpansion
+
+FLAVOR_NAME = "sodm_spark"
+#: The model's folder inside an MLflow model directory (KernelExpansion.save's format)
+MODEL_DATA = "model"
+PREDICTION = "prediction"
+PROBABILITY_PREFIX = "probability_"
+PACKAGE = "sodm-spark"
+
+
+def expansion_of(model) -> KernelExpansion:
+    """The :class:`KernelExpansion` of ``model``: itself, an ``ODMClassifier``'s (or a
+    comparator's) ``model_``, a pyspark.ml ``SODMClassificationModel``'s ``expansion``."""
+    if isinstance(model, KernelExpansion):
+        return model
+    for attribute in ("expansion", "model_"):
+        found = getattr(model, attribute, None)  # an unfitted estimator has no model_
+        if isinstance(found, KernelExpansion):
+            return found
+    raise TypeError(f"{type(model).__name__} holds no fitted KernelExpansion: pass a "
+                    "KernelExpansion, a fitted ODMClassifier (or comparator) or an "
+                    "SODMClassificationModel.")
+
+
+def _package_version() -> str | None:
+    try:
+        return importlib.metadata.version(PACKAGE)
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree, not installed
+        return None
+
+
+def get_default_pip_requirements() -> list[str]:
+    """What a served model needs: this package (its own dependencies come with it), pinned to
+    the version that saved it when it is installed."""
+    version = _package_version()
+    return [PACKAGE if version is None else f"{PACKAGE}=={version}"]
+
+
+def get_default_conda_env() -> dict:
+    return _mlflow_conda_env(additional_pip_deps=get_default_pip_requirements())
+
+
+def class_name(value) -> str:
+    """A class label as a column name: ``1.0`` as ``1`` (LIBSVM labels are read as floats)."""
+    value = value.item() if isinstance(value, np.generic) else value
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return str(value)
+
+
+def probability_columns(expansion: KernelExpansion) -> list[str]:
+    """The names of a calibrated model's probability columns, in the order of its classes."""
+    return [PROBABILITY_PREFIX + class_name(c) for c in np.asarray(expansion.classes)]
+
+
+def default_signature(expansion: KernelExpansion) -> ModelSignature:
+    """The prediction (and probability) columns out. No input schema: MLflow would refuse a
+    tensor's other dtypes (the job's float32 rows, integer counts) and CSR rows by name, where
+    :class:`ServedModel` reads any numeric rows and checks their width itself."""
+    classes = np.asarray(expansion.classes)
+    kind = "double" if expansion.is_regression else {
+        "i": "long", "u": "long", "f": "double", "b": "boolean"}.get(classes.dtype.kind, "string")
+    outputs = [ColSpec(kind, PREDICTION)]
+    if expansion.calibration is not None:
+        outputs += [ColSpec("double", name) for name in probability_columns(expansion)]
+    return ModelSignature(outputs=Schema(outputs))
+
+
+def save_model(model, path, mlflow_model=None, signature=None, input_example=None,
+               pip_requirements=None, extra_pip_requirements=None, conda_env=None,
+               metadata=None):
+    """Save ``model`` as an MLflow model directory at the local ``path`` (which must not hold
+    anything yet): ``model/`` in the package's own format, ``MLmodel`` with this flavor and
+    ``python_function``, and the environment files. ``signature``: by default the model's
+    (:func:`default_signature`); ``input_example``: a few rows, saved beside it."""
+    expansion = expansion_of(model)
+    _validate_env_arguments(conda_env, pip_requirements, extra_pip_requirements)
+    path = os.path.abspath(path)
+    if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
+        raise MlflowException(f"Path '{path}' already exists and is not empty: an MLflow "
+                              "model is saved into a new directory.")
+    os.makedirs(path, exist_ok=True)
+    expansion.save(os.path.join(path, MODEL_DATA))
+    mlflow_model = Model() if mlflow_model is None else mlflow_model
+    mlflow_model.signature = default_signature(expansion) if signature is None else signature
+    if input_example is not None:
+        _save_example(mlflow_model, input_example, path)
+    if metadata is not None:
+        mlflow_model.metadata = metadata
+    pyfunc.add_to_model(mlflow_model, loader_module=__name__, data=MODEL_DATA,
+                        conda_env=_CONDA_ENV_FILE_NAME, python_env=_PYTHON_ENV_FILE_NAME)
+    mlflow_model.add_flavor(FLAVOR_NAME, data=MODEL_DATA, format=FORMAT_NAME,
+                            sodm_spark_version=_package_version(),
+                            classes=[class_name(c) for c in np.asarray(expansion.classes)],
+                            calibrated=expansion.calibration is not None)
+    mlflow_model.save(os.path.join(path, MLMODEL_FILE_NAME))
+    _write_environment(path, pip_requirements, extra_pip_requirements, conda_env)
+
+
+def _write_environment(path, pip_requirements, extra_pip_requirements, conda_env):
+    """conda.yaml, python_env.yaml, requirements.txt (and constraints.txt) as MLflow's flavors
+    write them; no inference of requirements, which would load the model in a subprocess."""
+    if conda_env is None:
+        default = get_default_pip_requirements() if pip_requirements is None else None
+        conda_env, pip_requirements, constraints = _process_pip_requirements(
+            default, pip_requirements, extra_pip_requirements)
+    else:
+        conda_env, pip_requirements, constraints = _process_conda_env(conda_env)
+    with open(os.path.join(path, _CONDA_ENV_FILE_NAME), "w") as handle:
+        yaml.safe_dump(conda_env, stream=handle, default_flow_style=False)
+    if constraints:
+        with open(os.path.join(path, _CONSTRAINTS_FILE_NAME), "w") as handle:
+            handle.write("\n".join(constraints))
+    with open(os.path.join(path, _REQUIREMENTS_FILE_NAME), "w") as handle:
+        handle.write("\n".join(pip_requirements))
+    _PythonEnv.current().to_yaml(os.path.join(path, _PYTHON_ENV_FILE_NAME))
+
+
+def log_model(model, name=None, artifact_path=None, signature=None, input_example=None,
+              registered_model_name=None, pip_requirements=None, extra_pip_requirements=None,
+              conda_env=None, metadata=None, params=None, tags=None, step=0, model_id=None,
+              **kwargs):
+    """Log ``model`` as an MLflow model of the active run (MLflow 3: a LoggedModel ``name``;
+    ``artifact_path`` is MLflow's older word for it), registered under
+    ``registered_model_name`` if given. Returns MLflow's ``ModelInfo`` (its ``model_uri``
+    loads it again)."""
+    return Model.log(artifact_path=artifact_path, name=name, flavor=sys.modules[__name__],
+                     model=expansion_of(model), registered_model_name=registered_model_name,
+                     signature=signature, input_example=input_example,
+                     pip_requirements=pip_requirements,
+                     extra_pip_requirements=extra_pip_requirements, conda_env=conda_env,
+                     metadata=metadata, params=params, tags=tags, step=step,
+                     model_id=model_id, **kwargs)
+
+
+def _local_model_path(model_uri, dst_path=None) -> str:
+    """A local directory holding the MLflow model ``model_uri`` names (a local path as it is)."""
+    if os.path.isdir(model_uri):
+        return model_uri
+    return mlflow.artifacts.download_artifacts(artifact_uri=str(model_uri), dst_path=dst_path)
+
+
+def load_model(model_uri, dst_path=None) -> KernelExpansion:
+    """The :class:`KernelExpansion` of an MLflow model saved or logged here: a local path,
+    ``runs:/<run id>/model``, ``models:/<name>/<version>``, ``models:/<model id>``, any artifact
+    URI. ``dst_path``: where a remote model is downloaded to (default: a temporary folder)."""
+    local = _local_model_path(str(model_uri), dst_path)
+    flavors = Model.load(os.path.join(local, MLMODEL_FILE_NAME)).flavors
+    if FLAVOR_NAME not in flavors:
+        raise MlflowException(f"{model_uri} is not a {FLAVOR_NAME} model: its MLmodel has the "
+                              f"flavors {sorted(flavors)}. Load it with one of those.")
+    return KernelExpansion.load(os.path.join(local, flavors[FLAVOR_NAME].get("data",
+                                                                             MODEL_DATA)))
+
+
+class ServedModel:
+    """What ``mlflow.pyfunc.load_model`` wraps: ``predict`` as the module docstring says."""
+
+    def __init__(self, expansion: KernelExpansion):
+        self.expansion = expansion
+
+    def get_raw_model(self) -> KernelExpansion:
+        """``PyFuncModel.get_raw_model()``: the model itself."""
+        return self.expansion
+
+    def predict(self, model_input, params=None) -> pd.DataFrame:
+        expansion = self.expansion
+        if isinstance(model_input, pd.DataFrame):
+            rows = model_input.to_numpy(dtype=np.float64)
+        elif isinstance(model_input, dict) and len(model_input) == 1:  # a named tensor
+            rows = next(iter(model_input.values()))
+        else:
+            rows = model_input
+        shape = np.shape(rows)  # a CSR matrix's too
+        if len(shape) != 2 or shape[1] != expansion.n_features_in:
+            raise ValueError(f"the model scores rows of {expansion.n_features_in} features; "
+                             f"got input of shape {shape}. Pass the training data's feature "
+                             "columns, in their order.")
+        scores = expansion.decision_function(rows)
+        labels = scores if expansion.is_regression else \
+            labels_from_scores(scores, expansion.classes)
+        columns = {PREDICTION: labels}
+        if expansion.calibration is not None:
+            probabilities = expansion.calibration.probabilities(scores)
+            columns.update(zip(probability_columns(expansion), probabilities.T))
+        index = model_input.index if isinstance(model_input, pd.DataFrame) else None
+        return pd.DataFrame(columns, index=index)
+
+
+def _load_pyfunc(data_path, model_config=None) -> ServedModel:
+    """The ``python_function`` flavor's loader: ``data_path`` is the model's ``model/``."""
+    return ServedModel(KernelExpansion.load(data_path))
