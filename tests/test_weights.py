@@ -328,3 +328,38 @@ def test_the_job_weight_column_equals_repeated_rows_and_refuses_bad_weights(spar
     assert "LIBSVM rows have no weight column" in refusal(
         ["--data", str(tmp_path / "x.svm"), "--weight-col", "w"])
     assert "no --data was given" in refusal(["--weight-col", "w"])
+
+
+def test_the_job_with_balanced_class_weights_judges_levels_by_the_weighted_accuracy(
+        spark, tmp_path, capsys):
+    """The levels table shows the weighted accuracy the stop rule compares (with balanced
+    weights, the balanced accuracy), recorded per level and equal to scikit-learn's
+    balanced_accuracy_score of the level's validation decision values."""
+    import json
+    import sys
+    from pathlib import Path
+
+    from sklearn.metrics import accuracy_score, balanced_accuracy_score
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "jobs"))
+    import train_sodm
+
+    metrics = tmp_path / "metrics.json"
+    assert train_sodm.main(["--rows", "1500", "--levels", "1", "--gamma", "1", "--lam", "1e4",
+                            "--class-weight", "balanced", "--global-step", "none",
+                            "--metrics-out", str(metrics)]) == 0
+    assert "val w-acc" in capsys.readouterr().out
+    report = json.loads(metrics.read_text())
+    assert report["params"]["class_weight"] == "balanced"
+    level = report["levels"][0]
+    n_validation = report["validation_rows"]
+    wrong = np.zeros(n_validation, dtype=bool)
+    wrong[level["validation_wrong"]] = True
+    decisions = np.asarray(level["validation_decisions"])
+    labels = np.where(wrong, -np.sign(decisions), np.sign(decisions))  # the slice's ±1 labels
+    weights = np.asarray(report["class_weights"])[(labels > 0).astype(int)]
+    assert level["validation_weighted_accuracy"] == pytest.approx(
+        accuracy_score(labels, np.sign(decisions), sample_weight=weights), abs=1e-12)
+    # the training rows' class shares are the slice's, nearly: the balanced accuracy, nearly
+    assert abs(level["validation_weighted_accuracy"]
+               - balanced_accuracy_score(labels, np.sign(decisions))) < 0.02

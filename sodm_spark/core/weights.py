@@ -5,8 +5,9 @@ A weight s_i > 0 multiplies row i's margin loss in the ODM primal; the loss is a
 and unit weights change nothing. Class weights give every row of class c the weight w_c;
 ``"balanced"`` is scikit-learn's ``n / (C · n_c)`` (King and Zeng, *Logistic Regression in
 Rare Events Data*): each class then carries the same total weight, and the weighted accuracy
-of a model is its balanced accuracy. A row's weight is its sample weight times its class's
-weight, as scikit-learn's ``SVC`` combines ``sample_weight`` and ``class_weight``.
+of a model on rows of the training rows' class shares is its balanced accuracy. A row's weight
+is its sample weight times its class's weight, as scikit-learn's ``SVC`` combines
+``sample_weight`` and ``class_weight``.
 """
 from __future__ import annotations
 

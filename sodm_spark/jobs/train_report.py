@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from sodm_spark.selection.stopping import judged_key
 from sodm_spark.selection.tuning import DEFAULT_SEARCH_GRID_TEXT, SEARCH_PARTITION_ROWS
 from sodm_spark.selection.tuning_report import COLUMNS, point_line, table, write_report
 from sodm_spark.spark.sodm.global_step import GlobalPlan
@@ -43,8 +44,10 @@ def printed_progress(args) -> Progress:
         print(point_line(entry.to_dict(), index, total, base["gamma"]), flush=True)
 
     def levels_started(params):
-        # the metric the levels are judged by, beside the accuracy (SODMParams.metric)
-        judged = "" if params.metric == "accuracy" else f" {COLUMNS[params.metric]:>11}"
+        # the metric the levels are judged by, beside the accuracy (SODMParams.metric; the
+        # weighted accuracy when rows are weighted)
+        key = judged_key(params.metric, weighted(args))
+        judged = "" if key == "accuracy" else f" {COLUMNS[key]:>11}"
         print(f"{'level':>5} {'partitions':>10} {'seconds':>9} {'predicted':>9} {'kernel':>8} "
               f"{'objective':>14} {'SVs':>8} {'sweeps':>7} {'scoring':>8} {'val acc':>8}"
               f"{judged} {'test acc':>9}", flush=True)
@@ -60,7 +63,8 @@ def printed_progress(args) -> Progress:
                     on_searched=lambda result: show_search(result, args.tune_report),
                     on_fit=dsvrg_started if args.kernel == "linear" else levels_started,
                     on_plan=show_plan, on_epoch=show_epoch,
-                    on_level=lambda entry: show_level(entry, args.metric))
+                    on_level=lambda entry: show_level(
+                        entry, judged_key(args.metric, weighted(args))))
 
 
 def show_search(result, report_dir=None):
@@ -111,9 +115,16 @@ def show_plan(plan):
           + (f"; {plan.advice}" if plan.advice else ""), flush=True)
 
 
+def weighted(args) -> bool:
+    """Whether the job's rows are weighted (--class-weight, --weight-col)."""
+    return getattr(args, "class_weight", None) is not None or \
+        getattr(args, "weight_col", None) is not None
+
+
 def show_level(entry, metric: str = "accuracy"):
-    """A solved level's row of the levels table (with a column of ``metric`` beside the
-    accuracy's when the levels are judged by another)."""
+    """A solved level's row of the levels table (with a column of ``metric``, a
+    :func:`~sodm_spark.selection.stopping.judged_key`, beside the accuracy's when the levels
+    are judged by another value)."""
     predicted = "" if entry.predicted_seconds is None else f"{entry.predicted_seconds:.2f}"
     scoring = entry.scoring_seconds / max(1, entry.tasks or 1)  # of the level's seconds
     print(f"{entry.level:>5} {entry.partitions:>10} {entry.seconds:>9.2f} {predicted:>9} "
@@ -143,10 +154,13 @@ def levels_summary(fit, params):
                "metric": params.metric, "validation_accuracy": best.validation_accuracy,
                "test_accuracy": fit.test_accuracy, "params": vars(params)}
     judged = ""  # the best level's value of the metric the levels were judged by
-    metric = params.metric
+    metric = judged_key(params.metric,  # weighted rows record their weighted accuracy
+                        getattr(best, "validation_weighted_accuracy", None) is not None)
     if metric != "accuracy":
         value = summary[f"validation_{metric}"] = getattr(best, f"validation_{metric}")
         judged = "" if value is None else f", {metric.replace('_', ' ')} {value:.4f}"
+    if fit.class_weights is not None:  # coded order: the classes' own order
+        summary["class_weights"] = list(fit.class_weights)
     if fit.input_map is not None:
         summary["input_map"] = fit.input_map
         show_input_map(fit.input_map)

@@ -272,15 +272,23 @@ def records_decisions(metric: str, weights=None) -> bool:
 def validation_fields(scores, labels, metric: str, seed: int = 0, weights=None) -> dict:
     """What a level records of its decision values ``scores`` on the slice besides its
     accuracy: nothing for unweighted accuracy, else the values themselves
-    (``validation_decisions``) and the metric's (``validation_<metric>``, the logloss as
-    it is)."""
+    (``validation_decisions``) and the value the levels are judged by
+    (``validation_<judged_key>``: the metric's, weighted by ``weights``; the logloss as it
+    is)."""
     if not records_decisions(metric, weights):
         return {}
     scores = np.asarray(scores, dtype=np.float64)
     fields = {"validation_decisions": scores.tolist()}
-    if metric != "accuracy":
-        fields[f"validation_{metric}"] = Evaluation(scores, labels, weights, metric, seed).value
+    fields[f"validation_{judged_key(metric, weights is not None)}"] = Evaluation(
+        scores, labels, weights, metric, seed).value
     return fields
+
+
+def judged_key(metric: str, weighted: bool) -> str:
+    """The name of the value a level is judged by: ``metric``, or ``weighted_accuracy`` for
+    accuracy over weighted rows (with balanced class weights, nearly the balanced accuracy: the
+    weights are the training rows' n / (C·n_c), the slice's class shares nearly theirs)."""
+    return "weighted_accuracy" if metric == "accuracy" and weighted else metric
 
 
 def level_evaluations(entries, n_validation: int, metric: str = "accuracy", labels=None,

@@ -13,7 +13,7 @@ from .metrics import oriented
 
 #: The table's column of each metric.
 COLUMNS = {"accuracy": "val acc", "auc": "val auc", "logloss": "val logloss", "f1": "val f1",
-           "balanced_accuracy": "val bal acc"}
+           "balanced_accuracy": "val bal acc", "weighted_accuracy": "val w-acc"}
 
 
 def ranked_by(report: dict) -> tuple[str, str]:

@@ -310,7 +310,8 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
                    validation_rows=n_validation,
                    test_accuracy=test_accuracy, compression=compression,
                    input_map=prepared.input_map_report,
-                   global_step=public_report(global_report))
+                   global_step=public_report(global_report),
+                   class_weights=prepared.class_weights)
 
 
 def _level_model(sc, solved, entry, prepared, max_sv, method, seed, local_fit=None):

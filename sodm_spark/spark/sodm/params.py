@@ -203,6 +203,8 @@ class LevelStats(StatsRecord):
     validation_logloss: float | None = None
     validation_f1: float | None = None
     validation_balanced_accuracy: float | None = None
+    # accuracy over weighted rows (class weights, a weight column), which the rule then judges
+    validation_weighted_accuracy: float | None = None
     validation_decisions: list | None = None
     test_accuracy: float | None = None
 
@@ -243,3 +245,5 @@ class SODMFit:
     # the global step's plan, Newton steps, validation and test accuracy and whether the model
     # is its (``kept``), or why it did not run; None: not tried (sodm_spark.spark.sodm.global_step)
     global_step: dict | None = None
+    # one weight per class in coded order (-1, +1 or the class numbers), None: unweighted
+    class_weights: tuple | None = None
