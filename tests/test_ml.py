@@ -39,6 +39,23 @@ def test_params_have_setters_getters_and_defaults():
     assert estimator.setKernelOffset(1.0)._sodm_params().kernel_offset == 1.0
 
 
+def test_every_param_of_the_table_is_a_constructor_keyword_with_its_default():
+    """The constructor's keywords are the Params (keyword_only sets them), and each keyword's
+    default is the Param's default (from SODMParams): none missing, none disagreeing."""
+    import inspect
+
+    from sodm_spark.estimators.ml_params import _PARAMS
+
+    keywords = inspect.signature(SODMClassifier.__init__).parameters
+    estimator = SODMClassifier()
+    assert set(_PARAMS) <= set(keywords)
+    for name in _PARAMS:
+        default = keywords[name].default
+        if default is not None:
+            assert estimator.getOrDefault(name) == default, name
+    assert SODMClassifier(inputMap="none")._sodm_params().input_map == "none"
+
+
 def test_transform_matches_the_local_predictor_and_save_load(spark, frames, tmp_path):
     train, test, X_test, _ = frames
     model = SODMClassifier(gamma=0.3, lam=100.0, levels=1, p=2).fit(train)
