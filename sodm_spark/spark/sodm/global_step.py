@@ -141,7 +141,7 @@ def draw_centres(sc, solved, n_rows: int, n_centres: int, seed: int) -> np.ndarr
 
 
 def fit_global(sc, solved, kernel, classes, params, plan: GlobalPlan, on_step=None,
-               partitions: int = 1, class_weights=None, row_weighted: bool = False):
+               partitions: int = 1, class_weights=None):
     """The Nyström ODM of every row of the level ``solved`` (one pass a Newton step, each
     partition's :func:`~sodm_spark.models.nystroem_odm.pass_sums` added in a tree), started
     from the level's model (the mean of its ``partitions`` local models, as a merge starts
@@ -150,9 +150,10 @@ def fit_global(sc, solved, kernel, classes, params, plan: GlobalPlan, on_step=No
     centres = draw_centres(sc, solved, plan.rows, plan.centres, params.seed)
     basis = nystroem_odm.centre_basis(kernel, centres)
     theta, v = params.theta, params.v
-    # class weights: M of the loss's C is the rows' total weight (docs/design.md §1.4)
-    total = plan.rows if class_weights is None and not row_weighted else ordered_sum(
-        solved, lambda item: _chunk_weight(item, class_weights), lambda a, b: a + b, chunk_order)
+    # M of the loss's C is the rows' total weight (docs/design.md §1.4; their count without
+    # weights): a pass without kernels, beside the Newton passes' n·m·d
+    total = ordered_sum(solved, lambda item: _chunk_weight(item, class_weights),
+                        lambda a, b: a + b, chunk_order)
 
     def run_pass(coef, direction, steps):
         sc.setJobDescription("SODM global step: a Newton pass over the rows")
@@ -223,8 +224,7 @@ def run_global_step(sc, solved, prepared, params, chosen, validated_levels, vali
     if on_plan is not None:
         on_plan(plan)
     model, report = fit_global(sc, solved, prepared.kernel, prepared.classes, params, plan,
-                               partitions=partitions, class_weights=prepared.class_weights,
-                               row_weighted=prepared.row_weighted)
+                               partitions=partitions, class_weights=prepared.class_weights)
     coded = coded_classes(prepared.classes.size)
     level_right = validated_correct[validated_levels.index(chosen)]
     if isinstance(level_right, Evaluation):  # judged by the fit's metric, as the level was

@@ -192,7 +192,6 @@ class PreparedData:
     # partitions' duals, the search and the validation scores weight their rows by them
     class_weights: tuple | None = None
     validation_row_weights: np.ndarray | None = None  # the held-out rows' weight column
-    row_weighted: bool = False  # the rows carry a weight column (docs/design.md §1.4)
 
     @property
     def validation_weights(self) -> np.ndarray | None:
@@ -245,8 +244,6 @@ def prepare_sodm(sc, blocks, params: SODMParams, classes, test=None, validation=
     else:
         stats, data_fingerprint = ordered_sum(labelled, _column_stats, ColumnStats.merge), None
     n_all = stats.n
-    # whether the rows carry a weight column (every block does, or none): the first block's
-    row_weighted = bool(labelled.map(lambda b: _weights_of(b) is not None).take(1)[0])
     if params.levels is None:  # from the rows: their number, width and the memory
         levels = auto_level_count(n_all, params.p, row_width(stats),
                                   executor_memory(sc, params.memory_mb), params)
@@ -322,7 +319,6 @@ def prepare_sodm(sc, blocks, params: SODMParams, classes, test=None, validation=
     prepared = PreparedData(
         params=params, labelled=labelled, training=training, classes=classes, kernel=kernel,
         class_weights=class_weights, validation_row_weights=validation_row_weights,
-        row_weighted=row_weighted,
         n_rows=n_rows, n_features=n_features, started=started, candidates=candidates,
         fingerprint=data_fingerprint, scaling=scaling,
         row_width=row_width(stats) if projection is None else projection.components.shape[1],
