@@ -36,6 +36,7 @@ from sklearn.datasets import dump_svmlight_file, load_svmlight_file
 from sklearn.svm import SVC
 
 from sodm_spark import CoresetSVMClassifier, CSVRGClassifier, ODMClassifier
+from sodm_spark.core.array_namespace import gpu_available
 from sodm_spark.core.errors import INPUT, RESOURCES, SETTINGS
 from sodm_spark.models.expansion import KernelExpansion
 from sodm_spark.spark.io import check_blocks, read_blocks, read_libsvm_local
@@ -708,8 +709,9 @@ def job_files(inputs, saved_model, tmp_path_factory):
 
 
 def job_cases():
-    def case(id, job, argv, kind, message, kept=lambda f: [], runs="in-process"):
-        return pytest.param(JobCase(id, job, argv, kind, message, kept, runs), id=id)
+    def case(id, job, argv, kind, message, kept=lambda f: [], runs="in-process", marks=()):
+        return pytest.param(JobCase(id, job, argv, kind, message, kept, runs), id=id,
+                            marks=marks)
 
     def train_outputs(f):
         return ["--model-out", f.old_model, "--metrics-out", f.old_metrics]
@@ -766,6 +768,14 @@ def job_cases():
              r"start from more partitions, levels=2 \(--levels 2\), or give a larger memory_mb "
              r"\(--memory-mb\)",
              model_and_metrics),
+        # the --data path does not exist: refused for the device, so before any data are read
+        case("train_sodm/device-gpu-without-a-gpu", "train_sodm", lambda f: [
+            "--data", f.missing, "--device", "gpu", *train_outputs(f)], RESOURCES,
+             r"device='gpu' \(--device gpu\) needs a CUDA GPU that PyTorch or CuPy can see, "
+             r"and .*; install sodm-spark\[gpu\] on a machine with a GPU \(on a cluster: "
+             r"spark\.executor\.resource\.gpu\.amount .*\), or use --device cpu$",
+             model_and_metrics, marks=pytest.mark.skipif(gpu_available(),
+                                                         reason="this machine has a GPU")),
         case("train_sodm/label-not-a-number", "train_sodm", lambda f: [
             "--data", f.inputs.string_labels, "--format", "csv", *train_outputs(f)], INPUT,
              r"strings\.csv, line 2 \(format 'csv'\): column 'label' \(the label column, "

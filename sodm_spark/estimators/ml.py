@@ -68,6 +68,9 @@ class SODMClassifier(Estimator, _SODMParams, VersionedReadWrite):
         SODM: partitions merged per level, L (unset: from the rows), the S strata, the last
         level solved, how rows are dealt, the merged level's start, the kernel cache per task
         and the dtype of its values (docs/design.md §1.3), every random choice.
+    device : Param
+        Where each partition's solve runs: ``auto`` (a GPU a task sees, else the CPU's numba
+        solvers), ``cpu`` or ``gpu`` (docs/design.md §2.10).
     autoStop, validationFraction, minImprovement, timeBudget, metric : Param
         Automatic stopping between levels, and what it, the level kept, ``tune`` and the global
         step judge by: accuracy, auc, logloss, f1 or balanced_accuracy (docs/design.md §2.7).
@@ -116,8 +119,8 @@ class SODMClassifier(Estimator, _SODMParams, VersionedReadWrite):
                  scale="minmax", inputMap="auto", lam=1e5, theta=0.1, v=0.2, tol=1e-2,
                  maxIter=1000, p=3, levels=None, strata=20, stopLevel=0,
                  partitioner="stratified", warmStart="scaled",
-                 cacheMb=None, kernelStorage="auto", seed=0, autoStop=True, validationFraction=0.1,
-                 minImprovement=0.002, timeBudget=None, globalStep="auto",
+                 cacheMb=None, kernelStorage="auto", device="auto", seed=0, autoStop=True,
+                 validationFraction=0.1, minImprovement=0.002, timeBudget=None, globalStep="auto",
                  globalCentres=1000, calibration="sigmoid", classWeight=None,
                  metric="accuracy", weightCol=None):
         super().__init__()

@@ -56,6 +56,10 @@ cacheMb            float  cap on the kernel cache per task in MB (unset: the mem
                           decides)
 kernelStorage      text   auto (cached kernels in int16 fixed point, half float32's memory,
                           where the kernel's diagonal bounds its values), float32 or int16
+device             text   auto (a GPU a task sees, else the CPU's numba solvers), cpu (the
+                          array solver on numpy) or gpu (a CUDA GPU; refused before any pass
+                          when neither the driver sees one nor the conf asks for executor
+                          GPUs): where each partition's solve runs; the linear kernel ignores it
 autoStop           bool   stop merging when a level no longer improves the validation accuracy
                           by minImprovement (a held-out validationFraction of the rows); the
                           model is the best level's

@@ -11,6 +11,7 @@ from sklearn.exceptions import NotFittedError
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
+from ..core.array_namespace import check_device
 from ..core.estimator_inputs import (check_fit_data, check_predict_data, encode_classes,
                                      keep_params, predict_labels)
 from ..core.kernels import LAPLACIAN_SPARSE, Kernel
@@ -81,6 +82,10 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
         thousand rows or more): the map from decision values to probabilities
         (:mod:`sodm_spark.models.calibration`). Three or more classes: one map per class of
         its one-vs-rest score, each row's probabilities divided by their sum.
+    device : 'auto' (default: a GPU when one is visible, else the numba solver), 'cpu' (the
+        array solver on numpy) or 'gpu' (a CUDA GPU; a ResourceError where there is none):
+        where the dual solve runs (docs/design.md §2.10). The primal solvers run on the CPU
+        whatever it says.
 
     Binary labels may be any two values; more than two classes are fitted one-vs-rest.
 
@@ -142,7 +147,7 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
     def __init__(self, kernel="rbf", gamma="scale", degree=3, coef0=0.0, lam=1000.0, theta=0.1,
                  v=0.5, tol=1e-3, max_iter=1000, cache_mb=None, dtype="float32",
                  random_state=None, solver="auto", fit_intercept=True, kernel_offset=0.0,
-                 class_weight=None, probability=False, calibration="sigmoid"):
+                 class_weight=None, probability=False, calibration="sigmoid", device="auto"):
         keep_params(self, locals())
 
     def _solver(self):
@@ -175,6 +180,7 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
         and ``class_weight`` weight each row's margin loss (docs/design.md §1.4: an integer
         weight is that many copies of the row; rows of weight 0 are left out)."""
         solver = self._solver()
+        check_device(self.device)  # every solver checks it, though only the dual reads it
         if solver in PRIMAL_SOLVERS and self.kernel != "linear":
             raise ValueError(f"solver={solver!r} works on the primal and needs kernel='linear', "
                              f"got kernel={self.kernel!r}; use solver='dcd' for other kernels.")
@@ -194,7 +200,7 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
         else:  # validates λ, θ, v, tol, max_iter, cache_mb and dtype before any work on the rows
             solve = LocalSolve(self.lam, self.theta, self.v, violation_tol=self.tol,
                                max_iter=self.max_iter, cache_mb=self.cache_mb,
-                               dtype=self.dtype)
+                               dtype=self.dtype, device=self.device)
         y_index = encode_classes(self, y)
         weights = estimator_weights(self.class_weight, self.classes_, y_index, sample_weight)
         kernel = Kernel.create(self.kernel, self.gamma, self.degree, self.coef0, X,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 
+from sodm_spark.core.array_namespace import DEVICE_CHOICES
 from sodm_spark.core.weights import canonical_class_weight, parse_class_weight
 from sodm_spark.jobs.train_mlflow import add_mlflow_arguments
 from sodm_spark.models import input_projection
@@ -90,6 +91,12 @@ def parse_args(argv=None, prog="train_sodm.py", description=None,
                         "point (half float32's memory, entries within 1.5e-5 of the rbf "
                         "kernel's, faster sweeps) where the kernel's diagonal bounds its "
                         "values, float32 for the others; float32 or int16 always")
+    parser.add_argument("--device", choices=DEVICE_CHOICES, default=defaults.device,
+                        help="where each partition's solve runs: auto (default) a GPU the task "
+                        "sees, else the CPU's numba solvers; cpu the array solver on numpy; gpu "
+                        "a CUDA GPU (pip install \"sodm-spark[gpu]\"; on a cluster "
+                        "spark.executor.resource.gpu.amount), refused before any data are read "
+                        "where there is none. The linear kernel (DSVRG) runs on the CPU")
     parser.add_argument("--memory-mb", type=float,
                         help="memory one partition's solve may use (default: the executor's "
                         "memory for Python divided by the tasks that run at once); a level that "

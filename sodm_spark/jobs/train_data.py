@@ -113,7 +113,7 @@ def load_data(spark, args, params=None):
         params = fit_params(vars(args)) if params is None else params
         n_rows, dense = stats.n_rows, isinstance(stats.row_width, int)
         check_levels_fit_rows(n_rows, params.p, params.levels)
-        memory = executor_memory(context_of(spark), args.memory_mb)
+        memory = executor_memory(context_of(spark), args.memory_mb, params.device)
         levels = params.levels if params.levels is not None else \
             auto_level_count(n_rows, params.p, stats.row_width, memory, params)
         # dense rows are float32; a sparse row's memory width counts float64 columns

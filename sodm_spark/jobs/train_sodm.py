@@ -32,6 +32,7 @@ from sodm_spark.jobs.train_report import dsvrg_summary, levels_summary, printed_
 from sodm_spark.ops.jobconf import check_output_paths, use_packaged_spark_conf, write_outputs
 from sodm_spark.selection.tuning import ParamGrid
 from sodm_spark.spark.dsvrg.fit import DSVRGParams
+from sodm_spark.spark.gpu import check_gpu_request
 from sodm_spark.spark.session import job_session
 from sodm_spark.spark.sodm.plan import check_levels_fit_rows
 from sodm_spark.spark.train import Search, fit_params, train as train_on_spark
@@ -62,8 +63,10 @@ def train(spark, args, params=None):
     read). Raises ValueError on bad input and FileNotFoundError on a missing file (the jobs
     turn both into messages)."""
     params = fit_params(vars(args)) if params is None else params
-    blocks, classes, test, n_features = load_data(spark, args, params)
     linear = isinstance(params, DSVRGParams)
+    if not linear:  # --device gpu with no GPU on the driver nor asked of Spark: before the data
+        check_gpu_request(context_of(spark), params.device)
+    blocks, classes, test, n_features = load_data(spark, args, params)
     validation = None if linear or not args.validation_data else read_driver_side(
         spark, args.validation_data, args, n_features, row_layout(args)[0], "--validation-data")
     options = {} if linear else {

@@ -179,7 +179,8 @@ def _scaled_kernels(kernel: Kernel, scales, X: np.ndarray, X_val: np.ndarray):
 
 def search_partition(X, y, X_val, kernel: Kernel, grid: ParamGrid, *, n_classes: int = 0,
                      violation_tol: float = 1e-3, max_iter: int = 1000, seed=0,
-                     class_weights=None, row_weights=None):
+                     class_weights=None, row_weights=None, device: str = "auto",
+                     gpu_index: int | None = None):
     """Solve one partition's local ODM for every grid point and return its share of the
     validation decision values.
 
@@ -187,7 +188,8 @@ def search_partition(X, y, X_val, kernel: Kernel, grid: ParamGrid, *, n_classes:
     solved together); ``X_val`` the validation rows; every point is solved until its largest
     projected-gradient violation is at most ``violation_tol`` (or ``max_iter`` sweeps), its
     rows weighted by ``class_weights`` (one per class, coded order) times ``row_weights`` (a
-    weight column's, one per row of ``X``; None: unweighted).
+    weight column's, one per row of ``X``; None: unweighted), each solved on ``device``
+    (:class:`~sodm_spark.solvers.local_solve.LocalSolve`'s; ``gpu_index`` the GPU of a task).
     Returns (points, scores, stats): scores (n_points, n_val) or (n_points, n_val, C) in
     float64 — summed over partitions they are the top level's f — and per point a dict of
     sweeps, objective, convergence and seconds.
@@ -221,11 +223,11 @@ def search_partition(X, y, X_val, kernel: Kernel, grid: ParamGrid, *, n_classes:
                 last_lam, last_gamma = warm[(point.theta, point.v)]
                 previous = last_gamma * math.sqrt(point.lam / last_lam)
             solve = LocalSolve(point.lam, point.theta, point.v, violation_tol=violation_tol,
-                               max_iter=max_iter)
+                               max_iter=max_iter, device=device)
             result = solve.solve(X, y, scaled, n_classes, warm_start=previous,
                                  seed=[*np.atleast_1d(seed).tolist(), index],
                                  kernel_values=K if n_classes else None, signed_q=signed_q,
-                                 weights=weights)
+                                 weights=weights, gpu_index=gpu_index)
             warm[(point.theta, point.v)] = (point.lam, result.gamma)
             coefficients.append(expansion_coefficients(y, result.gamma))
             stats.append({"sweeps": int(result.n_sweeps), "objective": float(result.objective),

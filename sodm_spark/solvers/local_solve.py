@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..core.array_namespace import check_device, resolve_device
 from ..core.labels import plus_minus
 from ..core.validation import check_odm_params, check_positive_int
 from ..core.sparse_rows import memory_width
@@ -89,9 +90,14 @@ class LocalSolve:
     # "int16", fixed point at half float32's memory where the solver allows it (a binary or
     # per-class solve with the whole Q cached, kernel_rows.FIXED_POINT; float32 elsewhere)
     dtype: str = "float32"
+    # where the solve runs (docs/design.md §2.10): "auto" the GPU Spark gave the task when
+    # there is one, else the numba dual coordinate descent; "cpu" and "gpu" the device path
+    # (the finite Newton solver of odm_newton, written once for numpy and a GPU library)
+    device: str = "auto"
 
     def __post_init__(self):
         check_odm_params(self.lam, self.theta, self.v)
+        object.__setattr__(self, "device", check_device(self.device))
         if not 0.0 < self.violation_tol < np.inf:
             raise ValueError(f"tol (the violation bound) must be a positive number, got "
                              f"{self.violation_tol!r}.")
@@ -109,7 +115,7 @@ class LocalSolve:
 
     def solve(self, X, y, kernel, n_classes: int = 0, *, warm_start=None, seed=0,
               seed_each_class: bool = True, kernel_values=None,
-              signed_q=None, weights=None) -> LocalSolution:
+              signed_q=None, weights=None, gpu_index: int | None = None) -> LocalSolution:
         """Solve the local ODM dual(s) (Eqn 1) of ``X`` (m rows, dense or CSR) with ``kernel``.
 
         ``n_classes`` 0: ``y`` is ±1, one binary dual. C ≥ 3: ``y`` holds class numbers in
@@ -120,8 +126,17 @@ class LocalSolve:
         ``seed_each_class``. ``warm_start``: γ of the shape solved ((m,) or (m, C)) or None;
         ``seed`` fixes every shuffle. ``signed_q`` (binary only): diag(y) K diag(y) of the rows
         in their order, read as it is (:func:`~.odm_dcd.solve_odm_dual`). ``weights``: each
-        row's s_i > 0 (:class:`~.odm_dcd.ODMProblem`), None for all 1.
+        row's s_i > 0 (:class:`~.odm_dcd.ODMProblem`), None for all 1. ``gpu_index``: the
+        GPU Spark assigned the task (``device`` "auto" or "gpu").
         """
+        array_device = resolve_device(self.device, gpu_index)
+        if array_device is not None:
+            from .device_solve import solve_on_device
+
+            return solve_on_device(self, array_device, X, y, kernel, n_classes,
+                                   warm_start=warm_start, seed=seed,
+                                   kernel_values=kernel_values, signed_q=signed_q,
+                                   weights=weights)
         dtype = np.dtype(self.dtype)
         if not n_classes:
             result = solve_odm_dual(X, y, kernel, self.lam, self.theta, self.v,

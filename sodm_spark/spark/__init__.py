@@ -16,9 +16,10 @@ each other):
   of rows into partitions (SODM and DSVRG alike); ``io/`` files and DataFrames into
   ``RDD[Block]`` (LIBSVM, CSV, Parquet, Arrow) and the block checks; ``session.py`` sessions,
   driver-side blocks and how persisted rows are kept; ``memory.py`` the memory one task may
-  use; ``records.py`` the rows of a fit's metrics JSON; ``predict.py`` Arrow batch scoring;
-  ``single.py`` a comparator in one task; ``hadoop_store.py`` models on any Hadoop file
-  system; ``zipimport_cache.py`` a worker import fix.
+  use; ``gpu.py`` the GPUs Spark gives tasks (the device setting); ``records.py`` the rows
+  of a fit's metrics JSON; ``predict.py`` Arrow batch scoring; ``single.py`` a comparator in
+  one task; ``hadoop_store.py`` models on any Hadoop file system; ``zipimport_cache.py`` a
+  worker import fix.
 """
 from .zipimport_cache import install as _install_zipimport_cache
 

@@ -11,6 +11,12 @@ the top levels (many partitions) split the executor's memory between its cores w
   (:data:`~sodm_spark.core.resources.RESERVE_MB`);
 * else (a cluster), an executor host's RAM, asked once by a one-task job, less the executor's
   JVM heap (``spark.executor.memory``) and the reserve.
+
+On the device path with a GPU the driver sees (``device`` "gpu", or "auto" with a GPU here;
+:func:`.gpu.driver_gpu_mb`), the kernel cache lives on the GPU: a level's cache is planned from
+that GPU's free memory, shared by the tasks one GPU runs at once, and the host's budget still
+bounds the rows and the solver's arrays. The driver's GPU stands for the executors' (local mode,
+or a cluster of like machines); a driver without one plans from the host's memory.
 """
 from __future__ import annotations
 
@@ -24,6 +30,7 @@ import numpy as np
 from ..core.errors import ResourceError
 from ..core.resources import RESERVE_MB, physical_memory_mb, share_per_task, size_mb
 from ..solvers.kernel_rows import solver_memory_mb
+from .gpu import driver_gpu_mb, tasks_per_gpu
 
 
 class MemoryBudgetError(ResourceError):
@@ -47,12 +54,21 @@ class ExecutorMemory:
     cores: int
     per_worker_limit_mb: float | None = None
     configured_task_mb: float | None = None  # --memory-mb: a fixed budget per task
+    gpu_mb: float | None = None  # free memory of the driver's GPU (module docstring); None: none
+    gpu_tasks: int = 1  # tasks that share one GPU at once
 
     def task_mb(self, partitions: int) -> float:
         """Budget of one task at a level with ``partitions`` partitions."""
         if self.configured_task_mb:
             return float(self.configured_task_mb)
         return share_per_task(self.memory_mb, self.cores, partitions, self.per_worker_limit_mb)
+
+    def gpu_task_mb(self, partitions: int) -> float | None:
+        """GPU memory of one task at a level with ``partitions`` partitions (None: no GPU,
+        the kernel cache is planned from :meth:`task_mb`)."""
+        if self.gpu_mb is None:
+            return None
+        return share_per_task(self.gpu_mb, self.gpu_tasks, partitions)
 
 
 def executor_cores(sc) -> int:
@@ -71,20 +87,25 @@ def executor_cores(sc) -> int:
     return max(1, sc.defaultParallelism // executors)
 
 
-def executor_memory(sc, configured_task_mb: float | None = None) -> ExecutorMemory:
-    """The :class:`ExecutorMemory` of this application (see the module docstring)."""
+def executor_memory(sc, configured_task_mb: float | None = None,
+                    device: str = "cpu") -> ExecutorMemory:
+    """The :class:`ExecutorMemory` of this application (see the module docstring), with the
+    free memory of the driver's GPU where ``device`` resolves to one."""
     conf = sc.getConf()
     cores = executor_cores(sc)
+    gpu_mb = driver_gpu_mb(device)
+    gpu = {} if gpu_mb is None else {"gpu_mb": gpu_mb, "gpu_tasks": tasks_per_gpu(sc, cores)}
     pyspark_memory = conf.get("spark.executor.pyspark.memory", None)
     if pyspark_memory:
         total = size_mb(pyspark_memory)
-        return ExecutorMemory(total, cores, total / cores, configured_task_mb)
+        return ExecutorMemory(total, cores, total / cores, configured_task_mb, **gpu)
     if sc.master.startswith("local"):
         ram, heap = physical_memory_mb(), size_mb(conf.get("spark.driver.memory", "1g"))
     else:
         ram = _executor_ram_mb(sc)
         heap = size_mb(conf.get("spark.executor.memory", "1g"))
-    return ExecutorMemory(max(0.0, ram - heap - RESERVE_MB), cores, None, configured_task_mb)
+    return ExecutorMemory(max(0.0, ram - heap - RESERVE_MB), cores, None, configured_task_mb,
+                          **gpu)
 
 
 _EXECUTOR_RAM_MB = {}  # application id -> an executor host's RAM, probed once
@@ -100,13 +121,15 @@ def _executor_ram_mb(sc) -> float:
 
 
 def level_cache_mb(level: int, rows: int, n_features: int, budget_mb: float,
-                   cache_mb: float | None, levels: int) -> float:
+                   cache_mb: float | None, levels: int, gpu_mb: float | None = None) -> float:
     """The kernel cache a level's solves may use within ``budget_mb``, or MemoryBudgetError.
 
     The cache is what the budget leaves after the solver's own arrays, capped by ``cache_mb``
-    when the user set one. A partition whose whole kernel matrix does not fit the cache is
-    solved with on-demand kernel blocks (the solver's blocked mode); one that cannot be solved
-    even so stops the fit here, before any task runs out of memory.
+    when the user set one; with ``gpu_mb`` (a task's share of a GPU, where the device path
+    keeps the cache and its copy of those arrays) what that leaves instead. A partition whose
+    whole kernel matrix does not fit the cache is solved with on-demand kernel blocks (the
+    solver's blocked mode); one that cannot be solved even so stops the fit here, before any
+    task runs out of memory.
     """
     need = solver_memory_mb(rows, n_features)
     if need > budget_mb:
@@ -118,7 +141,7 @@ def level_cache_mb(level: int, rows: int, n_features: int, budget_mb: float,
             f"needs about {need:,.0f} MB to solve even with on-demand kernel blocks, over the "
             f"{budget_mb:,.0f} MB a task may use (memory_mb / spark.executor.pyspark.memory); "
             f"{hint}, or give tasks more memory.")
-    room = budget_mb - need
+    room = (budget_mb if gpu_mb is None else gpu_mb) - need
     return max(0.0, room if cache_mb is None else min(cache_mb, room))
 
 

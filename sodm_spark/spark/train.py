@@ -22,6 +22,7 @@ from ..selection.tuning import (DEFAULT_SEARCH_GRID_TEXT, DEFAULT_SEARCH_POINT,
                                 search_sample)
 from .dsvrg.fit import DSVRGFit, DSVRGParams
 from .dsvrg.holdout import fit_calibrated
+from .gpu import check_gpu_request
 from .sodm.fit import fit_sodm
 from .sodm.params import SODMFit, SODMParams
 from .sodm.prepare import checked_classes, prepare_sodm
@@ -58,7 +59,7 @@ def fit_params(settings: Mapping) -> SODMParams | DSVRGParams:
                        seed=params.seed, class_weight=params.class_weight,
                        calibration=params.calibration,
                        validation_fraction=params.validation_fraction,
-                       validation_max_rows=params.validation_max_rows,
+                       validation_max_rows=params.validation_max_rows, device=params.device,
                        **{name: settings[key] for key, name
                                             in LINEAR_SETTINGS.items()
                                             if settings.get(key) is not None})
@@ -150,6 +151,8 @@ def train(sc, blocks, n_features: int, params: SODMParams | DSVRGParams, classes
                          "kernel).")
     if search is not None:  # a bad grid is refused before any pass over the data
         search.grid.validate(params.kernel)
+    if not linear:  # device="gpu" with no GPU to be had, before any pass (DSVRG ignores it)
+        check_gpu_request(sc, params.device)
     if classes is None:
         classes = checked_classes(blocks, n_features)
     classes = check_classes(classes, linear, refuse_classes)

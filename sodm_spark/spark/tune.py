@@ -32,6 +32,7 @@ from ..selection.metrics import Evaluation, oriented
 from ..selection.tuning import (MAX_SEARCH_TOL, SEARCH_PARTITION_ROWS, SEARCH_SAMPLE_ROWS,
                                 SEARCH_TOL_FACTOR, GridPoint, ParamGrid, choose_point,
                                 search_partition, search_subsets)
+from .gpu import task_gpu_index
 from .partitioning import assemble, assembled_weights, partitions_by_key
 from .sodm.params import SODMParams
 from .sodm.prepare import PreparedData
@@ -146,6 +147,7 @@ class SearchTaskSettings:
     pieces: int  # pieces searched per partition larger than max_rows
     threads: int  # BLAS threads per task
     class_weights: tuple | None = None  # one per class, coded order (PreparedData's)
+    device: str = "auto"  # where each solve runs (SODMParams.device)
 
 
 def _search_task(records, X_val, kernel: Kernel, grid: ParamGrid,
@@ -164,7 +166,8 @@ def _search_task(records, X_val, kernel: Kernel, grid: ParamGrid,
                     X[rows], y[rows], X_val, kernel, grid, n_classes=settings.n_classes,
                     violation_tol=settings.violation_tol, max_iter=settings.max_iter,
                     seed=[settings.seed, 97, key], class_weights=settings.class_weights,
-                    row_weights=None if weights is None else weights[rows])
+                    row_weights=None if weights is None else weights[rows],
+                    device=settings.device, gpu_index=task_gpu_index())
             total = scores if total is None else total + scores
             merged = stats if merged is None else list(map(_pieces_stats, merged, stats))
         yield total, merged
@@ -185,7 +188,7 @@ def _task_settings(params: SODMParams, prepared: PreparedData, max_rows, pieces:
         violation_tol=min(fit_solve.violation_tol * SEARCH_TOL_FACTOR, MAX_SEARCH_TOL),
         max_iter=fit_solve.max_iter, n_classes=prepared.classes.size if prepared.multi else 0,
         seed=params.seed, max_rows=max_rows, pieces=pieces, threads=max(1, threads),
-        class_weights=prepared.class_weights)
+        class_weights=prepared.class_weights, device=params.device)
 
 
 def _point_result(point, scores, stats, y_val, coded, params: SODMParams,
@@ -308,7 +311,7 @@ def _final_task(pieces, X_val, kernel: Kernel, points: PointList,
                 X, y, X_val, kernel, points, n_classes=settings.n_classes,
                 violation_tol=settings.violation_tol, max_iter=settings.max_iter,
                 seed=[settings.seed, 101, number], class_weights=settings.class_weights,
-                row_weights=weights)
+                row_weights=weights, device=settings.device, gpu_index=task_gpu_index())
         yield scores, stats
 
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse
 
+from ...core.array_namespace import check_device
 from ...core.errors import SettingsError
 from ...core.kernels import Kernel
 from ...core.labels import accuracy_of_scores, coded_classes, plus_minus
@@ -70,9 +71,12 @@ class DSVRGParams:
     calibration: str = "sigmoid"
     validation_fraction: float = 0.1
     validation_max_rows: int = 10_000
+    # SODMParams.device, checked and kept: DSVRG's steps are vectors on the CPU whatever it is
+    device: str = "auto"
 
     def __post_init__(self):
         object.__setattr__(self, "class_weight", canonical_class_weight(self.class_weight))
+        object.__setattr__(self, "device", check_device(self.device))
         self.validate()
 
     def validate(self) -> None:

@@ -30,8 +30,9 @@ STATE_FILE = "state.json"
 FORMAT = "sodm_spark.checkpoint"
 FORMAT_VERSION = 1
 # Parameters that do not change what a finished level holds (the calibration is fitted after
-# the levels, so a checkpoint written before it existed resumes too).
-_NOT_COMPARED = ("stop_level", "min_improvement", "time_budget", "calibration")
+# the levels, so a checkpoint written before it existed resumes too; the device solves the same
+# problem, so a fit begun on the CPU resumes on a GPU, and a checkpoint from before the setting)
+_NOT_COMPARED = ("stop_level", "min_improvement", "time_budget", "calibration", "device")
 
 
 _ID_RANGE_BITS = 16

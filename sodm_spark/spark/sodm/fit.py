@@ -149,7 +149,7 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
     levels, solved, previous = [], None, parts
     cores = max(1, sc.defaultParallelism)
     level = params.levels
-    memory = executor_memory(sc, params.memory_mb)
+    memory = executor_memory(sc, params.memory_mb, params.device)
     kept = {}  # level -> its solved RDD: those choose_level may still return
     kept_scores = {}  # level -> its decision values on the eval rows (validation, test)
     kept_fits = {}  # level -> its LocalFit for a compression, from its tasks

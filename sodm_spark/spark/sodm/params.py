@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields
 
+from ...core.array_namespace import check_device
 from ...core.kernels import Kernel
 from ...core.validation import check_positive_int
 from ...core.weights import canonical_class_weight
@@ -106,6 +107,10 @@ class SODMParams:
     # (n / (C·n_c): each class the same total weight) or (label, weight) pairs
     # (sodm_spark.core.weights; a dict or "label:weight,..." text is accepted and stored so)
     class_weight: object = None
+    # where each partition's local solve runs (sodm_spark.core.array_namespace): "auto" a GPU
+    # the task sees, else the CPU's numba solvers; "cpu" the device path on numpy; "gpu" a
+    # GPU, refused before any data are read where none can be had (sodm_spark.spark.gpu)
+    device: str = "auto"
 
     # The parts the fit reads, built from the fields above once, each validating its own
     # settings as it is built: what every partition's solve reads (its kernel cache is set per
@@ -117,8 +122,9 @@ class SODMParams:
     def __post_init__(self):
         """Refuse a bad setting, naming it (once, as the parameters are built: every
         SODMParams is valid, so no later step checks them again)."""
+        object.__setattr__(self, "device", check_device(self.device))
         parts = {"local_solve": LocalSolve(self.lam, self.theta, self.v, violation_tol=self.tol,
-                                           max_iter=self.max_iter),
+                                           max_iter=self.max_iter, device=self.device),
                  "partitioning": Partitioning(self.partitioner, self.strata, self.seed,
                                               self.landmark_candidates, self.label_strata),
                  "stop_rule": StopRule(self.min_improvement, self.time_budget, self.confidence,

@@ -15,7 +15,8 @@ matrix fits the kernel cache of a task (``cached``) or is computed on demand in 
 (``blocked``), the memory of one task, and its predicted seconds — from the levels measured so
 far (:func:`~sodm_spark.selection.stopping.predict_seconds`), or before the first level from this
 machine's measured GEMM speed (:func:`prior_seconds`). A blocked plan says what it costs and
-which level count would keep the kernels cached.
+which level count would keep the kernels cached. On a GPU the driver sees, the cache is its
+free memory's share (:class:`~sodm_spark.spark.memory.ExecutorMemory`).
 """
 from __future__ import annotations
 
@@ -156,7 +157,7 @@ def cached_level_count(n_rows: int, p: int, n_features: int, memory, params) -> 
         rows = -(-n_rows // partitions)
         try:
             cache = level_cache_mb(levels, rows, n_features, memory.task_mb(partitions),
-                                   params.cache_mb, levels)
+                                   params.cache_mb, levels, memory.gpu_task_mb(partitions))
         except MemoryBudgetError:
             continue
         if kernel_mode_for(rows, cache, itemsize) == "cached":
@@ -190,7 +191,8 @@ def plan_level(level, sizes, n_features, params, memory, done, cores) -> LevelPl
     executors = max(1, cores // max(1, memory.cores))
     running = max(1, min(partitions, memory.cores))  # tasks at once on an executor
     budget = memory.task_mb(partitions)
-    cache_mb = level_cache_mb(level, rows, n_features, budget, params.cache_mb, params.levels)
+    cache_mb = level_cache_mb(level, rows, n_features, budget, params.cache_mb, params.levels,
+                              memory.gpu_task_mb(partitions))
     storage = level_storage(params.kernel_storage)
     itemsize = storage_itemsize(storage)
     mode = kernel_mode_for(rows, cache_mb, itemsize)
@@ -198,7 +200,8 @@ def plan_level(level, sizes, n_features, params, memory, done, cores) -> LevelPl
         for fewer in range(running - 1, 0, -1):
             room = memory.task_mb(fewer)
             try:
-                cache = level_cache_mb(level, rows, n_features, room, None, params.levels)
+                cache = level_cache_mb(level, rows, n_features, room, None, params.levels,
+                                       memory.gpu_task_mb(fewer))
             except MemoryBudgetError:
                 continue
             if kernel_mode_for(rows, cache, itemsize) == "cached":

@@ -246,7 +246,7 @@ def prepare_sodm(sc, blocks, params: SODMParams, classes, test=None, validation=
     n_all = stats.n
     if params.levels is None:  # from the rows: their number, width and the memory
         levels = auto_level_count(n_all, params.p, row_width(stats),
-                                  executor_memory(sc, params.memory_mb), params)
+                                  executor_memory(sc, params.memory_mb, params.device), params)
         params = replace(params, levels=levels, stop_level=min(params.stop_level, levels))
     n_partitions = params.p ** params.levels
     check_levels_fit_rows(n_all, params.p, params.levels)

@@ -29,6 +29,7 @@ from threadpoolctl import threadpool_limits
 from ...core.kernels import Kernel, decision_values
 from ...core.weights import combined_weights
 from ...solvers.local_solve import LocalSolve, expansion_coefficients
+from ..gpu import task_gpu_index
 from ..partitioning import Chunk, as_chunks, assemble, assembled_weights, partitions_by_key
 
 
@@ -109,9 +110,11 @@ def solve_partition(key, X, y, gamma, kernel: Kernel, settings: LevelTaskSetting
     # a fresh partition of 3+ classes has no warm start yet (its γ is a column of zeros)
     warm_start = None if settings.n_classes and gamma.ndim == 1 else gamma
     with threadpool_limits(max(1, min(threads, os.cpu_count() or 1))):
+        # the GPU Spark assigned this task, where the solve's device is one
         result = settings.solve.solve(X, y, kernel, settings.n_classes, warm_start=warm_start,
                                       seed=seed, weights=combined_weights(
-                                          row_weights, settings.class_weights, y))
+                                          row_weights, settings.class_weights, y),
+                                      gpu_index=task_gpu_index())
         scoring = time.perf_counter()
         eval_scores = None if eval_X is None else _scores(kernel, eval_X, X, y, result.gamma)
         scoring = time.perf_counter() - scoring
