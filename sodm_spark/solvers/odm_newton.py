@@ -167,7 +167,7 @@ def _conjugate_gradients(xp, apply, precondition, rhs, start, residual_scale, bo
     ``max |residual_scale · residual| ≤ bound``. Returns (z, iterations)."""
     z = start
     residual = rhs - apply(z)
-    iterations = 0
+    iterations, rho_old, direction = 0, 1.0, None
     while float(xp.max(xp.abs(residual_scale * residual))) > bound and iterations < max_iter:
         preconditioned = precondition(residual)
         rho = float(xp.sum(residual * preconditioned))
