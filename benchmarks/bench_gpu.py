@@ -36,9 +36,44 @@ from sodm_spark.models.input_projection import fit_input_projection  # noqa: E40
 from sodm_spark.models.nystroem_odm import fit_on_device  # noqa: E402
 from sodm_spark.partition.landmarks import select_landmarks  # noqa: E402
 from sodm_spark.partition.strata import nearest_landmark  # noqa: E402
+from sodm_spark.selection.tuning import (DEFAULT_SEARCH_GRID_TEXT, DEFAULT_SEARCH_POINT,  # noqa: E402
+                                         MAX_SEARCH_TOL, SEARCH_PARTITION_ROWS,
+                                         SEARCH_TOL_FACTOR, ParamGrid, choose_point,
+                                         search_partition, search_pieces, search_sample,
+                                         search_subsets)
 from sodm_spark.solvers.odm_newton import solve_odm_newton  # noqa: E402
 
 LAM, THETA, V, TOL = 1e5, 0.1, 0.2, 1e-2  # SODMParams' defaults
+VALIDATION_ROWS = 10_000  # the job's slice: validation_fraction 0.1, at most 10,000 rows
+
+
+def search(args, device, kernel, X_host, y, partition, X_val, y_val):
+    """The job's default search (selection/tuning.py): the grid of γ multiples and λ on seeded
+    pieces of a sample of the start level's partitions, each point's decision values summed
+    over the pieces, the default point kept unless another is significantly better on the
+    validation rows. Returns (γ multiple, λ) and a report."""
+    grid = ParamGrid.parse(DEFAULT_SEARCH_GRID_TEXT)
+    n_partitions = args.p ** args.start_level
+    rows_per_partition = int(np.bincount(partition).max())
+    keys = search_sample(n_partitions, rows_per_partition, 16, args.seed)
+    pieces = search_pieces(len(keys), rows_per_partition)
+    scores = None
+    for key in keys:
+        rows = np.flatnonzero(partition == key)
+        for number, subset in enumerate(search_subsets(rows.size, SEARCH_PARTITION_ROWS, pieces,
+                                                       args.seed, key)):
+            points, share, _ = search_partition(
+                X_host[rows[subset]], y[rows[subset]], X_val, kernel, grid,
+                violation_tol=min(MAX_SEARCH_TOL, SEARCH_TOL_FACTOR * args.tol),
+                seed=[args.seed, key, number], device=args.device)
+            scores = share if scores is None else scores + share
+    judged = [np.where(row >= 0, 1.0, -1.0) == y_val for row in scores]
+    default = next(i for i, point in enumerate(points) if point == DEFAULT_SEARCH_POINT)
+    chosen = points[choose_point(judged, default=default)]
+    return chosen.gamma_scale, chosen.lam, {
+        "searched_rows": len(keys) * pieces * SEARCH_PARTITION_ROWS,
+        "validation_accuracy": {f"gamma x{p.gamma_scale:g}, lam {p.lam:g}": round(
+            float(np.mean(j)), 4) for p, j in zip(points, judged)}}
 
 
 def _chunk(arguments):
@@ -92,6 +127,8 @@ def main(argv=None):
     parser.add_argument("--global-centres", type=int, default=4000)
     parser.add_argument("--rank", type=int, default=1000, help="preconditioner columns")
     parser.add_argument("--compare-cpu", action="store_true")
+    parser.add_argument("--search", action=argparse.BooleanOptionalAction, default=True,
+                        help="the job's default search of gamma and lam before the levels")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", help="write the stages here")
     args = parser.parse_args(argv)
@@ -127,24 +164,37 @@ def main(argv=None):
                     inputs=int(X_dev.shape[1]))
     del X
     X_host = device.to_numpy(X_dev)
+    held = np.zeros(X_host.shape[0], dtype=bool)
+    held[np.random.default_rng([args.seed, 4]).choice(X_host.shape[0], VALIDATION_ROWS,
+                                                      replace=False)] = True
+    X_val, y_val = X_host[held], y[held]
+    X_host, y = X_host[~held], y[~held]
+    X_dev = device.asarray(X_host, dtype=xp.float32)
     candidates = np.sort(np.random.default_rng([args.seed, 2]).choice(X_host.shape[0], 1000,
                                                                       replace=False))
     landmarks = X_host[candidates[select_landmarks(X_host[candidates], kernel, 20)]]
     strata = nearest_landmark(X_host, landmarks, kernel)
     partition = deal(strata, args.p ** args.start_level, args.seed)
     started = clock("landmarks, strata, partitions", started)
+    lam = LAM
+    if args.search:
+        gamma_scale, lam, report = search(args, device, kernel, X_host, y, partition, X_val,
+                                          y_val)
+        kernel = Kernel("rbf", kernel.gamma * gamma_scale)
+        started = clock("search (the job's default grid)", started, gamma_scale=gamma_scale,
+                        lam=lam, **report)
 
     if args.compare_cpu:
         from sodm_spark.solvers.odm_dcd import solve_odm_dual
 
         rows = np.flatnonzero(partition == 0)
         compare_started = cpu_started = time.perf_counter()
-        numba_run = solve_odm_dual(X_host[rows], y[rows], kernel, LAM, THETA, V,
+        numba_run = solve_odm_dual(X_host[rows], y[rows], kernel, lam, THETA, V,
                                    violation_tol=args.tol, seed=[args.seed, args.start_level, 0])
         cpu_seconds = time.perf_counter() - cpu_started
         gpu_started = time.perf_counter()
         K = kernel_matrix(device, kernel, xp.take(X_dev, device.asarray(rows), axis=0))
-        newton_run = solve_odm_newton(device, K, y[rows], LAM, THETA, V, violation_tol=args.tol,
+        newton_run = solve_odm_newton(device, K, y[rows], lam, THETA, V, violation_tol=args.tol,
                                       rank=args.rank, seed=[args.seed, args.start_level, 0])
         del K
         device.synchronize()
@@ -167,7 +217,7 @@ def main(argv=None):
         for q in range(n_partitions):
             rows = np.flatnonzero(partition % n_partitions == q)
             K = kernel_matrix(device, kernel, xp.take(X_dev, device.asarray(rows), axis=0))
-            run = solve_odm_newton(device, K, y[rows], LAM, THETA, V, violation_tol=args.tol,
+            run = solve_odm_newton(device, K, y[rows], lam, THETA, V, violation_tol=args.tol,
                                    gamma0=None if level == args.start_level else gamma[rows],
                                    rank=args.rank, seed=[args.seed, level, q])
             del K
@@ -189,7 +239,7 @@ def main(argv=None):
             X_host.shape[0], args.global_centres, replace=False))
         centres = X_host[picked]
         start_values = decision_values(device, kernel, centres, X_host, gamma * y)
-        alpha, report = fit_on_device(device, kernel, centres, X_dev, y, LAM, THETA, V,
+        alpha, report = fit_on_device(device, kernel, centres, X_dev, y, lam, THETA, V,
                                       start_values=start_values / n_level_partitions)
         started = clock("global step", started, centres=args.global_centres,
                         passes=getattr(report, "passes", None))

@@ -38,15 +38,16 @@ def test_kernel_blocks_are_the_kernel_s_blocks(device, kernel):
         decision_values(kernel, X, Z, coef), rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("direct_rows", [0, 4000], ids=["cg", "direct"])
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("lam", [10.0, 1e3, 1e5])
-def test_newton_solves_the_dual_to_the_brute_force_optimum(device, lam):
+def test_newton_solves_the_dual_to_the_brute_force_optimum(device, lam, direct_rows):
     X, y = _data()
     K = kernel_matrix(Kernel("rbf", 0.05), X)
     Q = y[:, None] * K * y[None, :]
     reference_objective, reference_gamma = odm_dual_reference(Q, lam, 0.1, 0.2)
     run = solve_odm_newton(device, device.asarray(K, dtype=device.xp.float64), y, lam, 0.1, 0.2,
-                           violation_tol=1e-8, rank=50)
+                           violation_tol=1e-8, rank=50, direct_rows=direct_rows)
     assert run.converged and run.violation <= 1e-8
     assert kkt_residual(Q, run.gamma, lam, 0.1, 0.2) <= 1e-7
     assert run.objective == pytest.approx(reference_objective, rel=1e-9, abs=1e-9)
@@ -55,13 +56,15 @@ def test_newton_solves_the_dual_to_the_brute_force_optimum(device, lam):
     np.testing.assert_allclose(run.u, Q @ run.gamma, atol=1e-10)
 
 
+@pytest.mark.parametrize("direct_rows", [0, 4000], ids=["cg", "direct"])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("lam", [1e3, 1e5, 1e6])
-def test_newton_gives_the_numba_solver_s_model(dtype, lam):
+def test_newton_gives_the_numba_solver_s_model(dtype, lam, direct_rows):
     X, y = _data(2000, 20, seed=1)
     kernel = Kernel("rbf", 0.02)
     K = kernel_matrix(kernel, X, dtype=dtype)
-    newton = solve_odm_newton(CPU, K, y, lam, 0.1, 0.2, violation_tol=1e-3, rank=200)
+    newton = solve_odm_newton(CPU, K, y, lam, 0.1, 0.2, violation_tol=1e-3, rank=200,
+                              direct_rows=direct_rows)
     numba = solve_odm_dual(X, y, kernel, lam, 0.1, 0.2, violation_tol=1e-3, dtype=dtype)
     # in float64 within the bound; float32 products may end the solve where the active sets
     # cycle (design §2.10), at the same optimum as far as the checks below can tell

@@ -40,6 +40,8 @@ from ..core.validation import check_odm_params
 
 #: Columns of the kernel in the preconditioner: at most this many (all when m is smaller).
 PRECONDITIONER_RANK = 1000
+#: Problems of at most this many rows solve each Newton system directly (xp.linalg.solve).
+DIRECT_ROWS = 4000
 #: Eigenvalues of the sampled block below this share of the largest are dropped (K_JJ is
 #: singular in floating point when two sampled rows nearly coincide).
 EIGENVALUE_CUTOFF = 1e-10
@@ -236,7 +238,8 @@ def _dual_objective(xp, gamma, u, a_zeta, a_beta, lower, upper) -> float:
 def solve_odm_newton(device: ArrayDevice, K, y, lam: float, theta: float, v: float, *,
                      weights=None, gamma0=None, violation_tol: float = 1e-3,
                      max_iter: int = 100, rank: int = PRECONDITIONER_RANK, seed=0,
-                     max_cg_iter: int = 1000) -> NewtonResult:
+                     max_cg_iter: int = 1000,
+                     direct_rows: int = DIRECT_ROWS) -> NewtonResult:
     """Solve the dual of Eqn 1 for ``K`` (the m×m kernel matrix on ``device``, float32 or
     float64) and labels ``y`` (±1, numpy); ``weights`` s_i > 0 per row or None; ``gamma0``
     warm-starts (γ of a previous level, numpy or None). ``seed`` (an int or a sequence) draws
@@ -257,7 +260,11 @@ def solve_odm_newton(device: ArrayDevice, K, y, lam: float, theta: float, v: flo
              else device.asarray(np.asarray(gamma0, dtype=np.float64), dtype=xp.float64))
     u = Q.exact(gamma) if gamma0 is not None else xp.zeros_like(gamma)
     u_is_exact = True
-    preconditioner = NystromPreconditioner(xp, Q, m, rank, seed)
+    # a small problem's systems are solved directly: an m×m solve costs less than building
+    # the preconditioner's factors (the search's pieces of 2,500 rows)
+    dense = None if m > direct_rows else xp.astype(K, xp.float64) * (y_dev[:, None]
+                                                                      * y_dev[None, :])
+    preconditioner = None if dense is not None else NystromPreconditioner(xp, Q, m, rank, seed)
     history, objectives = [], []
     for _ in range(max_iter):
         violation = float(xp.max(_violations(xp, gamma, u, a_zeta, a_beta, lower, upper)))
@@ -282,10 +289,15 @@ def solve_odm_newton(device: ArrayDevice, K, y, lam: float, theta: float, v: flo
         residual = active * (targets - u - diagonal * gamma)
         if float(xp.max(xp.abs(leaving))) > 0.0:
             residual = residual + active * (Q @ leaving)
-        change, _ = _conjugate_gradients(
-            xp, lambda z: scale * (Q @ (scale * z)) + z, preconditioner.for_rows(scale),
-            scale * residual, xp.zeros_like(u), xp.sqrt(diagonal) * active,
-            CG_SHARE * violation_tol, max_cg_iter)
+        if dense is not None:
+            system = scale[:, None] * dense * scale[None, :] + xp.eye(m, dtype=xp.float64,
+                                                                     device=_device(u))
+            change = xp.linalg.solve(system, (scale * residual)[:, None])[:, 0]
+        else:
+            change, _ = _conjugate_gradients(
+                xp, lambda z: scale * (Q @ (scale * z)) + z, preconditioner.for_rows(scale),
+                scale * residual, xp.zeros_like(u), xp.sqrt(diagonal) * active,
+                CG_SHARE * violation_tol, max_cg_iter)
         step = scale * change - leaving
         u_step = Q @ step
         # full jumps (the primal-dual active set method of Hintermüller, Ito & Kunisch, "The
