@@ -180,11 +180,15 @@ FAST = ["--rows", "600", "--levels", "1", "--gamma", "1", "--lam", "1e4", "--the
 
 
 def test_the_job_on_the_cpu_device_scores_as_the_default_run(spark, tmp_path, capsys):
-    accuracy = {}
+    accuracy, modes = {}, {}
     for device in ("auto", "cpu"):
         metrics = tmp_path / f"{device}.json"
         assert train_sodm.main([*FAST, "--device", device, "--metrics-out", str(metrics)]) == 0
-        accuracy[device] = json.loads(metrics.read_text())["test_accuracy"]
+        report = json.loads(metrics.read_text())
+        accuracy[device] = report["test_accuracy"]
+        modes[device] = {level["kernel"] for level in report["levels"]}
+    # the levels ran the device path's solver (its kernel resident) and the numba one
+    assert modes == {"auto": {"cached"}, "cpu": {"resident"}}
     assert '"device": "cpu"' in capsys.readouterr().out  # the effective config says it
     assert accuracy["auto"] > 0.8
     assert accuracy["cpu"] == pytest.approx(accuracy["auto"], abs=0.01)
