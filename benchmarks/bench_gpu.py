@@ -41,10 +41,10 @@ from sodm_spark.selection.tuning import (DEFAULT_SEARCH_GRID_TEXT, DEFAULT_SEARC
                                          SEARCH_TOL_FACTOR, ParamGrid, choose_point,
                                          search_partition, search_pieces, search_sample,
                                          search_subsets)
-from sodm_spark.solvers.odm_newton import solve_odm_newton  # noqa: E402
+from sodm_spark.solvers.odm_newton import NewtonSettings, solve_odm_newton  # noqa: E402
 
 LAM, THETA, V, TOL = 1e5, 0.1, 0.2, 1e-2  # SODMParams' defaults
-VALIDATION_ROWS = 10_000  # the job's slice: validation_fraction 0.1, at most 10,000 rows
+VALIDATION_ROWS = 10_000  # the job's slice: a tenth of the rows, at most 10,000
 
 
 def search(args, device, kernel, X_host, y, partition, X_val, y_val):
@@ -165,7 +165,8 @@ def main(argv=None):
     del X
     X_host = device.to_numpy(X_dev)
     held = np.zeros(X_host.shape[0], dtype=bool)
-    held[np.random.default_rng([args.seed, 4]).choice(X_host.shape[0], VALIDATION_ROWS,
+    validation_rows = min(VALIDATION_ROWS, X_host.shape[0] // 10)
+    held[np.random.default_rng([args.seed, 4]).choice(X_host.shape[0], validation_rows,
                                                       replace=False)] = True
     X_val, y_val = X_host[held], y[held]
     X_host, y = X_host[~held], y[~held]
@@ -194,8 +195,9 @@ def main(argv=None):
         cpu_seconds = time.perf_counter() - cpu_started
         gpu_started = time.perf_counter()
         K = kernel_matrix(device, kernel, xp.take(X_dev, device.asarray(rows), axis=0))
-        newton_run = solve_odm_newton(device, K, y[rows], lam, THETA, V, violation_tol=args.tol,
-                                      rank=args.rank, seed=[args.seed, args.start_level, 0])
+        newton_run = solve_odm_newton(device, K, y[rows], lam, THETA, V,
+                                      seed=[args.seed, args.start_level, 0],
+                                      settings=NewtonSettings(args.tol, rank=args.rank))
         del K
         device.synchronize()
         gpu_seconds = time.perf_counter() - gpu_started
@@ -217,9 +219,10 @@ def main(argv=None):
         for q in range(n_partitions):
             rows = np.flatnonzero(partition % n_partitions == q)
             K = kernel_matrix(device, kernel, xp.take(X_dev, device.asarray(rows), axis=0))
-            run = solve_odm_newton(device, K, y[rows], lam, THETA, V, violation_tol=args.tol,
+            run = solve_odm_newton(device, K, y[rows], lam, THETA, V,
                                    gamma0=None if level == args.start_level else gamma[rows],
-                                   rank=args.rank, seed=[args.seed, level, q])
+                                   seed=[args.seed, level, q],
+                                   settings=NewtonSettings(args.tol, rank=args.rank))
             del K
             gamma[rows] = run.gamma
             steps, products = steps + run.n_sweeps, products + run.cg_iterations

@@ -11,7 +11,7 @@ from sodm_spark.core import kernel_blocks
 from sodm_spark.core.kernels import Kernel, decision_values, kernel_matrix
 from sodm_spark.solvers.local_solve import LocalSolve
 from sodm_spark.solvers.odm_dcd import solve_odm_dual
-from sodm_spark.solvers.odm_newton import solve_odm_newton
+from sodm_spark.solvers.odm_newton import NewtonSettings, solve_odm_newton
 from tests.reference import kkt_residual, odm_dual_reference
 
 STRICT = ArrayDevice("cpu", "array_api_strict")
@@ -47,7 +47,7 @@ def test_newton_solves_the_dual_to_the_brute_force_optimum(device, lam, direct_r
     Q = y[:, None] * K * y[None, :]
     reference_objective, reference_gamma = odm_dual_reference(Q, lam, 0.1, 0.2)
     run = solve_odm_newton(device, device.asarray(K, dtype=device.xp.float64), y, lam, 0.1, 0.2,
-                           violation_tol=1e-8, rank=50, direct_rows=direct_rows)
+                           settings=NewtonSettings(1e-8, rank=50, direct_rows=direct_rows))
     assert run.converged and run.violation <= 1e-8
     assert kkt_residual(Q, run.gamma, lam, 0.1, 0.2) <= 1e-7
     assert run.objective == pytest.approx(reference_objective, rel=1e-9, abs=1e-9)
@@ -63,8 +63,8 @@ def test_newton_gives_the_numba_solver_s_model(dtype, lam, direct_rows):
     X, y = _data(2000, 20, seed=1)
     kernel = Kernel("rbf", 0.02)
     K = kernel_matrix(kernel, X, dtype=dtype)
-    newton = solve_odm_newton(CPU, K, y, lam, 0.1, 0.2, violation_tol=1e-3, rank=200,
-                              direct_rows=direct_rows)
+    newton = solve_odm_newton(CPU, K, y, lam, 0.1, 0.2, settings=NewtonSettings(
+                                  1e-3, rank=200, direct_rows=direct_rows))
     numba = solve_odm_dual(X, y, kernel, lam, 0.1, 0.2, violation_tol=1e-3, dtype=dtype)
     # in float64 within the bound; float32 products may end the solve where the active sets
     # cycle (design §2.10), at the same optimum as far as the checks below can tell
@@ -82,14 +82,15 @@ def test_weights_are_repeated_rows_and_a_warm_start_is_kept():
     repeated = np.repeat(np.arange(120), counts)
     K = kernel_matrix(kernel, X)
     weighted = solve_odm_newton(CPU, K, y, 1e3, 0.1, 0.2, weights=counts.astype(float),
-                                violation_tol=1e-9, rank=120)
+                                settings=NewtonSettings(1e-9, rank=120))
     copies = solve_odm_newton(CPU, kernel_matrix(kernel, X[repeated]), y[repeated], 1e3, 0.1,
-                              0.2, violation_tol=1e-9, rank=400)
+                              0.2, settings=NewtonSettings(1e-9, rank=400))
     # the copies of a row share its γ: their sum is the weighted row's
     summed = np.bincount(repeated, weights=copies.gamma, minlength=120)
     np.testing.assert_allclose(weighted.gamma, summed, rtol=1e-6, atol=1e-8)
     warm = solve_odm_newton(CPU, K, y, 1e3, 0.1, 0.2, gamma0=weighted.gamma * 0 + summed,
-                            weights=counts.astype(float), violation_tol=1e-6, rank=120)
+                            weights=counts.astype(float),
+                            settings=NewtonSettings(1e-6, rank=120))
     assert warm.n_sweeps == 1 and warm.converged
 
 

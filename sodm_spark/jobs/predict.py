@@ -30,7 +30,7 @@ from sodm_spark.models.scoring import PRECISIONS
 from sodm_spark.ops.jobconf import (check_output_paths, parse_with_defaults,
                                      use_packaged_spark_conf, write_outputs)
 from sodm_spark.spark.io import check_csv_cells, input_statuses, read_blocks, spark_read
-from sodm_spark.spark.predict import score_dataframe, start_python_workers
+from sodm_spark.spark.predict import python_workers_started, score_dataframe
 from sodm_spark.spark.frames import context_of, is_connect, uses_frames
 from sodm_spark.spark.session import job_session
 
@@ -107,8 +107,9 @@ def score_and_write(frame, out: str, args, rows) -> float:
     try:  # in a hidden sibling renamed into place, or in place on an object store
         publish_directory(out, lambda target: frame.write.parquet(target),
                           overwrite=args.overwrite, store=store_for(out))
-    finally:
+    finally:  # no progress line after the result or the error line, nor once Spark is gone
         stop.set()
+        ticker.join()
     return time.perf_counter() - started
 
 
@@ -133,11 +134,13 @@ def main(argv=None, prog="predict.py") -> int:
         if is_uri(out):
             with reported(value_errors=SETTINGS):
                 check_new_output(out, args.overwrite)
-        warming = start_python_workers(spark, model)
         sc = context_of(spark)  # accumulators: a classic session's only
         rows, ignored = (None, None) if uses_frames(sc) else (sc.accumulator(0), sc.accumulator(0))
         preparing = time.perf_counter()
-        with reported(prefix=f"--data {args.data}: "), \
+        # the warm-up runs while the driver reads and plans; a refusal there cancels it before
+        # the session stops, so its thread prints nothing
+        with python_workers_started(spark, model) as warming, \
+                reported(prefix=f"--data {args.data}: "), \
                 score_dataframe(read_table(spark, args),
                                 model, args.features_col, args.key_col, args.label_col,
                                 args.precision, rows, any_vector_size=args.format == "libsvm",
@@ -146,7 +149,7 @@ def main(argv=None, prog="predict.py") -> int:
             print(f"scoring {args.data} with {model.support_vectors.shape[0]:,} support "
                   f"vectors ({args.precision} kernel blocks) in {partitions} tasks "
                   f"(prepared in {prepare_seconds:.1f} s)", flush=True)
-            warming.join()
+            warming.wait()
             seconds = score_and_write(frame, out, args, rows)
         scored = rows.value if rows is not None else \
             spark.read.parquet(out).count()  # from the files' footers

@@ -24,7 +24,7 @@ among the support vectors by
 """
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 import scipy.linalg
@@ -385,25 +385,39 @@ def fitted_model(model: KernelExpansion, points, rows, targets, ridge: float = 1
     return compressed
 
 
+@dataclass(frozen=True, kw_only=True)
+class ScoreComparison:
+    """A model's scores f beside its compression's g on one set of rows (docs/design.md §6, step
+    8); where f was not scored, only ``accuracy_after`` and ``rows`` are known."""
+
+    accuracy_before: float | None = None
+    accuracy_after: float
+    relative_rms_error: float | None = None  # ‖g − f‖ / ‖f‖
+    max_abs_error: float | None = None  # the largest |g − f|
+    predictions_changed: float | None = None  # the share of rows whose prediction changed
+    rows: int
+
+    def to_dict(self) -> dict:
+        """The figures measured, in the order the metrics JSON has always written them."""
+        return {name: value for name, value in asdict(self).items() if value is not None}
+
+
 def compare(original: KernelExpansion, compressed: KernelExpansion, X, y) -> dict:
-    """Accuracy of both models on (X, y) and the compressed decision function's error
-    (:func:`compare_scores`)."""
+    """Both models' :func:`compare_scores` on (X, y) and their support vectors, as a dict."""
     report = compare_scores(original.decision_function(X), compressed.decision_function(X),
-                            y, original.classes)
+                            y, original.classes).to_dict()
     report["support_vectors_before"] = int(original.support_vectors.shape[0])
     report["support_vectors_after"] = int(compressed.support_vectors.shape[0])
     return report
 
 
-def compare_scores(f, g, y, classes) -> dict:
-    """Accuracy of the scores ``f`` (the model) and ``g`` (its compression) against the raw
-    labels ``y``, the relative RMS ‖g − f‖ / ‖f‖, the largest |g − f| and the share of rows
-    whose prediction changed."""
+def compare_scores(f, g, y, classes) -> ScoreComparison:
+    """The scores ``f`` (the model) and ``g`` (its compression) against the raw labels ``y``."""
     f, g = np.asarray(f, dtype=np.float64), np.asarray(g, dtype=np.float64)
     before, after = labels_from_scores(f, classes), labels_from_scores(g, classes)
     y = np.asarray(y)
-    return {"accuracy_before": float(np.mean(before == y)),
-            "accuracy_after": float(np.mean(after == y)),
-            "relative_rms_error": float(np.linalg.norm(g - f) / max(np.linalg.norm(f), 1e-300)),
-            "max_abs_error": float(np.max(np.abs(g - f))) if f.size else 0.0,
-            "predictions_changed": float(np.mean(before != after)), "rows": int(y.size)}
+    return ScoreComparison(
+        accuracy_before=float(np.mean(before == y)), accuracy_after=float(np.mean(after == y)),
+        relative_rms_error=float(np.linalg.norm(g - f) / max(np.linalg.norm(f), 1e-300)),
+        max_abs_error=float(np.max(np.abs(g - f))) if f.size else 0.0,
+        predictions_changed=float(np.mean(before != after)), rows=int(y.size))

@@ -13,7 +13,7 @@ from ..core.array_namespace import ArrayDevice
 from ..core.errors import ResourceError
 from ..core.kernel_blocks import kernel_matrix
 from ..core.labels import plus_minus
-from .odm_newton import solve_odm_newton
+from .odm_newton import NewtonSettings, solve_odm_newton
 
 #: Share of the device's free memory the kernel matrix may take: the solver's vectors, the
 #: preconditioner's m × 1,000 factors and the GEMM blocks need the rest.
@@ -58,9 +58,9 @@ def solve_on_device(settings, device: ArrayDevice, X, y, kernel, n_classes: int 
         start = warm_start if warm_start is None or not n_classes else warm_start[:, c]
         runs.append(solve_odm_newton(device, K, signs, settings.lam, settings.theta, settings.v,
                                      weights=weights, gamma0=start,
-                                     violation_tol=settings.violation_tol,
-                                     max_iter=settings.max_iter,
-                                     seed=seeds + [c] if n_classes else seeds))
+                                     seed=seeds + [c] if n_classes else seeds,
+                                     settings=NewtonSettings(settings.violation_tol,
+                                                             settings.max_iter)))
     del K  # the matrix leaves the device before the caller's next step
     storage = runs[0].storage
     if not n_classes:

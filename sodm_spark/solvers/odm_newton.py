@@ -32,16 +32,13 @@ which make plain CG crawl at large λ, are inverted exactly and CG works on the 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
 from ..core.array_namespace import ArrayDevice
 from ..core.validation import check_odm_params
 
-#: Columns of the kernel in the preconditioner: at most this many (all when m is smaller).
-PRECONDITIONER_RANK = 1000
-#: Problems of at most this many rows solve each Newton system directly (xp.linalg.solve).
-DIRECT_ROWS = 4000
 #: Eigenvalues of the sampled block below this share of the largest are dropped (K_JJ is
 #: singular in floating point when two sampled rows nearly coincide).
 EIGENVALUE_CUTOFF = 1e-10
@@ -118,8 +115,34 @@ class SignedKernel:
         return self.y[:, None] * block * xp.take(self.y, index)[None, :]
 
 
-def _violations(xp, gamma, u, a_zeta, a_beta, lower, upper):
+class Band(NamedTuple):
+    """Eqn 1's terms per row: the diagonal terms a^ζ = S·c·v/s_i and a^β = S·c/s_i (arrays)
+    and the band's edges 1−θ and 1+θ."""
+
+    a_zeta: object
+    a_beta: object
+    lower: float
+    upper: float
+
+
+@dataclass(frozen=True)
+class NewtonSettings:
+    """How :func:`solve_odm_newton` runs: its stopping rule (§1.3's violation bound), the most
+    Newton steps, the preconditioner's columns, the most CG iterations per step, and the size
+    up to which each step's system is solved directly."""
+
+    violation_tol: float = 1e-3
+    max_iter: int = 100
+    # columns of the kernel in the preconditioner (all when m is smaller)
+    rank: int = 1000
+    max_cg_iter: int = 1000
+    # problems of at most this many rows solve each Newton system directly (xp.linalg.solve)
+    direct_rows: int = 4000
+
+
+def _violations(xp, gamma, u, band: Band):
     """Every row's projected-gradient violation (``_dcd_kernels._point_violation``)."""
+    a_zeta, a_beta, lower, upper = band
     zero = xp.zeros_like(gamma)
     zeta, beta = xp.maximum(gamma, zero), xp.maximum(-gamma, zero)
     grad_zeta = u + a_zeta * zeta - lower
@@ -186,7 +209,7 @@ def _conjugate_gradients(xp, apply, precondition, rhs, start, residual_scale, bo
     return z, iterations
 
 
-def _line_search(xp, gamma, u, step, u_step, a_zeta, a_beta, lower, upper):
+def _line_search(xp, gamma, u, step, u_step, band: Band):
     """The step length s ∈ (0, 1] minimizing the dual objective of Eqn 1 along γ + s·step.
 
     The dual, not the primal P, is the merit: P is flat along Q's null space (a smooth kernel's
@@ -194,6 +217,7 @@ def _line_search(xp, gamma, u, step, u_step, a_zeta, a_beta, lower, upper):
     reached there; the dual is strictly convex (its diagonal terms), and its derivative along
     the step is increasing and piecewise linear, with jumps where a γ_i crosses 0. Its root is
     found by Newton's method on the pieces, safeguarded by bisection."""
+    a_zeta, a_beta, lower, upper = band
     quadratic = float(xp.sum(step * u_step))  # ΔᵀQΔ
     linear = float(xp.sum(step * u))  # ΔᵀQγ
     zero = xp.zeros_like(gamma)
@@ -228,77 +252,85 @@ def _line_search(xp, gamma, u, step, u_step, a_zeta, a_beta, lower, upper):
     return 1.0 if s > 1.0 - 1e-9 else s
 
 
-def _dual_objective(xp, gamma, u, a_zeta, a_beta, lower, upper) -> float:
+def _dual_objective(xp, gamma, u, band: Band) -> float:
+    a_zeta, a_beta, lower, upper = band
     zero = xp.zeros_like(gamma)
     zeta, beta = xp.maximum(gamma, zero), xp.maximum(-gamma, zero)
     return float(xp.sum(0.5 * gamma * u + 0.5 * (a_zeta * zeta * zeta + a_beta * beta * beta)
                         - lower * zeta + upper * beta))
 
 
+def _newton_change(xp, Q: SignedKernel, solver, gamma, u, band: Band, settings):
+    """The jump of one Newton step, as a change of γ (float32 products then round only the
+    change): rows that leave the active set go to 0, the active rows' change solves the ridge
+    system (module docstring) with the residual of the current point, exact from u, on its
+    right-hand side. ``solver``: a dense Q (small problems) or the preconditioner."""
+    a_zeta, a_beta, lower, upper = band
+    below, above = u < lower, u > upper
+    zero = xp.zeros_like(u)
+    diagonal = xp.where(below, a_zeta, xp.where(above, a_beta, xp.ones_like(u)))
+    targets = xp.where(below, lower, xp.where(above, upper, zero))
+    active = xp.astype(below | above, xp.float64)
+    scale = active / xp.sqrt(diagonal)  # a_A^-½ on the active rows, 0 elsewhere
+    leaving = (1.0 - active) * gamma
+    residual = active * (targets - u - diagonal * gamma)
+    if float(xp.max(xp.abs(leaving))) > 0.0:
+        residual = residual + active * (Q @ leaving)
+    if isinstance(solver, NystromPreconditioner):
+        change, _ = _conjugate_gradients(
+            xp, lambda z: scale * (Q @ (scale * z)) + z, solver.for_rows(scale),
+            scale * residual, xp.zeros_like(u), xp.sqrt(diagonal) * active,
+            CG_SHARE * settings.violation_tol, settings.max_cg_iter)
+    else:
+        m = u.shape[0]
+        system = scale[:, None] * solver * scale[None, :] + xp.eye(m, dtype=xp.float64,
+                                                                  device=_device(u))
+        change = xp.linalg.solve(system, (scale * residual)[:, None])[:, 0]
+    return scale * change - leaving
+
+
+def _band(device: ArrayDevice, m: int, lam: float, theta: float, v: float, weights) -> Band:
+    xp = device.xp
+    c = (1.0 - theta) ** 2 / (lam * v)
+    total = float(m if weights is None else weights.sum())
+    inverse = np.ones(m) if weights is None else 1.0 / weights
+    return Band(device.asarray(total * c * v * inverse, dtype=xp.float64),
+                device.asarray(total * c * inverse, dtype=xp.float64), 1.0 - theta, 1.0 + theta)
+
+
 def solve_odm_newton(device: ArrayDevice, K, y, lam: float, theta: float, v: float, *,
-                     weights=None, gamma0=None, violation_tol: float = 1e-3,
-                     max_iter: int = 100, rank: int = PRECONDITIONER_RANK, seed=0,
-                     max_cg_iter: int = 1000,
-                     direct_rows: int = DIRECT_ROWS) -> NewtonResult:
+                     weights=None, gamma0=None, seed=0,
+                     settings: NewtonSettings = NewtonSettings()) -> NewtonResult:
     """Solve the dual of Eqn 1 for ``K`` (the m×m kernel matrix on ``device``, float32 or
     float64) and labels ``y`` (±1, numpy); ``weights`` s_i > 0 per row or None; ``gamma0``
     warm-starts (γ of a previous level, numpy or None). ``seed`` (an int or a sequence) draws
     the preconditioner's columns. Returns γ, u = Qγ and the dual objective as numpy."""
     check_odm_params(lam, theta, v)
-    xp = device.xp
-    m = int(K.shape[0])
-    c = (1.0 - theta) ** 2 / (lam * v)
-    weights_np = None if weights is None else np.asarray(weights, dtype=np.float64)
-    total = float(m if weights_np is None else weights_np.sum())
-    inverse = np.ones(m) if weights_np is None else 1.0 / weights_np
-    a_zeta = device.asarray(total * c * v * inverse, dtype=xp.float64)
-    a_beta = device.asarray(total * c * inverse, dtype=xp.float64)
-    lower, upper = 1.0 - theta, 1.0 + theta
+    xp, m = device.xp, int(K.shape[0])
+    weights = None if weights is None else np.asarray(weights, dtype=np.float64)
+    band = _band(device, m, lam, theta, v, weights)
     y_dev = device.asarray(np.asarray(y, dtype=np.float64), dtype=xp.float64)
     Q = SignedKernel(xp, K, y_dev)
     gamma = (xp.zeros(m, dtype=xp.float64, device=_device(y_dev)) if gamma0 is None
              else device.asarray(np.asarray(gamma0, dtype=np.float64), dtype=xp.float64))
-    u = Q.exact(gamma) if gamma0 is not None else xp.zeros_like(gamma)
-    u_is_exact = True
+    u, u_is_exact = (Q.exact(gamma) if gamma0 is not None else xp.zeros_like(gamma)), True
     # a small problem's systems are solved directly: an m×m solve costs less than building
     # the preconditioner's factors (the search's pieces of 2,500 rows)
-    dense = None if m > direct_rows else xp.astype(K, xp.float64) * (y_dev[:, None]
-                                                                      * y_dev[None, :])
-    preconditioner = None if dense is not None else NystromPreconditioner(xp, Q, m, rank, seed)
+    solver = (xp.astype(K, xp.float64) * (y_dev[:, None] * y_dev[None, :])
+              if m <= settings.direct_rows else
+              NystromPreconditioner(xp, Q, m, settings.rank, seed))
     history, objectives = [], []
-    for _ in range(max_iter):
-        violation = float(xp.max(_violations(xp, gamma, u, a_zeta, a_beta, lower, upper)))
-        if violation <= violation_tol and not u_is_exact:
+    for _ in range(settings.max_iter):
+        violation = float(xp.max(_violations(xp, gamma, u, band)))
+        if violation <= settings.violation_tol and not u_is_exact:
             # the updated u carries the rounding of float32 products: decide on the exact one
             u, u_is_exact = Q.exact(gamma), True
-            violation = float(xp.max(_violations(xp, gamma, u, a_zeta, a_beta, lower, upper)))
+            violation = float(xp.max(_violations(xp, gamma, u, band)))
         history.append(violation)
-        objectives.append(_dual_objective(xp, gamma, u, a_zeta, a_beta, lower, upper))
-        if violation <= violation_tol or _stalled(objectives):
+        objectives.append(_dual_objective(xp, gamma, u, band))
+        if violation <= settings.violation_tol or _stalled(objectives):
             break
-        below, above = u < lower, u > upper
-        zero = xp.zeros_like(u)
-        diagonal = xp.where(below, a_zeta, xp.where(above, a_beta, xp.ones_like(u)))
-        targets = xp.where(below, lower, xp.where(above, upper, zero))
-        active = xp.astype(below | above, xp.float64)
-        scale = active / xp.sqrt(diagonal)  # a_A^-½ on the active rows, 0 elsewhere
-        # the jump is solved as a change of γ, so that float32 products only round the change:
-        # rows that leave the active set go to 0, the active rows' change solves the system
-        # with the residual of the current point (exact from u) on its right-hand side
-        leaving = (1.0 - active) * gamma
-        residual = active * (targets - u - diagonal * gamma)
-        if float(xp.max(xp.abs(leaving))) > 0.0:
-            residual = residual + active * (Q @ leaving)
-        if dense is not None:
-            system = scale[:, None] * dense * scale[None, :] + xp.eye(m, dtype=xp.float64,
-                                                                     device=_device(u))
-            change = xp.linalg.solve(system, (scale * residual)[:, None])[:, 0]
-        else:
-            change, _ = _conjugate_gradients(
-                xp, lambda z: scale * (Q @ (scale * z)) + z, preconditioner.for_rows(scale),
-                scale * residual, xp.zeros_like(u), xp.sqrt(diagonal) * active,
-                CG_SHARE * violation_tol, max_cg_iter)
-        step = scale * change - leaving
+        step = _newton_change(xp, Q, solver, gamma, u, band, settings)
         u_step = Q @ step
         # full jumps (the primal-dual active set method of Hintermüller, Ito & Kunisch, "The
         # primal-dual active set strategy as a semismooth Newton method", SIAM J. Optim. 2002)
@@ -306,21 +338,18 @@ def solve_odm_newton(device: ArrayDevice, K, y, lam: float, theta: float, v: flo
         # violation has not fallen for STALL_STEPS steps (a cycle), each jump is searched
         searched = len(history) > STALL_STEPS and min(history[-STALL_STEPS:]) >= min(
             history[:-STALL_STEPS])
-        s = (_line_search(xp, gamma, u, step, u_step, a_zeta, a_beta, lower, upper)
-             if searched else 1.0)
-        gamma = gamma + s * step
-        u, u_is_exact = u + s * u_step, False
+        s = _line_search(xp, gamma, u, step, u_step, band) if searched else 1.0
+        gamma, u, u_is_exact = gamma + s * step, u + s * u_step, False
     if not u_is_exact:
         u = Q.exact(gamma)
-    violation = float(xp.max(_violations(xp, gamma, u, a_zeta, a_beta, lower, upper)))
+    violation = float(xp.max(_violations(xp, gamma, u, band)))
     gamma_np, u_np = device.to_numpy(gamma), device.to_numpy(u)
     from .odm_dcd import ODMProblem  # the one definition of the dual objective
 
-    problem = ODMProblem(lam, theta, v, m, weights_np)
-    return NewtonResult(gamma_np, u_np, problem.objective(gamma_np, u_np), len(history),
-                        violation, violation <= violation_tol, history=history,
-                        cg_iterations=Q.products,
-                        storage=str(K.dtype).rsplit(".", 1)[-1])
+    objective = ODMProblem(lam, theta, v, m, weights).objective(gamma_np, u_np)
+    return NewtonResult(gamma_np, u_np, objective, len(history), violation,
+                        violation <= settings.violation_tol, history=history,
+                        cg_iterations=Q.products, storage=str(K.dtype).rsplit(".", 1)[-1])
 
 
 def _device(array):

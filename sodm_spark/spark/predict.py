@@ -12,7 +12,7 @@ The rows stay in the input's partitions (no shuffle) unless the model is expensi
 (:func:`scoring_partitions`); every core works all the same: the tasks of a last, partial wave
 (one Parquet file of a single row group is one busy partition) share the idle cores as BLAS
 threads (:func:`thread_plan`), a job started before the scoring has the Python workers up and
-the scorer warm (:func:`start_python_workers`), and Arrow batches of
+the scorer warm (:func:`python_workers_started`), and Arrow batches of
 :data:`SCORING_BATCH_ROWS` rows let the JVM read while Python scores. The output has the key
 (the input's key column, or a row id ``(partition << 40) + row`` numbered on the input's own
 partitions before any repartition, so it follows the input's order), the
@@ -31,7 +31,6 @@ import math
 import os
 import shutil
 import tempfile
-import threading
 import uuid
 from collections import deque
 from contextlib import contextmanager, suppress
@@ -46,6 +45,7 @@ from ..core.labels import labels_from_scores
 from ..core.sparse_rows import dense_if_full, memory_width
 from ..models import scoring
 from ..models.expansion import KernelExpansion
+from .background import background_job
 from .io import ROW_ID_SHIFT, batch_matrix, numeric_array_column
 from .io.arrow import is_vector_type, vector_rows
 from .memory import executor_cores
@@ -103,21 +103,21 @@ def _output_batch(keys, scores, classes, calibration=None):
         names=["key", PREDICTION_COLUMN, RAW_COLUMN, PROBABILITY_COLUMN][:2 + len(lists)])
 
 
-def start_python_workers(spark, model: KernelExpansion) -> threading.Thread:
-    """Start the Python workers of Arrow tasks on every core and warm the scorer up in them
-    (:func:`_warm_up_scoring`), in a job run from a background thread while the driver plans the
-    scoring: a worker's start, imports and first kernel block took 2.3-3.3 s of a 10,000-row
-    scoring job here, and Spark reuses the workers (``spark.python.worker.reuse``) for the
-    scoring tasks, which run through the same Arrow runner. Join the thread before the scoring
-    job."""
+def python_workers_started(spark, model: KernelExpansion):
+    """``with python_workers_started(spark, model) as warming:`` start the Python workers of
+    Arrow tasks on every core and warm the scorer up in them (:func:`_warm_up_scoring`), in a
+    job run from a background thread while the driver plans the scoring: a worker's start,
+    imports and first kernel block took 2.3-3.3 s of a 10,000-row scoring job here, and Spark
+    reuses the workers (``spark.python.worker.reuse``) for the scoring tasks, which run through
+    the same Arrow runner. Call ``warming.wait()`` before the scoring job; leaving the block
+    (a refused input, say) cancels the warm-up and joins its thread
+    (:func:`sodm_spark.spark.background.background_job`)."""
     cores = max(1, context_of(spark).defaultParallelism)
     width = 1 if sparse_rows.is_sparse(model.support_vectors) else \
         max(1, int(model.support_vectors.shape[1]))
     warm_up = spark.range(cores, numPartitions=cores).mapInArrow(
         _warm_up_scoring(model.kernel, width), "id long")
-    worker = threading.Thread(target=warm_up.collect, daemon=True)
-    worker.start()
-    return worker
+    return background_job(spark, warm_up.collect, "scoring-warm-up")
 
 
 def scoring_partitions(current: int, n_support: int, n_features: int, rows: int) -> int:

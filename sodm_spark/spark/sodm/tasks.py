@@ -7,8 +7,8 @@ most :data:`~sodm_spark.spark.partitioning.CHUNK_BYTES` of rows; y is ±1, or cl
 
 :func:`solve_partitions` solves each partition's local ODM (Eqn 1 with the partition's own m·c,
 i.e. the block-diagonal problem of Eqn 4) warm-started from its current γ and writes it back as
-chunks, the first carrying the solve's stats (or a report function takes them:
-:func:`~sodm_spark.spark.frames.map_with_reports`); :func:`merge_key`
+chunks, the first carrying the solve's :class:`PartitionStats` (or a report function takes
+them: :func:`~sodm_spark.spark.frames.map_with_reports`); :func:`merge_key`
 merges every p consecutive partitions (k → k // p) by re-keying their chunks and scaling γ, so
 a merge moves chunks and never concatenates them; the rest give a chunk's share of f and its
 support vectors. What every task of a level reads is one frozen :class:`LevelTaskSettings`
@@ -66,20 +66,56 @@ def support_rows(gamma):
     return gamma != 0.0 if gamma.ndim == 1 else np.any(gamma != 0.0, axis=1)
 
 
+@dataclass(frozen=True)
+class PartitionStats:
+    """What one partition's solve reports to the driver (:func:`solve_partition`), beside or on
+    its chunks: the level's record (:class:`~sodm_spark.spark.sodm.params.LevelStats`) sums
+    these over the partitions (docs/design.md §2.4, §6 step 6)."""
+
+    key: int  # the partition
+    rows: int
+    objective: float
+    sweeps: int
+    n_sv: int  # rows with dual weight
+    converged: bool
+    warm_start_violation: float  # the violation at the warm start (Algorithm 1, line 5)
+    kernel_mode: str  # 'cached' or 'blocked' (on-demand kernel blocks)
+    storage: str  # dtype of the cached kernel values ('int16': fixed point)
+    seconds: float
+    # this partition's share of f on the validation (and test) rows, and the task-seconds
+    # that scoring took; None without rows to score
+    eval_scores: np.ndarray | None = None
+    eval_seconds: float = 0.0
+    # the compression's fit targets (docs/design.md §2.6), all None without a share: a seeded
+    # share of the rows (positions in the task, row ids once written back), f_k on them (free:
+    # u = Qγ), which are support vectors and, when the driver can take them, the rows
+    fit_rows: np.ndarray | None = None
+    fit_scores: np.ndarray | None = None
+    fit_support: np.ndarray | None = None
+    fit_X: object = None  # float32 rows or CSR
+
+    def __getitem__(self, name: str):
+        """A field by its name: these records were dicts before they were typed, and readers
+        that index them by name keep working."""
+        if name not in self.__dataclass_fields__:
+            raise KeyError(name)
+        return getattr(self, name)
+
+
 def solve_partitions(records, kernel: Kernel, settings: LevelTaskSettings, level, threads,
                      eval_X=None, report=None):
     """``mapPartitions`` function: every partition of the records solved
-    (:func:`solve_partition`) and written back as chunks, its stats on the first — or, with
-    ``report``, handed to ``report({key: stats})`` (an accumulator's ``add``, or a report row
-    beside the chunks: :func:`~sodm_spark.spark.frames.map_with_reports`; the stats then reach
-    the driver without a pass over the solved chunks)."""
+    (:func:`solve_partition`) and written back as chunks, its :class:`PartitionStats` on the
+    first — or, with ``report``, handed to ``report({key: stats})`` (an accumulator's ``add``,
+    or a report row beside the chunks: :func:`~sodm_spark.spark.frames.map_with_reports`; the
+    stats then reach the driver without a pass over the solved chunks)."""
     for key, chunks in partitions_by_key(records):
         X, y, ids, gamma = assemble(chunks)
         weights = assembled_weights(chunks)
         gamma, stats = solve_partition(key, X, y, gamma, kernel, settings, level, threads,
                                        eval_X, weights)
-        if stats.get("fit_rows") is not None:  # positions -> the rows' ids
-            stats["fit_rows"] = ids[stats["fit_rows"]]
+        if stats.fit_rows is not None:  # positions -> the rows' ids
+            stats = replace(stats, fit_rows=ids[stats.fit_rows])
         if report is not None:
             report({key: stats})
             stats = None
@@ -88,9 +124,9 @@ def solve_partitions(records, kernel: Kernel, settings: LevelTaskSettings, level
 
 def solve_partition(key, X, y, gamma, kernel: Kernel, settings: LevelTaskSettings, level,
                     threads, eval_X=None, row_weights=None):
-    """One local ODM (Eqn 1 on the partition's m rows), warm-started from ``gamma``: (γ, stats).
-    Each row's weight is its ``row_weights`` entry (a weight column's) times its class's
-    (docs/design.md §1.4).
+    """One local ODM (Eqn 1 on the partition's m rows), warm-started from ``gamma``: (γ,
+    :class:`PartitionStats`). Each row's weight is its ``row_weights`` entry (a weight
+    column's) times its class's (docs/design.md §1.4).
 
     With a ``settings.fit_targets.share`` the stats also carry a seeded share of the rows
     (positions, ``fit_rows``) and the local model f_k on them (``fit_scores``), which the solve
@@ -118,24 +154,29 @@ def solve_partition(key, X, y, gamma, kernel: Kernel, settings: LevelTaskSetting
         scoring = time.perf_counter()
         eval_scores = None if eval_X is None else _scores(kernel, eval_X, X, y, result.gamma)
         scoring = time.perf_counter() - scoring
-    fit_rows = _sample_rows(X.shape[0], settings.fit_targets.share, [*seed, 23])
     support = support_rows(result.gamma)
-    stats = {"key": key, "rows": X.shape[0], "objective": result.objective,
-             "eval_scores": eval_scores, "eval_seconds": scoring, "fit_rows": fit_rows,
-             # f_k on its own rows is free: u = Qγ, so f_k(x_i) = y_i u_i (per class: s_ic u_ic)
-             "fit_scores": None if fit_rows is None else
-             expansion_coefficients(y, result.u)[fit_rows],
-             # the rows themselves when the driver can take them: a compression of this level
-             # then needs no pass over it (its points are the support vectors among them)
-             "fit_X": None if fit_rows is None or not settings.fit_targets.with_rows else
-             X[fit_rows],
-             "fit_support": None if fit_rows is None else support[fit_rows],
-             "kernel_mode": result.kernel_mode, "storage": result.storage,
-             "sweeps": result.n_sweeps, "n_sv": int(support.sum()),
-             "converged": result.converged,
-             "warm_start_violation": result.warm_start_violation,
-             "seconds": time.perf_counter() - start}
+    targets = _fit_targets(X, y, result.u, support, settings.fit_targets, [*seed, 23])
+    stats = PartitionStats(
+        key=key, rows=X.shape[0], objective=result.objective, sweeps=result.n_sweeps,
+        n_sv=int(support.sum()), converged=result.converged,
+        warm_start_violation=result.warm_start_violation, kernel_mode=result.kernel_mode,
+        storage=result.storage, eval_scores=eval_scores, eval_seconds=scoring,
+        seconds=time.perf_counter() - start, **targets)
     return result.gamma, stats
+
+
+def _fit_targets(X, y, u, support, fit_targets: FitTargets, seed) -> dict:
+    """The :class:`PartitionStats` fields of the compression's fit targets (docs/design.md
+    §2.6): none without a share of rows to keep."""
+    fit_rows = _sample_rows(X.shape[0], fit_targets.share, seed)
+    if fit_rows is None:
+        return {}
+    # f_k on its own rows is free: u = Qγ, so f_k(x_i) = y_i u_i (per class: s_ic u_ic); the
+    # rows themselves travel when the driver can take them: a compression of this level then
+    # needs no pass over it (its points are the support vectors among them)
+    return {"fit_rows": fit_rows, "fit_scores": expansion_coefficients(y, u)[fit_rows],
+            "fit_support": support[fit_rows],
+            "fit_X": X[fit_rows] if fit_targets.with_rows else None}
 
 
 def _sample_rows(m, share, seed):
@@ -146,16 +187,18 @@ def _sample_rows(m, share, seed):
     return np.sort(np.random.default_rng(seed).choice(m, count, replace=False))
 
 
-def merge_key(item, p, scale, support_only):
+def merge_key(item, p, warm_start_factor, support_only):
     """A chunk of partition k as a chunk of k // p (placed after the chunks of lower
-    children), γ multiplied by ``scale``; ``support_only`` (Ca-ODM) keeps its support rows."""
+    children), γ multiplied by ``warm_start_factor`` (docs/design.md §2.5); ``support_only``
+    (Ca-ODM) keeps its support rows."""
     key, chunk = item
     X, y, ids, gamma, weights = chunk.X, chunk.y, chunk.ids, chunk.gamma, chunk.weights
     if support_only:
         keep = support_rows(gamma)
         X, y, ids, gamma = X[keep], y[keep], ids[keep], gamma[keep]
         weights = None if weights is None else weights[keep]
-    return key // p, Chunk((key % p, *chunk.order), X, y, ids, gamma * scale, None, weights)
+    return key // p, Chunk((key % p, *chunk.order), X, y, ids, gamma * warm_start_factor, None,
+                          weights)
 
 
 def _scores(kernel, X_eval, X, y, gamma):
