@@ -27,6 +27,7 @@ import json
 import statistics
 import time
 import warnings
+from functools import partial
 
 import numpy as np
 from sklearn.datasets import load_digits
@@ -106,14 +107,14 @@ def bench_dataset(name, C, args):
         runs = {"coreset": [], "coreset-mr": [], "uniform": []}
         for seed in range(args.repeats):
             # A chunk must hold more rows than the draws, else nothing is reduced.
-            chunk = args.chunk_size if args.chunk_size < len(y_train) else max(
+            chunk_rows = args.chunk_size if args.chunk_size < len(y_train) else max(
                 2 * size, len(y_train) // 4)
-            for method, chunk in (("coreset", None), ("coreset-mr", chunk)):
+            for method, chunk in (("coreset", None), ("coreset-mr", chunk_rows)):
                 model = CoresetSVMClassifier(coreset_size=size, C=C, chunk_size=chunk,
                                              tol=args.tol, random_state=seed)
                 with warnings.catch_warnings():  # a one-class coreset shows in the accuracy
                     warnings.simplefilter("ignore", UserWarning)
-                    seconds, _ = timed(lambda: model.fit(X_train, y_train))
+                    seconds, _ = timed(partial(model.fit, X_train, y_train))
                 rows_s = model.coreset_indices_
                 runs[method].append((seconds, model.coef_[0], model.intercept_[0],
                                      model.objective_, model.n_coreset_,
@@ -122,7 +123,7 @@ def bench_dataset(name, C, args):
                                                  model.coreset_weights_, C, queries,
                                                  full_values)))
 
-            def uniform_fit():
+            def uniform_fit(size=size, seed=seed):  # this draw's size and seed, bound here
                 sample = uniform_coreset(X_train, y_train, size, seed=seed)
                 solved = solve_weighted_svm(sample.X, sample.y, sample.weights, C, tol=args.tol)
                 return solved, sample

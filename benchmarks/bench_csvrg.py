@@ -19,6 +19,7 @@ import json
 import statistics
 import time
 import warnings
+from functools import partial
 from pathlib import Path
 
 
@@ -59,8 +60,8 @@ def main() -> None:
 
     exact_runs = [timed_fit(lambda: ODMClassifier(**params, tol=args.tol), X_train, y_train)
                   for _ in range(args.repeats)]
-    csvrg_runs = [timed_fit(lambda: CSVRGClassifier(**params, max_core=args.max_core,
-                                                    epochs=args.epochs, random_state=seed),
+    csvrg_runs = [timed_fit(partial(CSVRGClassifier, **params, max_core=args.max_core,
+                                    epochs=args.epochs, random_state=seed),
                             X_train, y_train) for seed in range(args.repeats)]
     exact_acc = exact_runs[0][1].score(X_test, y_test)
     csvrg_accs = [model.score(X_test, y_test) for _, model in csvrg_runs]

@@ -43,7 +43,7 @@ def timed_fits(repeats, make_model, X, y, X_test, y_test) -> dict:
         model.fit(X, y)
         seconds = time.perf_counter() - start
         runs.append({"seconds": seconds, **metrics(y_test, model.predict(X_test)),
-                     "n_support": int(getattr(model, "support_").size),
+                     "n_support": int(model.support_.size),
                      "n_core": int(getattr(model, "n_core_", 0))})
     summary = {key: statistics.median(run[key] for run in runs) for key in runs[0]}
     return {**summary, "rows": int(X.shape[0]), "runs": runs}

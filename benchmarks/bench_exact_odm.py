@@ -17,6 +17,7 @@ import statistics
 import subprocess
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 from sklearn.datasets import dump_svmlight_file, load_svmlight_file
@@ -96,7 +97,7 @@ def main() -> None:
     for rows in sizes:
         X, y = X_all[:rows], y_all[:rows]
         odm = ODMClassifier(gamma=gamma, lam=args.lam, theta=args.theta, v=args.v, tol=args.tol)
-        seconds, odm = median_time(args.repeats, lambda: odm.fit(X, y))
+        seconds, odm = median_time(args.repeats, partial(odm.fit, X, y))
         print(f"{'ODM (sodm_spark)':<24}{rows:>7}{seconds:>9.2f}{odm.score(X_test, y_test):>10.4f}"
               f"{odm.n_support_:>8}{int(odm.n_iter_[0]):>8}", flush=True)
         if args.libodm_dir:
@@ -110,7 +111,7 @@ def main() -> None:
                       f"{'':>8}{'':>8}", flush=True)
         if not args.skip_svc:
             svc = SVC(C=args.svc_C, gamma=gamma)
-            seconds, svc = median_time(args.repeats, lambda: svc.fit(X, y))
+            seconds, svc = median_time(args.repeats, partial(svc.fit, X, y))
             print(f"{f'SVC (C={args.svc_C:g})':<24}{rows:>7}{seconds:>9.2f}"
                   f"{svc.score(X_test, y_test):>10.4f}{svc.n_support_.sum():>8}{'':>8}", flush=True)
 

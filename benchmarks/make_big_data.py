@@ -67,7 +67,7 @@ def write_flights(train: Path, test: Path, rows: int, file_rows: int, seed: int)
     try:
         data = load_dataset("flights", train_rows=rows, seed=seed)
     except DatasetUnavailable as error:
-        raise SystemExit(f"error: {error}")
+        raise SystemExit(f"error: {error}") from None
     if not (test / "part-00000.parquet").exists():
         write_table(test / "part-00000.parquet", data.X_test, data.y_test)
     for number, first in enumerate(range(0, data.X_train.shape[0], file_rows)):
@@ -128,7 +128,7 @@ def main(argv=None) -> int:
             print(f"{path}: rows {first:,}-{stop - 1:,} ({time.perf_counter() - started:.0f} s)",
                   flush=True)
     except (DatasetUnavailable, FileNotFoundError) as error:
-        raise SystemExit(f"error: {error}")
+        raise SystemExit(f"error: {error}") from None
     return 0
 
 

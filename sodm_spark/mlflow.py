@@ -108,10 +108,9 @@ def default_signature(expansion: KernelExpansion) -> ModelSignature:
     classes = np.asarray(expansion.classes)
     kind = "double" if expansion.is_regression else {
         "i": "long", "u": "long", "f": "double", "b": "boolean"}.get(classes.dtype.kind, "string")
-    outputs = [ColSpec(kind, PREDICTION)]
-    if expansion.calibration is not None:
-        outputs += [ColSpec("double", name) for name in probability_columns(expansion)]
-    return ModelSignature(outputs=Schema(outputs))
+    probabilities = [] if expansion.calibration is None else probability_columns(expansion)
+    return ModelSignature(outputs=Schema([ColSpec(kind, PREDICTION),
+                                          *(ColSpec("double", name) for name in probabilities)]))
 
 
 def save_model(model, path, mlflow_model=None, signature=None, input_example=None,

@@ -343,14 +343,27 @@ def attach_spark(ctx, spark):
     ctx.spark, ctx.frame, ctx.with_value, ctx.spark_model = spark, frame, with_value, spark_model
 
 
+CONSOLE_TRACES = ("Traceback", "Exception in thread")
+"""What no refusal may print: a Python trace, or the one a thread's uncaught error prints
+(a background job still running when a failed job stops its session)."""
+
+
+def assert_no_trace(case_id, console):
+    for trace in CONSOLE_TRACES:
+        assert trace not in console, f"{case_id}: {trace!r} on the console:\n{console}"
+
+
 @pytest.mark.parametrize("case", refusals())
-def test_refused_saying_what_where_and_what_to_do(case, ctx, request):
+def test_refused_saying_what_where_and_what_to_do(case, ctx, request, capfd):
     if case.spark:
         attach_spark(ctx, request.getfixturevalue("spark"))
     message = case.call(ctx)
     for part in ("what", "where", "todo"):
         assert re.search(getattr(case, part), message, re.S), \
             f"{case.id}: the message lacks {part} ({getattr(case, part)!r}):\n{message}"
+    # the Python side's console (this process's descriptors; the test session's JVM writes
+    # elsewhere): the jobs run in-process here print no trace either
+    assert_no_trace(case.id, "".join(capfd.readouterr()))
 
 
 # -------------------------------------------------------------- the Python estimators
@@ -464,7 +477,7 @@ def test_odm_trains_degenerate_data_to_the_reference_optimum(case):
         X[::5] = 0.0
     else:
         X[:, 2] = 3.0  # gamma='scale' still uses the variance over all entries
-    model = ODMClassifier(tol=1e-8, max_iter=5000, dtype="float64").fit(X, y)
+    model = ODMClassifier(lam=1000.0, v=0.5, tol=1e-8, max_iter=5000, dtype="float64").fit(X, y)
     gamma = 1.0 / (X.shape[1] * X.var())
     assert model.kernel_.gamma == pytest.approx(gamma, rel=1e-12)
     Q = np.outer(y, y) * rbf_gram(X, gamma)
@@ -526,10 +539,11 @@ def test_sodm_job_level_zero_equals_the_exact_odm(spark, inputs, tmp_path, case)
     path = inputs.twelve if case == "labels-1-2" else inputs.degenerate
     model, _ = job_model(tmp_path, lambda extra: train_sodm.main(
         ["--data", path, *FAST_SODM, "--tol", "1e-7", "--scale", "none",
-         "--lam", "1000", "--v", "0.5", *extra]))  # ODMClassifier's defaults
+         "--lam", "1000", "--v", "0.5", *extra]))  # the same problem on both sides
     X, labels = load_svmlight_file(path, n_features=4)
     X = X.toarray()
-    reference = ODMClassifier(tol=1e-7, max_iter=5000, dtype="float64").fit(X, labels)
+    reference = ODMClassifier(lam=1000.0, v=0.5, tol=1e-7, max_iter=5000,
+                              dtype="float64").fit(X, labels)
     np.testing.assert_array_equal(model.classes, reference.classes_)
     scores = reference.decision_function(X)
     np.testing.assert_allclose(model.decision_function(X), scores, rtol=1e-3, atol=1e-3)
@@ -646,7 +660,9 @@ def test_damaged_or_foreign_model_directories_are_refused(saved_model, tmp_path,
 def test_a_path_that_is_not_a_model_directory_is_refused(saved_model, tmp_path):
     for path, what in [(tmp_path / "nothing", "no such directory"),
                        (model_files(saved_model) / "metadata.json", "it is a file, not a directory")]:
-        message = api_error(lambda: KernelExpansion.load(path))
+        # the path bound as a default: api_error calls it at once, but a closure over the
+        # loop variable reads as if it might not
+        message = api_error(lambda path=path: KernelExpansion.load(path))
         assert f"{path} is not a saved model: {what}" in message
         assert "holds metadata.json and arrays.npz" in message
     (tmp_path / "other").mkdir()
@@ -700,8 +716,15 @@ def job_files(inputs, saved_model, tmp_path_factory):
     shutil.copytree(saved_model, root / "model")  # an earlier training's model and metrics
     (root / "metrics.json").write_text('{"test_accuracy": 0.97}')
     (root / "taken").write_text("keep me")
+    # a model of 5 features, and rows of 4 numeric feature columns (no features column)
+    ODMClassifier().fit(np.hstack([inputs.X, inputs.X[:, :1] ** 2]),
+                        inputs.labels).model_.save(root / "model5")
+    pq.write_table(pa.table({"label": inputs.labels.astype(float),
+                             **{name: inputs.X[:, j] for j, name in enumerate("abcd")}}),
+                   root / "columns.parquet")
     return SimpleNamespace(
         inputs=inputs, model=saved_model, nan_parquet=parquet("nan.parquet", nan),
+        model5=root / "model5", columns_parquet=root / "columns.parquet",
         wide_parquet=parquet("wide.parquet", np.hstack([inputs.X, inputs.X[:, :1]])),
         old_out=root / "predictions", old_model=root / "model",
         old_metrics=root / "metrics.json", taken=root / "taken", missing=root / "missing.svm",
@@ -756,6 +779,14 @@ def job_cases():
              r"feature; fill or drop such rows before scoring", lambda f: [f.old_out,
                                                                            f.old_metrics],
              runs="spark-submit"),
+        # refused by the driver while the scoring's warm-up job runs in a thread of its
+        # own: the warm-up must end before the session stops, quietly
+        case("predict/fewer-feature-columns-than-the-model", "predict", lambda f: [
+            "--model", f.model5, "--data", f.columns_parquet, "--out", f.old_out,
+            "--overwrite"], INPUT,
+             r"^error: --data .*columns\.parquet: the data have 4 feature columns \(a, b, c, "
+             r"d\); the model was trained on 5\. Give the training data's feature columns, in "
+             r"the same order\.$", predictions, runs="spark-submit"),
         case("train_sodm/malformed-libsvm-line", "train_sodm", lambda f: [
             "--data", f.inputs.bad_value, *train_outputs(f)], INPUT,
              r"bad_value\.svm, line 3: value 'abc' in token '2:abc' is not a number\. Fix",
@@ -852,13 +883,18 @@ def test_a_job_fails_with_its_exit_code_one_error_line_and_nothing_lost(case, jo
     errors = [line for line in console.splitlines() if "error:" in line]
     assert len(errors) == 1 and errors[0].startswith("error: "), console
     assert re.search(case.message, errors[0]), f"{case.id}: {errors[0]}"
-    for trace in ("Traceback", "\tat org.apache", "Exception in thread"):
-        assert trace not in console, f"{case.id}: {trace!r} on the console:\n{console}"
+    assert_no_trace(case.id, console)
+    assert "\tat org.apache" not in console, f"{case.id}: a Java stack on the console:\n{console}"
     assert not re.search(r"^\S+ \S+ ERROR ", console, re.M), console  # no Spark error log
     for path, before in kept.items():
         assert contents(path) == before, f"{case.id}: {path} changed"
     leftovers = [p.name for p in job_files.root.iterdir() if ".tmp" in p.name]
     assert not leftovers, f"{case.id}: staging left behind: {leftovers}"
+    if case.id == "predict/fewer-feature-columns-than-the-model":  # refused before any
+        # scoring: besides the Java runtime's own start-up warnings, nothing but the error
+        others = [line for line in console.splitlines()
+                  if line not in errors and not line.startswith("WARNING: ")]
+        assert not others, f"{case.id}: more than the error line:\n{console}"
     if case.id == "predict/nan-feature-in-parquet":  # the failed tasks' traces: in the log
         log = (tmp_path / "logs" / "sodm-spark.log").read_text()
         assert "Traceback" in log and "\tat org.apache.spark" in log

@@ -127,7 +127,7 @@ def test_sensitivity_bound_dominates_searched_supremum_and_lemma8():
         # Lemma 11 (inexact solution, ξ = duality gap) can only be looser than Eqn 5.
         assert np.all(sensitivity_bounds(X, y, u, C, solution, "lemma11") >= gamma)
 
-        def ratio(p, i):
+        def ratio(p, i, C=C):  # this pass's C
             w = p[:d] / (np.linalg.norm(p[:d]) + 1e-12) * (1.0 + p[d] ** 2)
             hinge = np.maximum(0.0, 1.0 - y * (X @ w + p[d + 1]))
             return u[i] * (w @ w / (2 * u.sum()) + C * hinge[i]) / (w @ w / 2 + C * u @ hinge)
@@ -136,7 +136,7 @@ def test_sensitivity_bound_dominates_searched_supremum_and_lemma8():
         for i in list(range(6)) + list(np.argsort(gamma)[-4:]):
             starts = [np.r_[solution.coef, 0.0, solution.intercept],
                       np.r_[-y[i] * X[i], 1.0, 0.0], np.r_[y[i] * X[i], 1.0, 0.0]]
-            best = max(-minimize(lambda p: -ratio(p, i), s, method="Nelder-Mead",
+            best = max(-minimize(lambda p, i=i: -ratio(p, i), s, method="Nelder-Mead",
                                  options=dict(xatol=1e-6, fatol=1e-10, maxiter=2000)).fun
                        for s in starts)
             ratios.append(best / gamma[i])

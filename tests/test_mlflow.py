@@ -13,7 +13,7 @@ import pytest
 
 mlflow = pytest.importorskip("mlflow")
 
-import mlflow.pyfunc  # noqa: E402
+import mlflow.pyfunc  # noqa: E402, F811 (the submodule, after the skip above)
 from mlflow.tracking import MlflowClient  # noqa: E402
 
 from sodm_spark import ODMClassifier  # noqa: E402

@@ -28,7 +28,7 @@ SUPPORTED_KERNELS = ("linear", "rbf", "poly")
 
 def sample_size_bound(total_sensitivity, dimension: int, epsilon, delta) -> int:
     """Theorem 9's ``m = t/ε² · (d log t + log(1/δ))`` with the hidden Ω constant set to 1."""
-    if not all(isinstance(v, numbers.Real) and 0 < v < 1 for v in (epsilon, delta)):
+    if not all(isinstance(v, numbers.Real) and 0.0 < float(v) < 1.0 for v in (epsilon, delta)):
         raise ValueError(f"epsilon and delta must lie in (0, 1), got {epsilon!r}, {delta!r}.")
     t = max(float(total_sensitivity), 1.0)
     return max(1, math.ceil(t / epsilon**2 * (dimension * math.log(t) + math.log(1 / delta))))
@@ -88,7 +88,8 @@ class CoresetSVMClassifier(ClassifierMixin, BaseEstimator):
             positive_int(self.coreset_size, "coreset_size")
         if self.chunk_size is not None:
             positive_int(self.chunk_size, "chunk_size")
-        if not (isinstance(self.C, numbers.Real) and np.isfinite(self.C) and self.C > 0):
+        if not (isinstance(self.C, numbers.Real) and np.isfinite(float(self.C))
+                and float(self.C) > 0):
             raise ValueError(f"C must be a positive finite number, got {self.C!r}.")
         if self.kernel not in SUPPORTED_KERNELS:
             raise ValueError(f"kernel must be one of {', '.join(SUPPORTED_KERNELS)}, "

@@ -281,7 +281,8 @@ class WeightedCoreset:
     def __len__(self) -> int:
         return self.X.shape[0]
 
-    def union(self, other: "WeightedCoreset") -> tuple:
+    def union(self, other: "WeightedCoreset") -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                      np.ndarray]:
         """``(X, y, weights, indices)`` of both: a coreset of the union of their inputs."""
         return (np.vstack([self.X, other.X]), np.concatenate([self.y, other.y]),
                 np.concatenate([self.weights, other.weights]),

@@ -215,7 +215,9 @@ def build_coreset(X, kernel: Kernel, delta, max_core: int, metric: str = "kernel
         np.flatnonzero(labels == label) for label in np.unique(labels)]
     budgets = [max(1, max_core * g.size // X.shape[0]) for g in groups]
     budgets[-1] = max_core - sum(budgets[:-1])
-    points, index, deltas = [], [], []
+    points: list[np.ndarray] = []
+    index: list[np.ndarray] = []
+    deltas: list[float] = []
     assignment, dist_sq = np.empty(X.shape[0], dtype=np.int64), np.empty(X.shape[0])
     for number, (rows, budget) in enumerate(zip(groups, budgets)):
         Xg, seed_g = X[rows], [*np.atleast_1d(seed), number]
@@ -379,7 +381,7 @@ def csvrg(X, y, kernel: Kernel, lam: float = 1.0, theta: float = 0.1, v: float =
         args = (coef_snap, coreset.assignment, Kcc, Kg, g_hat, p, state,
                 step / epoch if step_decay else step, code, lam, theta, v, radius_sq)
         tail = (step0 + capture if capture > 0 else -1, next_snapshot, traced)
-        if cached:
+        if Kxc is not None:  # cached
             _inner_steps(Kxc, Kxc @ g_hat.astype(Kxc.dtype), rows, rows, y, *args, step0, *tail)
         for start in range(0, T if not cached else 0, chunk_rows):
             chunk = rows[start:start + chunk_rows]

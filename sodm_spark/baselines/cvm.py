@@ -249,5 +249,6 @@ def mean_relative_error(y, pred) -> float:
 
 
 for _estimator in (CVRRegressor, CVMClassifier):  # one copy of the shared parameter docs
+    assert _estimator.__doc__ is not None  # both classes have a docstring
     _estimator.__doc__ = _estimator.__doc__.replace("    SHARED_PARAMETERS\n",
                                                     _SHARED_PARAMETERS.lstrip("\n") + "\n")

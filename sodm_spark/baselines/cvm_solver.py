@@ -162,6 +162,15 @@ class _CoreSet:
         self._allocate(min(capacity, max_core))
 
     _VECTORS = ("z", "features", "rows", "signs", "lin", "alpha", "alive")
+    # the buffers _allocate sets by name: the factor L, and per core point these vectors
+    L: np.ndarray
+    z: np.ndarray
+    features: np.ndarray
+    rows: np.ndarray
+    signs: np.ndarray
+    lin: np.ndarray
+    alpha: np.ndarray
+    alive: np.ndarray
 
     def _allocate(self, capacity):
         """Buffers for ``capacity`` points, the first ``n`` copied over from the old ones."""
@@ -329,7 +338,7 @@ def solve_core_meb(X, targets, kernel: Kernel, C: float, signs=None, tol: float 
                    quadratic, n_iter, full_checks, converged)
 
 
-def _merge_rows(meb, scale):
+def _merge_rows(meb: CoreMEB, scale: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(core rows, support rows, coef): ``scale·s·α`` summed over the core points of a row."""
     unique, inverse = np.unique(meb.rows, return_inverse=True)
     merged = np.zeros(unique.size)

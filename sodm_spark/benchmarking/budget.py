@@ -20,6 +20,7 @@ import uuid
 from dataclasses import dataclass
 from importlib import import_module
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -29,7 +30,8 @@ OK, NOT_FINISHED, FAILED, SKIPPED = "ok", "not finished", "failed", "skipped"
 @dataclass
 class Outcome:
     status: str
-    value: object = None
+    # what the method returned (a child's unpickled); each caller knows what its method gives
+    value: Any = None
     seconds: float = 0.0  # wall seconds from the start of the clock to the end or the stop
     note: str = ""
 

@@ -67,6 +67,7 @@ def _run_one(ctx, method: str, partitioner: str | None = None) -> list[dict]:
         return [make_row(method, SKIPPED, runs_on=WHERE[METHODS[method][0]],
                          note=f"two classes only; the data hold {len(ctx.classes)}")]
     if method == "sodm":
+        assert partitioner is not None, "run_methods runs SODM once per partitioner"
         return spark_methods.run_sodm(ctx, partitioner)
     if method in DRIVER_METHODS:
         return run_driver_method(ctx, method)

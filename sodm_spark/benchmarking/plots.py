@@ -56,7 +56,7 @@ def plot_accuracy_vs_seconds(rows: list[dict], path, title: str) -> None:
     plt = _pyplot()
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 10))
     finished = [r for r in rows if r["status"] == OK and r["accuracy"] is not None]
-    sodm = {}
+    sodm: dict[str, list[dict]] = {}
     for row in finished:
         if row["method"] == "sodm":
             sodm.setdefault(row["name"], []).append(row)
@@ -111,7 +111,7 @@ def plot_accuracy_vs_seconds(rows: list[dict], path, title: str) -> None:
 def pareto_front(rows: list[dict]) -> list[dict]:
     """The rows no other row beats on both fit seconds (fewer) and accuracy (higher), fastest
     first: the best accuracy on offer for each time spent."""
-    front = []
+    front: list[dict] = []
     for row in sorted(rows, key=lambda r: (r["fit_seconds"], -r["accuracy"])):
         if not front or row["accuracy"] > front[-1]["accuracy"]:
             front.append(row)
@@ -154,7 +154,7 @@ def plot_seconds_vs_rows(rows: list[dict], path, title: str, budget=None) -> Non
     a method that did not finish is drawn as an x on the budget line."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(11, 5.5))
-    series = {}
+    series: dict[tuple[int, int, str], list[tuple]] = {}
     for row in rows:
         if row["method"] == "sodm" and row.get("depth") is not None and row["status"] == OK:
             key = (0, row["depth"], f"SODM level top−{row['depth']}" if row["depth"]

@@ -3,10 +3,17 @@ method produces (:func:`make_row`), one row per fitted model (SODM: one per leve
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .budget import OK, ArrayStore
+
+if TYPE_CHECKING:  # annotations only: the benchmark loads Spark when it starts a session
+    from pyspark import RDD
+    from pyspark.sql import SparkSession
+
+    from ..data.datasets import BenchData
 
 # What the Markdown table calls each --methods name (SODM rows add the partitioner and level)
 DISPLAY_NAMES = {
@@ -47,9 +54,9 @@ class BenchContext:
     """One run's shared state: the Spark session, the split, the block RDD of the training
     rows (persisted once, before any clock starts), the shared numeric gamma and settings."""
 
-    spark: object
-    data: object  # sodm_spark.data.datasets.BenchData
-    blocks: object  # RDD[Block] of the training rows, labels as in ``data``
+    spark: SparkSession
+    data: BenchData
+    blocks: RDD  # RDD[Block] of the training rows, labels as in ``data``
     gamma: float
     settings: dict
     budget_seconds: float

@@ -62,7 +62,8 @@ def run_rows_scaling(spark, sizes, settings: dict, methods, budget: float, log=p
                      sodm_budget: float | None = None) -> list[dict]:
     """SODM per level plus ``methods`` (e.g. exact ODM, SVC) for each M in ``sizes``; SODM
     runs under ``sodm_budget`` (default ``budget``), the other methods under ``budget``."""
-    rows, stopped = [], {}
+    rows: list[dict] = []
+    stopped: dict[str, int] = {}  # method: the M it did not finish at
     for size in sorted(sizes):
         data = load_dataset(dataset, train_rows=size, test_rows=test_rows, seed=settings["seed"])
         log(f"[scaling rows] M = {size:,}: {data.X_train.shape[1]} features, "

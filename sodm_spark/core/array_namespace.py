@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
 
 import numpy as np
 
@@ -22,6 +24,11 @@ from .errors import ResourceError, SettingsError
 DEVICE_CHOICES = ("auto", "cpu", "gpu")
 #: The GPU libraries tried for device="gpu", in this order (SODM_GPU_LIBRARY picks one).
 GPU_LIBRARIES = ("torch", "cupy")
+#: An array of the device path's library (numpy, PyTorch, CuPy or array_api_strict), and one of
+#: its dtypes: the standard defines no static types that these libraries share, so both are Any.
+#: Their namespaces (``xp``) are modules.
+Array = Any
+DType = Any
 
 NO_GPU = ("device='gpu' (--device gpu) needs a CUDA GPU that PyTorch or CuPy can see, and "
           "{why}; install sodm-spark[gpu] on a machine with a GPU (on a cluster: "
@@ -29,7 +36,7 @@ NO_GPU = ("device='gpu' (--device gpu) needs a CUDA GPU that PyTorch or CuPy can
           "--device cpu")
 
 
-def check_device(device) -> str:
+def check_device(device: object) -> str:
     """``device`` as one of :data:`DEVICE_CHOICES` (a settings error otherwise)."""
     if not isinstance(device, str) or device.lower() not in DEVICE_CHOICES:
         raise SettingsError(f"device must be one of {', '.join(DEVICE_CHOICES)}, got "
@@ -46,7 +53,7 @@ class ArrayDevice:
     index: int | None = None  # the CUDA device number of a GPU
 
     @property
-    def xp(self):
+    def xp(self) -> ModuleType:
         """The namespace: the standard's functions over this library's arrays."""
         if self.library == "array_api_strict":
             import array_api_strict
@@ -65,8 +72,9 @@ class ArrayDevice:
         return xp_cupy
 
     @property
-    def handle(self):
-        """The device argument of ``xp.asarray`` (None on the CPU)."""
+    def handle(self) -> Any:
+        """The device argument of ``xp.asarray`` (None on the CPU): a ``torch.device`` or a
+        ``cupy.cuda.Device``, of libraries without type information here."""
         if self.kind == "cpu":
             return None
         if self.library == "torch":
@@ -77,7 +85,7 @@ class ArrayDevice:
 
         return cupy.cuda.Device(self.index or 0)
 
-    def asarray(self, values, dtype=None):
+    def asarray(self, values: Array, dtype: DType = None) -> Array:
         """``values`` (numpy or this library's) as an array on this device."""
         xp = self.xp
         if self.library == "cupy":
@@ -87,15 +95,18 @@ class ArrayDevice:
             return np.asarray(values, dtype=dtype)
         return xp.asarray(values, dtype=dtype, device=self.handle)
 
-    def to_numpy(self, values) -> np.ndarray:
+    def to_numpy(self, values: Array) -> np.ndarray:
         """An array of this device as a numpy array on the host."""
         if isinstance(values, np.ndarray):
             return values
+        host: np.ndarray  # what the untyped torch and CuPy arrays give back
         if self.library == "torch":
-            return values.detach().cpu().numpy()
-        if self.library == "cupy":
-            return values.get()
-        return np.asarray(values)
+            host = values.detach().cpu().numpy()
+        elif self.library == "cupy":
+            host = values.get()
+        else:
+            host = np.asarray(values)
+        return host
 
     def synchronize(self) -> None:
         """Wait for the GPU's queued work (for honest timings); nothing on the CPU."""
@@ -125,6 +136,7 @@ class ArrayDevice:
         if self.kind == "cpu":
             return f"cpu ({self.library})"
         free = self.free_bytes()
+        assert free is not None  # a GPU's library (torch, cupy) reports its free memory
         return f"cuda:{self.index or 0} ({self.library}, {free / 2**30:.1f} GiB free)"
 
 
@@ -134,7 +146,7 @@ CPU = ArrayDevice("cpu", "numpy")
 def _gpu_library(preferred: str | None = None) -> tuple[str | None, str]:
     """The first GPU library that imports and sees a CUDA device, or (None, why not)."""
     names = (preferred,) if preferred else GPU_LIBRARIES
-    reasons = []
+    reasons: list[str] = []
     for name in names:
         try:
             if name == "torch":
@@ -178,7 +190,7 @@ def resolve_device(device: str, gpu_index: int | None = None) -> ArrayDevice | N
     return ArrayDevice("gpu", library, int(gpu_index or 0))
 
 
-def namespace_of(*arrays):
+def namespace_of(*arrays: Array) -> ModuleType:
     """The namespace of ``arrays`` (numpy's standard names for numpy arrays)."""
     import array_api_compat
 

@@ -11,8 +11,14 @@ so a row with a feature index of 2·10^9 costs what any other does.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
+import numpy.typing as npt
 import scipy.sparse
+
+if TYPE_CHECKING:  # for the annotations only: sparse_rows imports numba
+    from .sparse_rows import Rows
 
 
 class ColumnStats:
@@ -25,7 +31,7 @@ class ColumnStats:
     the stored values (a column with fewer than ``n`` stored values also holds zeros).
     """
 
-    def __init__(self, X=None, d=0, sparse=False):
+    def __init__(self, X: Rows | None = None, d: int = 0, sparse: bool = False) -> None:
         self.sparse = bool(sparse) or scipy.sparse.issparse(X)
         self.d = d if X is None else X.shape[1]
         self.n = 0 if X is None else X.shape[0]
@@ -65,7 +71,7 @@ class ColumnStats:
         return out
 
     @staticmethod
-    def merge(a, b):
+    def merge(a: ColumnStats, b: ColumnStats) -> ColumnStats:
         if a.sparse or b.sparse:
             return _merge_sparse(a.as_sparse(), b.as_sparse())
         merged = ColumnStats(d=a.d)
@@ -74,7 +80,7 @@ class ColumnStats:
         merged.low, merged.high = np.minimum(a.low, b.low), np.maximum(a.high, b.high)
         return merged
 
-    def without(self, X):
+    def without(self, X: Rows) -> ColumnStats:
         """These statistics less the sums of the rows ``X`` (the extremes are kept)."""
         other = ColumnStats(X, d=self.d)
         if not (self.sparse or other.sparse):
@@ -83,6 +89,9 @@ class ColumnStats:
             out.sums, out.squares = self.sums - other.sums, self.squares - other.squares
             return out
         mine, other = self.as_sparse(), other.as_sparse()
+        # sparse statistics hold both arrays (as_sparse)
+        assert mine.columns is not None and mine.stored is not None
+        assert other.columns is not None and other.stored is not None
         where = np.searchsorted(mine.columns, other.columns)  # X's columns are among ours
         out = ColumnStats(d=self.d, sparse=True)
         out.n, out.columns, out.low, out.high = mine.n - other.n, mine.columns, mine.low, mine.high
@@ -93,21 +102,22 @@ class ColumnStats:
         out.stored[where] -= other.stored
         return out
 
-    def minmax(self):
+    def minmax(self) -> tuple[np.ndarray, np.ndarray]:
         """(offset, scale) mapping every column onto [0, 1]: (x − least) / (largest − least);
         a constant column only shifted (dense statistics)."""
         span = self.high - self.low
         return self.low.copy(), np.where(span > 0, 1.0 / np.where(span > 0, span, 1.0), 1.0)
 
-    def maxabs(self):
+    def maxabs(self) -> tuple[np.ndarray, np.ndarray]:
         """(columns, scale) dividing each column that holds a value by its largest magnitude
         (sparse statistics): the other columns are left as they are, zeros stay zeros."""
         stats = self.as_sparse()
+        assert stats.columns is not None  # sparse statistics name their columns
         largest = np.maximum(np.abs(stats.low), np.abs(stats.high))
         scale = np.where(largest > 0, 1.0 / np.where(largest > 0, largest, 1.0), 1.0)
         return stats.columns.copy(), scale
 
-    def scaling(self):
+    def scaling(self) -> tuple[np.ndarray | None, np.ndarray, np.ndarray | None]:
         """The model's feature scaling for these rows, (offset, scale, columns): min-max for
         dense rows (columns None), max-abs for sparse ones (offset None) — module docstring."""
         if self.sparse:
@@ -116,7 +126,8 @@ class ColumnStats:
         offset, scale = self.minmax()
         return offset, scale, None
 
-    def variance(self, offset=None, scale=None) -> float:
+    def variance(self, offset: np.ndarray | float | None = None,
+                 scale: np.ndarray | None = None) -> float:
         """Variance over all n·d entries (what gamma='scale' needs), of the rows mapped by
         (x − offset) · scale when given (``offset`` None: no shift; for sparse statistics
         ``scale`` is per stored column)."""
@@ -132,12 +143,15 @@ class ColumnStats:
 def _merge_sparse(a: ColumnStats, b: ColumnStats) -> ColumnStats:
     merged = ColumnStats(d=max(a.d, b.d), sparse=True)
     merged.n = a.n + b.n
+    assert a.columns is not None and b.columns is not None  # both sparse (merge)
     merged.columns = np.union1d(a.columns, b.columns)
     k = merged.columns.size
     merged.sums, merged.squares = np.zeros(k), np.zeros(k)
     merged.low, merged.high = np.full(k, np.inf), np.full(k, -np.inf)
     merged.stored = np.zeros(k, np.int64)
     for part in (a, b):  # each side's columns are unique: plain fancy-index updates
+        # sparse statistics hold both arrays (as_sparse)
+        assert part.columns is not None and part.stored is not None
         where = np.searchsorted(merged.columns, part.columns)
         merged.sums[where] += part.sums
         merged.squares[where] += part.squares
@@ -147,7 +161,8 @@ def _merge_sparse(a: ColumnStats, b: ColumnStats) -> ColumnStats:
     return merged
 
 
-def scale_rows(X, offset=None, scale=None, columns=None):
+def scale_rows(X: Rows, offset: npt.ArrayLike | None = None, scale: npt.ArrayLike | None = None,
+               columns: np.ndarray | None = None) -> Rows:
     """Rows as a kernel model's inputs: ``(x − offset) · scale`` per column (``columns`` None),
     or ``x · scale`` in the given ``columns`` only, the others as they are (max-abs scaling of
     sparse rows; ``offset`` None). Dense or CSR ``X`` in its own float dtype (float64 for other
@@ -174,7 +189,8 @@ def scale_rows(X, offset=None, scale=None, columns=None):
     return (X - shift) * np.asarray(scale).astype(dtype)
 
 
-def _column_factors(indices, columns, scale):
+def _column_factors(indices: np.ndarray, columns: np.ndarray,
+                    scale: npt.ArrayLike) -> np.ndarray:
     """The scale of each stored value's column: ``scale`` where its column is in ``columns``
     (sorted), 1 elsewhere."""
     factors = np.ones(indices.size)

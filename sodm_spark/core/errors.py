@@ -33,9 +33,10 @@ import re
 import sys
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import Any
 
 SETTINGS, INTERNAL, INPUT, RESOURCES = "settings", "internal", "input", "resources"
 EXIT_CODES = {SETTINGS: 2, INTERNAL: 4, INPUT: 5, RESOURCES: 6}
@@ -51,6 +52,9 @@ _RESOURCE_TEXT = re.compile(r"java\.lang\.OutOfMemoryError[^\n]*|No space left o
                             r"|^MemoryError\b[^\n]*", re.M)
 # ... and a file Spark's own readers cannot read (a damaged Parquet file, say) is bad input
 _UNREADABLE_FILE = re.compile(r"\[FAILED_READ_FILE[\w.]*\] ([^\n]*)")
+# The attribute an unknown failure carries its full trace in (:func:`reported`), set on
+# exceptions of any type, so it is named once here rather than declared on a class
+_TRACE = "sodm_trace"
 
 
 class JobError(Exception):
@@ -86,7 +90,7 @@ class TaskFailure(JobError):
         self.kind, self.message = kind, message
 
 
-def one_line(text) -> str:
+def one_line(text: object) -> str:
     """``text`` with its line breaks (and runs of blanks) folded to single spaces."""
     return " ".join(str(text).split())
 
@@ -101,7 +105,8 @@ def _kind_in_task(error: BaseException, value_errors: str | None) -> str | None:
     return None
 
 
-def reported_to_driver(func=None, *, value_errors: str | None = INPUT):
+def reported_to_driver(func: Callable[..., Any] | None = None, *,
+                       value_errors: str | None = INPUT) -> Callable[..., Any]:
     """Decorate a Spark task function (a ``map`` function or a ``mapPartitions`` /
     ``mapInArrow`` one returning an iterator) so that a check failing inside it reaches the
     driver as a :class:`TaskFailure`: its own kind for a :class:`JobError`, ``value_errors``
@@ -110,13 +115,13 @@ def reported_to_driver(func=None, *, value_errors: str | None = INPUT):
     if func is None:
         return functools.partial(reported_to_driver, value_errors=value_errors)
 
-    def marked(error):
+    def marked(error: Exception) -> Exception:
         kind = _kind_in_task(error, value_errors)
         if kind is None or isinstance(error, TaskFailure):
             return error
         return TaskFailure(kind, str(error) or type(error).__name__)
 
-    def marked_iteration(iterator):
+    def marked_iteration(iterator: Iterator[Any]) -> Iterator[Any]:
         try:
             yield from iterator
         except Exception as error:
@@ -126,7 +131,7 @@ def reported_to_driver(func=None, *, value_errors: str | None = INPUT):
             raise failure from error
 
     @functools.wraps(func)
-    def run(*args, **kwargs):
+    def run(*args: Any, **kwargs: Any) -> Any:
         try:
             result = func(*args, **kwargs)
         except Exception as error:
@@ -139,7 +144,7 @@ def reported_to_driver(func=None, *, value_errors: str | None = INPUT):
     return run
 
 
-def _chain(error: BaseException):
+def _chain(error: BaseException | None) -> Iterator[BaseException]:
     """``error`` and the exceptions it was raised from or during, outermost first."""
     seen = set()
     while error is not None and id(error) not in seen:
@@ -156,7 +161,8 @@ def _text(error: BaseException) -> str:
         return ""
 
 
-def failure_of(error: BaseException, value_errors: str | None = INPUT):
+def failure_of(error: BaseException,
+               value_errors: str | None = INPUT) -> tuple[str, str] | None:
     """``(kind, message)`` of a failure the checks know, or None (an internal error).
 
     Known are: a :class:`JobError` anywhere in the exception chain; a marked task failure in
@@ -203,7 +209,7 @@ class JobExit(SystemExit):
 
 
 @contextmanager
-def reported(value_errors: str | None = INPUT, prefix: str = ""):
+def reported(value_errors: str | None = INPUT, prefix: str = "") -> Iterator[None]:
     """Turn a known failure inside the block into a :class:`JobExit` (``prefix`` before its
     message); a ValueError counts as ``value_errors``. An unknown one passes unchanged, its
     full trace kept on it while the JVM that can explain a Py4J error still runs."""
@@ -215,7 +221,7 @@ def reported(value_errors: str | None = INPUT, prefix: str = ""):
         found = failure_of(error, value_errors)
         if found is None:
             try:
-                error.sodm_trace = full_trace(error)
+                setattr(error, _TRACE, full_trace(error))
             except AttributeError:  # an exception type that takes no attributes
                 pass
             raise
@@ -236,11 +242,11 @@ def log_file() -> Path:
     return Path(os.environ.get("SODM_LOG_FILE") or DEFAULT_LOG_FILE).absolute()
 
 
-def write_trace(error: BaseException, argv) -> Path | None:
+def write_trace(error: BaseException, argv: Iterable[object]) -> Path | None:
     """Append the full trace of ``error`` to :func:`log_file`; its path, or None when it
     cannot be written."""
     path = log_file()
-    text = getattr(error, "sodm_trace", None) or full_trace(error)
+    text = getattr(error, _TRACE, None) or full_trace(error)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a") as handle:
@@ -251,7 +257,7 @@ def write_trace(error: BaseException, argv) -> Path | None:
     return path
 
 
-def error_text(exc, limit=300):
+def error_text(exc: BaseException, limit: int = 300) -> str:
     """The most telling line of a Spark/py4j error: the root Java cause when there is one (read
     from the error's ``java_exception``; nothing of Spark is imported)."""
     java = getattr(exc, "java_exception", None)
@@ -290,11 +296,12 @@ def _summary(error: BaseException) -> str:
     return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
 
 
-def describe_failure(error: BaseException, argv, value_errors: str | None = None):
+def describe_failure(error: BaseException, argv: Iterable[object],
+                     value_errors: str | None = None) -> tuple[str, str]:
     """``(kind, one-line message)`` of any failure: a known one's (:func:`failure_of`), else
     an internal error whose trace is written to :func:`log_file`, the message saying where."""
     if isinstance(error, JobExit):
-        return error.kind, error.code.removeprefix("error: ")
+        return error.kind, str(error.code).removeprefix("error: ")  # code: the line, a str
     found = failure_of(error, value_errors)
     if found is not None:
         return found[0], one_line(found[1])
@@ -305,11 +312,12 @@ def describe_failure(error: BaseException, argv, value_errors: str | None = None
                       f"Spark itself, not a check of your flags or data; {where}")
 
 
-def run_job(main, argv=None) -> int:
+def run_job(main: Callable[..., int | None], argv: Iterable[str] | None = None) -> int:
     """Run a job's ``main(argv)`` and return its exit code: the kind's code and one
     ``error: ...`` line on stderr for a failure (with ``--verbose``, the full trace before it).
     An internal error's trace is written to :func:`log_file` and the line says where."""
     args = sys.argv[1:] if argv is None else list(argv)
+    error: BaseException
     try:
         status = main() if argv is None else main(argv)
     except (SystemExit, KeyboardInterrupt) as stop:
@@ -323,7 +331,7 @@ def run_job(main, argv=None) -> int:
     if "--verbose" in args:
         cause = error.__cause__ if isinstance(error, JobExit) else error
         if cause is not None:
-            print(getattr(cause, "sodm_trace", None) or full_trace(cause), file=sys.stderr)
+            print(getattr(cause, _TRACE, None) or full_trace(cause), file=sys.stderr)
     kind, message = describe_failure(error, [Path(sys.argv[0]).name, *args])
     print(f"error: {message}", file=sys.stderr, flush=True)
     return EXIT_CODES[kind]

@@ -10,7 +10,12 @@ on a GPU the rows are copied there once and every block stays there.
 """
 from __future__ import annotations
 
-from .array_namespace import ArrayDevice
+from types import ModuleType
+from typing import Any
+
+import numpy.typing as npt
+
+from .array_namespace import Array, ArrayDevice, DType
 from .kernels import Kernel
 
 #: Rows of one block are sized so that its scratch (the products and one temporary of the
@@ -26,12 +31,13 @@ def rows_per_block(n_columns: int, itemsize: int, block_bytes: int = BLOCK_BYTES
     return max(1, block_bytes // max(1, 2 * n_columns * itemsize))
 
 
-def squared_norms(xp, X):
+def squared_norms(xp: ModuleType, X: Array) -> Array:
     """``‖x_i‖²`` of every row."""
     return xp.sum(X * X, axis=1)
 
 
-def kernel_block(xp, kernel: Kernel, X, Z, x_sq=None, z_sq=None):
+def kernel_block(xp: ModuleType, kernel: Kernel, X: Array, Z: Array, x_sq: Array | None = None,
+                 z_sq: Array | None = None) -> Array:
     """``k(X, Z)`` (len(X) × len(Z)) in X's dtype: one GEMM finished elementwise (laplacian:
     L1 distances). ``x_sq`` and ``z_sq``: the rows' squared norms, computed if not given."""
     if kernel.name == "laplacian":
@@ -54,8 +60,8 @@ def kernel_block(xp, kernel: Kernel, X, Z, x_sq=None, z_sq=None):
     return out + kernel.offset if kernel.offset else out
 
 
-def kernel_matrix(device: ArrayDevice, kernel: Kernel, X, Z=None, dtype=None,
-                  block_bytes: int = BLOCK_BYTES):
+def kernel_matrix(device: ArrayDevice, kernel: Kernel, X: Array, Z: Array | None = None,
+                  dtype: DType = None, block_bytes: int = BLOCK_BYTES) -> Array:
     """The whole ``k(X, Z)`` on ``device`` in ``dtype`` (the device's float32 by default),
     filled one row block at a time (the caller decides that it fits)."""
     xp = device.xp
@@ -71,8 +77,9 @@ def kernel_matrix(device: ArrayDevice, kernel: Kernel, X, Z=None, dtype=None,
     return out
 
 
-def decision_values(device: ArrayDevice, kernel: Kernel, X, support_vectors, coefficients,
-                    dtype=None, block_bytes: int = BLOCK_BYTES):
+def decision_values(device: ArrayDevice, kernel: Kernel, X: Array, support_vectors: Array,
+                    coefficients: npt.ArrayLike, dtype: DType = None,
+                    block_bytes: int = BLOCK_BYTES) -> npt.NDArray[Any]:
     """``k(X, SV) @ coefficients`` on ``device`` in blocks of rows, returned as float64 numpy
     ((n,) or (n, outputs), as ``coefficients``): the kernel blocks in ``dtype`` (float32 by
     default), the products accumulated in float64."""
@@ -81,7 +88,8 @@ def decision_values(device: ArrayDevice, kernel: Kernel, X, support_vectors, coe
     xp = device.xp
     dtype = xp.float32 if dtype is None else dtype
     coefficients = np.asarray(coefficients, dtype=np.float64)
-    result = np.zeros((np.shape(X)[0],) + coefficients.shape[1:])
+    # (n,) or (n, outputs); numpy's stubs type np.zeros of this concatenated shape as 0-d
+    result: np.ndarray = np.zeros((np.shape(X)[0],) + coefficients.shape[1:])
     if np.shape(support_vectors)[0] == 0 or result.shape[0] == 0:
         return result
     SV = device.asarray(support_vectors, dtype=dtype)
@@ -95,7 +103,7 @@ def decision_values(device: ArrayDevice, kernel: Kernel, X, support_vectors, coe
     return result
 
 
-def _device_of(xp, array):
+def _device_of(xp: ModuleType, array: Array) -> object:
     import array_api_compat
 
     return array_api_compat.device(array)

@@ -27,22 +27,24 @@ from typing import Iterator
 
 import numba
 import numpy as np
+import numpy.typing as npt
 import scipy.sparse
 
-from .sparse_rows import (DENSE_PRODUCT_DENSITY, SparseOperand, as_float_rows, dense_if_full,
-                          feature_variance, inner_products, is_sparse, squared_norms)
+from .sparse_rows import (DENSE_PRODUCT_DENSITY, Rows, SparseOperand, as_float_rows,
+                          dense_if_full, feature_variance, inner_products, is_sparse,
+                          squared_norms)
 
 KNOWN_KERNELS = ("linear", "rbf", "poly", "laplacian")
 _ALIASES = {"polynomial": "poly", "gaussian": "rbf"}
 
 
-def resolve_gamma(gamma, X: np.ndarray) -> float:
+def resolve_gamma(gamma: str | float, X: np.ndarray) -> float:
     """Turn ``gamma`` ('scale', 'auto' or a positive number) into a float for data ``X``."""
     needs_variance = isinstance(gamma, str) and gamma == "scale"
     return gamma_value(gamma, X.shape[1], feature_variance(X) if needs_variance else None)
 
 
-def gamma_value(gamma, n_features: int, variance: float | None = None) -> float:
+def gamma_value(gamma: str | float, n_features: int, variance: float | None = None) -> float:
     """``gamma`` as a float: 'scale' is 1/(d · Var X) (Var over all entries), 'auto' is 1/d."""
     if isinstance(gamma, str):
         if gamma == "scale":
@@ -75,8 +77,8 @@ class Kernel:
     offset: float = 0.0  # c in k + c (module docstring)
 
     @classmethod
-    def create(cls, name: str, gamma=1.0, degree: int = 3, coef0: float = 0.0, X=None,
-               offset: float = 0.0) -> "Kernel":
+    def create(cls, name: str, gamma: str | float = 1.0, degree: int = 3, coef0: float = 0.0,
+               X: Rows | None = None, offset: float = 0.0) -> "Kernel":
         """Validate ``name``; resolve ``gamma`` against ``X`` when it is 'scale' or 'auto'."""
         canonical = _ALIASES.get(name, name) if isinstance(name, str) else name
         if canonical not in KNOWN_KERNELS:
@@ -152,7 +154,8 @@ class Kernel:
                     else z_sq_norms.astype(dtype))
         return self.finish(out, x_sq, z_sq)
 
-    def finish(self, products: np.ndarray, x_sq=None, z_sq=None) -> np.ndarray:
+    def finish(self, products: np.ndarray, x_sq: np.ndarray | None = None,
+               z_sq: np.ndarray | None = None) -> np.ndarray:
         """The kernel block from the products ``X Zᵀ``, in place (rbf: with the rows' squared
         norms ``x_sq`` and ``z_sq``), the offset added."""
         out = products
@@ -179,7 +182,7 @@ LAPLACIAN_SPARSE = ("the laplacian kernel needs L1 distances |x − z|, which ha
                     "read with sparse=False)")
 
 
-def operand_rows(Z, dtype, sparse_products: bool = True):
+def operand_rows(Z: Rows, dtype: npt.DTypeLike, sparse_products: bool = True) -> Rows:
     """``Z`` as the right-hand rows of many kernel blocks: dense rows C-contiguous in
     ``dtype``; CSR rows laid out once (:class:`~sodm_spark.core.sparse_rows.SparseOperand`) when
     ``sparse_products`` (the left rows are sparse too), else canonical CSR."""
@@ -191,7 +194,8 @@ def operand_rows(Z, dtype, sparse_products: bool = True):
 
 
 @numba.njit(cache=True, fastmath=True)
-def rbf_exponent(products, x_sq, z_sq, gamma):
+def rbf_exponent(products: np.ndarray, x_sq: np.ndarray, z_sq: np.ndarray,
+                 gamma: float) -> None:
     """``products ← -γ · max(0, ‖x‖² + ‖z‖² − 2·products)`` in place: the RBF exponent of a block
     from its GEMM, in one pass instead of five numpy passes (``np.exp`` follows)."""
     minus_gamma = -gamma
@@ -206,7 +210,8 @@ def rows_per_block(n_columns: int, itemsize: int, block_mb: float) -> int:
     return max(1, int(block_mb * 2**20 // max(1, n_columns * itemsize)))
 
 
-def iter_kernel_blocks(kernel: Kernel, X: np.ndarray, Z: np.ndarray, dtype=np.float64,
+def iter_kernel_blocks(kernel: Kernel, X: np.ndarray, Z: np.ndarray,
+                       dtype: npt.DTypeLike = np.float64,
                        block_mb: float = 256.0) -> Iterator[tuple[slice, np.ndarray]]:
     """Yield ``(row_slice, k(X[row_slice], Z))`` with each block at most ``block_mb`` MB."""
     dtype = np.dtype(dtype)
@@ -219,8 +224,8 @@ def iter_kernel_blocks(kernel: Kernel, X: np.ndarray, Z: np.ndarray, dtype=np.fl
                                  z_sq_norms=z_sq)
 
 
-def kernel_matrix(kernel: Kernel, X: np.ndarray, Z: np.ndarray | None = None, dtype=np.float64,
-                  block_mb: float = 256.0) -> np.ndarray:
+def kernel_matrix(kernel: Kernel, X: np.ndarray, Z: np.ndarray | None = None,
+                  dtype: npt.DTypeLike = np.float64, block_mb: float = 256.0) -> np.ndarray:
     """The full ``k(X, Z)`` matrix, filled block by block (the caller decides it fits)."""
     Z = X if Z is None else Z
     out = np.empty((X.shape[0], Z.shape[0]), dtype=dtype)
@@ -231,7 +236,7 @@ def kernel_matrix(kernel: Kernel, X: np.ndarray, Z: np.ndarray | None = None, dt
 
 def decision_values(kernel: Kernel, X: np.ndarray, support_vectors: np.ndarray,
                     coefficients: np.ndarray, block_mb: float = 256.0,
-                    dtype=np.float64) -> np.ndarray:
+                    dtype: npt.DTypeLike = np.float64) -> np.ndarray:
     """``k(X, SV) @ coefficients`` without holding more than one block of ``k(X, SV)``.
 
     ``coefficients`` is (n_sv,) or (n_sv, n_outputs); the result is (n,) or (n, n_outputs),

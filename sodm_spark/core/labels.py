@@ -9,14 +9,15 @@ search and DSVRG.
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 
-def plus_minus(y, positive) -> np.ndarray:
+def plus_minus(y: npt.ArrayLike, positive: object) -> np.ndarray:
     """Raw labels as ±1 (float64), ``positive`` as +1."""
     return np.where(np.asarray(y) == positive, 1.0, -1.0)
 
 
-def coded_labels(y, classes) -> np.ndarray:
+def coded_labels(y: npt.ArrayLike, classes: npt.ArrayLike) -> np.ndarray:
     """Raw labels ``y`` of the sorted label values ``classes`` as the solvers take them: ±1
     for two classes, else the class numbers (float64)."""
     classes = np.asarray(classes)
@@ -25,7 +26,7 @@ def coded_labels(y, classes) -> np.ndarray:
     return plus_minus(y, classes[1])
 
 
-def raw_labels(y, classes) -> np.ndarray:
+def raw_labels(y: np.ndarray, classes: npt.ArrayLike) -> np.ndarray:
     """Coded labels (±1, or class numbers for 3+ classes) back to the label values."""
     classes = np.asarray(classes)
     return classes[(y > 0).astype(np.int64)] if classes.size == 2 else classes[y.astype(np.int64)]
@@ -37,21 +38,26 @@ def coded_classes(n_classes: int) -> np.ndarray:
     return np.array([-1.0, 1.0]) if n_classes <= 2 else np.arange(n_classes)
 
 
-def labels_from_scores(scores, classes) -> np.ndarray:
+def labels_from_scores(scores: npt.ArrayLike, classes: npt.ArrayLike) -> np.ndarray:
     """Labels from decision values: by the sign of f ((n,) or (n, 1): ``classes[1]`` when
     f > 0), else the class of the largest score."""
     scores = np.asarray(scores)
+    labels: np.ndarray  # numpy types an array indexed by an array as Any
     if scores.ndim == 2 and scores.shape[1] > 1:
-        return np.asarray(classes)[np.argmax(scores, axis=1)]
-    return np.asarray(classes)[(scores.reshape(-1) > 0).astype(np.int64)]
+        labels = np.asarray(classes)[np.argmax(scores, axis=1)]
+    else:
+        labels = np.asarray(classes)[(scores.reshape(-1) > 0).astype(np.int64)]
+    return labels
 
 
-def correct_rows(scores, y, classes) -> np.ndarray:
+def correct_rows(scores: npt.ArrayLike, y: npt.ArrayLike, classes: npt.ArrayLike) -> np.ndarray:
     """Which rows the scores label right (:func:`labels_from_scores`); ``y`` in the labels of
     ``classes``: raw, or coded with :func:`coded_classes`."""
-    return labels_from_scores(scores, classes) == np.asarray(y)
+    right: np.ndarray = labels_from_scores(scores, classes) == np.asarray(y)  # numpy: Any
+    return right
 
 
-def accuracy_of_scores(scores, y, classes) -> float:
+def accuracy_of_scores(scores: npt.ArrayLike, y: npt.ArrayLike,
+                       classes: npt.ArrayLike) -> float:
     """Share of rows the scores label right (:func:`correct_rows`)."""
     return float(np.mean(correct_rows(scores, y, classes)))

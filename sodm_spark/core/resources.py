@@ -34,7 +34,7 @@ def available_memory_mb() -> float:
     return physical_memory_mb()
 
 
-def size_mb(text) -> float:
+def size_mb(text: object) -> float:
     """Spark's size strings ('512m', '2g', '1024k', plain MiB) in MB."""
     text = str(text).strip().lower().rstrip("b")
     units = {"k": 1 / 1024, "m": 1.0, "g": 1024.0, "t": 1024.0 ** 2}

@@ -21,9 +21,17 @@ costs what any other row does).
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 import numpy as np
+import numpy.typing as npt
 import scipy.sparse
 from numba import njit
+
+#: Rows as this package passes them: a dense array (n × d) or a scipy sparse matrix (CSR). scipy
+#: has no type information, so to mypy its matrices, and this union with them, are Any.
+Rows = Any
 
 #: A column used by at least this share of Z's rows (and by :data:`DENSE_COLUMN_MIN_ROWS`) is
 #: multiplied densely. For the block of the module docstring a share of 0.1, 0.05, 0.02 and
@@ -48,27 +56,29 @@ DENSE_FROM_DENSITY = 0.5
 DENSE_PRODUCT_DENSITY = 1.0 / 6.0
 
 
-def dense_enough(nnz, n_rows, n_cols, density: float = DENSE_FROM_DENSITY) -> bool:
+def dense_enough(nnz: float, n_rows: int, n_cols: int,
+                 density: float = DENSE_FROM_DENSITY) -> bool:
     """Whether rows with ``nnz`` values in ``n_rows`` × ``n_cols`` cells are at least
     ``density`` full (:data:`DENSE_FROM_DENSITY`: better stored dense)."""
     return nnz >= density * n_rows * n_cols
 
 
-def dense_if_full(rows, dtype=None, density: float = DENSE_FROM_DENSITY):
+def dense_if_full(rows: Rows, dtype: npt.DTypeLike | None = None,
+                  density: float = DENSE_FROM_DENSITY) -> Rows:
     """CSR ``rows`` as a dense array (of ``dtype`` if given) when :func:`dense_enough`, else
     ``rows`` unchanged."""
     if not scipy.sparse.issparse(rows) or not rows.shape[0] or \
-            not dense_enough(rows.nnz, *rows.shape, density=density):
+            not dense_enough(rows.nnz, rows.shape[0], rows.shape[1], density=density):
         return rows
     return rows.toarray() if dtype is None else rows.astype(dtype).toarray()
 
 
-def is_sparse(X) -> bool:
+def is_sparse(X: object) -> bool:
     """Whether ``X`` holds sparse rows (a scipy sparse matrix or a :class:`SparseOperand`)."""
-    return scipy.sparse.issparse(X) or isinstance(X, SparseOperand)
+    return bool(scipy.sparse.issparse(X)) or isinstance(X, SparseOperand)
 
 
-def as_float_rows(X, dtype=np.float64):
+def as_float_rows(X: Rows, dtype: npt.DTypeLike = np.float64) -> Rows:
     """``X`` as float rows of ``dtype``: a C-contiguous array, or a canonical CSR matrix (sorted
     column indices, no duplicates) whose values are ``dtype``; the caller's matrix is never
     modified."""
@@ -84,7 +94,7 @@ def as_float_rows(X, dtype=np.float64):
     return X if X.dtype == dtype else X.astype(dtype)
 
 
-def squared_norms(X, dtype=None) -> np.ndarray:
+def squared_norms(X: Rows, dtype: npt.DTypeLike | None = None) -> np.ndarray:
     """``‖x_i‖²`` of every row, in ``dtype`` (default: the rows' own)."""
     if isinstance(X, SparseOperand):
         return X.squared_norms.astype(dtype or X.squared_norms.dtype, copy=False)
@@ -95,10 +105,11 @@ def squared_norms(X, dtype=None) -> np.ndarray:
         return np.bincount(rows, weights=data * data, minlength=X.shape[0]).astype(
             dtype or X.dtype, copy=False)
     X = np.asarray(X) if dtype is None else np.asarray(X, dtype=dtype)
-    return np.einsum("ij,ij->i", X, X)
+    norms: np.ndarray = np.einsum("ij,ij->i", X, X)  # numpy types einsum's result as Any
+    return norms
 
 
-def feature_variance(X) -> float:
+def feature_variance(X: Rows) -> float:
     """The variance over all n·d entries of ``X`` (zeros of sparse rows included), what
     ``gamma="scale"`` needs: E[x²] − E[x]² from the stored values alone."""
     if not scipy.sparse.issparse(X):
@@ -108,16 +119,16 @@ def feature_variance(X) -> float:
     return float(np.dot(data, data) / cells - (data.sum() / cells) ** 2)
 
 
-def memory_width(X) -> float:
+def memory_width(X: Rows) -> float:
     """How many float64 columns a dense row would need to take the memory one row of ``X``
     takes: ``d`` for dense rows; for CSR rows 1.5 per stored value (8 bytes of value, 4 of
     column index) — what memory plans charge a row."""
     if scipy.sparse.issparse(X):
-        return 1.5 * X.nnz / max(1, X.shape[0]) + 1.0
+        return float(1.5 * X.nnz / max(1, X.shape[0]) + 1.0)
     return float(X.shape[1])
 
 
-def stack_rows(pieces):
+def stack_rows(pieces: Iterable[Rows]) -> Rows:
     """Row blocks stacked in order: one array, or CSR when any piece is sparse."""
     pieces = list(pieces)
     if len(pieces) == 1:
@@ -128,7 +139,7 @@ def stack_rows(pieces):
     return np.concatenate(pieces)
 
 
-def dense_rows(X, dtype=np.float64) -> np.ndarray:
+def dense_rows(X: Rows, dtype: npt.DTypeLike = np.float64) -> np.ndarray:
     """``X`` as a dense C-contiguous array of ``dtype`` (for the few places that need one)."""
     if isinstance(X, SparseOperand):
         X = X.csr
@@ -144,7 +155,7 @@ class SparseOperand:
     :func:`inner_products` builds one on the fly for a plain CSR matrix.
     """
 
-    def __init__(self, Z, dtype=np.float64):
+    def __init__(self, Z: Rows, dtype: npt.DTypeLike = np.float64) -> None:
         self.dtype = np.dtype(dtype)
         self.csr = as_float_rows(Z, self.dtype)
         m = self.csr.shape[0]
@@ -171,10 +182,10 @@ class SparseOperand:
         self.rare_rows = rows[~in_dense][order]
         self.rare_values = self.csr.data[~in_dense][order]
 
-    def __getitem__(self, rows):
+    def __getitem__(self, rows: Any) -> Rows:
         return self.csr[rows]
 
-    def products(self, X, out: np.ndarray, first_row: int = 0) -> np.ndarray:
+    def products(self, X: Rows, out: np.ndarray, first_row: int = 0) -> np.ndarray:
         """``out[...] = X Z[first_row:]ᵀ`` for CSR rows ``X``, in ``out``'s dtype."""
         X = as_float_rows(X, out.dtype)
         n = X.shape[0]
@@ -198,8 +209,9 @@ class SparseOperand:
 
 
 @njit(cache=True)
-def _add_rare_products(out, x_indptr, x_columns, x_values, z_indptr, z_rows, z_values,
-                       first_row):
+def _add_rare_products(out: np.ndarray, x_indptr: np.ndarray, x_columns: np.ndarray,
+                       x_values: np.ndarray, z_indptr: np.ndarray, z_rows: np.ndarray,
+                       z_values: np.ndarray, first_row: int) -> None:
     """``out[i, j - first_row] += Σ_f x_if z_jf`` over the columns f of the inverted index
     (rows j ≥ ``first_row`` only; each column's rows are sorted, so they start at a binary
     search)."""
@@ -215,7 +227,7 @@ def _add_rare_products(out, x_indptr, x_columns, x_values, z_indptr, z_rows, z_v
                 row[z_rows[q] - first_row] += value * z_values[q]
 
 
-def inner_products(X, Z, out: np.ndarray, first_row: int = 0) -> np.ndarray:
+def inner_products(X: Rows, Z: Rows, out: np.ndarray, first_row: int = 0) -> np.ndarray:
     """``out[...] = X Z[first_row:]ᵀ`` in ``out``'s dtype for dense or CSR ``X`` and dense, CSR
     or :class:`SparseOperand` ``Z``: one GEMM for dense rows, scipy's sparse × dense product
     when one side is dense, the split product of :class:`SparseOperand` when both are sparse."""

@@ -2,9 +2,14 @@
 from __future__ import annotations
 
 import numbers
+from typing import TYPE_CHECKING, NoReturn
 
 import numpy as np
+import numpy.typing as npt
 import scipy.sparse
+
+if TYPE_CHECKING:  # for the annotations only: the workers' checks need not import numba
+    from .sparse_rows import Rows
 
 #: Largest feature magnitude accepted. Kernels square the features (‖x‖², x·z, Var X for
 #: gamma='scale'); squares of values above ~1.3e154 overflow float64 and turn a model into NaN
@@ -17,7 +22,7 @@ MAX_ABS_VALUE = 1e100
 MAX_ABS_FLOAT32 = 1e15
 
 
-def max_abs_value(dtype) -> float:
+def max_abs_value(dtype: npt.DTypeLike) -> float:
     """The largest feature magnitude accepted for rows of ``dtype``."""
     return MAX_ABS_FLOAT32 if np.dtype(dtype) == np.float32 else MAX_ABS_VALUE
 
@@ -26,7 +31,7 @@ _RESCALE_ADVICE = ("Rescale those features (e.g. sklearn.preprocessing.StandardS
                    "impute them")
 
 
-def check_odm_params(lam, theta, v) -> None:
+def check_odm_params(lam: object, theta: object, v: object) -> None:
     """ODM hyperparameters of docs/design.md §1: λ > 0, θ ∈ [0, 1), v ∈ (0, 1]."""
     if not (isinstance(lam, (int, float, np.number)) and np.isfinite(lam) and lam > 0):
         raise ValueError(f"lam (λ) must be a positive finite number, got {lam!r}.")
@@ -36,7 +41,7 @@ def check_odm_params(lam, theta, v) -> None:
         raise ValueError(f"v (μ in libodm) must lie in (0, 1], got {v!r}.")
 
 
-def check_positive_int(value, name: str) -> None:
+def check_positive_int(value: float, name: str) -> None:
     """Refuse ``value`` unless it is a whole number >= 1, naming the setting ``name``."""
     if int(value) != value or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}.")
@@ -50,7 +55,7 @@ def describe_rows(rows: np.ndarray, limit: int = 10) -> str:
     return f"row{'s' if rows.size > 1 else ''} {shown}{more}"
 
 
-def check_finite_rows(X, what: str = "X") -> None:
+def check_finite_rows(X: Rows, what: str = "X") -> None:
     """Refuse NaN, ±inf or a magnitude above :data:`MAX_ABS_VALUE`, naming the (0-based) rows
     and the first bad column (NaN and ±inf are reported first, the magnitude after).
 
@@ -76,7 +81,8 @@ def check_finite_rows(X, what: str = "X") -> None:
             _refuse(what, bad_rows, bad_rows[0], first_col, X[bad_rows[0], first_col])
 
 
-def bad_value_rows(indptr, values, labels, limit: float) -> tuple[np.ndarray, np.ndarray]:
+def bad_value_rows(indptr: np.ndarray, values: np.ndarray, labels: np.ndarray,
+                   limit: float) -> tuple[np.ndarray, np.ndarray]:
     """Of CSR rows (``indptr``, stored ``values``, ``labels``): the rows whose label or a value
     is NaN or ±inf, and the other rows holding a value beyond ±``limit`` (ascending row
     numbers each)."""
@@ -89,12 +95,16 @@ def bad_value_rows(indptr, values, labels, limit: float) -> tuple[np.ndarray, np
 
 def _within_limit(values: np.ndarray) -> np.ndarray:
     """Finite and at most MAX_ABS_VALUE in magnitude (only float64 can exceed it finitely)."""
+    within: np.ndarray  # numpy types these comparisons as Any
     if values.dtype.kind == "f" and float(np.finfo(values.dtype).max) > MAX_ABS_VALUE:
-        return np.abs(values) <= MAX_ABS_VALUE  # False for NaN and ±inf as well
-    return np.isfinite(values)
+        within = np.abs(values) <= MAX_ABS_VALUE  # False for NaN and ±inf as well
+    else:
+        within = np.isfinite(values)
+    return within
 
 
-def _refuse(what, bad_rows, first_row, first_col, first_value):
+def _refuse(what: str, bad_rows: np.ndarray, first_row: int, first_col: int,
+            first_value: float) -> NoReturn:
     where = (f"{describe_rows(bad_rows)} (0-based; first at row {first_row}, column "
              f"{first_col}: {float(first_value)!r})")
     if not np.isfinite(first_value):
@@ -104,7 +114,7 @@ def _refuse(what, bad_rows, first_row, first_col, first_value):
                      f"the features and would overflow to NaN. {_RESCALE_ADVICE}.")
 
 
-def check_numeric_cells(X, what: str = "X") -> None:
+def check_numeric_cells(X: object, what: str = "X") -> None:
     """Refuse text cells in an object/string array or DataFrame, naming the row and column.
 
     Cheap for numeric input (nothing to do); call it before scikit-learn's ``validate_data``,
@@ -139,14 +149,14 @@ def check_numeric_cells(X, what: str = "X") -> None:
                         "categories), or drop it.") from None
 
 
-def shown_classes(classes) -> str:
+def shown_classes(classes: npt.ArrayLike) -> str:
     """The first ten label values, as a message shows them."""
     classes = np.asarray(classes)
     return ", ".join(f"{c:g}" if isinstance(c, (float, np.floating)) else str(c)
                      for c in classes[:10]) + (", ..." if classes.size > 10 else "")
 
 
-def check_two_classes(classes, where: str, method: str,
+def check_two_classes(classes: npt.ArrayLike, where: str, method: str,
                       more: str = "train one model per class against the rest") -> None:
     """Refuse label sets that are not exactly two classes, for the binary-only methods
     (``more``: what to do with more classes)."""
@@ -160,7 +170,7 @@ def check_two_classes(classes, where: str, method: str,
         f"keep the rows of two classes (for more, {more}).")
 
 
-def seed_from(random_state) -> int:
+def seed_from(random_state: object) -> int:
     """The integer seed of an estimator's ``random_state`` (None means 0, so fits repeat).
 
     Only non-negative ints are taken: a ``RandomState`` instance would make a retried Spark
@@ -169,6 +179,6 @@ def seed_from(random_state) -> int:
     if random_state is None:
         return 0
     if isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool) \
-            and random_state >= 0:
+            and int(random_state) >= 0:
         return int(random_state)
     raise ValueError(f"random_state must be a non-negative int or None, got {random_state!r}.")

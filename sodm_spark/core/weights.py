@@ -11,12 +11,22 @@ is its sample weight times its class's weight, as scikit-learn's ``SVC`` combine
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+from typing import Any
+
 import numpy as np
+import numpy.typing as npt
 
 BALANCED = "balanced"
 
+#: A class weight as the estimators, Params and jobs take it: None, ``"balanced"`` (or its text
+#: forms, :func:`parse_class_weight`), a dict of label: weight or (label, weight) pairs
+ClassWeight = str | dict[Any, Any] | Iterable[tuple[Any, Any]] | None
+#: ... and as :func:`canonical_class_weight` gives it back
+CanonicalClassWeight = str | tuple[tuple[float, float], ...] | None
 
-def parse_class_weight(text: str | None):
+
+def parse_class_weight(text: str | None) -> str | dict[float, float] | None:
     """A class weight as a job's flag or a text Param gives it: ``"balanced"``, ``"none"`` /
     empty (None), or ``"label:weight,label:weight"`` (a dict of floats)."""
     if text is None or str(text).strip().lower() in ("", "none"):
@@ -24,7 +34,7 @@ def parse_class_weight(text: str | None):
     text = str(text).strip()
     if text == BALANCED:
         return BALANCED
-    weights = {}
+    weights: dict[float, float] = {}
     for item in text.split(","):
         label, sep, weight = item.partition(":")
         try:
@@ -38,7 +48,7 @@ def parse_class_weight(text: str | None):
     return weights
 
 
-def canonical_class_weight(class_weight):
+def canonical_class_weight(class_weight: ClassWeight) -> CanonicalClassWeight:
     """None, ``"balanced"`` or a tuple of (label, weight) pairs sorted by label: a form that a
     frozen settings record can hold and JSON can write (a dict's float keys would not survive
     JSON). Accepts what :func:`parse_class_weight` returns, a dict or such pairs."""
@@ -46,9 +56,9 @@ def canonical_class_weight(class_weight):
         if class_weight not in (None, BALANCED):
             return canonical_class_weight(parse_class_weight(class_weight))
         return class_weight
-    pairs = class_weight.items() if isinstance(class_weight, dict) else class_weight
+    given = class_weight.items() if isinstance(class_weight, dict) else class_weight
     try:
-        pairs = tuple(sorted((float(label), float(weight)) for label, weight in pairs))
+        pairs = tuple(sorted((float(label), float(weight)) for label, weight in given))
     except (TypeError, ValueError):
         raise ValueError(f"class_weight must be None, 'balanced' or a dict of label: weight; "
                          f"got {class_weight!r}.") from None
@@ -59,23 +69,25 @@ def canonical_class_weight(class_weight):
     return pairs
 
 
-def class_weights_for(class_weight, classes, counts=None) -> np.ndarray | None:
+def class_weights_for(class_weight: ClassWeight, classes: npt.ArrayLike,
+                      counts: npt.ArrayLike | None = None) -> np.ndarray | None:
     """One weight per class of ``classes`` (sorted label values), or None for no weighting.
 
     ``counts``: rows per class (needed for ``"balanced"``). A dict names classes by label;
     a class it leaves out has weight 1, a label that is no class is refused.
     """
-    class_weight = canonical_class_weight(class_weight)
-    if class_weight is None:
+    canonical = canonical_class_weight(class_weight)
+    if canonical is None:
         return None
     classes = np.asarray(classes, dtype=np.float64)
-    if class_weight == BALANCED:
+    if isinstance(canonical, str):  # BALANCED, the one text canonical_class_weight keeps
         counts = np.asarray(counts, dtype=np.float64)
         if counts.shape != classes.shape or np.any(counts <= 0):
             raise ValueError("class_weight='balanced' needs a positive row count per class.")
-        return counts.sum() / (classes.size * counts)
+        balanced: np.ndarray = counts.sum() / (classes.size * counts)
+        return balanced
     weights = np.ones(classes.size)
-    for label, weight in class_weight:
+    for label, weight in canonical:
         where = np.flatnonzero(classes == label)
         if where.size == 0:
             raise ValueError(f"class_weight names class {label:g}, which is not among the "
@@ -84,7 +96,8 @@ def class_weights_for(class_weight, classes, counts=None) -> np.ndarray | None:
     return weights
 
 
-def row_weights(y_coded, class_weights) -> np.ndarray | None:
+def row_weights(y_coded: npt.ArrayLike,
+                class_weights: np.ndarray | Sequence[float] | None) -> np.ndarray | None:
     """Each row's class weight: ``y_coded`` ±1 (two classes: -1 is ``classes[0]``) or class
     numbers; None when there are no class weights."""
     if class_weights is None:
@@ -92,10 +105,13 @@ def row_weights(y_coded, class_weights) -> np.ndarray | None:
     y_coded = np.asarray(y_coded)
     index = (y_coded > 0).astype(np.int64) if len(class_weights) == 2 else \
         y_coded.astype(np.int64)
-    return np.asarray(class_weights, dtype=np.float64)[index]
+    by_row: np.ndarray = np.asarray(class_weights, dtype=np.float64)[index]
+    return by_row
 
 
-def combined_weights(sample_weight, class_weights, y_coded) -> np.ndarray | None:
+def combined_weights(sample_weight: npt.ArrayLike | None,
+                     class_weights: np.ndarray | Sequence[float] | None,
+                     y_coded: npt.ArrayLike) -> np.ndarray | None:
     """Sample weights times class weights per row (either may be None; None when both are)."""
     by_class = row_weights(y_coded, class_weights)
     if sample_weight is None:
@@ -104,13 +120,14 @@ def combined_weights(sample_weight, class_weights, y_coded) -> np.ndarray | None
     return sample_weight if by_class is None else sample_weight * by_class
 
 
-def estimator_weights(class_weight, classes, y_index, sample_weight=None) -> np.ndarray | None:
+def estimator_weights(class_weight: object, classes: npt.ArrayLike, y_index: npt.ArrayLike,
+                      sample_weight: npt.ArrayLike | None = None) -> np.ndarray | None:
     """Each row's weight in a scikit-learn estimator's fit: ``sample_weight`` (checked: one
     finite number ≥ 0 per row, not all 0) times the class weight of ``classes[y_index]``,
     ``class_weight`` as :class:`sklearn.svm.SVC` takes it (None, ``"balanced"``, or a dict
     keyed by the labels themselves, of any type); None when neither is given."""
     y_index = np.asarray(y_index, dtype=np.int64)
-    weights = None
+    weights: np.ndarray | None = None
     if sample_weight is not None:
         weights = np.asarray(sample_weight, dtype=np.float64).reshape(-1)
         if weights.shape != y_index.shape:
@@ -146,5 +163,5 @@ def estimator_weights(class_weight, classes, y_index, sample_weight=None) -> np.
     else:
         raise ValueError(f"class_weight must be None, 'balanced' or a dict of label: weight; "
                          f"got {class_weight!r}.")
-    by_class = per_class[y_index]
+    by_class: np.ndarray = per_class[y_index]
     return by_class if weights is None else weights * by_class

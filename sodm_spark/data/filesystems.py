@@ -228,6 +228,7 @@ class ArrowStore:
             return path
         base = self._base_uri
         if base is not None and (path.rstrip("/") == base or path.startswith(base + "/")):
+            assert self._base_path is not None  # given with the base URI (for_path)
             rest = path[len(base):].rstrip("/")
             return (self._base_path.rstrip("/") + rest) or "/"
         return _arrow_filesystem(path)[1]

@@ -22,12 +22,14 @@ from pyspark.ml.linalg import VectorUDT
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DoubleType
 
+from ..core.defaults import FIT_INTERCEPT
 from ..core.validation import shown_classes
 from ..data.storage import join
 from ..models.expansion import KernelExpansion
 from ..selection.tuning import ParamGrid
 from ..spark.dsvrg.fit import DSVRGFit
 from ..spark.io import dataframe_to_blocks
+from ..spark.sodm.params import SODMParams as _D  # its fields' defaults: the keywords'
 from ..spark.frames import context_of
 from ..spark.train import Search, fit_params, train
 from .ml_params import _make_setters_and_getters, _SODMParams
@@ -112,17 +114,22 @@ class SODMClassifier(Estimator, _SODMParams, VersionedReadWrite):
     >>> tuned, search = SODMClassifier(levels=2).tune(df, {"lam": [1e4, 1e5]})  # no fit
     """
 
+    # keyword_only sets only the keywords given; the Params' defaults (ml_params) are what an
+    # unset one means, and these read the same SODMParams fields, so help() shows them
     @keyword_only
     def __init__(self, *, featuresCol="features", labelCol="label", predictionCol="prediction",
-                 rawPredictionCol="rawPrediction", probabilityCol="probability", kernel="rbf",
-                 gamma="scale", degree=3, coef0=0.0, fitIntercept=True, kernelOffset=0.0,
-                 scale="minmax", inputMap="auto", lam=1e5, theta=0.1, v=0.2, tol=1e-2,
-                 maxIter=1000, p=3, levels=None, strata=20, stopLevel=0,
-                 partitioner="stratified", warmStart="scaled",
-                 cacheMb=None, kernelStorage="auto", device="auto", seed=0, autoStop=True,
-                 validationFraction=0.1, minImprovement=0.002, timeBudget=None, globalStep="auto",
-                 globalCentres=1000, calibration="sigmoid", classWeight=None,
-                 metric="accuracy", weightCol=None):
+                 rawPredictionCol="rawPrediction", probabilityCol="probability",
+                 kernel=_D.kernel, gamma=_D.gamma, degree=_D.degree, coef0=_D.coef0,
+                 fitIntercept=FIT_INTERCEPT, kernelOffset=_D.kernel_offset, scale=_D.scale,
+                 inputMap=_D.input_map, lam=_D.lam, theta=_D.theta, v=_D.v, tol=_D.tol,
+                 maxIter=_D.max_iter, p=_D.p, levels=_D.levels, strata=_D.strata,
+                 stopLevel=_D.stop_level, partitioner=_D.partitioner, warmStart=_D.warm_start,
+                 cacheMb=_D.cache_mb, kernelStorage=_D.kernel_storage, device=_D.device,
+                 seed=_D.seed, autoStop=_D.auto_stop, validationFraction=_D.validation_fraction,
+                 minImprovement=_D.min_improvement, timeBudget=_D.time_budget,
+                 globalStep=_D.global_step, globalCentres=_D.global_centres,
+                 calibration=_D.calibration, classWeight=_D.class_weight, metric=_D.metric,
+                 weightCol=None):
         super().__init__()
         self._set(**self._input_kwargs)
 
@@ -183,6 +190,11 @@ class SODMClassifier(Estimator, _SODMParams, VersionedReadWrite):
         return self._copyValues(model)
 
 
+# The model's expansion may be None only in the signature: a fit, a load and compress() each
+# build the model with one
+_BUILT_WITH_EXPANSION = "a fitted or loaded model has its kernel expansion"
+
+
 @_make_setters_and_getters
 class SODMClassificationModel(Model, _SODMParams, VersionedReadWrite):
     """The fitted kernel expansion; ``transform`` adds rawPrediction and prediction columns,
@@ -213,16 +225,18 @@ class SODMClassificationModel(Model, _SODMParams, VersionedReadWrite):
     def __init__(self, expansion: KernelExpansion | None = None):
         super().__init__()
         self.expansion = expansion
-        self.levelStats = []  # one dict per solved level, as in the job's metrics JSON
+        self.levelStats: list[dict] = []  # one dict per solved level, as in the job's metrics JSON
         self.stopReason, self.bestLevel = "", None  # why the fit stopped, whose model this is
         self.globalStepReport = None  # the global step's report (fit_sodm), None when not tried
 
     @property
     def numFeatures(self) -> int:
+        assert self.expansion is not None, _BUILT_WITH_EXPANSION
         return self.expansion.n_features_in
 
     @property
     def classes(self) -> np.ndarray:
+        assert self.expansion is not None, _BUILT_WITH_EXPANSION
         return self.expansion.classes
 
     def predictRaw(self, features):
@@ -282,6 +296,7 @@ class SODMClassificationModel(Model, _SODMParams, VersionedReadWrite):
     def compress(self, max_sv: int, method: str = "kmeans") -> "SODMClassificationModel":
         """A copy over at most ``max_sv`` points
         (:func:`sodm_spark.models.compression.compress`)."""
+        assert self.expansion is not None, _BUILT_WITH_EXPANSION
         return self._copyValues(SODMClassificationModel(
             self.expansion.compress(max_sv, method=method, seed=self.getOrDefault("seed"))))
 

@@ -4,12 +4,14 @@ type, doc), their defaults read from :class:`~sodm_spark.spark.sodm.params.SODMP
 from __future__ import annotations
 
 import re
+from typing import Any, Callable
 
 from pyspark.ml.param import Param, Params, TypeConverters
 from pyspark.ml.param.shared import (HasFeaturesCol, HasLabelCol, HasMaxIter, HasPredictionCol,
                                      HasProbabilityCol, HasRawPredictionCol, HasSeed, HasTol,
                                      HasWeightCol)
 
+from ..core.defaults import FIT_INTERCEPT
 from ..spark.sodm.params import SODMParams
 from ..spark.train import sodm_params
 
@@ -86,9 +88,11 @@ calibration        text   sigmoid (default: Platt's sigmoid of the decision valu
 
 def _read_param_table(table: str) -> dict:
     """name: (converter, doc) of each entry of ``table``."""
-    params, name = {}, None
+    params: dict[str, tuple[Callable[[Any], Any], str]] = {}
+    name: str | None = None
     for line in table.splitlines():
         if line.startswith(" "):  # the doc goes on
+            assert name is not None, "the table's first line names a Param"
             converter, doc = params[name]
             params[name] = (converter, f"{doc} {line.strip()}")
         else:
@@ -107,7 +111,7 @@ class _SODMParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasRawPredictio
     def __init__(self):
         super().__init__()
         defaults = SODMParams()
-        self._setDefault(fitIntercept=True, **{name: getattr(defaults, _field(name))
+        self._setDefault(fitIntercept=FIT_INTERCEPT, **{name: getattr(defaults, _field(name))
                                                for name in _SODM_PARAM_NAMES})
 
     def _settings(self) -> dict:

@@ -11,6 +11,7 @@ from sklearn.exceptions import NotFittedError
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
+from ..core import defaults
 from ..core.array_namespace import check_device
 from ..core.estimator_inputs import (check_fit_data, check_predict_data, encode_classes,
                                      keep_params, predict_labels)
@@ -43,11 +44,14 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
     kernel : {'rbf', 'linear', 'poly', 'laplacian'}
     gamma : 'scale' (1/(d·Var X)), 'auto' (1/d) or a positive float
     degree, coef0 : polynomial kernel ``(gamma x·z + coef0) ** degree``
-    lam : λ > 0, weight of the margin loss (λ here = 2 × libodm's λ)
-    theta : θ ∈ [0, 1), half-width of the zero-loss margin band [1-θ, 1+θ]
-    v : v ∈ (0, 1] (libodm's μ), weight of margins above 1+θ
-    tol : stop when every point's projected-gradient violation is at most ``tol``
-    max_iter : most sweeps over the data (a ConvergenceWarning says when it stopped the solve)
+    lam : λ > 0, weight of the margin loss (λ here = 2 × libodm's λ); default 1e5
+    theta : θ ∈ [0, 1), half-width of the zero-loss margin band [1-θ, 1+θ]; default 0.1
+    v : v ∈ (0, 1] (libodm's μ), weight of margins above 1+θ; default 0.2
+    tol : stop when every point's projected-gradient violation is at most ``tol``; default 1e-2
+    max_iter : most sweeps over the data (a ConvergenceWarning says when it stopped the solve);
+        default 1000. The defaults of these and of the kernel settings are those of
+        :class:`~sodm_spark.estimators.ml.SODMClassifier` and the training job
+        (:mod:`sodm_spark.core.defaults`; docs/jobs.md, "Default hyperparameters")
     cache_mb : memory for kernel rows; the whole kernel matrix is cached when it fits, else
         kernel rows are computed on demand in blocks with an LRU cache of this size. None
         (default): what the machine has available when the fit starts, less a reserve
@@ -127,7 +131,7 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
     >>> from sodm_spark import ODMClassifier
     >>> X, y = load_breast_cancer(return_X_y=True)
     >>> X = minmax_scale(X)
-    >>> clf = ODMClassifier(kernel="rbf", lam=1e5, theta=0.1, v=0.2).fit(X[:400], y[:400])
+    >>> clf = ODMClassifier(kernel="rbf").fit(X[:400], y[:400])  # λ = 1e5, θ = 0.1, v = 0.2
     >>> clf.classes_
     array([0, 1])
     >>> clf.dual_coef_.shape[0]  # one output for two classes
@@ -144,10 +148,14 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
     ((1, 30), (1,))
     """
 
-    def __init__(self, kernel="rbf", gamma="scale", degree=3, coef0=0.0, lam=1000.0, theta=0.1,
-                 v=0.5, tol=1e-3, max_iter=1000, cache_mb=None, dtype="float32",
-                 random_state=None, solver="auto", fit_intercept=True, kernel_offset=0.0,
-                 class_weight=None, probability=False, calibration="sigmoid", device="auto"):
+    # the ODM settings' defaults are sodm_spark.core.defaults', which SODMParams (the Spark
+    # fits, SODMClassifier, the jobs) reads too: a setting left unset means the same on every path
+    def __init__(self, kernel=defaults.KERNEL, gamma=defaults.GAMMA, degree=defaults.DEGREE,
+                 coef0=defaults.COEF0, lam=defaults.LAM, theta=defaults.THETA, v=defaults.V,
+                 tol=defaults.TOL, max_iter=defaults.MAX_ITER, cache_mb=None, dtype="float32",
+                 random_state=None, solver="auto", fit_intercept=defaults.FIT_INTERCEPT,
+                 kernel_offset=defaults.KERNEL_OFFSET, class_weight=defaults.CLASS_WEIGHT,
+                 probability=False, calibration=defaults.CALIBRATION, device=defaults.DEVICE):
         keep_params(self, locals())
 
     def _solver(self):

@@ -42,7 +42,8 @@ def _ints(text):
     try:
         return [int(float(part)) for part in _names(text)]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}") from None
 
 
 def _cache_mb(text):
@@ -51,19 +52,30 @@ def _cache_mb(text):
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected megabytes or 'auto', got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected megabytes or 'auto', got {text!r}") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"--cache-mb must be positive, got {text!r}")
     return value
 
 
 def parse_args(argv=None, prog="benchmark.py") -> argparse.Namespace:
-    from sodm_spark.benchmarking.methods import METHODS, PARTITIONERS, describe_methods, \
-        parse_names
-    from sodm_spark.data.datasets import DATASETS
+    """The job's flags, one function per group of them (the help lists them so), then the
+    checks between them argparse cannot express (one line, exit code 2)."""
+    from sodm_spark.benchmarking.methods import describe_methods
 
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0],
                                      epilog="methods: " + describe_methods())
+    for add in (_data_arguments, _method_arguments, _hyperparameter_arguments,
+                _scaling_arguments, _output_arguments):
+        add(parser)
+    args, args.config = parse_with_defaults(parser, "benchmark", argv)
+    _check_arguments(parser, args)
+    return args
+
+
+def _data_arguments(parser) -> None:
+    from sodm_spark.data.datasets import DATASETS
+
     data = parser.add_argument_group("data")
     data.add_argument("--data", help="training data file (LIBSVM, CSV or Parquet)")
     data.add_argument("--test-data", help="test data in the same format")
@@ -80,6 +92,11 @@ def parse_args(argv=None, prog="benchmark.py") -> argparse.Namespace:
     data.add_argument("--train-rows", type=int, help="keep this many training rows (seeded); "
                       "generated sets: rows to generate (default 20000)")
     data.add_argument("--test-rows", type=int, help="keep this many test rows (seeded)")
+
+
+def _method_arguments(parser) -> None:
+    from sodm_spark.benchmarking.methods import METHODS, PARTITIONERS
+
     run = parser.add_argument_group("methods")
     run.add_argument("--methods", default="sodm,exact-odm,svc,mllib-linearsvc",
                      help=f"comma-separated, or 'none': {', '.join(METHODS)}")
@@ -87,16 +104,29 @@ def parse_args(argv=None, prog="benchmark.py") -> argparse.Namespace:
                      help=f"SODM runs, comma-separated: {', '.join(PARTITIONERS)}")
     run.add_argument("--budget-seconds", type=float, default=600.0,
                      help="per method; after it the method is reported as not finished")
+
+
+def _hyperparameter_arguments(parser) -> None:
+    """The settings the methods share; those the ODM fits share with the estimators and the
+    training job default to the fits' own (SODMParams, DSVRGParams), never to numbers of
+    this job's (conf/sodm-jobs.toml's [benchmark] table sets the comparison's)."""
+    from sodm_spark.spark.dsvrg.fit import DSVRGParams
+    from sodm_spark.spark.sodm.params import WARM_STARTS, SODMParams
+
+    odm, linear = SODMParams(), DSVRGParams()
     hyper = parser.add_argument_group("hyperparameters")
-    hyper.add_argument("--gamma", default="scale", help="RBF gamma: 'scale', 'auto' or a number")
-    hyper.add_argument("--lam", type=float, default=1000.0, help="ODM λ (every ODM method)")
-    hyper.add_argument("--theta", type=float, default=0.1)
-    hyper.add_argument("--v", type=float, default=0.5)
-    hyper.add_argument("--tol", type=float, default=1e-3)
-    hyper.add_argument("--max-iter", type=int, default=1000, help="ODM sweeps")
+    hyper.add_argument("--gamma", default=odm.gamma,
+                       help="RBF gamma: 'scale', 'auto' or a number (default %(default)s)")
+    hyper.add_argument("--lam", type=float, default=odm.lam,
+                       help="ODM λ (every ODM method; default %(default)g)")
+    hyper.add_argument("--theta", type=float, default=odm.theta)
+    hyper.add_argument("--v", type=float, default=odm.v)
+    hyper.add_argument("--tol", type=float, default=odm.tol)
+    hyper.add_argument("--max-iter", type=int, default=odm.max_iter, help="ODM sweeps")
     hyper.add_argument("--linear-lam", type=float, help="λ of the linear ODM (dsvrg, svrg); "
                        "default --lam")
-    hyper.add_argument("--epochs", type=int, default=30, help="dsvrg/svrg/csvrg epochs")
+    hyper.add_argument("--epochs", type=int, default=linear.epochs,
+                       help="dsvrg/svrg/csvrg epochs")
     hyper.add_argument("--svc-C", type=float, default=10.0, help="C of svc, coreset-svm, cvm")
     hyper.add_argument("--linear-C", type=float, default=1.0,
                        help="C of linearsvc; mllib-linearsvc gets regParam = 1/(C·M)")
@@ -109,16 +139,20 @@ def parse_args(argv=None, prog="benchmark.py") -> argparse.Namespace:
     hyper.add_argument("--nystroem-C", type=float, default=1.0,
                        help="C of the linear SVM on the Nyström features (MLlib: regParam = "
                        "1/(C·M))")
+    # a fixed L, not the job's 'auto': every level is a row of the comparison
     hyper.add_argument("--levels", type=int, default=3, help="SODM L: K = p^L partitions")
-    hyper.add_argument("--p", type=int, default=3)
-    hyper.add_argument("--strata", type=int, default=20)
-    hyper.add_argument("--stop-level", type=int, default=0)
-    hyper.add_argument("--warm-start", choices=("scaled", "concat"), default="scaled")
-    hyper.add_argument("--cache-mb", type=_cache_mb, default=None,
+    hyper.add_argument("--p", type=int, default=odm.p)
+    hyper.add_argument("--strata", type=int, default=odm.strata)
+    hyper.add_argument("--stop-level", type=int, default=odm.stop_level)
+    hyper.add_argument("--warm-start", choices=WARM_STARTS, default=odm.warm_start)
+    hyper.add_argument("--cache-mb", type=_cache_mb, default=odm.cache_mb,
                        help="kernel cache (MB) of the ODM solvers, or 'auto' (the default): "
                        "what the jobs use (SODM: the memory a task may use at each level; "
                        "exact ODM: the memory available)")
-    hyper.add_argument("--seed", type=int, default=0)
+    hyper.add_argument("--seed", type=int, default=odm.seed)
+
+
+def _scaling_arguments(parser) -> None:
     scale = parser.add_argument_group("scaling")
     scale.add_argument("--scaling", default="", help="'rows', 'cores' or 'rows,cores'")
     scale.add_argument("--rows", type=_ints, default=[10000, 100000, 1000000],
@@ -140,6 +174,9 @@ def parse_args(argv=None, prog="benchmark.py") -> argparse.Namespace:
     scale.add_argument("--cores", type=_ints, default=[1, 2], help="cores scaling: core counts")
     scale.add_argument("--cores-rows", type=int, default=50000,
                        help="cores scaling: generated training rows")
+
+
+def _output_arguments(parser) -> None:
     out = parser.add_argument_group("output and Spark")
     out.add_argument("--out-dir", default="benchmark-results", help="JSON, Markdown, PNGs")
     out.add_argument("--readme", metavar="FILE",
@@ -153,7 +190,13 @@ def parse_args(argv=None, prog="benchmark.py") -> argparse.Namespace:
                      "--out-dir's benchmark.json, e.g. after changing the report's code")
     out.add_argument("--master", help="Spark master; default: spark-submit's, else local[*]")
     out.add_argument("--driver-memory", default="6g", help="JVM heap in local mode")
-    args, args.config = parse_with_defaults(parser, "benchmark", argv)
+
+
+def _check_arguments(parser, args) -> None:
+    """The method and partitioner names resolved, and the checks between flags (parser.error:
+    one line, exit code 2)."""
+    from sodm_spark.benchmarking.methods import METHODS, PARTITIONERS, parse_names
+
     try:
         args.methods = [] if args.methods.strip() == "none" else \
             parse_names(args.methods, METHODS, "method")
@@ -182,7 +225,6 @@ def parse_args(argv=None, prog="benchmark.py") -> argparse.Namespace:
         args.gamma = float(args.gamma)
     except ValueError:
         pass
-    return args
 
 
 def main(argv=None, prog="benchmark.py") -> int:

@@ -1,6 +1,7 @@
 """The training job's data: the built-in rows or the user's files as block RDDs, the test and
-validation rows on the driver, and the checks made before the fit (the labels, the levels the
-rows allow, the memory the partitions need).
+validation rows on the driver, and the checks of the rows before the fit, in the job's words
+(the library's :func:`~sodm_spark.spark.train.check_rows` makes them: the labels, the level
+count, the levels the rows allow, the memory the partitions need).
 
 Its own module because this is where a bad file or a setting the data cannot satisfy is found:
 every message here names the flag and the path (docs/operations.md, "When a job fails"), before
@@ -16,11 +17,9 @@ from sodm_spark.core.validation import check_two_classes, shown_classes
 from sodm_spark.data.datasets import make_linear, make_nonlinear
 from sodm_spark.jobs.train_args import DEFAULT_TEST_ROWS
 from sodm_spark.spark.io import check_blocks, read_blocks, read_libsvm_local
-from sodm_spark.spark.memory import check_collectable, check_fit_resources, executor_memory
+from sodm_spark.spark.memory import check_collectable
 from sodm_spark.spark.session import PERSIST, collect_blocks, numpy_to_blocks
-from sodm_spark.spark.sodm.plan import auto_level_count, check_levels_fit_rows
-from sodm_spark.spark.sodm.prepare import checked_classes
-from sodm_spark.spark.train import check_classes, fit_params
+from sodm_spark.spark.train import check_rows
 from sodm_spark.spark.frames import context_of
 
 #: What to do when --kernel laplacian meets LIBSVM rows too wide to be dense.
@@ -88,40 +87,34 @@ def weight_column(args):
     return int(text) if args.format == "csv" and text is not None and text.isdigit() else text
 
 
-def load_data(spark, args, params=None):
-    """(training blocks RDD, classes, test (X, y) or None, n_features) for the flags given
-    (``params``: the fit's, :func:`check_settings`'; None: built from ``args``)."""
-    linear = args.kernel == "linear"
+def load_data(spark, args, params) -> tuple:
+    """(training blocks RDD, n_features, the :class:`~sodm_spark.spark.train.Checked` fit,
+    test (X, y) or None) for the flags given; ``params``: the fit's
+    (:func:`~sodm_spark.jobs.train_sodm.check_settings`'). The rows are checked before the test
+    rows are read: labels no fit takes, or levels the rows or the resources cannot hold, are
+    refused first."""
+    linear, sc = args.kernel == "linear", context_of(spark)
     if args.data is None:
         make = make_linear if linear else make_nonlinear
         X, y = make(args.rows + DEFAULT_TEST_ROWS, seed=args.seed)
-        return (numpy_to_blocks(context_of(spark), X[:args.rows], y[:args.rows]),
-                np.array([-1, 1]), (X[args.rows:], y[args.rows:]), X.shape[1])
+        blocks = numpy_to_blocks(sc, X[:args.rows], y[:args.rows])
+        # the generators' labels are -1 and +1 (int: the saved model's classes stay so)
+        checked = check_rows(sc, blocks, X.shape[1], params, classes=np.array([-1, 1]))
+        return blocks, X.shape[1], checked, (X[args.rows:], y[args.rows:])
     sparse, advice = row_layout(args)
     # the kernel path computes its kernel blocks in float32: its dense rows are stored so
-    blocks, n_features = read_blocks(spark, args.data, args.format, sparse=sparse,
-                                     dtype=np.float64 if linear else np.float32,
+    dtype = np.float64 if linear else np.float32
+    blocks, n_features = read_blocks(spark, args.data, args.format, sparse=sparse, dtype=dtype,
                                      dense_advice=advice, weight_col=weight_column(args))
     # parsed once, by the checking job; the fit's passes (SODM levels, DSVRG epochs) read the
     # rows from here (DSVRG then keeps no second copy), on local disk, not the JVM heap
     blocks = blocks.persist(PERSIST)
-    classes, stats = checked_classes(blocks, n_features, with_stats=True,
-                                     where=f"--data {args.data}")
-    # up front: labels no fit takes are refused before the resource checks and the test rows
-    check_classes(classes, linear, lambda found: refuse_classes(found, args))
-    if not linear:  # the levels must fit the rows, their top partitions and the resources
-        params = fit_params(vars(args)) if params is None else params
-        n_rows, dense = stats.n_rows, isinstance(stats.row_width, int)
-        check_levels_fit_rows(n_rows, params.p, params.levels)
-        memory = executor_memory(context_of(spark), args.memory_mb, params.device)
-        levels = params.levels if params.levels is not None else \
-            auto_level_count(n_rows, params.p, stats.row_width, memory, params)
-        # dense rows are float32; a sparse row's memory width counts float64 columns
-        check_fit_resources(context_of(spark), n_rows, stats.row_width, 4 if dense else 8,
-                            params.p ** levels, levels, memory, params)
+    checked = check_rows(sc, blocks, n_features, params, where=f"--data {args.data}",
+                         refuse_classes=lambda found: refuse_classes(found, args),
+                         dense_itemsize=np.dtype(dtype).itemsize)
     test = None if not args.test_data else read_driver_side(
         spark, args.test_data, args, n_features, sparse, "--test-data")
-    return blocks, classes, test, n_features
+    return blocks, n_features, checked, test
 
 
 def refuse_classes(classes, args):

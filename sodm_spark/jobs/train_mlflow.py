@@ -173,6 +173,7 @@ def log_run(args, model, summary: dict) -> str | None:
         return None
     mlflow = import_mlflow()
     uri = tracking_uri(args)
+    assert uri is not None  # check_mlflow refused --mlflow without a tracking store
     try:
         return _log(mlflow, args, model, summary)
     except Exception as error:  # noqa: BLE001 - the model is kept whatever failed
@@ -193,6 +194,7 @@ def _log(mlflow, args, model, summary) -> str:
     from sodm_spark import mlflow as flavor  # the flavor imports MLflow: only with --mlflow
 
     uri = tracking_uri(args)
+    assert uri is not None  # check_mlflow refused --mlflow without a tracking store
     client = mlflow.tracking.MlflowClient(uri)
     experiment = client.get_experiment_by_name(args.mlflow_experiment)
     experiment_id = experiment.experiment_id if experiment is not None else \

@@ -32,10 +32,9 @@ from sodm_spark.jobs.train_report import dsvrg_summary, levels_summary, printed_
 from sodm_spark.ops.jobconf import check_output_paths, use_packaged_spark_conf, write_outputs
 from sodm_spark.selection.tuning import ParamGrid
 from sodm_spark.spark.dsvrg.fit import DSVRGParams
-from sodm_spark.spark.gpu import check_gpu_request
 from sodm_spark.spark.session import job_session
 from sodm_spark.spark.sodm.plan import check_levels_fit_rows
-from sodm_spark.spark.train import Search, fit_params, train as train_on_spark
+from sodm_spark.spark.train import Search, check_request, fit_params, train as train_on_spark
 from sodm_spark.spark.frames import context_of
 
 HYPERPARAMETERS = ("gamma", "lam", "theta", "v")
@@ -64,15 +63,16 @@ def train(spark, args, params=None):
     turn both into messages)."""
     params = fit_params(vars(args)) if params is None else params
     linear = isinstance(params, DSVRGParams)
-    if not linear:  # --device gpu with no GPU on the driver nor asked of Spark: before the data
-        check_gpu_request(context_of(spark), params.device)
-    blocks, classes, test, n_features = load_data(spark, args, params)
+    # --device gpu with no GPU on the driver nor asked of Spark: refused before the data are read
+    check_request(context_of(spark), params)
+    blocks, n_features, checked, test = load_data(spark, args, params)
     validation = None if linear or not args.validation_data else read_driver_side(
         spark, args.validation_data, args, n_features, row_layout(args)[0], "--validation-data")
     options = {} if linear else {
         "checkpoint_dir": args.checkpoint_dir, "resume": args.resume, "max_sv": args.max_sv,
         "compress_method": args.compress_method, "test_every_level": args.test_every_level}
-    trained = train_on_spark(context_of(spark), blocks, n_features, params, classes,
+    # the rows were checked (and the level count resolved) by load_data: ``checked`` says so
+    trained = train_on_spark(context_of(spark), blocks, n_features, checked,
                              test=test, validation=validation, search=requested_search(args),
                              progress=printed_progress(args), **options)
     tuning = {} if trained.search is None else {"tuning": trained.search.to_dict(),
@@ -86,7 +86,8 @@ def train(spark, args, params=None):
 def check_settings(args):
     """Everything that can be refused before Spark starts: the parameters (built and checked
     here, once: the fit's SODMParams or DSVRGParams are returned), the output paths, and the
-    levels the built-in data's rows allow (a SettingsError)."""
+    levels the built-in data's rows allow (a SettingsError; --rows says how many there are,
+    while the user's rows are counted once Spark runs, spark.train.check_rows)."""
     params = fit_params(vars(args))
     check_output_paths({"--model-out": args.model_out, "--checkpoint-dir": args.checkpoint_dir,
                         "--tune-report": args.tune_report}, {"--metrics-out": args.metrics_out})

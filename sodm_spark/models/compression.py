@@ -256,11 +256,10 @@ def _conjugate_gradients(cross, gram, gram_factor, targets, rho, max_iter, tol):
     side, or when rounding leaves a direction without positive curvature (the iterate so far
     is kept)."""
     n, n_points = cross.shape
-    first = gram_factor
     second = _cholesky(gram, 0.0, rho, scale=n / n_points)
 
     def precondition(residual):
-        solved = scipy.linalg.cho_solve(first, residual, check_finite=False)
+        solved = scipy.linalg.cho_solve(gram_factor, residual, check_finite=False)
         return scipy.linalg.cho_solve(second, solved, check_finite=False)
 
     def normal(direction):  # the products with C in its own dtype, sums in float64
@@ -404,20 +403,18 @@ class ScoreComparison:
 
 def compare(original: KernelExpansion, compressed: KernelExpansion, X, y) -> dict:
     """Both models' :func:`compare_scores` on (X, y) and their support vectors, as a dict."""
-    report = compare_scores(original.decision_function(X), compressed.decision_function(X),
-                            y, original.classes).to_dict()
-    report["support_vectors_before"] = int(original.support_vectors.shape[0])
-    report["support_vectors_after"] = int(compressed.support_vectors.shape[0])
-    return report
+    return {**compare_scores(original.decision_function(X), compressed.decision_function(X), y,
+                             original.classes).to_dict(),
+            "support_vectors_before": int(original.support_vectors.shape[0]),
+            "support_vectors_after": int(compressed.support_vectors.shape[0])}
 
 
 def compare_scores(f, g, y, classes) -> ScoreComparison:
     """The scores ``f`` (the model) and ``g`` (its compression) against the raw labels ``y``."""
-    f, g = np.asarray(f, dtype=np.float64), np.asarray(g, dtype=np.float64)
+    f, g, y = np.asarray(f, dtype=np.float64), np.asarray(g, dtype=np.float64), np.asarray(y)
     before, after = labels_from_scores(f, classes), labels_from_scores(g, classes)
-    y = np.asarray(y)
     return ScoreComparison(
         accuracy_before=float(np.mean(before == y)), accuracy_after=float(np.mean(after == y)),
-        relative_rms_error=float(np.linalg.norm(g - f) / max(np.linalg.norm(f), 1e-300)),
+        relative_rms_error=float(np.linalg.norm(g - f) / max(float(np.linalg.norm(f)), 1e-300)),
         max_abs_error=float(np.max(np.abs(g - f))) if f.size else 0.0,
         predictions_changed=float(np.mean(before != after)), rows=int(y.size))

@@ -18,6 +18,7 @@ import scipy.sparse
 from ..core.column_stats import scale_rows
 from ..core.kernels import Kernel, decision_values
 from ..core.labels import labels_from_scores  # noqa: F401 (the model's labels; importable here)
+from ..core.sparse_rows import Rows
 from ..data.storage import join, replace_versioned, resolve_version, store_for
 from .calibration import (IsotonicCalibration, SigmoidCalibration, calibration_from_dict,
                           fit_calibration)
@@ -69,6 +70,7 @@ class InputMap:
         """This map with its projection followed by a second one, ``(y − center) @ components``
         of the projected rows y, as one projection: ``((x − c₁)V₁ − c₂)V₂ = (x − c)V₁V₂`` with
         ``c = c₁ + c₂V₁ᵀ``, since V₁'s columns are orthonormal (V₁ᵀV₁ = I)."""
+        assert self.center is not None and self.components is not None  # this map projects
         return replace(self, center=self.center + np.asarray(center) @ self.components.T,
                        components=self.components @ np.asarray(components))
 
@@ -107,7 +109,7 @@ class KernelExpansion:
     projected).
     """
 
-    support_vectors: np.ndarray
+    support_vectors: Rows  # dense, or CSR
     coef: np.ndarray
     kernel: Kernel
     classes: np.ndarray
@@ -224,7 +226,8 @@ class KernelExpansion:
                 dtype = np.int64 if name == "feature_columns" else np.float64
                 arrays[name] = np.asarray(getattr(self, name), dtype=dtype)
         buffer = io.BytesIO()
-        np.savez(buffer, **arrays)
+        # numpy's stub lets the named arrays reach savez's allow_pickle flag, which none is named
+        np.savez(buffer, **arrays)  # type: ignore[arg-type]
         # the oldest version that holds these arrays, so older readers keep reading dense models
         newer = sparse or self.feature_columns is not None or \
             self.projection_components is not None
@@ -314,9 +317,9 @@ class KernelExpansion:
             raise ValueError(f"{folder}: arrays.npz holds {model.support_vectors.shape[0]} support "
                              f"vectors of {model.support_vectors.shape[1:]} features but "
                              f"metadata.json says {expected} (a truncated or mixed copy). {redo}")
-        components = model.projection_components
-        if components is not None and (components.shape[1] != expected[1] or
-                                       model.projection_center.shape != components.shape[:1]):
+        components, center = model.projection_components, model.projection_center
+        if components is not None and (components.shape[1] != expected[1] or center is None or
+                                       center.shape != components.shape[:1]):
             raise ValueError(f"{folder}: arrays.npz holds a projection of shape "
                              f"{components.shape} for support vectors of {expected[1]} "
                              f"features (a truncated or mixed copy). {redo}")

@@ -28,6 +28,8 @@ kernel is from the raw one on pairs of the sample (:func:`kernel_agreement`).
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import scipy.sparse
 
@@ -63,7 +65,7 @@ def principal_directions(sample: np.ndarray) -> tuple[np.ndarray, np.ndarray, np
 def components_for(shares: np.ndarray, variance_kept: float) -> int:
     """The fewest leading directions whose ``shares`` sum to at least ``variance_kept``."""
     kept = np.cumsum(shares)
-    return int(min(len(shares), np.searchsorted(kept, variance_kept - 1e-12) + 1))
+    return min(len(shares), int(np.searchsorted(kept, variance_kept - 1e-12)) + 1)
 
 
 def kernel_agreement(sample: np.ndarray, projection: InputMap, kernel,
@@ -86,7 +88,7 @@ def fit_input_projection(sample, kernel, n_features: int,
     rule in the module docstring: ``features``, ``components``, ``variance_kept``, the
     :func:`kernel_agreement` of the sample, or the ``reason`` the rows keep their features).
     ``sample`` holds rows as the kernel takes them (scaled)."""
-    report = {"features": int(n_features)}
+    report: dict[str, Any] = {"features": int(n_features)}
     if kernel.name != "rbf":
         return None, {**report, "reason": f"the {kernel.name} kernel is not a distance's"}
     if sample is None or scipy.sparse.issparse(sample):

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..core.array_namespace import ArrayDevice, namespace_of
+from ..core.array_namespace import Array, ArrayDevice, namespace_of
 from ..core.kernel_blocks import BLOCK_BYTES, kernel_block, squared_norms
 from ..core.kernels import Kernel
 
@@ -72,9 +72,9 @@ class CentreBasis:
     """The m centres, the map T = U Λ^-½ (m × r) with α = T w and αᵀ K_ZZ α = ‖w‖², and the
     r eigenvalues Λ of K_ZZ it keeps; float64 arrays of the centres' namespace."""
 
-    centres: object
-    transform: object
-    eigenvalues: object
+    centres: Array
+    transform: Array
+    eigenvalues: Array
 
 
 def centre_basis(kernel: Kernel, centres, cutoff: float = EIGENVALUE_CUTOFF) -> CentreBasis:
@@ -102,9 +102,9 @@ class PassSums:
     whose piece differs between the first and the last step length (``changed``). The
     arrays are float64 of the rows' namespace."""
 
-    losses: object
-    normal: object
-    target: object
+    losses: Array
+    normal: Array
+    target: Array
     changed: int
     rows: int
 
@@ -188,7 +188,7 @@ def pass_work(n_rows: int, n_centres: int, n_inputs: int) -> float:
     return float(n_rows) * n_centres * (n_inputs + n_centres)
 
 
-def loss_weight(lam: float, theta: float, n_rows: int) -> float:
+def loss_weight(lam: float, theta: float, n_rows: float) -> float:
     """C = λ / (2M (1−θ)²) of the module docstring, M = ``n_rows``."""
     return lam / (2.0 * n_rows * (1.0 - theta) ** 2)
 
@@ -232,7 +232,7 @@ class NewtonReport:
     start: str = "zero"  # or "given": the start w beat α = 0 on F
 
 
-def fit(basis: CentreBasis, run_pass, lam: float, theta: float, v: float, n_rows: int,
+def fit(basis: CentreBasis, run_pass, lam: float, theta: float, v: float, n_rows: float,
         max_steps: int = MAX_STEPS, relative_decrease: float = RELATIVE_DECREASE,
         on_step=None, start=None):
     """α of the Nyström ODM (module docstring): (α, :class:`NewtonReport`), α an array of

@@ -162,6 +162,7 @@ def _power(graph: _Graph, base: str, degree: int) -> str:
         degree >>= 1
         if degree:
             square = graph.op("Mul", square, square)
+    assert result is not None  # a degree >= 1 (Kernel.create)
     return result
 
 
@@ -289,7 +290,7 @@ def _isotonic_values(graph: _Graph, values: str, calibration: dict) -> str:
             graph.constant(f"isotonic_last_{k}", np.asarray(float(x.size - 2)))),
             to=graph.onnx.TensorProto.INT64)
 
-        def at(name, array):
+        def at(name, array, k=k, segment=segment):  # this threshold set's k and segment
             return graph.op("Gather", graph.constant(f"isotonic_{name}_{k}", array), segment,
                             axis=0)  # (batch, 1)
 
@@ -359,7 +360,7 @@ def to_onnx(model: KernelExpansion, input_type: str = "double", probabilities: b
     batch = "batch"
     if outputs_count == 1:
         scores = graph.op("Squeeze", sums, graph.axes(1), output="scores")
-        score_shape = [batch]
+        score_shape: list[str | int] = [batch]
     else:
         scores = graph.op("Identity", sums, output="scores")
         score_shape = [batch, outputs_count]

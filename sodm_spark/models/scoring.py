@@ -177,9 +177,9 @@ class SupportSet:
                 low_file.write(low.tobytes())
         if not inexact:
             os.remove(os.path.join(folder, names["residual"]))
-            names["residual"] = None
         np.save(os.path.join(folder, names["coef"]), np.asarray(self.coef, dtype=np.float64))
-        return {**spec, "names": names}
+        # no residual file when every vector is a float32 number: open() reads None as none
+        return {**spec, "names": {**names, "residual": names["residual"] if inexact else None}}
 
     @classmethod
     def open(cls, spec: dict, locate: Callable[[str], str] = lambda name: name) -> "SupportSet":
@@ -187,6 +187,7 @@ class SupportSet:
         at a time."""
         names = spec["names"]
         coef = NpyRows(locate(names["coef"]))
+        vectors: CsrRows | NpyRows
         if "data" in names:
             vectors = CsrRows({part: locate(names[part]) for part in ("data", "indices", "indptr")},
                               spec["shape"])

@@ -31,6 +31,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
@@ -50,7 +51,7 @@ def default_state_dir() -> Path:
 
 def find_spark_home() -> Path:
     """SPARK_HOME if set, else the installed pyspark package (it ships bin/spark-class)."""
-    home = os.environ.get("SPARK_HOME")
+    home: str | Path | None = os.environ.get("SPARK_HOME")
     if not home:
         spec = importlib.util.find_spec("pyspark")  # located, not imported: no JVM here
         if spec is None or spec.origin is None:
@@ -110,7 +111,10 @@ def _is_ours(entry: dict) -> bool:
 def _running(entry: dict) -> bool:
     """The daemon or anything left in its process group (its executors) still runs."""
     try:
-        return _alive(entry["pid"]) or os.killpg(entry["pgid"], 0) is None
+        if _alive(entry["pid"]):
+            return True
+        os.killpg(entry["pgid"], 0)  # raises unless a process of the group is left
+        return True
     except ProcessLookupError:
         return False
     except PermissionError:
@@ -161,7 +165,7 @@ def start_cluster(workers: int = 5, cores_per_worker: int = 1, memory: str = "1g
     previous = read_state(state_dir)
     running = [] if previous is None else [e["pid"] for e in previous["processes"]
                                            if _is_ours(e)]
-    if running:
+    if previous is not None and running:
         raise ClusterError(
             f"a cluster started from {state_dir / STATE_FILE} is still running (pids {running}, "
             f"master {previous['master_url']}); run `python -m sodm_spark.cluster stop "
@@ -181,9 +185,10 @@ def start_cluster(workers: int = 5, cores_per_worker: int = 1, memory: str = "1g
     # logs, not in whatever directory started the cluster
     env.setdefault("SODM_LOG_FILE", str(state_dir / "logs" / "sodm-spark.log"))
     master_url = f"spark://{host}:{port}"
-    state = {"master_url": master_url, "webui_url": f"http://{host}:{webui_port}",
-             "spark_home": str(spark_home), "state_dir": str(state_dir), "workers": workers,
-             "started_at": time.time(), "processes": []}
+    state: dict[str, Any] = {
+        "master_url": master_url, "webui_url": f"http://{host}:{webui_port}",
+        "spark_home": str(spark_home), "state_dir": str(state_dir), "workers": workers,
+        "started_at": time.time(), "processes": []}
     plans = [("master", MASTER_CLASS, ["--host", host, "--port", str(port),
                                        "--webui-port", str(webui_port)], env)]
     for index in range(1, workers + 1):
@@ -332,7 +337,10 @@ def health(url: str, min_alive_workers: int = 0, timeout: float = 3.0) -> str:
     if "workers" in document:  # a Master
         if document.get("status") != "ALIVE":
             return f"master status is {document.get('status')!r}, not 'ALIVE'"
-        if (alive := _alive_workers(url, timeout)) < min_alive_workers:
+        alive = _alive_workers(url, timeout)
+        if alive is None:  # the master stopped answering after its status document
+            return f"{url}/json/ did not answer for its workers"
+        if alive < min_alive_workers:
             return f"{alive} ALIVE workers, fewer than {min_alive_workers}"
     elif not document.get("masterwebuiurl"):  # a Worker that has not registered yet
         return "the worker has not registered with a master yet"
@@ -370,16 +378,16 @@ def main(argv=None) -> int:
             print(f"stopped pids {stopped}" if stopped else
                   f"no running cluster recorded in {args.state_dir}")
         elif args.command == "status":
-            state = cluster_status(args.state_dir)
-            if state is None:
+            status = cluster_status(args.state_dir)
+            if status is None:
                 print(f"no cluster recorded in {args.state_dir}")
                 return 1
-            print(f"master {state['master_url']}  web UI {state['webui_url']}  "
-                  f"alive workers {state['alive_workers']}")
-            for e in state["processes"]:
+            print(f"master {status['master_url']}  web UI {status['webui_url']}  "
+                  f"alive workers {status['alive_workers']}")
+            for e in status["processes"]:
                 print(f"  {e['role']:<10} pid {e['pid']:<8} "
                       f"{'running' if e['running'] else 'gone':<8} {e['log']}")
-            return 0 if all(e["running"] for e in state["processes"]) else 1
+            return 0 if all(e["running"] for e in status["processes"]) else 1
         else:
             problem = health(args.url, args.min_alive_workers)
             print(problem or "healthy")

@@ -53,7 +53,7 @@ def gamma_arg(text):
         if text in ("scale", "auto"):
             return text
         raise argparse.ArgumentTypeError(f"--gamma must be 'scale', 'auto' or a number, "
-                                         f"got {text!r}")
+                                         f"got {text!r}") from None
 
 
 def find_config(explicit: str | None = None):
@@ -106,7 +106,7 @@ def job_defaults(job: str, path: Path | None) -> tuple[dict, dict]:
     try:
         document = tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError) as error:
-        raise JobExit(SETTINGS, f"job config {path} is unreadable: {error}")
+        raise JobExit(SETTINGS, f"job config {path} is unreadable: {error}") from None
 
     def table(name):
         return {key.replace("-", "_"): value for key, value in document.get(name, {}).items()}
@@ -143,7 +143,7 @@ def refuse_in_one_line(parser: argparse.ArgumentParser) -> None:
     def error(message):
         parser.exit(EXIT_CODES[SETTINGS], f"error: {message}; see {parser.prog} --help\n")
 
-    parser.error = error
+    parser.error = error  # type: ignore[method-assign]  # this parser's own, on purpose
 
 
 def add_verbose(parser: argparse.ArgumentParser) -> None:

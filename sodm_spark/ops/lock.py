@@ -121,6 +121,12 @@ class RetrainLock:
             self._given = store_for(self.path.rpartition("/")[0])
         return self._given
 
+    @property
+    def _file(self) -> Path:
+        """The lock's file, for the methods of a lock on the local disk."""
+        assert isinstance(self.path, Path)  # a lock by URI has a StorePath
+        return self.path
+
     def _record(self) -> bytes:
         self._token = uuid.uuid4().hex
         stat = _proc_stat(os.getpid())
@@ -180,7 +186,7 @@ class RetrainLock:
         return identity, record
 
     def _write_aside(self, data: bytes) -> Path:
-        staging = self.path.with_name(f"{self.path.name}.{uuid.uuid4().hex[:12]}.tmp")
+        staging = self._file.with_name(f"{self._file.name}.{uuid.uuid4().hex[:12]}.tmp")
         _write_new(staging, data)
         return staging
 
@@ -205,7 +211,7 @@ class RetrainLock:
         The marker of level 0 is created by one run only; a higher level only once the one
         below is old enough for its run to have died in the middle of a takeover."""
         for level in itertools.count():
-            marker = self.path.with_name(f"{self.path.name}.takeover-{identity}-{level}")
+            marker = self._file.with_name(f"{self._file.name}.takeover-{identity}-{level}")
             try:
                 os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
             except FileExistsError:
@@ -220,7 +226,7 @@ class RetrainLock:
                 if seen is None or seen[0] != identity:
                     return False  # released, or taken over already
                 os.replace(self._write_aside(data), self.path)
-                for old in self.path.parent.glob(f"{self.path.name}.takeover-{identity}-*"):
+                for old in self._file.parent.glob(f"{self._file.name}.takeover-{identity}-*"):
                     old.unlink(missing_ok=True)
                 return True
             finally:
@@ -228,7 +234,7 @@ class RetrainLock:
         return False  # pragma: no cover - the loop returns
 
     def _acquire_local(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file.parent.mkdir(parents=True, exist_ok=True)
         data = self._record()
         for _ in range(500):  # only runs taking and releasing it around us make us go round
             if self._create_local(data):
@@ -250,7 +256,7 @@ class RetrainLock:
 
     def _tidy_local(self) -> None:
         """Staging files and takeover markers that runs which died left beside the lock."""
-        for leftover in self.path.parent.glob(f"{self.path.name}.*"):
+        for leftover in self._file.parent.glob(f"{self._file.name}.*"):
             try:
                 if time.time() - leftover.stat().st_mtime > _TAKEOVER_SECONDS:
                     leftover.unlink()
@@ -296,7 +302,7 @@ class RetrainLock:
             if self._store is None:
                 seen = self._read_local()
                 if seen is not None and (seen[1] or {}).get("token") == self._token:
-                    self.path.unlink(missing_ok=True)
+                    self._file.unlink(missing_ok=True)
             elif (self._read_in_store() or {}).get("token") == self._token:
                 self._store.delete(str(self.path))
         finally:

@@ -49,6 +49,13 @@ POINTER = "_LATEST"
 _VERSION = re.compile(r"^v(\d{4,})-")
 
 
+def _version_number(name: str) -> int:
+    """The n of a version folder's name ``v<n>-<label>``, one :data:`_VERSION` matches."""
+    match = _VERSION.match(name)
+    assert match is not None  # only such names are versions (version_names)
+    return int(match.group(1))
+
+
 @dataclass
 class Decision:
     promote: bool
@@ -124,7 +131,7 @@ class ModelStore:
     def version_names(self) -> list[str]:
         return sorted((name for name in self.store.list(str(self.versions))
                        if _VERSION.match(name)),
-                      key=lambda name: int(_VERSION.match(name).group(1)))
+                      key=_version_number)
 
     def latest_version(self):
         """The folder ``_LATEST`` names (a registry written before: the ``latest`` symlink's
@@ -150,7 +157,7 @@ class ModelStore:
         URI, renamed where the store renames atomically)."""
         self.store.mkdirs(str(self.versions))
         names = self.version_names()
-        number = int(_VERSION.match(names[-1]).group(1)) + 1 if names else 1
+        number = _version_number(names[-1]) + 1 if names else 1
         safe = re.sub(r"[^A-Za-z0-9._-]+", "_", label)[:80] or "model"
         final = self.versions / f"v{number:04d}-{safe}"
         if self._local:

@@ -61,7 +61,7 @@ def nearest_center(X: np.ndarray, centers: np.ndarray, block_mb: float = 64.0, *
         scores *= -2.0
         scores += center_sq[None, :]
         labels[rows] = np.argmin(scores, axis=1)
-        if return_distances:
+        if sq_dist is not None:  # return_distances
             best = np.take_along_axis(scores, labels[rows, None], axis=1)[:, 0]
             best += np.einsum("ij,ij->i", block_x, block_x)
             sq_dist[rows] = np.maximum(best, 0.0)

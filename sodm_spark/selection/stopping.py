@@ -332,6 +332,7 @@ def replay(levels: list[dict], n_validation: int, rule: StopRule, cores: int, la
     if len(judged) != len(levels):
         raise ValueError("replay needs every level's validation record.")
     correct = []
+    reason: str | None  # why the replay stopped: the rule's reason, None while it goes on
     for index, entry in enumerate(levels):
         correct.append(judged[index])
         if index + 1 == len(levels):

@@ -22,7 +22,9 @@ from __future__ import annotations
 import itertools
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 import numpy as np
 import scipy.sparse
@@ -156,7 +158,8 @@ def _scaled_kernels(kernel: Kernel, scales, X: np.ndarray, X_val: np.ndarray):
     """(scale, kernel at scale·γ, m×m float32 kernel matrix, n_val×m validation block) for
     each γ multiple, computing the matrices once when the kernel allows (module docstring)."""
     base = replace(kernel, offset=0.0)  # the offset is added after the power
-    first_K = first_val = None
+    first_K: np.ndarray | None = None
+    first_val: np.ndarray | None = None
     for scale in sorted(scales):
         scaled = replace(kernel, gamma=kernel.gamma * scale)
         if first_K is None or kernel.name not in _POWER_KERNELS:
@@ -168,6 +171,7 @@ def _scaled_kernels(kernel: Kernel, scales, X: np.ndarray, X_val: np.ndarray):
                                     out=np.empty((X_val.shape[0], X.shape[0]), np.float32))
             K, K_val = first_K.copy(), first_val.copy()
         else:
+            assert first_val is not None  # computed with first_K
             ratio = scale / first_scale
             K = np.power(first_K, np.float32(ratio))
             K_val = np.power(first_val, np.float32(ratio))
@@ -177,7 +181,17 @@ def _scaled_kernels(kernel: Kernel, scales, X: np.ndarray, X_val: np.ndarray):
         yield scale, scaled, K, K_val
 
 
-def search_partition(X, y, X_val, kernel: Kernel, grid: ParamGrid, *, n_classes: int = 0,
+class GridPoints(Protocol):
+    """What :func:`search_partition` reads of a grid: a :class:`ParamGrid`, or the points of
+    the search's second round (``spark.tune.PointList``)."""
+
+    @property
+    def gamma_scales(self) -> Sequence[float]: ...
+
+    def points(self) -> list[GridPoint]: ...
+
+
+def search_partition(X, y, X_val, kernel: Kernel, grid: GridPoints, *, n_classes: int = 0,
                      violation_tol: float = 1e-3, max_iter: int = 1000, seed=0,
                      class_weights=None, row_weights=None, device: str = "auto",
                      gpu_index: int | None = None):
@@ -211,7 +225,8 @@ def search_partition(X, y, X_val, kernel: Kernel, grid: ParamGrid, *, n_classes:
     index = 0
     for scale, scaled, K, K_val in _scaled_kernels(kernel, grid.gamma_scales, X, X_val):
         signed_q = None if n_classes else signed_kernel(K, y)
-        warm = {}  # (θ, v) -> (λ, γ) of the last λ solved
+        # (θ, v) -> (λ, γ) of the last λ solved
+        warm: dict[tuple[float, float], tuple[float, np.ndarray]] = {}
         first, coefficients = index, []
         for point in [p for p in points if p.gamma_scale == scale]:
             start = time.perf_counter()

@@ -90,6 +90,7 @@ def plot_heatmap(report: dict, path) -> None:
         ax.set_title(f"θ = {theta:g}, v = {v:g}", fontsize=9)
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
+    assert image is not None  # a grid has at least one (θ, v) panel
     fig.colorbar(image, ax=axes.ravel().tolist(), label=f"validation {shown}")
     fig.suptitle(f"ODM validation {shown} on {report['partitions']} top-level partitions "
                  f"({report['validation_rows']} rows; base γ = {report['base_gamma']:.4g})",

@@ -32,7 +32,7 @@ class KernelRows:
         self.y = y.astype(self.dtype)
         m = self.X.shape[0]
         self.capacity = int(min(m, cache_bytes // max(1, m * self.dtype.itemsize)))
-        self.store = None
+        self.store: np.ndarray | None = None
         self.slot_of = np.full(m, -1, dtype=np.int64)  # point -> slot, -1 when not cached
         self.owner = np.full(self.capacity, -1, dtype=np.int64)  # slot -> point
         self.last_used = np.zeros(self.capacity, dtype=np.int64)
@@ -61,6 +61,7 @@ class KernelRows:
             out[order] = rows
             return out
         if n_hit:
+            assert self.store is not None  # a cached row lives in the store
             np.take(self.store, slots[:n_hit], axis=0, out=out[:n_hit])
             self.last_used[slots[:n_hit]] = self.clock
         if n_hit < index.size:
@@ -121,7 +122,9 @@ def prefaulted_empty(shape, dtype, threads: int | None = None) -> np.ndarray:
         return array
     if threads is None:
         threads = _blas_threads()
-    threads = max(1, min(int(threads), numba.config.NUMBA_NUM_THREADS))
+    # numba.config sets its settings at import, from the environment: mypy sees none of them
+    most = numba.config.NUMBA_NUM_THREADS  # type: ignore[attr-defined]
+    threads = max(1, min(int(threads), most))
     previous = numba.get_num_threads()
     numba.set_num_threads(threads)
     try:
@@ -179,8 +182,11 @@ def full_q_matrix(kernel: Kernel, X: np.ndarray, y: np.ndarray | None, dtype=np.
     m = X.shape[0]
     dtype = np.dtype(dtype)
     fixed = dtype == FIXED_POINT
-    if fixed and not (scale is not None and scale > 0.0):
-        raise ValueError("a fixed-point Q needs its scale (fixed_point_scale).")
+    inverse_scale = 0.0  # what a fixed-point Q's entries are multiplied by when stored
+    if fixed:
+        if not (scale is not None and scale > 0.0):
+            raise ValueError("a fixed-point Q needs its scale (fixed_point_scale).")
+        inverse_scale = 1.0 / scale
     compute = np.dtype(np.float32) if fixed else dtype
     Q = prefaulted_empty((m, m), dtype)
     Xd = as_float_rows(X, compute)
@@ -197,7 +203,7 @@ def full_q_matrix(kernel: Kernel, X: np.ndarray, y: np.ndarray | None, dtype=np.
         kernel.block(Xd[start:stop], operand, z_sq_norms=sq_norms[start:], out=block,
                      first_row=start)
         if fixed:
-            loops.quantized_rows_into(Q, block, start, yd, 1.0 / scale, 64)
+            loops.quantized_rows_into(Q, block, start, yd, inverse_scale, 64)
         else:
             loops.signed_rows_into(Q, block, start, yd, 0.0, 64)  # kernel.block added the offset
     return Q
@@ -227,7 +233,7 @@ def kernel_fits_cache(m: int, n_features: float, cache_mb: float | None = None,
     return kernel_mode_for(m, cache_mb, itemsize) == "cached"
 
 
-def auto_cache_mb(m: int, n_features: int) -> float:
+def auto_cache_mb(m: int, n_features: float) -> float:
     """The kernel cache a solve on this machine can afford: the memory available now, less
     the solver's own arrays and :data:`~sodm_spark.core.resources.RESERVE_MB`."""
     room = available_memory_mb() - RESERVE_MB - solver_memory_mb(m, n_features)

@@ -210,6 +210,7 @@ def solve_odm_dual(X: np.ndarray, y: np.ndarray, kernel: Kernel, lam: float, the
     if signed_q is None:
         X, y, gamma = X[shuffled], y[shuffled], gamma[shuffled]
     problem = ODMProblem(lam, theta, v, m, None if weights is None else weights[shuffled])
+    blocks: _CachedBlocks | _OnDemandBlocks
     if mode == "cached":
         if signed_q is not None:
             Q = signed_q

@@ -31,12 +31,15 @@ which make plain CG crawl at large λ, are inverted exactly and CG works on the 
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import NamedTuple
 
 import numpy as np
+import numpy.typing as npt
 
-from ..core.array_namespace import ArrayDevice
+from ..core.array_namespace import Array, ArrayDevice
 from ..core.validation import check_odm_params
 
 #: Eigenvalues of the sampled block below this share of the largest are dropped (K_JJ is
@@ -54,7 +57,7 @@ STALL_STEPS = 3
 STALL_DECREASE = 1e-9
 
 
-def _stalled(objectives: list) -> bool:
+def _stalled(objectives: list[float]) -> bool:
     if len(objectives) <= 2 * STALL_STEPS:
         return False
     before, now = objectives[-STALL_STEPS - 1], objectives[-1]
@@ -72,7 +75,7 @@ class NewtonResult:
     violation: float
     converged: bool
     kernel_mode: str = "resident"
-    history: list = field(default_factory=list)  # the largest violation before each step
+    history: list[float] = field(default_factory=list)  # the largest violation before each step
     cg_iterations: int = 0  # kernel products of all CG solves together
     storage: str = "float32"
 
@@ -85,17 +88,17 @@ class SignedKernel:
     """Products with ``Q = diag(y) K diag(y)`` for a kernel matrix ``K`` on a device, in K's
     dtype, returned in float64 (the solver's vectors stay float64)."""
 
-    def __init__(self, xp, K, y):
+    def __init__(self, xp: ModuleType, K: Array, y: Array) -> None:
         self.xp, self.K, self.y = xp, K, y
         self.products = 0
 
-    def __matmul__(self, x):
+    def __matmul__(self, x: Array) -> Array:
         xp = self.xp
         self.products += 1
         signed = xp.astype(self.y * x, self.K.dtype)
         return self.y * xp.astype(self.K @ signed, xp.float64)
 
-    def exact(self, x, block_bytes: int = 1 << 28):
+    def exact(self, x: Array, block_bytes: int = 1 << 28) -> Array:
         """``Q x`` with every product summed in float64 (the rows converted a block at a time):
         the margins the stopping rule reads, as the numba solver's float64 u."""
         xp = self.xp
@@ -108,7 +111,7 @@ class SignedKernel:
                  for start in range(0, m, step)]
         return self.y * (xp.concat(parts) if len(parts) > 1 else parts[0])
 
-    def columns(self, index):
+    def columns(self, index: Array) -> Array:
         """``Q[:, index]`` in float64."""
         xp = self.xp
         block = xp.astype(xp.take(self.K, index, axis=1), xp.float64)
@@ -119,8 +122,8 @@ class Band(NamedTuple):
     """Eqn 1's terms per row: the diagonal terms a^ζ = S·c·v/s_i and a^β = S·c/s_i (arrays)
     and the band's edges 1−θ and 1+θ."""
 
-    a_zeta: object
-    a_beta: object
+    a_zeta: Array
+    a_beta: Array
     lower: float
     upper: float
 
@@ -140,7 +143,7 @@ class NewtonSettings:
     direct_rows: int = 4000
 
 
-def _violations(xp, gamma, u, band: Band):
+def _violations(xp: ModuleType, gamma: Array, u: Array, band: Band) -> Array:
     """Every row's projected-gradient violation (``_dcd_kernels._point_violation``)."""
     a_zeta, a_beta, lower, upper = band
     zero = xp.zeros_like(gamma)
@@ -156,7 +159,8 @@ class NystromPreconditioner:
     """Nyström factors of Q from ``rank`` seeded columns: ``Q ≈ G Gᵀ`` (m × r), from which the
     preconditioner of each active set is one r×r eigendecomposition (Frangella et al.)."""
 
-    def __init__(self, xp, Q: SignedKernel, m: int, rank: int, seed):
+    def __init__(self, xp: ModuleType, Q: SignedKernel, m: int, rank: int,
+                 seed: int | Sequence[int]) -> None:
         self.xp = xp
         rng = np.random.default_rng(seed)
         picked = np.sort(rng.choice(m, size=min(rank, m), replace=False))
@@ -169,7 +173,7 @@ class NystromPreconditioner:
         vectors, values = xp.take(vectors, order, axis=1), xp.take(values, order)
         self.G = (columns @ vectors) / xp.sqrt(values)[None, :]
 
-    def for_rows(self, scale):
+    def for_rows(self, scale: Array) -> Callable[[Array], Array]:
         """``z ↦ P⁻¹ z`` for ``I + diag(scale) Q diag(scale)`` (scale 0 off the active rows)."""
         xp = self.xp
         F = scale[:, None] * self.G
@@ -186,13 +190,16 @@ class NystromPreconditioner:
         return lambda z: z + U @ (shrink * (U.T @ z))
 
 
-def _conjugate_gradients(xp, apply, precondition, rhs, start, residual_scale, bound,
-                         max_iter):
+def _conjugate_gradients(xp: ModuleType, apply: Callable[[Array], Array],
+                         precondition: Callable[[Array], Array], rhs: Array, start: Array,
+                         residual_scale: Array, bound: float,
+                         max_iter: int) -> tuple[Array, int]:
     """Preconditioned CG for ``apply(z) = rhs`` from ``start``; stops when
     ``max |residual_scale · residual| ≤ bound``. Returns (z, iterations)."""
     z = start
     residual = rhs - apply(z)
-    iterations, rho_old, direction = 0, 1.0, None
+    iterations, rho_old = 0, 1.0
+    direction: Array = None  # set by the first iteration
     while float(xp.max(xp.abs(residual_scale * residual))) > bound and iterations < max_iter:
         preconditioned = precondition(residual)
         rho = float(xp.sum(residual * preconditioned))
@@ -209,7 +216,8 @@ def _conjugate_gradients(xp, apply, precondition, rhs, start, residual_scale, bo
     return z, iterations
 
 
-def _line_search(xp, gamma, u, step, u_step, band: Band):
+def _line_search(xp: ModuleType, gamma: Array, u: Array, step: Array, u_step: Array,
+                 band: Band) -> float:
     """The step length s ∈ (0, 1] minimizing the dual objective of Eqn 1 along γ + s·step.
 
     The dual, not the primal P, is the merit: P is flat along Q's null space (a smooth kernel's
@@ -222,7 +230,7 @@ def _line_search(xp, gamma, u, step, u_step, band: Band):
     linear = float(xp.sum(step * u))  # ΔᵀQγ
     zero = xp.zeros_like(gamma)
 
-    def derivative(s):
+    def derivative(s: float) -> tuple[float, float]:
         values = gamma + s * step
         positive, negative = values > 0.0, values < 0.0
         terms = xp.where(positive, a_zeta * values - lower,
@@ -252,7 +260,7 @@ def _line_search(xp, gamma, u, step, u_step, band: Band):
     return 1.0 if s > 1.0 - 1e-9 else s
 
 
-def _dual_objective(xp, gamma, u, band: Band) -> float:
+def _dual_objective(xp: ModuleType, gamma: Array, u: Array, band: Band) -> float:
     a_zeta, a_beta, lower, upper = band
     zero = xp.zeros_like(gamma)
     zeta, beta = xp.maximum(gamma, zero), xp.maximum(-gamma, zero)
@@ -260,7 +268,8 @@ def _dual_objective(xp, gamma, u, band: Band) -> float:
                         - lower * zeta + upper * beta))
 
 
-def _newton_change(xp, Q: SignedKernel, solver, gamma, u, band: Band, settings):
+def _newton_change(xp: ModuleType, Q: SignedKernel, solver: Array | NystromPreconditioner,
+                   gamma: Array, u: Array, band: Band, settings: NewtonSettings) -> Array:
     """The jump of one Newton step, as a change of γ (float32 products then round only the
     change): rows that leave the active set go to 0, the active rows' change solves the ridge
     system (module docstring) with the residual of the current point, exact from u, on its
@@ -289,7 +298,8 @@ def _newton_change(xp, Q: SignedKernel, solver, gamma, u, band: Band, settings):
     return scale * change - leaving
 
 
-def _band(device: ArrayDevice, m: int, lam: float, theta: float, v: float, weights) -> Band:
+def _band(device: ArrayDevice, m: int, lam: float, theta: float, v: float,
+          weights: np.ndarray | None) -> Band:
     xp = device.xp
     c = (1.0 - theta) ** 2 / (lam * v)
     total = float(m if weights is None else weights.sum())
@@ -298,8 +308,9 @@ def _band(device: ArrayDevice, m: int, lam: float, theta: float, v: float, weigh
                 device.asarray(total * c * inverse, dtype=xp.float64), 1.0 - theta, 1.0 + theta)
 
 
-def solve_odm_newton(device: ArrayDevice, K, y, lam: float, theta: float, v: float, *,
-                     weights=None, gamma0=None, seed=0,
+def solve_odm_newton(device: ArrayDevice, K: Array, y: npt.ArrayLike, lam: float, theta: float,
+                     v: float, *, weights: npt.ArrayLike | None = None,
+                     gamma0: npt.ArrayLike | None = None, seed: int | Sequence[int] = 0,
                      settings: NewtonSettings = NewtonSettings()) -> NewtonResult:
     """Solve the dual of Eqn 1 for ``K`` (the m×m kernel matrix on ``device``, float32 or
     float64) and labels ``y`` (±1, numpy); ``weights`` s_i > 0 per row or None; ``gamma0``
@@ -319,7 +330,8 @@ def solve_odm_newton(device: ArrayDevice, K, y, lam: float, theta: float, v: flo
     solver = (xp.astype(K, xp.float64) * (y_dev[:, None] * y_dev[None, :])
               if m <= settings.direct_rows else
               NystromPreconditioner(xp, Q, m, settings.rank, seed))
-    history, objectives = [], []
+    history: list[float] = []
+    objectives: list[float] = []
     for _ in range(settings.max_iter):
         violation = float(xp.max(_violations(xp, gamma, u, band)))
         if violation <= settings.violation_tol and not u_is_exact:
@@ -352,7 +364,7 @@ def solve_odm_newton(device: ArrayDevice, K, y, lam: float, theta: float, v: flo
                         cg_iterations=Q.products, storage=str(K.dtype).rsplit(".", 1)[-1])
 
 
-def _device(array):
+def _device(array: Array) -> object:
     import array_api_compat
 
     return array_api_compat.device(array)

@@ -76,7 +76,7 @@ def newton_primal(X, y, lam, theta, v, *, gradient_tol=1e-10, max_iter=100, w0=N
     value, gradient = objective_and_gradient(w)
     scale = max(1.0, float(np.linalg.norm(gradient)))
     iteration = 0
-    for iteration in range(1, max_iter + 1):
+    for iteration in range(1, max_iter + 1):  # noqa: B007 - the steps taken, read after the loop
         margins = y * (X @ w[:d] + (w[d] if fit_intercept else 0.0))
         piece = np.where(margins < 1 - theta, 1.0, np.where(margins > 1 + theta, v, 0.0))
         active = np.flatnonzero(piece)

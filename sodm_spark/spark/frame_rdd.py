@@ -75,7 +75,7 @@ class FrameRDD:
     def __init__(self, ctx, base, n_partitions: int, pending=None, raw=False):
         self.ctx, self.base, self.n, self.pending = ctx, base, n_partitions, pending
         self.raw = raw  # base's payloads are a DataFrame's bytes, not pickled records
-        self._persist = None  # the storage level asked for
+        self._persist: StorageLevel | None = None  # the storage level asked for
         self._stored = False  # base holds this RDD's records, checkpointed
 
     # --- narrow transformations (lazy, composed into one stage) ----------------------------

@@ -53,6 +53,7 @@ class HadoopStore:
                              "use a local path.")
         jvm, conf = sc._jvm, sc._jsc.hadoopConfiguration()
         try:
+            assert jvm is not None  # an active SparkContext has its gateway's JVM
             filesystem = jvm.org.apache.hadoop.fs.Path(path).getFileSystem(conf)
         except Exception as error:  # py4j: unknown scheme, missing connector or credentials
             raise ValueError(f"{path}: no Hadoop file system for it "

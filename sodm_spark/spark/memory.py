@@ -94,21 +94,21 @@ def executor_memory(sc, configured_task_mb: float | None = None,
     conf = sc.getConf()
     cores = executor_cores(sc)
     gpu_mb = driver_gpu_mb(device)
-    gpu = {} if gpu_mb is None else {"gpu_mb": gpu_mb, "gpu_tasks": tasks_per_gpu(sc, cores)}
+    gpu_tasks = 1 if gpu_mb is None else tasks_per_gpu(sc, cores)
     pyspark_memory = conf.get("spark.executor.pyspark.memory", None)
     if pyspark_memory:
         total = size_mb(pyspark_memory)
-        return ExecutorMemory(total, cores, total / cores, configured_task_mb, **gpu)
+        return ExecutorMemory(total, cores, total / cores, configured_task_mb, gpu_mb, gpu_tasks)
     if sc.master.startswith("local"):
         ram, heap = physical_memory_mb(), size_mb(conf.get("spark.driver.memory", "1g"))
     else:
         ram = _executor_ram_mb(sc)
         heap = size_mb(conf.get("spark.executor.memory", "1g"))
     return ExecutorMemory(max(0.0, ram - heap - RESERVE_MB), cores, None, configured_task_mb,
-                          **gpu)
+                          gpu_mb, gpu_tasks)
 
 
-_EXECUTOR_RAM_MB = {}  # application id -> an executor host's RAM, probed once
+_EXECUTOR_RAM_MB: dict[str, float] = {}  # application id -> an executor host's RAM, probed once
 
 
 def _executor_ram_mb(sc) -> float:
@@ -120,7 +120,7 @@ def _executor_ram_mb(sc) -> float:
     return _EXECUTOR_RAM_MB[app]
 
 
-def level_cache_mb(level: int, rows: int, n_features: int, budget_mb: float,
+def level_cache_mb(level: int, rows: int, n_features: float, budget_mb: float,
                    cache_mb: float | None, levels: int, gpu_mb: float | None = None) -> float:
     """The kernel cache a level's solves may use within ``budget_mb``, or MemoryBudgetError.
 

@@ -45,11 +45,11 @@ from ..core.labels import labels_from_scores
 from ..core.sparse_rows import dense_if_full, memory_width
 from ..models import scoring
 from ..models.expansion import KernelExpansion
-from .background import background_job
 from .io import ROW_ID_SHIFT, batch_matrix, numeric_array_column
 from .io.arrow import is_vector_type, vector_rows
 from .memory import executor_cores
 from .frames import context_of, inline_file, partition_count, uses_frames
+from .session import background_job
 
 RAW_COLUMN, PREDICTION_COLUMN, ROW_ID_COLUMN = "rawPrediction", "prediction", "row_id"
 PROBABILITY_COLUMN = "probability"  # a calibrated model's class probabilities
@@ -111,7 +111,7 @@ def python_workers_started(spark, model: KernelExpansion):
     reuses the workers (``spark.python.worker.reuse``) for the scoring tasks, which run through
     the same Arrow runner. Call ``warming.wait()`` before the scoring job; leaving the block
     (a refused input, say) cancels the warm-up and joins its thread
-    (:func:`sodm_spark.spark.background.background_job`)."""
+    (:func:`sodm_spark.spark.session.background_job`)."""
     cores = max(1, context_of(spark).defaultParallelism)
     width = 1 if sparse_rows.is_sparse(model.support_vectors) else \
         max(1, int(model.support_vectors.shape[1]))
@@ -120,10 +120,11 @@ def python_workers_started(spark, model: KernelExpansion):
     return background_job(spark, warm_up.collect, "scoring-warm-up")
 
 
-def scoring_partitions(current: int, n_support: int, n_features: int, rows: int) -> int:
+def scoring_partitions(current: int, n_support: int, n_features: float, rows: int) -> int:
     """How many tasks score the ``rows``: the input's ``current`` partitions (their cores
     shared by :func:`thread_plan`, no shuffle), and for an expensive model at least rows /
-    (SCORING_TASK_FLOPS / flops per row), so that its tasks stay short."""
+    (SCORING_TASK_FLOPS / flops per row), so that its tasks stay short. ``n_features``: what a
+    kernel entry costs, a width (a float for sparse support vectors: their memory width)."""
     partitions = max(current, 1)
     flops_per_row = 2.0 * n_support * n_features
     if flops_per_row > COUNT_ABOVE_FLOPS_PER_ROW:

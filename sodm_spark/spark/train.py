@@ -1,4 +1,4 @@
-"""One way into a fit on Spark: the label values checked, DSVRG or the SODM levels chosen by the
+"""One way into a fit on Spark: the checks before it, DSVRG or the SODM levels chosen by the
 kernel, a grid search first when one is asked for, then the fit (docs/design.md §6).
 
 ``jobs/train_sodm.py``, :class:`~sodm_spark.estimators.ml.SODMClassifier` and the benchmark's
@@ -6,8 +6,12 @@ Spark methods all fit through :func:`train`, with parameters built from their ow
 :func:`fit_params` (a job's flags as ``vars(args)``, an estimator's Params in snake_case, a
 benchmark's settings), so a setting means the same on every path. The linear kernel runs DSVRG
 on the primal (SODM paper, Algorithm 2; :mod:`.dsvrg.fit`), every other kernel the levels of
-Algorithm 1 (:mod:`.sodm.fit`), after a search of :mod:`.tune` if asked. Callers print or record
-progress through :class:`Progress`; nothing here prints.
+Algorithm 1 (:mod:`.sodm.fit`), after a search of :mod:`.tune` if asked. What is refused before
+the fit is settled here once, for every caller: a GPU asked for where none can be had
+(:func:`check_request`), then one checking pass over the rows and what it decides
+(:func:`check_rows`: the label values the fit takes, the level count, the levels the rows allow,
+the memory and disk the top level needs). Callers print or record progress through
+:class:`Progress`; nothing here prints.
 """
 from __future__ import annotations
 
@@ -23,8 +27,10 @@ from ..selection.tuning import (DEFAULT_SEARCH_GRID_TEXT, DEFAULT_SEARCH_POINT,
 from .dsvrg.fit import DSVRGFit, DSVRGParams
 from .dsvrg.holdout import fit_calibrated
 from .gpu import check_gpu_request
+from .memory import check_fit_resources, executor_memory
 from .sodm.fit import fit_sodm
 from .sodm.params import SODMFit, SODMParams
+from .sodm.plan import auto_level_count, check_levels_fit_rows
 from .sodm.prepare import checked_classes, prepare_sodm
 from .tune import TuneResult, final_round, tune_sodm
 
@@ -84,6 +90,58 @@ def check_classes(classes, linear: bool, refuse: Callable | None = None) -> np.n
 
 
 @dataclass(frozen=True)
+class Checked:
+    """What :func:`check_rows` found: the parameters to fit (the level count resolved from the
+    rows), the label values, and the rows' count and memory width (float64 columns; a float for
+    sparse rows, :func:`~sodm_spark.spark.memory.rows_text`)."""
+
+    params: SODMParams | DSVRGParams
+    classes: np.ndarray
+    n_rows: int
+    row_width: int | float
+
+
+def check_request(sc, params: SODMParams | DSVRGParams) -> None:
+    """What is refused before any row is read: ``device="gpu"`` where neither the driver sees a
+    GPU nor the conf asks for executor GPUs (the levels'; DSVRG runs on the CPU whatever it
+    says)."""
+    if not isinstance(params, DSVRGParams):
+        check_gpu_request(sc, params.device)
+
+
+def check_rows(sc, blocks, n_features: int, params: SODMParams | DSVRGParams, classes=None, *,
+               where: str | None = None, refuse_classes: Callable | None = None,
+               dense_itemsize: int = 8) -> Checked:
+    """The checks of ``blocks`` before a fit of ``params``, made once whoever fits (the job,
+    SODMClassifier, the benchmark): one checking pass (a NaN, infinite or huge value named
+    after ``where``, e.g. the job's ``--data PATH``; the label values, the rows' count and
+    width), the label values the fit takes (:func:`check_classes`, ``refuse_classes`` giving
+    the caller's words; ``classes``: the values when the caller knows them, else the pass's),
+    and for the levels: the level count (``levels=None``: from the rows, their width and the
+    memory a task may use, :func:`~.sodm.plan.auto_level_count`), the levels the rows allow,
+    and the memory and local disk the top level's partitions need
+    (:func:`~.memory.check_fit_resources`; ``dense_itemsize``: the bytes of a dense row's
+    value, 4 where the caller read float32 rows)."""
+    found, stats = checked_classes(blocks, n_features, with_stats=True, where=where)
+    linear = isinstance(params, DSVRGParams)
+    classes = check_classes(found if classes is None else classes, linear, refuse_classes)
+    n_rows, width = stats.n_rows, stats.row_width
+    if isinstance(params, DSVRGParams):  # DSVRG checks its partitions against the rows itself
+        return Checked(params, classes, n_rows, width)
+    memory = executor_memory(sc, params.memory_mb, params.device)
+    levels = params.levels
+    if levels is None:  # resolved once here: the preparation takes them as given
+        levels = auto_level_count(n_rows, params.p, width, memory, params)
+        params = replace(params, levels=levels, stop_level=min(params.stop_level, levels))
+    else:
+        check_levels_fit_rows(n_rows, params.p, levels)
+    # a sparse row's width counts float64 columns (a value and its index)
+    itemsize = dense_itemsize if isinstance(width, int) else 8
+    check_fit_resources(sc, n_rows, width, itemsize, params.p ** levels, levels, memory, params)
+    return Checked(params, classes, n_rows, width)
+
+
+@dataclass(frozen=True)
 class Search:
     """A grid search on the top level's partitions before the fit (:mod:`.tune`)."""
 
@@ -127,22 +185,26 @@ class Trained:
     search_partition_seconds: float = 0.0  # partitioning before the search, if one ran
 
 
-def train(sc, blocks, n_features: int, params: SODMParams | DSVRGParams, classes=None, *,
-          test=None, validation=None, search: Search | None = None,
+def train(sc, blocks, n_features: int, params: SODMParams | DSVRGParams | Checked,
+          classes=None, *, test=None, validation=None, search: Search | None = None,
           progress: Progress = Progress(), refuse_classes: Callable | None = None,
           **level_options) -> Trained:
     """Fit ``params`` (from :func:`fit_params`) on ``blocks``, an RDD of (X, y, row_ids) with
     ``n_features`` columns: DSVRG for DSVRGParams, else the levels of :func:`.sodm.fit.fit_sodm`.
 
-    ``classes``: the label values, when the caller has counted them (else one checking job
-    does); :func:`check_classes` refuses what the fit cannot take, through ``refuse_classes``
-    if given. ``test``: (X, y) on the driver, scored as the fit goes; ``validation``: (X, y)
-    the levels' automatic stopping (and a search) score, and the model's calibration is
-    fitted on, instead of held-out rows (DSVRG's too: :mod:`.dsvrg.holdout`). ``search``
-    scores a grid first and fits its best point (``search.then_fit`` False: the search alone).
+    The checks before the fit are :func:`check_request` and :func:`check_rows` (``classes``:
+    the label values when the caller knows them; ``refuse_classes``: its words for values the
+    fit cannot take), or ``params`` is the :class:`Checked` a caller got from them itself (the
+    job: before it reads its test rows). ``test``: (X, y) on the driver, scored as the fit
+    goes; ``validation``: (X, y) the levels' automatic stopping (and a search) score, and the
+    model's calibration is fitted on, instead of held-out rows (DSVRG's too:
+    :mod:`.dsvrg.holdout`). ``search`` scores a grid first and fits its best point
+    (``search.then_fit`` False: the search alone).
     ``level_options``: fit_sodm's ``checkpoint_dir``, ``resume``, ``max_sv``,
     ``compress_method`` and ``test_every_level``; DSVRG takes none of them, nor a search.
     """
+    checked = params if isinstance(params, Checked) else None
+    params = params.params if isinstance(params, Checked) else params
     linear = isinstance(params, DSVRGParams)
     if linear and (search is not None or level_options):
         given = ", ".join(["a search"] * (search is not None) + sorted(level_options))
@@ -150,18 +212,19 @@ def train(sc, blocks, n_features: int, params: SODMParams | DSVRGParams, classes
                          f"{given} cannot apply (set lam, theta and v, or use a nonlinear "
                          "kernel).")
     if search is not None:  # a bad grid is refused before any pass over the data
+        assert isinstance(params, SODMParams), "a search on the linear path was refused above"
         search.grid.validate(params.kernel)
-    if not linear:  # device="gpu" with no GPU to be had, before any pass (DSVRG ignores it)
-        check_gpu_request(sc, params.device)
-    if classes is None:
-        classes = checked_classes(blocks, n_features)
-    classes = check_classes(classes, linear, refuse_classes)
-    if linear:
+    if checked is None:
+        check_request(sc, params)
+        checked = check_rows(sc, blocks, n_features, params, classes,
+                             refuse_classes=refuse_classes)
+    params, classes = checked.params, checked.classes
+    if isinstance(params, DSVRGParams):  # check_rows keeps the kind of params it was given
         _call(progress.on_fit, params)
         # calibrated on ``validation``, else on a slice held out as the levels hold theirs
-        fit = fit_calibrated(sc, blocks, params, classes, n_features, validation, test=test,
-                             on_epoch=progress.on_epoch)
-        return Trained(fit, params)
+        dsvrg_fit = fit_calibrated(sc, blocks, params, classes, n_features, validation,
+                                   test=test, on_epoch=progress.on_epoch)
+        return Trained(dsvrg_fit, params)
     prepared = result = None
     if search is not None:
         prepared = prepare_sodm(sc, blocks, params, classes, test, validation, hold_out=True)
@@ -171,6 +234,7 @@ def train(sc, blocks, n_features: int, params: SODMParams | DSVRGParams, classes
             return Trained(None, params, result, prepared.partition_seconds)
         # the prepared rows' γ is the resolved base ('scale' from the rows); the fit takes the
         # best point's multiple of it
+        assert not isinstance(params.gamma, str), "best_params sets γ to a number"
         prepared.kernel = replace(prepared.kernel, gamma=params.gamma)
     _call(progress.on_fit, params)
     fit = fit_sodm(sc, blocks, params, classes, test=test, validation=validation,

@@ -269,7 +269,7 @@ class PointList:
         self._points = sorted(set(points), key=lambda p: (p.gamma_scale, p.theta, p.v, p.lam))
         self.gamma_scales = tuple(sorted({p.gamma_scale for p in self._points}))
 
-    def points(self) -> list:
+    def points(self) -> list[GridPoint]:
         return list(self._points)
 
     def __len__(self) -> int:
@@ -325,6 +325,8 @@ def final_round(sc, prepared: PreparedData, params: SODMParams, result: TuneResu
     unchanged) when the sample is not drawn (``keys`` None), holds fewer rows than one such
     piece, or more than :data:`FINAL_ROUND_MAX_ROWS`."""
     piece_rows = params.p * SEARCH_PARTITION_ROWS
+    # the first round (tune_sodm) refused data without both
+    assert prepared.parts is not None and prepared.validation_pair is not None
     n_parts = prepared.parts.getNumPartitions()
     rows_each = min(-(-prepared.n_rows // n_parts), SEARCH_PARTITION_ROWS * pieces)
     if keys is None or len(result.points) < 2 or \

@@ -49,5 +49,7 @@ def install() -> bool:
     current = zipimport.zipimporter.invalidate_caches
     if getattr(current, "sodm_rereads_changed_archives_only", False):
         return False
-    zipimport.zipimporter.invalidate_caches = _make_invalidate(current)
+    # the patch replaces the method on the class, which is what mypy's method-assign refuses
+    patched = _make_invalidate(current)
+    zipimport.zipimporter.invalidate_caches = patched  # type: ignore[method-assign]
     return True

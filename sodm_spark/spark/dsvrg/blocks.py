@@ -348,8 +348,10 @@ class ResidentBlocks:
             located = self._located()
             if located is not None and all(key in located for key in keys):
                 todo = keys
+                # the task binds this turn's keys and w (runJob runs it before they change)
                 done, w = self.sc.runJob(self.handles.mapPartitions(
-                    lambda _: _chain_resident(todo, located, hop, w)), lambda it: it,
+                    lambda _, *, todo=todo, located=located, w=w:
+                    _chain_resident(todo, located, hop, w)), lambda it: it,
                     partitions=[0])[0]
                 self.hits += done
                 keys = keys[done:]
@@ -357,7 +359,8 @@ class ResidentBlocks:
                     break
                 self.misses += 1
             key, w_in = keys[0], w
-            w = self.run(lambda k, X, y: hop(k, X, y, w_in), keys=[key], resident=False)[key]
+            w = self.run(lambda k, X, y, *, w_in=w_in: hop(k, X, y, w_in), keys=[key],
+                         resident=False)[key]
             keys = keys[1:]
         return w
 

@@ -21,31 +21,40 @@ Class probabilities come from rows held out of the epochs (:mod:`.holdout`).
 """
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import scipy.sparse
+from py4j.protocol import Py4JError
+from pyspark.errors import PySparkException
 
 from ...core.array_namespace import check_device
 from ...core.errors import SettingsError
 from ...core.kernels import Kernel
-from ...core.labels import accuracy_of_scores, coded_classes, plus_minus
+from ...core.labels import plus_minus
 from ...core.validation import check_odm_params, check_positive_int, check_two_classes
-from ...core.weights import (canonical_class_weight, class_weights_for, combined_weights,
-                             row_weights)
+from ...core.weights import ClassWeight, canonical_class_weight, class_weights_for
 from ...models.calibration import CALIBRATIONS
 from ...models.expansion import KernelExpansion
 from ...partition import nearest_landmark, partitions_look_like_whole, select_landmarks
-from ...solvers.svrg import (epoch_rng, loss_gradient_sum, row_sq_norms, sample_rows, step_for,
-                             svrg_inner)
+from ...solvers.svrg import row_sq_norms
 from ..partitioning import (LANDMARK_CANDIDATES, Partitioning, partition_blocks,
                             whole_partitions)
-from ..records import StatsRecord
 from ..session import PERSIST
 from .blocks import (ResidentBlocks, drop_everywhere, first_read, input_chunks,
                      keyed_by_first_row, partition_chunks)
+from .epochs import DSVRGTaskSettings, EpochStats, PrimalSetup, initial_w, run_epochs
+
+if TYPE_CHECKING:
+    from pyspark import RDD, Broadcast
+
+    from ..frame_rdd import FrameRDD
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -65,7 +74,7 @@ class DSVRGParams:
     fit_intercept: bool = True  # unpenalized bias b, f(x) = wᵀx + b (solvers.svrg docstring)
     # None, "balanced" or (label, weight) pairs: each class's rows weighted in the loss
     # (sodm_spark.core.weights)
-    class_weight: object = None
+    class_weight: ClassWeight = None
     # the model's class probabilities, fitted on rows held out as SODM's validation slice is
     # (sodm_spark.spark.dsvrg.holdout; SODMParams' defaults): "sigmoid", "isotonic" or "none"
     calibration: str = "sigmoid"
@@ -99,54 +108,12 @@ class DSVRGParams:
         check_positive_int(self.validation_max_rows, "validation_max_rows")
 
 
-@dataclass(frozen=True)
-class DSVRGTaskSettings:
-    """What every DSVRG partition task reads besides w: the ODM loss, the intercept and the
-    seed of the row draws (built once per fit by :func:`fit_dsvrg`)."""
-
-    lam: float
-    theta: float
-    v: float
-    fit_intercept: bool
-    seed: int  # partition k draws its rows of epoch e from epoch_rng([seed, k], e)
-    center: object = None  # Broadcast of the column means μ (with the intercept), or None
-    # (weight of the -1 rows, of the +1 rows) and M/S: a row's loss gradient in a step is
-    # times M·s_i/S (solvers.svrg.row_factors); None: unweighted
-    class_weights: tuple | None = None
-    weight_scale: float = 1.0
-    row_weighted: bool = False  # y holds ±s_i, the rows' weight column (blocks.partition_chunks)
-
-    def labels_and_weights(self, y):
-        """(±1 labels, each row's s_i: its weight column's times its class's, or None)."""
-        if not self.row_weighted:
-            return y, row_weights(y, self.class_weights)
-        signs = np.sign(y)
-        return signs, combined_weights(np.abs(y), self.class_weights, signs)
-
-    def row_factor(self, weights):
-        """Each row's M·s_i/S for its weights ``weights``, or None (unweighted)."""
-        return None if weights is None else weights * self.weight_scale
-
-    def center_value(self):
-        """μ on the executor (the rows are centred with it), or None."""
-        return None if self.center is None else self.center.value
-
-
-@dataclass
-class EpochStats(StatsRecord):
-    epoch: int
-    seconds: float
-    objective: float
-    elapsed: float = 0.0  # since the fit started, partitioning included, test scoring excluded
-    test_accuracy: float | None = None
-
-
 @dataclass
 class DSVRGFit:
     w: np.ndarray
     model: KernelExpansion
     intercept: float = 0.0
-    epochs: list = field(default_factory=list)
+    epochs: list[EpochStats] = field(default_factory=list)
     train_seconds: float = 0.0
     partition_seconds: float = 0.0
     n_rows: int = 0
@@ -180,31 +147,6 @@ def _strata_by_class(X, y, landmarks, n_strata):
     strata = np.zeros(X.shape[0], dtype=np.int64) if landmarks is None else \
         nearest_landmark(np.asarray(X), landmarks, Kernel.create("linear"))
     return np.bincount(2 * strata + (y > 0), minlength=2 * n_strata)
-
-
-def _loss_and_gradient(X, y, w, settings: DSVRGTaskSettings, with_norm=False):
-    """The partition's (loss sum, gradient sum) at w; with ``with_norm`` also its largest
-    ‖x_i - μ‖² (the step's L_max on centred rows, known once μ is)."""
-    center = settings.center_value()
-    y, weights = settings.labels_and_weights(y)
-    sums = loss_gradient_sum(w, X, y, settings.lam, settings.theta, settings.v,
-                             settings.fit_intercept, center, weights)
-    if not with_norm:
-        return sums
-    factor = settings.row_factor(weights)
-    if factor is None:
-        return sums + (float(row_sq_norms(X, center).max()),)
-    # weighted: each row's smoothness term times its factor, the intercept's 1 included
-    return sums + (float(((row_sq_norms(X, center) + settings.fit_intercept) * factor).max()),)
-
-
-def _hop(X, y, key, w, snapshot, mean_grad, step, settings: DSVRGTaskSettings, epoch):
-    """One partition's turn: SVRG steps over its own rows without replacement (Alg. 2 l. 14)."""
-    rows = sample_rows(X.shape[0], X.shape[0], epoch_rng([settings.seed, key], epoch))
-    y, weights = settings.labels_and_weights(y)
-    return svrg_inner(w, snapshot, mean_grad, X, y, rows, step, settings.lam, settings.theta,
-                      settings.v, settings.fit_intercept, settings.center_value(),
-                      settings.row_factor(weights))
 
 
 def _uniform_sample(survey, wanted, seed):
@@ -262,13 +204,67 @@ def fit_dsvrg(sc, blocks, params: DSVRGParams, classes, n_features: int, test=No
     and predicts like every other model here. ``w0`` holds d entries, or d+1 (w, b). With
     the intercept the steps run on centred rows x - μ (μ: the column means, summed in the
     survey pass; see solvers.svrg) and (w, b' = b + wᵀμ) is turned back into (w, b) at the end.
+
+    Stages (docs/design.md §3): the input as chunks; one pass surveys them (and makes them
+    resident); the partitions laid out (the chunks themselves, or rows dealt by stratum); the
+    primal set up (μ, the weights); the epochs; everything the fit left on the executors
+    released, whether it ended or failed.
     """
     classes = np.asarray(classes)
     check_two_classes(classes, "fit_dsvrg", "DSVRG")
     started = time.perf_counter()
-    positive = classes[1]
-    # A miss reads the input again: from the caller's persisted RDD if it is one (no second
-    # copy), else from a persisted copy of the chunks made here.
+    fit_id = uuid.uuid4().hex  # names this fit's resident files; never reused
+    held = _FitResources(_input_chunks(sc, blocks, classes[1]),
+                         [f"{fit_id}-input", f"{fit_id}-dealt"] if params.resident
+                         else [None, None])
+    try:
+        survey, held.inputs = _surveyed(sc, held.source, held.stores[0], params)
+        parts, layout, held.dealt = stratified_layout(sc, held.inputs, held.source.chunked,
+                                                      held.source.per_partition, params, survey)
+        partition_seconds = time.perf_counter() - started
+        primal = _primal(sc, survey, params, classes, n_features)
+        held.center = primal.settings.center
+        w = initial_w(w0, primal)
+        # input chunks and dealt partitions both take turns in key order; no empty key
+        held.resident = _epoch_blocks(sc, held, parts)
+        test_pair = None if test is None else (test[0], plus_minus(test[1], classes[1]))
+        run = run_epochs(sc, held.resident, primal, params, w, test_pair, on_epoch, started)
+        train_seconds = time.perf_counter() - started - run.scoring_seconds
+    finally:
+        _release(sc, held, params.resident)
+    w, intercept = run.w[:n_features], primal.raw_intercept(run.w)
+    model = KernelExpansion(w[None, :], np.ones((1, 1)), Kernel.create("linear"), classes,
+                            np.array([intercept]) if primal.bias else None)
+    layout += f"; {run.turns} turn{'s' * (run.turns > 1)} per epoch"
+    return DSVRGFit(w=w, model=model, intercept=intercept, epochs=run.history,
+                    train_seconds=train_seconds, partition_seconds=partition_seconds,
+                    n_rows=primal.n_rows, step=run.step, layout=layout,
+                    resident_hits=held.resident.hits, resident_misses=held.resident.misses)
+
+
+class InputChunks(NamedTuple):
+    """The input as the fit reads it (:mod:`.blocks`)."""
+
+    per_partition: RDD | FrameRDD  # of (input partition, chunk) in the input's own partitions
+    chunked: RDD | FrameRDD  # RDD of (key, (X, ±1 y, ids)) chunks, a task's worth each
+    own_copy: bool  # per_partition is a copy persisted here (the input was not persisted)
+
+
+@dataclass
+class _FitResources:
+    """What a fit leaves on the executors until :func:`_release` drops it."""
+
+    source: InputChunks
+    stores: list  # the names of the input's and the dealt partitions' resident files, or None
+    inputs: ResidentBlocks | None = None  # the input chunks, once surveyed
+    dealt: RDD | FrameRDD | None = None  # the persisted dealt chunks, when the rows were dealt
+    resident: ResidentBlocks | None = None  # the blocks the epochs read
+    center: Broadcast[np.ndarray] | None = None  # the Broadcast of μ
+
+
+def _input_chunks(sc, blocks, positive) -> InputChunks:
+    """The input cut into chunks. A resident block's miss reads them again: from the caller's
+    persisted RDD if it is one (no second copy), else from a persisted copy made here."""
     own_copy = not blocks.is_cached
     per_partition = blocks.mapPartitionsWithIndex(
         lambda i, it: partition_chunks(i, it, positive), preservesPartitioning=True)
@@ -278,137 +274,80 @@ def fit_dsvrg(sc, blocks, params: DSVRGParams, classes, n_features: int, test=No
         chunked = per_partition.coalesce(n_tasks).mapPartitions(keyed_by_first_row)
     else:
         chunked = blocks.coalesce(n_tasks).mapPartitions(lambda it: input_chunks(it, positive))
-    fit_id = uuid.uuid4().hex  # names this fit's resident files; never reused
-    stores = [f"{fit_id}-input", f"{fit_id}-dealt"] if params.resident else [None, None]
-    parts = inputs = blocks_ = center = dealt = None
-    try:
-        # One read of every input partition: stacked, made resident, surveyed.
-        sc.setJobDescription("DSVRG: rows, labels, norms and a landmark sample")
-        wanted, seed, store = LANDMARK_CANDIDATES * params.strata, params.seed, stores[0]
-        tagged = first_read(sc, chunked, store,
-                            lambda key, X, y: _survey_block(key, X, y, wanted, seed))
-        input_task = {entry[1]: entry[0] for entry in tagged}
-        found = [entry[1:] for entry in tagged]
-        if not found:
-            raise ValueError("DSVRG got no rows: the training data is empty.")
-        survey = [(key, *value) for key, _, _, value in found]
-        inputs = ResidentBlocks(sc, chunked, [entry[0] for entry in found], store,
-                                [entry[:3] for entry in found], input_task.__getitem__)
-        n_rows = sum(entry[1] for entry in survey)
-        parts, layout, dealt = stratified_layout(sc, inputs, chunked, per_partition, params,
-                                                 survey)
-        partition_seconds = time.perf_counter() - started
-        bias = bool(params.fit_intercept)
-        mu = sum(entry[6] for entry in survey) / n_rows if bias else np.zeros(n_features)
-        center = sc.broadcast(mu) if bias else None
-        positives = sum(entry[2] for entry in survey)
-        class_weights = class_weights_for(params.class_weight, classes,
-                                          [n_rows - positives, positives])
-        row_weighted = any(entry[8] for entry in survey)  # a weight column (not all 1)
-        weight_sums = np.sum([entry[7] for entry in survey], axis=0) if row_weighted else \
-            np.array([n_rows - positives, positives], dtype=np.float64)
-        total_weight = float(n_rows) if class_weights is None and not row_weighted else \
-            float((np.ones(2) if class_weights is None else class_weights) @ weight_sums)
-        settings = DSVRGTaskSettings(
-            params.lam, params.theta, params.v, fit_intercept=bias, seed=params.seed,
-            center=center, weight_scale=n_rows / total_weight, row_weighted=row_weighted,
-            class_weights=None if class_weights is None else tuple(class_weights.tolist()))
-        w = np.zeros(n_features + bias)  # (w, b') with an intercept, b' = b + wᵀμ
-        if w0 is not None:
-            w0 = np.asarray(w0, dtype=np.float64).reshape(-1)
-            if w0.size not in (n_features, n_features + bias):
-                raise ValueError(f"w0 must hold {n_features} weights"
-                                 + (f" (or {n_features + 1}: weights, then the intercept)"
-                                    if bias else "") + f", got {w0.size}.")
-            w[:w0.size] = w0
-            if bias:
-                w[n_features] += float(w[:n_features] @ mu)
-        # input chunks and dealt partitions both take turns in key order; no empty key
-        if dealt is not None:
-            if stores[0] is not None:
-                drop_everywhere(sc, stores[:1], inputs.store_dirs(), sc.defaultParallelism)
-            if own_copy:
-                per_partition.unpersist()
-            blocks_ = ResidentBlocks(sc, parts, range(parts.getNumPartitions()), stores[1])
-        else:
-            blocks_ = inputs
-        keys = blocks_.keys
+    return InputChunks(per_partition, chunked, own_copy)
 
-        def full_pass(w, with_norm=False):
-            """(P(w), mean loss gradient[, largest centred ‖x‖²]): every partition's sums
-            (Alg. 2 lines 6-8), added up on the driver in partition order (line 9)."""
-            sums = blocks_.run(lambda _, X, y: _loss_and_gradient(X, y, w, settings, with_norm))
-            loss, grad = 0.0, np.zeros(w.size)
-            for key in keys:
-                loss += sums[key][0]
-                grad += sums[key][1]
-            weights = w[:n_features]
-            result = (0.5 * float(weights @ weights) + loss / total_weight, grad / total_weight)
-            return result + ((max(sums[key][2] for key in keys),) if with_norm else ())
 
-        def raw_intercept(w):
-            return float(w[n_features] - w[:n_features] @ mu) if bias else 0.0
+def _surveyed(sc, source: InputChunks, store, params: DSVRGParams):
+    """One read of every input chunk: stacked, made resident in ``store``, surveyed. (One
+    entry per chunk: its key, then :func:`_survey_block`'s figures; the chunks as
+    ResidentBlocks.)"""
+    sc.setJobDescription("DSVRG: rows, labels, norms and a landmark sample")
+    wanted, seed = LANDMARK_CANDIDATES * params.strata, params.seed
+    tagged = first_read(sc, source.chunked, store,
+                        lambda key, X, y: _survey_block(key, X, y, wanted, seed))
+    input_task = {entry[1]: entry[0] for entry in tagged}
+    found = [entry[1:] for entry in tagged]
+    if not found:
+        raise ValueError("DSVRG got no rows: the training data is empty.")
+    survey = [(key, *value) for key, _, _, value in found]
+    inputs = ResidentBlocks(sc, source.chunked, [entry[0] for entry in found], store,
+                            [entry[:3] for entry in found], input_task.__getitem__)
+    return survey, inputs
 
-        test_y = None if test is None else plus_minus(test[1], positive)
-        scoring = 0.0
-        sc.setJobDescription("DSVRG epoch 0: full gradient")
-        objective, mean_grad, max_sq_norm = full_pass(w, with_norm=True)
-        scale = params.lam / (1 - params.theta) ** 2
-        # weighted: max_sq_norm already holds the intercept's 1 and each row's factor
-        weighted = settings.class_weights is not None or settings.row_weighted
-        l_max = 1.0 + scale * max(1.0, params.v) * (max_sq_norm + (0.0 if weighted else bias))
-        step = params.step or step_for(l_max, n_rows)  # an epoch is n_rows steps
-        turns = blocks_.turns()  # known once every block has been read
-        layout += f"; {len(turns)} turn{'s' * (len(turns) > 1)} per epoch"
-        history = []
-        for epoch in range(1, params.epochs + 1):
-            epoch_start = time.perf_counter()
-            snapshot = w.copy()
-            fixed = sc.broadcast((snapshot, mean_grad))  # w̃ and h for the whole epoch
-            for turn in turns:  # round robin: one single-partition job per turn
-                sc.setJobDescription(f"DSVRG epoch {epoch}: partitions {turn}'s turn")
-                w = blocks_.chain(lambda k, X, y, w, e=epoch: _hop(
-                    X, y, k, w, *fixed.value, step, settings, e), w, turn)
-            fixed.unpersist(blocking=False)
-            sc.setJobDescription(f"DSVRG epoch {epoch}: full gradient")
-            previous = objective
-            objective, mean_grad = full_pass(w)
-            entry = EpochStats(epoch, time.perf_counter() - epoch_start, objective)
-            entry.elapsed = time.perf_counter() - started - scoring
-            if test is not None:
-                scoring_start = time.perf_counter()
-                scores = test[0] @ w[:n_features] + raw_intercept(w)
-                entry.test_accuracy = accuracy_of_scores(scores, test_y, coded_classes(2))
-                scoring += time.perf_counter() - scoring_start
-            history.append(entry)
-            if on_epoch is not None:
-                on_epoch(entry)
-            if not np.isfinite(objective):
-                raise FloatingPointError(f"DSVRG diverged at epoch {epoch}: pass a smaller step.")
-            if abs(previous - objective) <= params.relative_change_tol * abs(objective):
-                break
-        train_seconds = time.perf_counter() - started - scoring
-        intercept = raw_intercept(w)
-    finally:
-        if center is not None:
-            center.unpersist(blocking=False)
-        sc.setJobDescription("DSVRG: dropping resident blocks")
-        if params.resident:
-            try:
-                written = [b.store_dirs() for b in (inputs, blocks_) if b is not None]
-                drop_everywhere(sc, stores, sorted(set(sum(written, []))),
-                                 max(sc.defaultParallelism, 1))
-            except Exception:  # the fit's own error (or a cancelled job) matters more
-                pass
-        if own_copy:
-            per_partition.unpersist()
-        if dealt is not None:
-            dealt.unpersist()
-        sc.setJobDescription(None)
-    w = w[:n_features]
-    model = KernelExpansion(w[None, :], np.ones((1, 1)), Kernel.create("linear"), classes,
-                            np.array([intercept]) if bias else None)
-    return DSVRGFit(w=w, model=model, intercept=intercept, epochs=history,
-                    train_seconds=train_seconds,
-                    partition_seconds=partition_seconds, n_rows=n_rows, step=step,
-                    layout=layout, resident_hits=blocks_.hits, resident_misses=blocks_.misses)
+
+def _primal(sc, survey, params: DSVRGParams, classes, n_features: int) -> PrimalSetup:
+    """The primal's centring (μ, with the intercept), class and row weights and total weight S
+    from the survey; μ is broadcast last, once nothing can fail before the fit holds it."""
+    n_rows = sum(entry[1] for entry in survey)
+    bias = bool(params.fit_intercept)
+    mu = sum(entry[6] for entry in survey) / n_rows if bias else np.zeros(n_features)
+    positives = sum(entry[2] for entry in survey)
+    class_weights = class_weights_for(params.class_weight, classes,
+                                      [n_rows - positives, positives])
+    row_weighted = any(entry[8] for entry in survey)  # a weight column (not all 1)
+    weight_sums = np.sum([entry[7] for entry in survey], axis=0) if row_weighted else \
+        np.array([n_rows - positives, positives], dtype=np.float64)
+    total_weight = float(n_rows) if class_weights is None and not row_weighted else \
+        float((np.ones(2) if class_weights is None else class_weights) @ weight_sums)
+    settings = DSVRGTaskSettings(
+        params.lam, params.theta, params.v, fit_intercept=bias, seed=params.seed,
+        center=sc.broadcast(mu) if bias else None, weight_scale=n_rows / total_weight,
+        row_weighted=row_weighted,
+        class_weights=None if class_weights is None else tuple(class_weights.tolist()))
+    return PrimalSetup(settings, mu, total_weight, n_rows, n_features)
+
+
+def _epoch_blocks(sc, held: _FitResources, parts) -> ResidentBlocks:
+    """The blocks the epochs read: the input chunks as surveyed, or the dealt partitions
+    ``parts`` (the input's resident files and persisted copy are then dropped)."""
+    assert held.inputs is not None  # the survey made the input chunks resident first
+    if held.dealt is None:
+        return held.inputs
+    if held.stores[0] is not None:
+        drop_everywhere(sc, held.stores[:1], held.inputs.store_dirs(), sc.defaultParallelism)
+    if held.source.own_copy:
+        held.source.per_partition.unpersist()
+    return ResidentBlocks(sc, parts, range(parts.getNumPartitions()), held.stores[1])
+
+
+def _release(sc, held: _FitResources, resident: bool) -> None:
+    """Drop what the fit left on the executors: μ's broadcast, the resident files (with
+    ``resident``), the persisted copy of the input and the dealt chunks."""
+    if held.center is not None:
+        held.center.unpersist(blocking=False)
+    sc.setJobDescription("DSVRG: dropping resident blocks")
+    if resident:
+        written = [b.store_dirs() for b in (held.inputs, held.resident) if b is not None]
+        try:
+            drop_everywhere(sc, held.stores, sorted(set(sum(written, []))),
+                            max(sc.defaultParallelism, 1))
+        except (Py4JError, PySparkException) as error:
+            # a failed or cancelled cleanup job (classic: a Py4J error; Spark Connect: a
+            # PySparkException) must not replace the error the fit may be raising; the files
+            # left go with each executor's local directory when it stops
+            logger.debug("DSVRG: resident blocks not dropped: %s", error)
+    if held.source.own_copy:
+        held.source.per_partition.unpersist()
+    if held.dealt is not None:
+        held.dealt.unpersist()
+    sc.setJobDescription(None)

@@ -14,7 +14,8 @@ import numpy as np
 import scipy.sparse
 
 from ...core.errors import InputError, error_text
-from ...core.sparse_rows import DENSE_FROM_DENSITY, dense_enough
+# DENSE_FROM_DENSITY unused here: spark.io re-exports it from this module
+from ...core.sparse_rows import DENSE_FROM_DENSITY, dense_enough  # noqa: F401
 from ...core.validation import max_abs_value
 from ...data.formats.libsvm import csr_to_dense
 

@@ -75,7 +75,7 @@ def read_parquet_files(sc, files, features_col: str, label_col: str, dtype, wher
     DataFormatError naming the file and its row."""
     import pyarrow.parquet as pq
 
-    pieces = []
+    pieces: list[tuple[int, str, int, int]] = []  # (number, file, row group, its first row)
     for path in files:
         metadata = pq.ParquetFile(path).metadata
         first = 0

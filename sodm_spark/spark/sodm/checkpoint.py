@@ -176,14 +176,14 @@ class LevelCheckpoint:
         partitions' chunks (:func:`.tasks.checkpoint_layout`)."""
         self.directory.mkdir(parents=True, exist_ok=True)
         chunks = sorted(chunks, key=lambda chunk: (chunk[0], chunk[1]))
-        pieces = []
+        grouped: list[tuple[int, list[np.ndarray], list[np.ndarray]]] = []  # chunks by key
         for key, _, ids, gamma in chunks:
-            if pieces and pieces[-1][0] == key:
-                pieces[-1][1].append(ids)
-                pieces[-1][2].append(gamma)
+            if grouped and grouped[-1][0] == key:
+                grouped[-1][1].append(ids)
+                grouped[-1][2].append(gamma)
             else:
-                pieces.append((key, [ids], [gamma]))
-        pieces = [(key, np.concatenate(ids), np.concatenate(gamma)) for key, ids, gamma in pieces]
+                grouped.append((key, [ids], [gamma]))
+        pieces = [(key, np.concatenate(ids), np.concatenate(gamma)) for key, ids, gamma in grouped]
         keys = np.array([piece[0] for piece in pieces], dtype=np.int64)
         sizes = np.array([piece[1].size for piece in pieces], dtype=np.int64)
         ids = np.concatenate([piece[1] for piece in pieces]).astype(np.int64)

@@ -1,46 +1,47 @@
 """SODM (SODM paper, Algorithm 1) on Spark: partition, solve locally, merge level by level.
 
 The SODM paper: Wang, Cao, Zhang, Shi & Jin, "Scalable Optimal Margin Distribution Machine"
-(docs/design.md §2 describes this module's algorithm in the package's terms).
+(docs/design.md §2 describes this module's algorithm in the package's terms, §6 the data flow).
 
-The data live in an RDD of numpy blocks. Partitioning (landmark strata of Eqns 7-8 dealt
-evenly, or a comparator's partitions; :mod:`.prepare`) shuffles sub-blocks to K = p^L
-partitions; every level solves each partition's local ODM (Eqn 1 with the partition's own m·c,
-i.e. the block-diagonal problem of Eqn 4) in one task, warm-started from its current γ, then
-merges every p consecutive partitions with one shuffle of blocks (:mod:`.tasks`). The
-levels stop when the warm start is already optimal (Algorithm 1, line 5), at ``stop_level``,
-or by the automatic stopping rule; finished levels can be checkpointed and resumed. All
-numerics are in ``sodm_spark.solvers`` and ``sodm_spark.partition``.
+:func:`fit_sodm` runs a fit as named stages, top to bottom: prepare the rows (labels, the
+validation slice, the top level's K = p^L partitions: :mod:`.prepare`); plan what every level
+reads (:class:`~.levels.LevelRun`); start from the top level solved, or from the last level a
+checkpoint holds; run the levels (:mod:`.levels`: decide, merge, solve, until the warm start is
+already optimal (Algorithm 1, line 5), ``stop_level``, or the automatic stopping rule); finish:
+choose the level, try the global step (:mod:`.global_step`), collect or compress the model
+(:mod:`.level_model`), score the test rows and calibrate on the validation slice. All numerics
+are in ``sodm_spark.solvers`` and ``sodm_spark.partition``.
 """
 from __future__ import annotations
 
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
 from ...core.errors import SettingsError
-from ...core.labels import accuracy_of_scores, coded_classes, correct_rows, raw_labels
+from ...core.labels import accuracy_of_scores, coded_classes, raw_labels
 from ...core.sparse_rows import as_float_rows, stack_rows
 from ...models.calibration import fit_calibration
-from ...models.compression import (SPARSE_KMEANS, compare_scores, local_fit_share, most_points,
-                                   resolve_max_sv)
-from ...selection.stopping import (NEXT_LEVEL_BLOCKED, REACHED_STOP_LEVEL, WARM_START_OPTIMAL,
-                                   choose_level, level_evaluations, next_level_blocked,
-                                   unbeaten_levels, validation_fields)
-from ..frames import map_with_reports, ordered_sum
-from ..memory import MemoryBudgetError, executor_memory
-from ..session import PERSIST
-from .checkpoint import (LevelCheckpoint, assemble_partition, block_fingerprint, deal_by_layout,
-                         merge_fingerprints)
-from .level_model import (LocalFit, collect_level, compress_level,
-                          fit_rows_collectable, level_scores)
-from .params import LevelStats, SODMFit, SODMParams
+from ...models.compression import (SPARSE_KMEANS, ScoreComparison, compare_scores,
+                                   local_fit_share, most_points)
+from ...models.expansion import KernelExpansion
+from ...selection.stopping import choose_level
+from ..frames import ordered_sum
+from ..memory import executor_memory
+from .checkpoint import LevelCheckpoint, block_fingerprint, merge_fingerprints
 from .global_step import public_report, run_global_step
-from .plan import plan_level
+from .level_model import (CompressionReport, LocalFit, chosen_model, fit_rows_collectable,
+                          level_scores, training_row_bytes)
+from .levels import (LevelRun, LevelScoring, LevelsSoFar, first_level, restored_level,
+                     restored_levels, run_levels, validated)
+from .params import LevelStats, SODMFit, SODMParams
 from .prepare import PreparedData, partition_prepared, prepare_sodm
-from .tasks import (FitTargets, LevelTaskSettings, checkpoint_layout, merge_key,
-                    solve_partitions)
+from .tasks import FitTargets, LevelTaskSettings
+
+if TYPE_CHECKING:
+    from pyspark import RDD
 
 #: With a compressed model, the uncompressed one is scored on the test rows too (the report's
 #: "before") when that costs at most this many kernel multiply-adds (test rows × support
@@ -54,16 +55,55 @@ CHEAP_SCORING_WORK = 1e12
 TEST_EVERY_LEVEL_WORK = 1e10
 
 
-def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
-             checkpoint_dir=None, resume: bool = False, validation=None,
-             on_plan=None, prepared: PreparedData | None = None, max_sv=None,
-             compress_method: str = "random", test_every_level: bool | None = None) -> SODMFit:
-    """Fit SODM on ``blocks`` (RDD of (X, y, row_ids) with raw labels from ``classes``).
+@dataclass(frozen=True)
+class FitOptions:
+    """How :func:`fit_sodm` runs and reports, besides the parameters of the fit (its keyword
+    arguments of the same names; docs/design.md §2.4 for checkpoints, §6 step 8 for
+    ``max_sv``)."""
+
+    on_level: Callable | None = None  # called with each LevelStats as its level finishes
+    on_plan: Callable | None = None  # called with each plan (LevelPlan, GlobalPlan) before
+    checkpoint_dir: object = None  # where every finished level is recorded; None: nowhere
+    resume: bool = False  # continue from the last level checkpoint_dir holds
+    max_sv: object = None  # "auto", "none"/None or N (models.compression.resolve_max_sv)
+    compress_method: str = "random"  # how a compression chooses its points
+    test_every_level: bool | None = None  # None: when cheap (TEST_EVERY_LEVEL_WORK)
+
+
+@dataclass(frozen=True)
+class ChosenLevel:
+    """The level whose model the fit returns, and what the levels left of it."""
+
+    entry: LevelStats
+    solved: RDD
+    scores: np.ndarray | None  # its own f on the scored rows (validation, then test), or None
+    local_fit: LocalFit | None  # the fit targets its tasks left for a compression
+    judged: tuple[list, list]  # (the validated levels, how the slice judged each), for the
+    # global step
+
+
+@dataclass
+class FinalModel:
+    """The model the fit returns before it is scored and calibrated: the global step's, or the
+    chosen level's (compressed or not)."""
+
+    model: KernelExpansion
+    compression: CompressionReport | None
+    global_report: dict | None  # the global step's report with its model; None: not tried
+    from_global_step: bool
+
+
+def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, validation=None,
+             prepared: PreparedData | None = None, options: FitOptions | None = None,
+             **keywords) -> SODMFit:
+    """Fit SODM on ``blocks`` (RDD of (X, y, row_ids) with raw labels from ``classes``), stage
+    by stage as docs/design.md §6 describes them.
 
     Two classes: one ODM (``classes[1]`` is +1). More: the one-vs-rest ODMs of every class,
     solved together in each partition against one kernel matrix, with the same partitions,
     merges and stopping for all; the model has one coefficient column per class.
 
+    How it runs is ``options`` (a :class:`FitOptions`), or its fields given as keywords.
     ``test`` is an optional (X_test, y_test) pair on the driver: the final model's test
     accuracy is ``SODMFit.test_accuracy``, and with ``test_every_level`` every level's model is
     scored too (inside the level's tasks, as the validation rows are: it costs test rows ×
@@ -86,331 +126,276 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, on_level=None,
     differ from ``params``' after a search) skips the preparation: ``blocks``, ``classes``,
     ``test`` and ``validation`` are then ignored, and the fit's clock started with it.
     """
+    options = replace(options or FitOptions(), **keywords)
+    prepared, params = _prepared(sc, blocks, params, classes, test, validation, prepared,
+                                 options)
+    checkpoint = _level_checkpoint(sc, prepared, params, options)
+    restored = _restored_or_partitioned(sc, prepared, params, checkpoint, options.resume)
+    partition_seconds = prepared.partition_seconds or time.perf_counter() - prepared.started
+    # the time budget counts a resumed fit's checkpointed levels too
+    started = prepared.started - (0.0 if restored is None else restored.last.elapsed)
+    run = _level_run(sc, prepared, params, options, checkpoint, started)
+    if restored is not None:
+        levels = restored
+    else:
+        assert prepared.sizes is not None  # not restored: _restored_or_partitioned dealt the rows
+        levels = first_level(sc, run, prepared.parts, prepared.sizes)
+    levels, stop_reason = run_levels(sc, run, levels)
+    return _finish(sc, run, levels, stop_reason, prepared, options, partition_seconds)
+
+
+# --- prepare and plan ------------------------------------------------------------------------
+
+def _prepared(sc, blocks, params: SODMParams, classes, test, validation,
+              prepared: PreparedData | None, options: FitOptions):
+    """(the rows prepared, unless a search prepared them: docs/design.md §6, step 3; the
+    parameters with the levels the preparation resolved from the rows)."""
     if prepared is None:
         prepared = prepare_sodm(sc, blocks, params, classes, test, validation, partition=False,
-                                fingerprint=checkpoint_dir is not None)
+                                fingerprint=options.checkpoint_dir is not None)
     if params.levels is None:  # as the preparation resolved them from the rows
         params = replace(params, levels=prepared.params.levels,
                          stop_level=prepared.params.stop_level)
     elif params.levels != prepared.params.levels:
         raise ValueError(f"the prepared data hold levels={prepared.params.levels}, the fit "
                          f"asks for levels={params.levels}; prepare with the same levels.")
-    if prepared.sparse and compress_method == "kmeans" and most_points(max_sv) is not None:
+    if prepared.sparse and options.compress_method == "kmeans" and \
+            most_points(options.max_sv) is not None:
         raise ValueError(SPARSE_KMEANS + ".")
-    classes, multi, kernel = prepared.classes, prepared.multi, prepared.kernel
-    n_rows, n_features = prepared.n_rows, prepared.n_features
-    # what a row costs in memory and per kernel entry: its width, or for sparse rows its values
-    width = prepared.row_width or n_features
-    training, started = prepared.training, prepared.started
-    test_pair, validation_pair = prepared.test_pair, prepared.validation_pair
-    validation_weights = prepared.validation_weights  # its rows' class and row weights
-    fit_share = local_fit_share(max_sv, n_rows)
-    # what every level's tasks read (the kernel cache is set per level, by its plan); the fit
-    # rows travel with the stats when they fit the driver's result limit
-    task_settings = LevelTaskSettings(
-        params.local_solve, n_classes=classes.size if multi else 0, seed=params.seed,
-        fit_targets=FitTargets(fit_share, fit_rows_collectable(sc, fit_share * n_rows,
-                                                               _row_bytes(prepared))),
-        class_weights=prepared.class_weights)
+    return prepared, params
 
-    checkpoint = None
-    if checkpoint_dir is not None:
-        if prepared.fingerprint is None:  # prepared elsewhere (a search): one more pass
-            sc.setJobDescription("SODM checkpoint: fingerprint the data")
-            prepared.fingerprint = ordered_sum(prepared.labelled, block_fingerprint,
-                                               merge_fingerprints)
-        checkpoint = LevelCheckpoint(checkpoint_dir, params.settings(), n_rows, n_features,
-                                     classes, prepared.fingerprint)
-        if checkpoint.exists() and not resume:
-            raise SettingsError(f"{checkpoint_dir} already holds a checkpoint; pass resume=True "
-                                "(--resume) to continue it, or choose an empty checkpoint_dir "
-                                "(--checkpoint-dir).")
-    restored = None
+
+def _level_checkpoint(sc, prepared: PreparedData, params: SODMParams,
+                      options: FitOptions) -> LevelCheckpoint | None:
+    """The checkpoint of the fit's levels (docs/design.md §2.4), or None; one that already
+    exists is refused unless the fit resumes it."""
+    if options.checkpoint_dir is None:
+        return None
+    if prepared.fingerprint is None:  # prepared elsewhere (a search): one more pass
+        sc.setJobDescription("SODM checkpoint: fingerprint the data")
+        prepared.fingerprint = ordered_sum(prepared.labelled, block_fingerprint,
+                                           merge_fingerprints)
+    checkpoint = LevelCheckpoint(options.checkpoint_dir, params.settings(), prepared.n_rows,
+                                 prepared.n_features, prepared.classes, prepared.fingerprint)
+    if checkpoint.exists() and not options.resume:
+        raise SettingsError(f"{options.checkpoint_dir} already holds a checkpoint; pass "
+                            "resume=True (--resume) to continue it, or choose an empty "
+                            "checkpoint_dir (--checkpoint-dir).")
+    return checkpoint
+
+
+def _restored_or_partitioned(sc, prepared: PreparedData, params: SODMParams,
+                             checkpoint: LevelCheckpoint | None,
+                             resume: bool) -> LevelsSoFar | None:
+    """The levels a checkpoint holds, when the fit resumes one (the training rows are then
+    dealt to its partitions, and the labelled input is released); else None, the top level's
+    partitions dealt unless a search already dealt them (docs/design.md §6, step 5)."""
     if resume and checkpoint is not None and checkpoint.exists():
         sc.setJobDescription("SODM resume: deal rows to their checkpointed partitions")
-        restored = _restore(sc, training, checkpoint)
-        parts = None
+        restored = restored_levels(sc, prepared.training, checkpoint)
         prepared.labelled.unpersist()
-    else:
-        if prepared.parts is None:
-            partition_prepared(sc, prepared, params)
-        parts, sizes = prepared.parts, prepared.sizes
-    partition_seconds = prepared.partition_seconds or time.perf_counter() - started
+        return restored
+    if prepared.parts is None:
+        partition_prepared(sc, prepared, params)
+    return None
 
-    n_validation = 0 if validation_pair is None else len(validation_pair[1])
-    coded = coded_classes(classes.size)  # the labels of the validation and test pairs
-    scored = [] if validation_pair is None else [validation_pair[0]]
+
+def _level_run(sc, prepared: PreparedData, params: SODMParams, options: FitOptions,
+               checkpoint: LevelCheckpoint | None, started: float) -> LevelRun:
+    """What every level of the fit reads (docs/design.md §6, step 6)."""
+    # what a row costs in memory and per kernel entry: its width, or for sparse rows its values
+    width = prepared.row_width or prepared.n_features
+    return LevelRun(params=params, kernel=prepared.kernel,
+                    task_settings=_task_settings(sc, prepared, params, options.max_sv),
+                    scoring=_level_scoring(sc, prepared, width, options.test_every_level),
+                    width=width, memory=executor_memory(sc, params.memory_mb, params.device),
+                    cores=max(1, sc.defaultParallelism), started=started,
+                    checkpoint=checkpoint, on_plan=options.on_plan, on_level=options.on_level)
+
+
+def _task_settings(sc, prepared: PreparedData, params: SODMParams,
+                   max_sv) -> LevelTaskSettings:
+    """What every level's tasks read besides the kernel: the local solve, the seed, the class
+    weights and the compression's fit targets, whose rows travel with the stats when they fit
+    the driver's result limit."""
+    fit_share = local_fit_share(max_sv, prepared.n_rows)
+    with_rows = fit_rows_collectable(sc, fit_share * prepared.n_rows,
+                                     training_row_bytes(prepared))
+    return LevelTaskSettings(
+        params.local_solve, n_classes=prepared.classes.size if prepared.multi else 0,
+        seed=params.seed, fit_targets=FitTargets(fit_share, with_rows),
+        class_weights=prepared.class_weights)
+
+
+def _level_scoring(sc, prepared: PreparedData, width: float,
+                   test_every_level: bool | None) -> LevelScoring:
+    """The rows every level's tasks score: the validation slice, and the test rows when
+    ``test_every_level`` (None: when that costs at most :data:`TEST_EVERY_LEVEL_WORK`)."""
+    validation, test = prepared.validation_pair, prepared.test_pair
     if test_every_level is None:
-        test_every_level = test_pair is not None and \
-            len(test_pair[1]) * n_rows * width <= TEST_EVERY_LEVEL_WORK
-    if test_every_level and test_pair is not None:
-        scored.append(test_pair[0])
-    eval_X = sc.broadcast(as_float_rows(stack_rows(scored), np.float32)) if scored else None
-    levels, solved, previous = [], None, parts
-    cores = max(1, sc.defaultParallelism)
-    level = params.levels
-    memory = executor_memory(sc, params.memory_mb, params.device)
-    kept = {}  # level -> its solved RDD: those choose_level may still return
-    kept_scores = {}  # level -> its decision values on the eval rows (validation, test)
-    kept_fits = {}  # level -> its LocalFit for a compression, from its tasks
-    if restored is not None:
-        level, levels, solved, sizes = restored
-        kept[level] = solved
-        entry = levels[-1]
-        started -= entry.elapsed  # the time budget counts the interrupted run's levels too
-    plan = None if restored is not None else plan_level(level, sizes, width, params,
-                                                         memory, levels, cores)
-    stop_reason = ""
-    while True:
-        if restored is None:
-            if on_plan is not None:
-                on_plan(plan)
-            settings = task_settings.with_cache(plan.cache_mb, plan.storage)
-            solved, entry, sizes, scores, kept_fits[level] = _solve_level(
-                sc, previous, level, params, kernel, settings, cores, eval_X, plan.tasks)
-            entry.memory_mb, entry.predicted_seconds = plan.memory_mb, plan.predicted_seconds
-            entry.tasks = plan.tasks
-            if validation_pair is not None:
-                correct = correct_rows(scores[:n_validation], validation_pair[1], coded)
-                entry.validation_accuracy = float(np.mean(correct))
-                entry.validation_wrong = np.flatnonzero(~correct).tolist()
-                vars(entry).update(validation_fields(  # judged by params.metric, weighted
-                    scores[:n_validation], validation_pair[1], params.metric, params.seed,
-                    validation_weights))
-            if test_every_level and test_pair is not None:
-                entry.test_accuracy = accuracy_of_scores(scores[n_validation:], test_pair[1],
-                                                         coded)
-            entry.elapsed = time.perf_counter() - started
-            levels.append(entry)
-            kept[level], kept_scores[level] = solved, scores
-            # the levels choose_level may still return: the last two, and every validated
-            # level no other one beats (a beaten level stays beaten)
-            still_eligible = {level, level + 1}
-            if params.auto_stop:
-                still_eligible.update(unbeaten_levels(
-                    *_validated(levels, validation_pair, params, validation_weights),
-                    params.confidence))
-            for older in [key for key in kept if key not in still_eligible]:
-                kept.pop(older).unpersist()
-                kept_scores.pop(older, None)
-                kept_fits.pop(older, None)
-            if checkpoint is not None:
-                sc.setJobDescription(f"SODM level {level}: checkpoint")
-                checkpoint.save_level(level, solved.map(checkpoint_layout).collect(), entry.to_dict())
-            if on_level is not None:
-                on_level(entry)
-        restored = None
-        warm_started = level < params.levels
-        plan = None
-        if warm_started and entry.warm_start_violation <= task_settings.solve.violation_tol:
-            stop_reason = WARM_START_OPTIMAL  # Algorithm 1, line 5
-        elif level <= params.stop_level:
-            stop_reason = REACHED_STOP_LEVEL
-        else:
-            merged = np.bincount(np.arange(sizes.size) // params.p, weights=sizes).astype(np.int64)
-            try:
-                plan = plan_level(level - 1, merged, width, params, memory, levels, cores)
-            except MemoryBudgetError as error:
-                if not params.auto_stop:
-                    raise
-                stop_reason = f"next level does not fit the memory budget: {error}"
-            if plan is not None and params.auto_stop:
-                stop_reason = params.stop_rule.reason_to_stop(
-                    _validated(levels, validation_pair, params, validation_weights)[1],
-                    time.perf_counter() - started, plan.predicted_seconds) or ""
-                if not stop_reason and next_level_blocked(plan.kernel, plan.tasks,
-                                                          plan.partitions, cores):
-                    stop_reason = (f"{NEXT_LEVEL_BLOCKED} (level {plan.level}: {plan.advice}; "
-                                   f"predicted {plan.predicted_seconds:,.0f} s; auto_stop=False "
-                                   "(--no-auto-stop) runs it)")
-        if stop_reason:
-            break
-        n_level_partitions = params.p ** level
-        sizes = merged
-        sc.setJobDescription(f"SODM level {level}: merge into {n_level_partitions // params.p}")
-        scale = 1.0 / params.p if params.warm_start == "scaled" else 1.0
-        support_only = params.partitioner == "cascade"
-        previous = (solved.map(lambda item: merge_key(item, params.p, scale, support_only))
-                    .partitionBy(n_level_partitions // params.p, lambda key: key))
-        level -= 1
-    chosen = level
-    validated_levels, validated_correct = _validated(levels, validation_pair, params,
-                                                     validation_weights)
-    if params.auto_stop and validated_levels:
-        chosen = choose_level(validated_levels, validated_correct, params.confidence)
-    if chosen not in kept:  # resumed right after the best level: read it back
-        _, _, kept[chosen], _ = _restore(sc, training, checkpoint, chosen)
-    if eval_X is not None:
-        eval_X.unpersist()
-    best = next(e for e in levels if e.level == chosen)
-    global_model, global_report = run_global_step(sc, kept[chosen], prepared, params, chosen,
-                                                  validated_levels, validated_correct, cores,
-                                                  on_plan, best.partitions)
-    if global_model is not None:
-        model, compression = global_model, None
-    else:
-        model, compression = _level_model(sc, kept[chosen], best, prepared, max_sv,
-                                          compress_method, params.seed, kept_fits.get(chosen))
-    if prepared.scaling is not None:  # the model takes raw rows
-        offset, scale, columns = prepared.scaling
-        model = replace(model, feature_offset=offset, feature_scale=scale,
-                        feature_columns=columns)
-    train_seconds = time.perf_counter() - started
-    full = kept_scores.get(chosen)  # the chosen level's own scores on the eval rows
-    full_test = None if full is None or not test_every_level else full[n_validation:]
-    test_accuracy = None
-    if test_pair is not None:
-        X_test, y_test = test_pair[0], raw_labels(test_pair[1], classes)
-        cheap = len(y_test) * best.n_sv * width <= CHEAP_SCORING_WORK
-        global_test = None
-        if global_report is not None and global_report["ran"]:
-            global_test = global_report["model"].input_scores(X_test)
-            global_report["test_accuracy"] = accuracy_of_scores(global_test, y_test, classes)
-        if global_model is not None:  # the model is the global step's; the level is reported
-            full_test = None
-        elif full_test is None and compression is None:
-            # the model written is the level itself, on the driver already: scored here with
-            # every core (10,000 rows against 27,467 support vectors of 784 features: 26.5 s as
-            # a job over level 1's three partitions, 10.4 s here)
-            full_test = model.input_scores(X_test)
-        elif full_test is None and cheap:  # the uncompressed level, the report's "before"
-            full_test = level_scores(sc, kept[chosen], X_test, kernel, "score the test set")
-        if full_test is not None:  # the chosen level's own model
-            best.test_accuracy = accuracy_of_scores(full_test, y_test, classes)
-        if global_model is not None:
-            scores = global_test
-        else:
-            scores = full_test if compression is None else model.input_scores(X_test)
-        test_accuracy = accuracy_of_scores(scores, y_test, classes)
-        if compression is not None:
-            compression["test"] = {"accuracy_after": test_accuracy, "rows": len(y_test)} \
-                if full_test is None else compare_scores(full_test, scores, y_test, classes)
-    if n_validation:  # the model's own scores on the held-out slice: its calibration's rows
-        y_validation = raw_labels(validation_pair[1], classes)
-        own = full[:n_validation] if global_model is None and compression is None and \
-            full is not None else model.input_scores(validation_pair[0])
-        model = replace(model, calibration=fit_calibration(  # params.calibration's method
-            params.calibration, own, np.searchsorted(classes, y_validation), len(classes)))
-        if compression is not None and full is not None:
-            compression["validation"] = compare_scores(full[:n_validation], own, y_validation,
-                                                       classes)
-    if prepared.projection is not None:  # scored above on projected rows; it takes raw ones
-        projection = prepared.projection
-        if model.projection_components is not None:  # the compression projected them again
-            projection = projection.followed_by(model.projection_center,
-                                                model.projection_components)
-        model = replace(model, projection_center=projection.center,
-                        projection_components=projection.components)
-    for rdd in kept.values():
-        rdd.unpersist()
+        test_every_level = test is not None and \
+            len(test[1]) * prepared.n_rows * width <= TEST_EVERY_LEVEL_WORK
+    scored = [] if validation is None else [validation[0]]
+    test_labels = None
+    if test_every_level and test is not None:
+        scored.append(test[0])
+        test_labels = test[1]
+    rows = sc.broadcast(as_float_rows(stack_rows(scored), np.float32)) if scored else None
+    return LevelScoring(rows, validation, prepared.validation_weights, test_labels,
+                        coded_classes(prepared.classes.size))
+
+
+# --- finish ----------------------------------------------------------------------------------
+
+def _finish(sc, run: LevelRun, levels: LevelsSoFar, stop_reason: str, prepared: PreparedData,
+            options: FitOptions, partition_seconds: float) -> SODMFit:
+    """The fit's result after its last level: the level chosen, its model (or the global
+    step's) collected or compressed, scored on the test rows and calibrated on the validation
+    slice (docs/design.md §6, steps 7-8), taking the rows the fit was given."""
+    chosen = _chosen_level(sc, run, levels, prepared.training)
+    if run.scoring.rows is not None:
+        run.scoring.rows.unpersist()
+    final = _final_model(sc, run, chosen, prepared, options)
+    train_seconds = time.perf_counter() - run.started
+    test_accuracy = _test_accuracy(sc, run, final, chosen, prepared)
+    model = _calibrated(final, chosen, run, prepared)
+    model = _taking_projected_rows(model, prepared.projection)
+    levels.kept.release()
     sc.setJobDescription(None)
-    return SODMFit(model=model, levels=levels, train_seconds=train_seconds,
-                   partition_seconds=partition_seconds, n_rows=n_rows, stopped_at=level,
-                   stop_reason=stop_reason, best_level=chosen,
-                   validation_rows=n_validation,
-                   test_accuracy=test_accuracy, compression=compression,
+    return SODMFit(model=model, levels=levels.history, train_seconds=train_seconds,
+                   partition_seconds=partition_seconds, n_rows=prepared.n_rows,
+                   stopped_at=levels.level, stop_reason=stop_reason,
+                   best_level=chosen.entry.level, validation_rows=run.scoring.n_validation,
+                   test_accuracy=test_accuracy,
+                   compression=None if final.compression is None else final.compression.to_dict(),
                    input_map=prepared.input_map_report,
-                   global_step=public_report(global_report),
+                   global_step=public_report(final.global_report),
                    class_weights=prepared.class_weights)
 
 
-def _level_model(sc, solved, entry, prepared, max_sv, method, seed, local_fit=None):
-    """(the model of the chosen level, the compression report or None)."""
-    n_points = resolve_max_sv(max_sv, entry.n_sv)
-    if n_points is None:
-        return collect_level(sc, solved, prepared.kernel, prepared.classes, entry.n_sv,
-                             prepared.kernel_features, _row_bytes(prepared),
-                             prepared.multi), None
-    start = time.perf_counter()
-    model, fit_rows, targets, passes = compress_level(
-        sc, solved, prepared.kernel, prepared.classes, entry.n_sv, n_points, method, seed,
-        local_fit=local_fit)
-    return model, {"max_sv": max_sv, "method": method, "support_vectors_before": entry.n_sv,
-                   "support_vectors_after": int(model.support_vectors.shape[0]),
-                   "fit_rows": fit_rows, "fit_targets": targets, "passes_over_level": passes,
-                   "seconds": time.perf_counter() - start}
+def _chosen_level(sc, run: LevelRun, levels: LevelsSoFar, training) -> ChosenLevel:
+    """The level whose model the fit returns: the last one solved, or with automatic stopping
+    the one :func:`~sodm_spark.selection.stopping.choose_level` keeps; a level no longer kept
+    (a fit resumed right after it) is read back from its checkpoint."""
+    judged = validated(levels.history, run.scoring, run.params)
+    level = levels.level
+    if run.params.auto_stop and judged[0]:
+        level = choose_level(*judged, run.params.confidence)
+    kept = levels.kept
+    if level not in kept.solved:
+        # a level solved but no longer kept is one a resumed fit has only in its checkpoint
+        assert run.checkpoint is not None
+        _, _, kept.solved[level], _ = restored_level(sc, training, run.checkpoint, level)
+    entry = next(e for e in levels.history if e.level == level)
+    return ChosenLevel(entry, kept.solved[level], kept.scores.get(level), kept.fits.get(level),
+                       judged)
 
 
-def _row_bytes(prepared) -> float:
-    """Bytes of a training row on the way to the driver: dense rows are float32, a sparse
-    row's values 12 bytes each (8 a memory column)."""
-    return 8 * prepared.row_width if prepared.sparse else 4 * prepared.kernel_features
+def _final_model(sc, run: LevelRun, chosen: ChosenLevel, prepared: PreparedData,
+                 options: FitOptions) -> FinalModel:
+    """The global step's model where the validation slice keeps it (docs/design.md §2.9),
+    else the chosen level's, collected or compressed (§6, step 8); with the feature scaling."""
+    global_model, global_report = run_global_step(
+        sc, chosen.solved, prepared, run.params, chosen.entry.level, *chosen.judged, run.cores,
+        run.on_plan, chosen.entry.partitions)
+    if global_model is not None:
+        model, compression = global_model, None
+    else:
+        model, compression = chosen_model(sc, chosen.solved, chosen.entry.n_sv, prepared,
+                                          options.max_sv, options.compress_method,
+                                          run.params.seed, chosen.local_fit)
+    if prepared.scaling is not None:  # the model takes raw rows
+        offset, feature_scale, columns = prepared.scaling
+        model = replace(model, feature_offset=offset, feature_scale=feature_scale,
+                        feature_columns=columns)
+    return FinalModel(model, compression, global_report, global_model is not None)
 
 
-def _validated(levels, validation, params, weights=None):
-    """(levels, how the slice judges each: its per-row correctness, or an Evaluation by
-    ``params.metric`` with the rows' ``weights``) of the levels that were validated, in the
-    order solved (a resumed fit has them from its checkpoint)."""
-    return ([], []) if validation is None else level_evaluations(
-        levels, len(validation[1]), params.metric, validation[1], weights, seed=params.seed)
+def _test_accuracy(sc, run: LevelRun, final: FinalModel, chosen: ChosenLevel,
+                   prepared: PreparedData) -> float | None:
+    """The model's accuracy on the test rows, or None without them. On the way: the chosen
+    level's own (``chosen.entry.test_accuracy``, a compression's "before") where it is scored,
+    and the global step's where it ran."""
+    if prepared.test_pair is None:
+        return None
+    classes = prepared.classes
+    X_test, y_test = prepared.test_pair[0], raw_labels(prepared.test_pair[1], classes)
+    global_scores = _global_step_test_scores(final, X_test, y_test, classes)
+    level_test = _level_test_scores(sc, run, final, chosen, X_test)
+    if level_test is not None:  # the chosen level's own model
+        chosen.entry.test_accuracy = accuracy_of_scores(level_test, y_test, classes)
+    if final.from_global_step:
+        scores = global_scores
+    else:
+        scores = level_test if final.compression is None else final.model.input_scores(X_test)
+    accuracy = accuracy_of_scores(scores, y_test, classes)
+    if final.compression is not None:
+        final.compression.test = compare_scores(level_test, scores, y_test, classes) \
+            if level_test is not None else ScoreComparison(accuracy_after=accuracy,
+                                                           rows=len(y_test))
+    return accuracy
 
 
-def _solve_level(sc, previous, level, params, kernel, task_settings, cores, eval_X=None,
-                 tasks=None):
-    """Solve every partition of one level (one task each, or ``tasks`` tasks each solving
-    several in turn): (solved RDD, LevelStats, partition sizes, the level's decision values on
-    the ``eval_X`` rows or None, the level's LocalFit or None)."""
-    level_start = time.perf_counter()
-    n_level_partitions = params.p ** level
-    sc.setJobDescription(f"SODM level {level}: solve {n_level_partitions} partitions")
-    running = min(n_level_partitions, cores)
-    if tasks is not None and tasks < running:
-        previous, running = previous.coalesce(tasks), tasks  # partitions stay in key order
-    threads = max(1, cores // running)
-    rows = None if eval_X is None else eval_X.value
-    # the stats come back beside the chunks: no pass reads the chunks back
-    solved, reported = map_with_reports(sc, previous, lambda records, report: solve_partitions(
-        records, kernel, task_settings, level, threads, rows, report))
-    stats = [reported[key] for key in sorted(reported)]
-    previous.unpersist()
-    entry = LevelStats(level=level, partitions=len(stats), seconds=0.0,
-                       objective=float(sum(s["objective"] for s in stats)),
-                       n_sv=int(sum(s["n_sv"] for s in stats)),
-                       sweeps_max=int(max(s["sweeps"] for s in stats)),
-                       sweeps_total=int(sum(s["sweeps"] for s in stats)),
-                       rows=int(sum(s["rows"] for s in stats)),
-                       warm_start_violation=float(max(s["warm_start_violation"] for s in stats)),
-                       kernel="+".join(sorted({s["kernel_mode"] for s in stats})),
-                       storage="+".join(sorted({s["storage"] for s in stats})),
-                       max_rows=int(max(s["rows"] for s in stats)),
-                       scoring_seconds=float(sum(s["eval_seconds"] for s in stats)))
-    scores = None if eval_X is None else np.sum([s["eval_scores"] for s in stats], axis=0)
-    fits = [s for s in stats if s.get("fit_rows") is not None]
-    # the level's f is the sum of its partitions' models, each a model of the whole data
-    local_fit = None if not fits else LocalFit(
-        np.concatenate([s["fit_rows"] for s in fits]),
-        len(stats) * np.concatenate([s["fit_scores"] for s in fits]),
-        None if fits[0]["fit_X"] is None else stack_rows([s["fit_X"] for s in fits]),
-        np.concatenate([s["fit_support"] for s in fits]))
-    entry.seconds = time.perf_counter() - level_start
-    sizes = np.zeros(n_level_partitions, dtype=np.int64)
-    sizes[[st["key"] for st in stats]] = [st["rows"] for st in stats]
-    return solved, entry, sizes, scores, local_fit
+def _global_step_test_scores(final: FinalModel, X_test, y_test, classes):
+    """The global step's f on the test rows where it ran (its report records the accuracy),
+    kept or not; else None."""
+    report = final.global_report
+    if report is None or not report["ran"]:
+        return None
+    scores = report["model"].input_scores(X_test)
+    report["test_accuracy"] = accuracy_of_scores(scores, y_test, classes)
+    return scores
 
 
-def _restore(sc, labelled, checkpoint: LevelCheckpoint, level: int | None = None):
-    """(level, the LevelStats list, solved RDD, partition sizes) rebuilt from a checkpointed
-    level (default: the last)."""
-    level, finished, pieces = checkpoint.load_level(level)
-    keys = np.concatenate([np.full(ids.size, key, dtype=np.int64) for key, ids, _ in pieces])
-    positions = np.concatenate([np.arange(ids.size) for _, ids, _ in pieces])
-    ids = np.concatenate([ids for _, ids, _ in pieces])
-    order = np.argsort(ids)
-    lookup = sc.broadcast((ids[order], keys[order], positions[order]))
-    gammas = sc.broadcast({key: gamma for key, _, gamma in pieces})
-    n_partitions = max(key for key, _, _ in pieces) + 1
-    solved = (labelled.flatMap(lambda item: deal_by_layout(item, *lookup.value))
-              .partitionBy(n_partitions, lambda key: key)
-              .mapPartitions(lambda records: assemble_partition(records, gammas.value),
-                             preservesPartitioning=True)
-              .persist(PERSIST))
-    restored_rows = solved.map(lambda item: item[1].ids.size).sum()
-    if restored_rows != ids.size:
-        raise ValueError(f"checkpoint {checkpoint.directory}: {ids.size - restored_rows} of its "
-                         "rows are missing from the data; resume with the same data.")
-    stats = [LevelStats(**{k: v for k, v in entry.items() if k in LevelStats.__dataclass_fields__})
-             for entry in finished]
-    sizes = np.zeros(n_partitions, dtype=np.int64)
-    for key, ids_of_key, _ in pieces:
-        sizes[key] = ids_of_key.size
-    return level, stats, solved, sizes
+def _level_test_scores(sc, run: LevelRun, final: FinalModel, chosen: ChosenLevel, X_test):
+    """The chosen level's own f on the test rows, or None: the model is the global step's
+    (the level keeps what its tasks scored), or the model is a compression and scoring the
+    level would cost more than :data:`CHEAP_SCORING_WORK`."""
+    if final.from_global_step:
+        return None
+    if chosen.scores is not None and run.scoring.test_labels is not None:
+        return chosen.scores[run.scoring.n_validation:]  # scored in the level's tasks
+    if final.compression is None:
+        # the model written is the level itself, on the driver already: scored here with
+        # every core (10,000 rows against 27,467 support vectors of 784 features: 26.5 s as
+        # a job over level 1's three partitions, 10.4 s here)
+        return final.model.input_scores(X_test)
+    if X_test.shape[0] * chosen.entry.n_sv * run.width <= CHEAP_SCORING_WORK:
+        return level_scores(sc, chosen.solved, X_test, run.kernel, "score the test set")
+    return None
+
+
+def _calibrated(final: FinalModel, chosen: ChosenLevel, run: LevelRun,
+                prepared: PreparedData) -> KernelExpansion:
+    """The model with ``params.calibration``'s class probabilities fitted on its own scores on
+    the validation slice (docs/design.md §7, "Probabilities"); a compression's report then
+    compares it with the level there. No slice: the model as it is."""
+    n_validation = run.scoring.n_validation
+    if not n_validation:
+        return final.model
+    classes = prepared.classes
+    assert prepared.validation_pair is not None  # the slice the validation scores are of
+    y_validation = raw_labels(prepared.validation_pair[1], classes)
+    level_scores_there = None if chosen.scores is None else chosen.scores[:n_validation]
+    if final.from_global_step or final.compression is not None or level_scores_there is None:
+        own = final.model.input_scores(prepared.validation_pair[0])
+    else:  # the model is the level itself, whose tasks scored these rows
+        own = level_scores_there
+    model = replace(final.model, calibration=fit_calibration(
+        run.params.calibration, own, np.searchsorted(classes, y_validation), len(classes)))
+    if final.compression is not None and level_scores_there is not None:
+        final.compression.validation = compare_scores(level_scores_there, own, y_validation,
+                                                      classes)
+    return model
+
+
+def _taking_projected_rows(model: KernelExpansion, projection) -> KernelExpansion:
+    """The model with the fit's input map (docs/design.md §2.8) ahead of any projection of its
+    own (a compression's): it was scored above on mapped rows, and takes raw ones."""
+    if projection is None:
+        return model
+    if model.projection_components is not None:  # the compression projected them again
+        projection = projection.followed_by(model.projection_center,
+                                            model.projection_components)
+    return replace(model, projection_center=projection.center,
+                   projection_components=projection.components)

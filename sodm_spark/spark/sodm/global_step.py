@@ -227,6 +227,7 @@ def run_global_step(sc, solved, prepared, params, chosen, validated_levels, vali
                                partitions=partitions, class_weights=prepared.class_weights)
     coded = coded_classes(prepared.classes.size)
     level_right = validated_correct[validated_levels.index(chosen)]
+    global_right: Evaluation | np.ndarray  # judged as the level was: see correct_of
     if isinstance(level_right, Evaluation):  # judged by the fit's metric, as the level was
         global_right = level_right.with_scores(model.input_scores(X_val))
         metric = metric_of(level_right)

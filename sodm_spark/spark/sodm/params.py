@@ -11,10 +11,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields
 
+from ...core import defaults
 from ...core.array_namespace import check_device
 from ...core.kernels import Kernel
 from ...core.validation import check_positive_int
-from ...core.weights import canonical_class_weight
+from ...core.weights import ClassWeight, canonical_class_weight
 from ...models.calibration import CALIBRATIONS
 from ...models.expansion import KernelExpansion
 from ...selection.stopping import StopRule
@@ -31,13 +32,15 @@ KERNEL_STORAGES = ("auto", "float32", "int16")
 
 @dataclass(frozen=True)
 class SODMParams:
-    """Every knob of one SODM fit; defaults are what ``jobs/train_sodm.py`` uses."""
+    """Every knob of one SODM fit. The ODM settings' defaults are
+    :mod:`sodm_spark.core.defaults`' (``ODMClassifier``'s too); the levels' own are set here.
+    ``SODMClassifier``'s Params and the training job's flags read both from this class."""
 
-    kernel: str = "rbf"
-    gamma: object = "scale"
-    degree: int = 3
-    coef0: float = 0.0
-    kernel_offset: float = 0.0  # c in the kernel k + c: a penalized bias (kernels.py)
+    kernel: str = defaults.KERNEL
+    gamma: str | float = defaults.GAMMA  # 'scale', 'auto' or a number, resolved from the rows
+    degree: int = defaults.DEGREE
+    coef0: float = defaults.COEF0
+    kernel_offset: float = defaults.KERNEL_OFFSET  # c in the kernel k + c: a penalized bias
     # every column mapped onto [0, 1] before the kernel ("none": the rows as they are), as
     # LIBSVM's guide advises (Hsu, Chang & Lin, "A practical guide to support vector
     # classification"). Exact ODM, λ = 1e5/1e6: shuttle 0.9818/0.9934 → 0.9968/0.9989 (its
@@ -51,18 +54,14 @@ class SODMParams:
     # "auto": wide dense rows of the RBF kernel are fitted on their principal components where
     # the rule of sodm_spark.models.input_projection holds (stored in the model); "none": never
     input_map: str = "auto"
-    # λ = 1e5 and v = 0.2 with γ = 'scale': the values SODMClassifier and a job given only
-    # some hyperparameters fall back on; 9.0 points above the former λ = 1e3, v = 0.5 on letter,
-    # 5.6 on shuttle (docs/jobs.md, "Default hyperparameters"). A job given none searches γ and λ
-    # first. tol = 1e-2: the same test accuracy as 1e-3 on Fashion-MNIST partitions with a
-    # third fewer sweeps
-    lam: float = 1e5
-    theta: float = 0.1
-    v: float = 0.2
-    # the partitions' violation bound (LocalSolve.violation_tol): a solve stops when the largest
-    # projected-gradient violation over its rows is at most this
-    tol: float = 1e-2
-    max_iter: int = 1000
+    # what SODMClassifier and a job given only some hyperparameters fall back on (a job given
+    # none searches γ and λ first); tol is the partitions' violation bound
+    # (LocalSolve.violation_tol)
+    lam: float = defaults.LAM
+    theta: float = defaults.THETA
+    v: float = defaults.V
+    tol: float = defaults.TOL
+    max_iter: int = defaults.MAX_ITER
     p: int = 3
     levels: int | None = None  # None: chosen from the rows (plan.auto_levels)
     # S = 20: 200 strata gave the same accuracy per level on Fashion-MNIST (8 seeds, within
@@ -102,15 +101,15 @@ class SODMParams:
     global_centres: int = 1000
     # class probabilities fitted on the validation slice and saved with the model
     # (sodm_spark.models.calibration): "sigmoid" (Platt), "isotonic" or "none"
-    calibration: str = "sigmoid"
+    calibration: str = defaults.CALIBRATION
     # each class's rows weighted in every dual and in the validation scores: None, "balanced"
     # (n / (C·n_c): each class the same total weight) or (label, weight) pairs
     # (sodm_spark.core.weights; a dict or "label:weight,..." text is accepted and stored so)
-    class_weight: object = None
+    class_weight: ClassWeight = defaults.CLASS_WEIGHT
     # where each partition's local solve runs (sodm_spark.core.array_namespace): "auto" a GPU
     # the task sees, else the CPU's numba solvers; "cpu" the device path on numpy; "gpu" a
     # GPU, refused before any data are read where none can be had (sodm_spark.spark.gpu)
-    device: str = "auto"
+    device: str = defaults.DEVICE
 
     # The parts the fit reads, built from the fields above once, each validating its own
     # settings as it is built: what every partition's solve reads (its kernel cache is set per

@@ -85,7 +85,7 @@ def auto_levels(n_rows: int, p: int, top_rows: int = TOP_PARTITION_ROWS) -> int:
     return min(largest_levels(n_rows, p), max(0, round(math.log(n_rows / top_rows, p))))
 
 
-def auto_level_count(n_rows: int, p: int, n_features: int, memory, params) -> int:
+def auto_level_count(n_rows: int, p: int, n_features: float, memory, params) -> int:
     """The level count of a fit given none: :func:`auto_levels` of the rows, or for rows of at
     least :data:`KERNEL_BOUND_FEATURES` features the fewest levels whose kernels are cached
     (:func:`cached_level_count`) when that is fewer (see the module docstring), for the rows
@@ -148,7 +148,7 @@ def storage_itemsize(storage: str) -> int:
     return np.dtype(storage).itemsize
 
 
-def cached_level_count(n_rows: int, p: int, n_features: int, memory, params) -> int | None:
+def cached_level_count(n_rows: int, p: int, n_features: float, memory, params) -> int | None:
     """The fewest levels whose top partitions' kernels are cached (None: none are), in the
     dtype the levels keep them in (:func:`level_storage`)."""
     itemsize = storage_itemsize(level_storage(params.kernel_storage))

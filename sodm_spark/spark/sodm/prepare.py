@@ -4,8 +4,9 @@ Labels become ±1 (two classes) or class numbers (3+); one pass counts the rows 
 variance ``gamma="scale"`` needs; a seeded slice of rows is held out for validation. Then the
 partitioning (:mod:`sodm_spark.spark.partitioning`, shared with DSVRG): landmark strata of
 Eqns 7-8 dealt evenly, or a comparator's partitions (k-means, DiP, random, cascade), shuffle
-sub-blocks to the top level's K = p^L partitions. The functions shipped to tasks are
-module-level and take plain values, so closures never capture a driver object.
+sub-blocks to the top level's K = p^L partitions. :func:`prepare_sodm` runs it as named
+steps (labels, the first pass, the levels, the validation slice, the kernel's inputs, the class
+weights); the functions shipped to tasks are :mod:`.prepare_tasks`'.
 
 Rows are dense or CSR: if any block holds CSR rows, all are made CSR, the feature scaling is
 max-abs instead of min-max (:mod:`sodm_spark.core.column_stats`: zeros stay zeros), and the
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import scipy.sparse
@@ -27,111 +29,24 @@ from ...core.labels import coded_labels, raw_labels
 from ...core.sparse_rows import DENSE_PRODUCT_DENSITY, as_float_rows, dense_enough, stack_rows
 from ...core.weights import BALANCED, class_weights_for, combined_weights
 from ...models import input_projection
-from ...selection.stopping import (exact_share, holdout_mask, holdout_values,
-                                   oversampled_share, validation_share)
+from ...selection.stopping import exact_share, oversampled_share, validation_share
 from ..frames import ordered_sum
-from ..io import Block, check_blocks
+from ..io import check_blocks
 from ..memory import executor_memory
 from ..partitioning import landmark_candidates_wanted, partition_blocks
 from ..session import PERSIST
 from .checkpoint import block_fingerprint, merge_fingerprints
 from .params import SODMParams
 from .plan import auto_level_count, check_levels_fit_rows
+from .prepare_tasks import (as_csr, class_counts, coded_block, column_stats, held_out_rows,
+                            kept_rows, moments, projected_block, sampled_rows, scaled_block)
 
+if TYPE_CHECKING:
+    from pyspark import RDD
 
-# --- task functions (module level: shipped to executors without driver state) ----------------
+    from ...models.expansion import InputMap
+    from ..frame_rdd import FrameRDD
 
-def _coded_block(block, classes):
-    """A block's raw labels coded: ±1 with ``classes[1]`` as +1, or class numbers 0..C-1
-    (float) in the order of ``classes`` (3+ classes)."""
-    return Block(block.X, coded_labels(block.y, classes), block.row_ids, _weights_of(block))
-
-
-def _weights_of(block):
-    """A block's row weights (a weight column's), or None."""
-    return block[3] if len(block) > 3 else None
-
-
-def _with_rows(block, X=None, rows=None):
-    """The block with features ``X`` (same rows), or only the rows ``rows`` (a mask)."""
-    weights = _weights_of(block)
-    if rows is None:
-        return Block(X, block[1], block[2], weights)
-    return Block(block[0][rows], block[1][rows], block[2][rows],
-                 None if weights is None else weights[rows])
-
-
-def _class_counts(block, n_classes):
-    """Rows per class of a coded block (±1 → [-1, +1], or class numbers), as floats."""
-    y = block[1]
-    index = (y > 0).astype(np.int64) if n_classes == 2 else y.astype(np.int64)
-    return np.bincount(index, minlength=n_classes).astype(np.float64)
-
-
-def _held_out_rows(block, seed, fraction, candidate_fraction):
-    """(X, ±1 y, hash values) of the rows of a (X, ±1 y, ids) block held out for validation,
-    a seeded sample of its other rows as landmark candidates (one pass for both), and the
-    held-out rows' weights (None without a weight column)."""
-    X, y, ids = block[:3]
-    weights = _weights_of(block)
-    values = holdout_values(ids, seed)
-    rows = values < fraction
-    held = X[rows]
-    kept = X[~rows]
-    candidates = kept[_block_draws(ids, seed, 7, kept.shape[0]) < candidate_fraction]
-    return held, y[rows], values[rows], candidates, None if weights is None else weights[rows]
-
-
-def _kept_rows(block, seed, fraction):
-    return _with_rows(block, rows=~holdout_mask(block[2], seed, fraction))
-
-
-def _moments(block):
-    """(rows, cells, Σx, Σx²) of a block, summed in float64 whatever the rows' dtype."""
-    X = block[0]
-    if scipy.sparse.issparse(X):
-        return np.array([X.shape[0], X.shape[0] * X.shape[1], X.sum(dtype=np.float64),
-                         X.multiply(X).sum(dtype=np.float64)])
-    return np.array([X.shape[0], X.size, X.sum(dtype=np.float64),
-                     np.einsum("ij,ij->", X, X, dtype=np.float64)])
-
-
-def _column_stats(block):
-    return ColumnStats(block[0])
-
-
-def _scaled(block, scaling):
-    """(X mapped by the feature scaling (offset, scale, columns) in its own float dtype, y,
-    ids): :func:`sodm_spark.core.column_stats.scale_rows`."""
-    return _with_rows(block, scale_rows(block[0], *scaling))
-
-
-def _projected(block, projection):
-    """(X mapped onto the fit's principal directions, in X's float dtype, y, ids)."""
-    return _with_rows(block, projection.projected(block[0]))
-
-
-def _block_draws(ids, seed, salt, n):
-    """``n`` uniform draws seeded by (seed, salt, the block's first row id): stable per block,
-    whatever the block layout."""
-    key = int(ids[0]) if ids.size else 0
-    return np.random.default_rng([seed, salt, key]).random(n)
-
-
-def _sampled_rows(block, seed, fraction):
-    """A seeded sample of a (X, y, ids) block's rows, the same whatever the block layout."""
-    X, _, ids = block[:3]
-    return X[_block_draws(ids, seed, 11, X.shape[0]) < fraction]
-
-
-def _as_csr(block):
-    """The block with CSR rows (dense ones converted: a fit with any sparse block is sparse)."""
-    X = block[0]
-    return _with_rows(block, X if scipy.sparse.issparse(X)
-                      else scipy.sparse.csr_matrix(X, dtype=np.float64))
-
-
-# --- driver -----------------------------------------------------------------------------------
 
 def checked_classes(blocks, n_features: int, with_rows: bool = False,
                     with_stats: bool = False, where=None):
@@ -152,7 +67,7 @@ def checked_classes(blocks, n_features: int, with_rows: bool = False,
 def row_count_and_variance(blocks) -> tuple[int, int, float]:
     """(rows, features, variance over all entries) of a Block RDD in one pass — what
     ``gamma="scale"`` needs, without collecting the data."""
-    n_rows, count, total, squares = ordered_sum(blocks, _moments, np.add)
+    n_rows, count, total, squares = ordered_sum(blocks, moments, np.add)
     n_rows = int(n_rows)
     return n_rows, int(round(count / n_rows)), float(squares / count - (total / count) ** 2)
 
@@ -161,11 +76,12 @@ def row_count_and_variance(blocks) -> tuple[int, int, float]:
 class PreparedData:
     """What every fit of the same rows shares (:func:`prepare_sodm`): the labelled training
     rows, the validation and test pairs, the resolved kernel and, once partitioned, the top
-    level's partitions. A hyperparameter search and the fit after it use one of these."""
+    level's partitions. A hyperparameter search and the fit after it use one of these. The
+    RDDs are FrameRDDs on Spark Connect, with the same operations (docs/design.md §6.1)."""
 
     params: SODMParams  # as given, with the levels resolved (``levels=None``: from the rows)
-    labelled: object  # RDD of (X, y, ids): ±1 y, or class numbers for 3+ classes
-    training: object  # the same without the held-out validation rows
+    labelled: RDD | FrameRDD  # of Blocks (X, y, ids): ±1 y, or class numbers for 3+ classes
+    training: RDD | FrameRDD  # the same without the held-out validation rows
     classes: np.ndarray
     kernel: Kernel
     n_rows: int  # training rows (validation rows excluded)
@@ -174,7 +90,7 @@ class PreparedData:
     test_pair: tuple | None
     started: float  # perf_counter when preparation began (the fit's clock)
     candidates: np.ndarray | None = None  # sampled rows for landmarks / k-means centers
-    parts: object = None  # RDD of the top level's partitions, once partitioned
+    parts: RDD | FrameRDD | None = None  # (key, Chunk) of the top level's partitions, once dealt
     sizes: np.ndarray | None = None
     partition_seconds: float = 0.0
     fingerprint: dict | None = None  # of all rows, for checkpoints (.checkpoint)
@@ -186,7 +102,7 @@ class PreparedData:
     # the scaled rows' principal directions the kernel takes instead of the features
     # (sodm_spark.models.input_projection; None: the features themselves); the training rows,
     # candidates, test and validation pairs are mapped, and the model stores it
-    projection: object = None
+    projection: InputMap | None = None
     input_map_report: dict | None = None  # the rule's figures (input_projection)
     # one weight per class in coded order (sodm_spark.core.weights), None: unweighted; the
     # partitions' duals, the search and the validation scores weight their rows by them
@@ -206,11 +122,32 @@ class PreparedData:
     def kernel_features(self) -> int:
         """Inputs of the kernel: the projection's components, else the features."""
         return self.n_features if self.projection is None else \
-            int(self.projection.components.shape[1])
+            _projected_width(self.projection)
 
     @property
     def multi(self) -> bool:
         return self.classes.size > 2
+
+
+class HeldOut(NamedTuple):
+    """The training rows once the validation slice is held out of them (docs/design.md §2.7)."""
+
+    training: RDD | FrameRDD  # the labelled rows without the slice
+    validation_pair: tuple | None  # (X, raw y) of the slice; None: none held out
+    row_weights: np.ndarray | None  # the slice's weight column
+    candidates: np.ndarray | None  # landmark candidates, sampled in the same pass
+    stats: ColumnStats  # of the training rows
+
+
+class KernelInputs(NamedTuple):
+    """The training rows as the kernel takes them (docs/design.md §6, step 3; §2.8)."""
+
+    training: RDD | FrameRDD  # CSR if any block was, scaled, mapped onto the input map
+    candidates: np.ndarray | None  # the landmark candidates, mapped alike
+    scaling: tuple | None  # (offset, scale, columns) of the feature scaling, or None
+    kernel: Kernel  # with γ resolved on the scaled rows
+    projection: InputMap | None  # the input map, or None
+    input_map_report: dict | None  # the input map's rule (None: not tried)
 
 
 def prepare_sodm(sc, blocks, params: SODMParams, classes, test=None, validation=None,
@@ -226,80 +163,130 @@ def prepare_sodm(sc, blocks, params: SODMParams, classes, test=None, validation=
     (default: automatic stopping has more than one level to choose between).
     """
     started = time.perf_counter()
+    classes = _fit_classes(classes)
+    labelled = blocks.map(lambda b: coded_block(b, classes))
+    if not blocks.is_cached:  # several passes follow: parse the input once
+        labelled.persist(PERSIST)
+    stats, data_fingerprint = _first_pass(labelled, fingerprint)
+    params = _with_levels(sc, params, stats)
+    assert params.levels is not None  # _with_levels resolves levels=None from the rows
+    check_levels_fit_rows(stats.n, params.p, params.levels)
+    if hold_out is None:  # one level to solve leaves nothing to choose between
+        hold_out = params.auto_stop and params.levels > params.stop_level
+    held = HeldOut(labelled, validation, None, None, stats)
+    if validation is None and hold_out:
+        held = _held_out(sc, labelled, params, classes, stats)
+    # enough rows in all, maybe too few once the validation rows are out
+    check_levels_fit_rows(held.stats.n, params.p, params.levels,
+                          held_out=stats.n - held.stats.n)
+    inputs = _kernel_inputs(sc, held, params)
+    stats, projection = held.stats, inputs.projection
+    prepared = PreparedData(
+        params=params, labelled=labelled, training=inputs.training, classes=classes,
+        kernel=inputs.kernel, class_weights=_class_weights(inputs.training, params, classes),
+        validation_row_weights=held.row_weights, n_rows=stats.n, n_features=stats.d,
+        started=started, candidates=inputs.candidates, fingerprint=data_fingerprint,
+        scaling=inputs.scaling,
+        row_width=row_width(stats) if projection is None else _projected_width(projection),
+        sparse=stats.sparse and projection is None, projection=projection,
+        input_map_report=inputs.input_map_report,
+        test_pair=None if test is None else _plus_minus(test, classes, stats.d, "test",
+                                                        inputs.scaling, projection),
+        validation_pair=None if held.validation_pair is None else _plus_minus(
+            held.validation_pair, classes, stats.d, "validation", inputs.scaling, projection))
+    if partition:
+        partition_prepared(sc, prepared, params)
+    return prepared
+
+
+def _fit_classes(classes) -> np.ndarray:
+    """The label values a fit codes, checked: at least two; 3+ sorted, as class numbers
+    follow them."""
     classes = np.asarray(classes)
     if classes.size < 2:
         raise ValueError(f"SODM needs at least two classes; the labels hold {classes.size} "
                          f"class ({', '.join(map(str, classes[:10]))}): check the label "
                          "column.")
-    multi = classes.size > 2
-    if multi:
-        classes = np.unique(classes)  # class numbers follow the sorted labels
-    labelled = blocks.map(lambda b: _coded_block(b, classes))
-    if not blocks.is_cached:  # several passes follow: parse the input once
-        labelled.persist(PERSIST)
-    if fingerprint:  # the same pass hashes the rows for the checkpoint
-        stats, data_fingerprint = ordered_sum(
-            labelled, lambda b: (_column_stats(b), block_fingerprint(b)),
-            lambda a, b: (ColumnStats.merge(a[0], b[0]), merge_fingerprints(a[1], b[1])))
-    else:
-        stats, data_fingerprint = ordered_sum(labelled, _column_stats, ColumnStats.merge), None
-    n_all = stats.n
-    if params.levels is None:  # from the rows: their number, width and the memory
-        levels = auto_level_count(n_all, params.p, row_width(stats),
-                                  executor_memory(sc, params.memory_mb, params.device), params)
-        params = replace(params, levels=levels, stop_level=min(params.stop_level, levels))
-    n_partitions = params.p ** params.levels
-    check_levels_fit_rows(n_all, params.p, params.levels)
-    if hold_out is None:  # one level to solve leaves nothing to choose between
-        hold_out = params.auto_stop and params.levels > params.stop_level
-    training, validation_pair, candidates = labelled, validation, None
-    validation_row_weights = None  # a weight column's, of held-out rows
-    if validation is None and hold_out:
-        fraction = validation_share(params.validation_fraction, params.validation_max_rows,
-                                    n_all)
-        seed = params.seed
-        wanted = landmark_candidates_wanted(params.partitioner, params.strata, n_all,
-                                            params.p ** params.levels,
-                                            params.landmark_candidates)
-        candidate_fraction = min(1.0, 1.2 * wanted / n_all)
-        sc.setJobDescription("SODM: hold out the validation rows, sample landmark candidates")
-        drawn = oversampled_share(fraction, params.validation_max_rows, n_all)
-        pieces = labelled.map(
-            lambda b: _held_out_rows(b, seed, drawn, candidate_fraction)).collect()
-        X_val = stack_rows([piece[0] for piece in pieces])
-        y_val = np.concatenate([piece[1] for piece in pieces])
-        values = np.concatenate([piece[2] for piece in pieces])
-        w_val = None if all(piece[4] is None for piece in pieces) else \
-            np.concatenate([piece[4] for piece in pieces])
-        if drawn > fraction:  # trimmed to exactly validation_max_rows rows
-            fraction = exact_share(values, params.validation_max_rows, drawn)
-            X_val, y_val = X_val[values < fraction], y_val[values < fraction]
-            w_val = None if w_val is None else w_val[values < fraction]
-        if 0 < X_val.shape[0] < n_all:
-            validation_pair = (X_val, raw_labels(y_val, classes))
-            validation_row_weights = w_val
-            stats = stats.without(X_val)
-            training = labelled.map(lambda b: _kept_rows(b, seed, fraction))
-            candidates = stack_rows([piece[3] for piece in pieces]) if wanted else None
-    n_rows = stats.n
-    # enough rows in all, maybe too few once the validation rows are out
-    check_levels_fit_rows(n_rows, params.p, params.levels, held_out=n_all - n_rows)
-    n_features = stats.d
+    return np.unique(classes) if classes.size > 2 else classes
+
+
+def _first_pass(labelled, fingerprint: bool) -> tuple[ColumnStats, dict | None]:
+    """(the rows' column statistics, their fingerprint for checkpoints or None) in one pass."""
+    if not fingerprint:
+        return ordered_sum(labelled, column_stats, ColumnStats.merge), None
+    return ordered_sum(labelled, lambda b: (column_stats(b), block_fingerprint(b)),
+                       lambda a, b: (ColumnStats.merge(a[0], b[0]),
+                                     merge_fingerprints(a[1], b[1])))
+
+
+def _with_levels(sc, params: SODMParams, stats: ColumnStats) -> SODMParams:
+    """``params`` with the level count resolved: as given, or (``levels=None``) from the rows'
+    number, width and the memory (docs/design.md §2.7)."""
+    if params.levels is not None:
+        return params
+    # row_width is a float for sparse rows (their memory width), which auto_level_count
+    # compares and charges like a width; its ``n_features: int`` annotation is too narrow
+    levels = auto_level_count(stats.n, params.p, row_width(stats),
+                              executor_memory(sc, params.memory_mb, params.device), params)
+    return replace(params, levels=levels, stop_level=min(params.stop_level, levels))
+
+
+def _held_out(sc, labelled, params: SODMParams, classes, stats: ColumnStats) -> HeldOut:
+    """The validation slice held out by a seeded hash of the row id (docs/design.md §2.7),
+    and the landmark candidates sampled in the same pass; no slice when it would hold no row
+    or every row."""
+    n_all, seed = stats.n, params.seed
+    assert params.levels is not None  # resolved (_with_levels) before the slice is held out
+    share = validation_share(params.validation_fraction, params.validation_max_rows, n_all)
+    wanted = landmark_candidates_wanted(params.partitioner, params.strata, n_all,
+                                        params.p ** params.levels, params.landmark_candidates)
+    candidate_share = min(1.0, 1.2 * wanted / n_all)
+    sc.setJobDescription("SODM: hold out the validation rows, sample landmark candidates")
+    drawn = oversampled_share(share, params.validation_max_rows, n_all)
+    pieces = labelled.map(lambda b: held_out_rows(b, seed, drawn, candidate_share)).collect()
+    X_val, y_val, w_val, share = _trimmed_slice(pieces, share, drawn,
+                                                params.validation_max_rows)
+    if not 0 < X_val.shape[0] < n_all:
+        return HeldOut(labelled, None, None, None, stats)
+    return HeldOut(training=labelled.map(lambda b: kept_rows(b, seed, share)),
+                   validation_pair=(X_val, raw_labels(y_val, classes)), row_weights=w_val,
+                   candidates=stack_rows([piece[3] for piece in pieces]) if wanted else None,
+                   stats=stats.without(X_val))
+
+
+def _trimmed_slice(pieces, share: float, drawn: float, max_rows: int):
+    """(X, coded y, weights or None, the share held out) of the slice the blocks' ``pieces``
+    hold: ``drawn`` oversamples ``share`` when the slice is capped, and the rows of least hash
+    value are kept, exactly ``max_rows`` of them."""
+    X_val = stack_rows([piece[0] for piece in pieces])
+    y_val = np.concatenate([piece[1] for piece in pieces])
+    values = np.concatenate([piece[2] for piece in pieces])
+    w_val = None if all(piece[4] is None for piece in pieces) else \
+        np.concatenate([piece[4] for piece in pieces])
+    if drawn > share:  # trimmed to exactly max_rows rows
+        share = exact_share(values, max_rows, drawn)
+        kept = values < share
+        X_val, y_val = X_val[kept], y_val[kept]
+        w_val = None if w_val is None else w_val[kept]
+    return X_val, y_val, w_val, share
+
+
+def _kernel_inputs(sc, held: HeldOut, params: SODMParams) -> KernelInputs:
+    """The training rows and candidates as the kernel takes them: all CSR if any block is,
+    scaled per column (``params.scale``), γ resolved on the scaled rows, then mapped onto the
+    input map where its rule holds (docs/design.md §2.8)."""
+    training, candidates, stats = held.training, held.candidates, held.stats
     if stats.sparse:  # any CSR block: every block CSR, so that partitions stack alike
-        training = training.map(_as_csr)
-        if params.partitioner in ("kmeans", "dip"):
-            raise SettingsError(
-                f"partitioner {params.partitioner!r} clusters rows by k-means, whose centres "
-                f"of sparse rows are dense vectors of all {n_features:,} features; use "
-                "'stratified' (its landmarks are rows, kept sparse), 'random' or 'cascade'.")
+        _check_sparse_partitioner(params.partitioner, stats.d)
+        training = training.map(as_csr)
     scaling = None
     if params.scale == "minmax" and params.kernel != "linear":
         scaling = stats.scaling()  # min-max, or max-abs for sparse rows
-        training = training.map(lambda b: _scaled(b, scaling))
+        training = training.map(lambda b: scaled_block(b, scaling))
         if candidates is not None:
             candidates = scale_rows(candidates, *scaling)
     gamma = 1.0 if params.kernel == "linear" else gamma_value(
-        params.gamma, n_features, stats.variance(*(scaling[:2] if scaling else (None, None))))
+        params.gamma, stats.d, stats.variance(*(scaling[:2] if scaling else (None, None))))
     kernel = Kernel.create(params.kernel, gamma, params.degree, params.coef0,
                            offset=params.kernel_offset)
     projection, input_map_report = None, None
@@ -307,30 +294,32 @@ def prepare_sodm(sc, blocks, params: SODMParams, classes, test=None, validation=
         projection, input_map_report = _input_map(sc, training, candidates, stats, kernel,
                                                   params.seed)
     if projection is not None:
-        training = training.map(lambda b: _projected(b, projection))
+        training = training.map(lambda b: projected_block(b, projection))
         if candidates is not None:
             candidates = projection.projected(candidates)
-    class_weights = None
-    if params.class_weight is not None:  # 'balanced' counts the training rows of each class
-        n_classes = classes.size
-        counts = None if params.class_weight != BALANCED else \
-            ordered_sum(training, lambda b: _class_counts(b, n_classes), np.add)
-        class_weights = tuple(class_weights_for(params.class_weight, classes, counts).tolist())
-    prepared = PreparedData(
-        params=params, labelled=labelled, training=training, classes=classes, kernel=kernel,
-        class_weights=class_weights, validation_row_weights=validation_row_weights,
-        n_rows=n_rows, n_features=n_features, started=started, candidates=candidates,
-        fingerprint=data_fingerprint, scaling=scaling,
-        row_width=row_width(stats) if projection is None else projection.components.shape[1],
-        sparse=stats.sparse and projection is None, projection=projection,
-        input_map_report=input_map_report,
-        test_pair=None if test is None else _plus_minus(test, classes, n_features, "test",
-                                                        scaling, projection),
-        validation_pair=None if validation_pair is None else _plus_minus(
-            validation_pair, classes, n_features, "validation", scaling, projection))
-    if partition:
-        partition_prepared(sc, prepared, params)
-    return prepared
+    return KernelInputs(training, candidates, scaling, kernel, projection, input_map_report)
+
+
+def _check_sparse_partitioner(partitioner: str, n_features: int) -> None:
+    """Refuse the k-means partitioners for CSR rows (docs/design.md §2.3)."""
+    if partitioner in ("kmeans", "dip"):
+        raise SettingsError(
+            f"partitioner {partitioner!r} clusters rows by k-means, whose centres "
+            f"of sparse rows are dense vectors of all {n_features:,} features; use "
+            "'stratified' (its landmarks are rows, kept sparse), 'random' or 'cascade'.")
+
+
+def _class_weights(training, params: SODMParams, classes) -> tuple | None:
+    """One weight per class in coded order (sodm_spark.core.weights), or None: 'balanced'
+    counts the training rows of each class."""
+    if params.class_weight is None:
+        return None
+    n_classes = classes.size
+    counts = None if params.class_weight != BALANCED else \
+        ordered_sum(training, lambda b: class_counts(b, n_classes), np.add)
+    weights = class_weights_for(params.class_weight, classes, counts)
+    assert weights is not None  # a class weight other than None gives one per class
+    return tuple(weights.tolist())
 
 
 def _input_map(sc, training, candidates, stats: ColumnStats, kernel, seed: int):
@@ -340,15 +329,18 @@ def _input_map(sc, training, candidates, stats: ColumnStats, kernel, seed: int):
     them, else one sampling pass. CSR rows full enough to be multiplied as dense rows
     (LIBSVM pixels) are mapped too, and come out dense; no report for other CSR rows, another
     kernel or fewer than ``MIN_FEATURES`` features (nothing was tried)."""
-    mostly_full = not stats.sparse or dense_enough(int(stats.stored.sum()), stats.n, stats.d,
-                                                   DENSE_PRODUCT_DENSITY)
+    mostly_full = True
+    if stats.sparse:
+        assert stats.stored is not None  # sparse statistics count each column's stored values
+        mostly_full = dense_enough(int(stats.stored.sum()), stats.n, stats.d,
+                                   DENSE_PRODUCT_DENSITY)
     if not mostly_full or kernel.name != "rbf" or stats.d < input_projection.MIN_FEATURES:
         return None, None
     sample, wanted = candidates, input_projection.SAMPLE_ROWS
     if sample is None or sample.shape[0] < wanted // 2:
         sc.setJobDescription("SODM: sample rows for the input map")
         share = min(1.0, 1.1 * wanted / stats.n)
-        sample = stack_rows(training.map(lambda b: _sampled_rows(b, seed, share)).collect())
+        sample = stack_rows(training.map(lambda b: sampled_rows(b, seed, share)).collect())
     if sample.shape[0] > wanted:
         sample = sample[np.sort(np.random.default_rng([seed, 11]).choice(
             sample.shape[0], wanted, replace=False))]
@@ -358,6 +350,7 @@ def _input_map(sc, training, candidates, stats: ColumnStats, kernel, seed: int):
 
 def partition_prepared(sc, prepared: PreparedData, params: SODMParams) -> None:
     """Deal the prepared training rows into the top level's partitions (in place)."""
+    assert params.levels is not None  # prepare_sodm resolves the levels before dealing rows
     n_partitions = params.p ** params.levels
     sc.setJobDescription(f"SODM partition: {params.partitioner} into {n_partitions}")
     prepared.parts, _, prepared.sizes = partition_blocks(
@@ -373,7 +366,15 @@ def row_width(stats: ColumnStats) -> int | float:
     float: :func:`sodm_spark.spark.memory.rows_text` tells them apart)."""
     if not stats.sparse:
         return int(stats.d)
+    assert stats.stored is not None  # sparse statistics count each column's stored values
     return 1.5 * float(stats.stored.sum()) / max(1, stats.n) + 1.0
+
+
+def _projected_width(projection: InputMap) -> int:
+    """Inputs of the kernel under a fit's input map: its components' count."""
+    # input_projection's maps always project, so a fit's InputMap has components
+    assert projection.components is not None
+    return int(projection.components.shape[1])
 
 
 def _plus_minus(pair, classes, n_features, what, scaling=None, projection=None):

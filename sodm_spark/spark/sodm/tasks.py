@@ -92,7 +92,7 @@ class PartitionStats:
     fit_rows: np.ndarray | None = None
     fit_scores: np.ndarray | None = None
     fit_support: np.ndarray | None = None
-    fit_X: object = None  # float32 rows or CSR
+    fit_X: object = None  # the rows themselves, dense or CSR
 
     def __getitem__(self, name: str):
         """A field by its name: these records were dicts before they were typed, and readers
