@@ -195,3 +195,10 @@ def namespace_of(*arrays: Array) -> ModuleType:
     import array_api_compat
 
     return array_api_compat.array_namespace(*arrays)
+
+
+def device_of(array: Array) -> object:
+    """The device ``array`` lives on, to create the arrays that meet it there."""
+    import array_api_compat
+
+    return array_api_compat.device(array)

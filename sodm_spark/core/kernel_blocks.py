@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy.typing as npt
 
-from .array_namespace import Array, ArrayDevice, DType
+from . import kernels
+from .array_namespace import Array, ArrayDevice, DType, device_of
 from .kernels import Kernel
 
 #: Rows of one block are sized so that its scratch (the products and one temporary of the
@@ -27,8 +28,10 @@ LAPLACIAN_BLOCK_BYTES = 1 << 27
 
 
 def rows_per_block(n_columns: int, itemsize: int, block_bytes: int = BLOCK_BYTES) -> int:
-    """Rows of a kernel block of ``n_columns`` entries within ``block_bytes`` (at least 1)."""
-    return max(1, block_bytes // max(1, 2 * n_columns * itemsize))
+    """Rows of a kernel block of ``n_columns`` entries within ``block_bytes`` (at least 1),
+    the block and its one temporary counted: :func:`.kernels.rows_per_block` of twice the
+    entry."""
+    return kernels.rows_per_block(n_columns, 2 * itemsize, block_bytes / 2**20)
 
 
 def squared_norms(xp: ModuleType, X: Array) -> Array:
@@ -69,7 +72,7 @@ def kernel_matrix(device: ArrayDevice, kernel: Kernel, X: Array, Z: Array | None
     X = device.asarray(X, dtype=dtype)
     Z = X if Z is None else device.asarray(Z, dtype=dtype)
     z_sq = squared_norms(xp, Z)
-    out = xp.empty((X.shape[0], Z.shape[0]), dtype=dtype, device=_device_of(xp, X))
+    out = xp.empty((X.shape[0], Z.shape[0]), dtype=dtype, device=device_of(X))
     step = rows_per_block(Z.shape[0], 8, block_bytes)
     for start in range(0, X.shape[0], step):
         rows = X[start:min(start + step, X.shape[0]), :]
@@ -101,9 +104,3 @@ def decision_values(device: ArrayDevice, kernel: Kernel, X: Array, support_vecto
         block = xp.astype(kernel_block(xp, kernel, rows, SV, z_sq=sv_sq), xp.float64)
         result[start:start + rows.shape[0], ...] = device.to_numpy(block @ coef)
     return result
-
-
-def _device_of(xp: ModuleType, array: Array) -> object:
-    import array_api_compat
-
-    return array_api_compat.device(array)

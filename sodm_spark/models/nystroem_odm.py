@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..core.array_namespace import Array, ArrayDevice, namespace_of
+from ..core.array_namespace import Array, ArrayDevice, device_of, namespace_of
 from ..core.kernel_blocks import BLOCK_BYTES, kernel_block, squared_norms
 from ..core.kernels import Kernel
 
@@ -53,13 +53,6 @@ EIGENVALUE_CUTOFF = 1e-10
 LINE_STEPS = (1.0, 0.5, 0.25, 0.125, 0.0625, 0.03125, 0.0)
 #: Newton steps at most, and the relative decrease of F below which the fit stops.
 MAX_STEPS, RELATIVE_DECREASE = 30, 1e-7
-
-
-def _where(array):
-    """The device ``array`` lives on, to create the arrays that meet it there."""
-    import array_api_compat
-
-    return array_api_compat.device(array)
 
 
 def _float64(xp, values, where):
@@ -83,7 +76,7 @@ def centre_basis(kernel: Kernel, centres, cutoff: float = EIGENVALUE_CUTOFF) -> 
     if getattr(centres, "ndim", None) != 2 or centres.shape[0] == 0:
         raise ValueError("the Nyström ODM needs at least one centre (a 2-D array of rows).")
     xp = namespace_of(centres)
-    centres = _float64(xp, centres, _where(centres))
+    centres = _float64(xp, centres, device_of(centres))
     values, vectors = xp.linalg.eigh(kernel_block(xp, kernel, centres, centres))
     m = values.shape[0]
     # ascending eigenvalues: the kept ones are the last columns (a slice, not a mask, since
@@ -138,7 +131,7 @@ def pass_sums(kernel: Kernel, centres, X, y, coef, direction, steps, theta: floa
     that the normal matrix's small eigen-directions are resolved whatever the kernel's
     dtype: the losses and the normal matrix then describe one and the same rounded kernel."""
     xp = namespace_of(X)
-    where = _where(X)
+    where = device_of(X)
     dtype = xp.float64 if kernel_dtype is None else kernel_dtype
     lengths = [float(step) for step in steps]
     last = len(lengths) - 1
@@ -200,7 +193,7 @@ def newton_jump(basis: CentreBasis, sums: PassSums, weight: float):
     xp = namespace_of(transform)
     rank = transform.shape[1]
     lhs = 2.0 * weight * (transform.T @ sums.normal @ transform) + \
-        xp.eye(rank, dtype=xp.float64, device=_where(transform))
+        xp.eye(rank, dtype=xp.float64, device=device_of(transform))
     rhs = 2.0 * weight * (transform.T @ sums.target)
     # the matrix is symmetric with eigenvalues >= 1: a general solve (the standard has no
     # triangular solve for a Cholesky factor) is as accurate, at twice the m³/3 of Cholesky
@@ -217,7 +210,7 @@ def span_start(basis: CentreBasis, values, weight: float):
     transform = basis.transform
     xp = namespace_of(transform)
     twice = 2.0 * weight * basis.eigenvalues
-    return twice * (transform.T @ _float64(xp, values, _where(transform))) / (1.0 + twice)
+    return twice * (transform.T @ _float64(xp, values, device_of(transform))) / (1.0 + twice)
 
 
 @dataclass
@@ -246,7 +239,7 @@ def fit(basis: CentreBasis, run_pass, lam: float, theta: float, v: float, n_rows
     the labels times 1−θ. ``on_step(step, objective, passes)`` is called after each step."""
     weight = loss_weight(lam, theta, n_rows)
     transform = basis.transform
-    xp, where = namespace_of(transform), _where(transform)
+    xp, where = namespace_of(transform), device_of(transform)
     w = xp.zeros(transform.shape[1], dtype=xp.float64, device=where)
     zero = xp.zeros(transform.shape[0], dtype=xp.float64, device=where)
     origin = "zero"
@@ -357,7 +350,7 @@ def objective(kernel: Kernel, centres, coef, X, y, lam: float, theta: float,
     """F(α) of the module docstring on rows ``X`` (M = their count), evaluated directly, in
     ``X``'s namespace: for tests and reports."""
     xp = namespace_of(X)
-    where = _where(X)
+    where = device_of(X)
     centres, coef = _float64(xp, centres, where), _float64(xp, coef, where)
     gram = kernel_block(xp, kernel, centres, centres)
     sums = pass_sums(kernel, centres, X, y, coef, xp.zeros_like(coef), (0.0,), theta, v)

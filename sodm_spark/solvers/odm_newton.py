@@ -39,7 +39,7 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from ..core.array_namespace import Array, ArrayDevice
+from ..core.array_namespace import Array, ArrayDevice, device_of
 from ..core.validation import check_odm_params
 
 #: Eigenvalues of the sampled block below this share of the largest are dropped (K_JJ is
@@ -164,7 +164,7 @@ class NystromPreconditioner:
         self.xp = xp
         rng = np.random.default_rng(seed)
         picked = np.sort(rng.choice(m, size=min(rank, m), replace=False))
-        index = xp.asarray(picked, device=_device(Q.y))
+        index = xp.asarray(picked, device=device_of(Q.y))
         columns = Q.columns(index)  # Q[:, J]
         values, vectors = xp.linalg.eigh(xp.take(columns, index, axis=0))
         keep = values > EIGENVALUE_CUTOFF * float(xp.max(values))
@@ -293,7 +293,7 @@ def _newton_change(xp: ModuleType, Q: SignedKernel, solver: Array | NystromPreco
     else:
         m = u.shape[0]
         system = scale[:, None] * solver * scale[None, :] + xp.eye(m, dtype=xp.float64,
-                                                                  device=_device(u))
+                                                                  device=device_of(u))
         change = xp.linalg.solve(system, (scale * residual)[:, None])[:, 0]
     return scale * change - leaving
 
@@ -322,7 +322,7 @@ def solve_odm_newton(device: ArrayDevice, K: Array, y: npt.ArrayLike, lam: float
     band = _band(device, m, lam, theta, v, weights)
     y_dev = device.asarray(np.asarray(y, dtype=np.float64), dtype=xp.float64)
     Q = SignedKernel(xp, K, y_dev)
-    gamma = (xp.zeros(m, dtype=xp.float64, device=_device(y_dev)) if gamma0 is None
+    gamma = (xp.zeros(m, dtype=xp.float64, device=device_of(y_dev)) if gamma0 is None
              else device.asarray(np.asarray(gamma0, dtype=np.float64), dtype=xp.float64))
     u, u_is_exact = (Q.exact(gamma) if gamma0 is not None else xp.zeros_like(gamma)), True
     # a small problem's systems are solved directly: an m×m solve costs less than building
@@ -362,9 +362,3 @@ def solve_odm_newton(device: ArrayDevice, K: Array, y: npt.ArrayLike, lam: float
     return NewtonResult(gamma_np, u_np, objective, len(history), violation,
                         violation <= settings.violation_tol, history=history,
                         cg_iterations=Q.products, storage=str(K.dtype).rsplit(".", 1)[-1])
-
-
-def _device(array: Array) -> object:
-    import array_api_compat
-
-    return array_api_compat.device(array)
