@@ -30,8 +30,8 @@ def device_kernel(device: ArrayDevice, X, kernel, dtype: str, kernel_values=None
     if free is not None and needed > KERNEL_SHARE * free:
         raise ResourceError(
             f"a local problem of {m:,} rows needs its {needed / 2**30:.1f} GiB kernel matrix "
-            f"on the GPU, which has {free / 2**30:.1f} GiB free; use more partitions (a higher "
-            f"--start-level or --partitions), or --device cpu")
+            f"on the GPU, which has {free / 2**30:.1f} GiB free; use more, smaller partitions (a "
+            f"higher --levels, or a --stop-level above this level), or --device cpu")
     if kernel_values is not None:
         return device.asarray(np.asarray(kernel_values), dtype=dtype)
     rows = X.toarray() if scipy.sparse.issparse(X) else np.asarray(X)
