@@ -22,6 +22,7 @@ from threadpoolctl import threadpool_limits
 from sodm_spark.core.kernels import Kernel, resolve_gamma
 from sodm_spark.data.datasets import load_fashion_mnist
 from sodm_spark.solvers import solve_odm_dual
+from sodm_spark.solvers.dcd_settings import DCDSettings, ODMHyperparameters
 
 
 def warm_start(X, y, kernel, args, children=None):
@@ -31,8 +32,9 @@ def warm_start(X, y, kernel, args, children=None):
     gamma = np.zeros(X.shape[0])
     for child in range(children):
         rows = np.arange(child, X.shape[0], children)
-        gamma[rows] = solve_odm_dual(X[rows], y[rows], kernel, args.lam, args.theta, args.v,
-                                     violation_tol=args.tol).gamma
+        gamma[rows] = solve_odm_dual(X[rows], y[rows], kernel,
+                                     ODMHyperparameters(args.lam, args.theta, args.v),
+                                     settings=DCDSettings(violation_tol=args.tol)).gamma
     return gamma / children
 
 
@@ -70,9 +72,12 @@ def main() -> None:
             seconds, result = [], None
             for _ in range(args.repeats):
                 start = time.perf_counter()
-                result = solve_odm_dual(X, y, kernel, args.lam, args.theta, args.v,
-                                        violation_tol=args.tol, gamma0=gamma0, mode=mode,
-                                        cache_mb=cache_mb, block_size=args.block_size)
+                result = solve_odm_dual(X, y, kernel,
+                                        ODMHyperparameters(args.lam, args.theta, args.v),
+                                        settings=DCDSettings(violation_tol=args.tol, mode=mode,
+                                                             cache_mb=cache_mb,
+                                                             block_size=args.block_size),
+                                        gamma0=gamma0)
                 seconds.append(time.perf_counter() - start)
             median = statistics.median(seconds)
             if reference is None:

@@ -43,7 +43,9 @@ from sodm_spark.data.flights import load_flights
 from sodm_spark.estimators.probability import out_of_fold_scores
 from sodm_spark.models.calibration import fit_calibration
 
-ODM_SETTINGS = dict(kernel="rbf", gamma="scale", lam=1e5, theta=0.1, v=0.2)
+# the settings docs/benchmarks.md's figures were measured with (tol 1e-3: before the
+# estimator's default became the levels' 1e-2)
+ODM_SETTINGS = dict(kernel="rbf", gamma="scale", lam=1e5, theta=0.1, v=0.2, tol=1e-3)
 LATE_MINUTES = 30  # 16.1% of the flights that arrived: a task of at most a fifth positives
 MODELS = ("ODM sigmoid", "ODM isotonic", "SVC (Platt)")
 TASKS = ("fashion-mnist", "flights")

@@ -24,7 +24,8 @@ from sklearn.datasets import dump_svmlight_file
 
 from sodm_spark.data.datasets import make_linear
 from sodm_spark.solvers.odm_primal import newton_primal
-from sodm_spark.solvers.svrg import primal_objective, svrg
+from sodm_spark.solvers.dcd_settings import ODMHyperparameters
+from sodm_spark.solvers.svrg import SVRGSchedule, primal_objective, svrg
 from sodm_spark.spark.dsvrg.fit import DSVRGParams, fit_dsvrg
 from sodm_spark.spark.io import dataframe_to_blocks, read_blocks, read_libsvm_local
 from sodm_spark.spark.session import get_session
@@ -142,8 +143,8 @@ def main() -> None:
     exact = newton_primal(X, y, args.lam, args.theta, args.v)
     exact_seconds = time.perf_counter() - start
     start = time.perf_counter()
-    single = svrg(X, y, args.lam, args.theta, args.v, epochs=args.epochs,
-                  relative_change_tol=1e-9)
+    single = svrg(X, y, ODMHyperparameters(args.lam, args.theta, args.v),
+                  SVRGSchedule(epochs=args.epochs, relative_change_tol=1e-9))
     single_seconds = time.perf_counter() - start
 
     def accuracy(w, b=0.0):

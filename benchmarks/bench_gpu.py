@@ -33,12 +33,12 @@ from sodm_spark.core.kernels import Kernel  # noqa: E402
 from sodm_spark.data.big_data import DEFORM_CHUNK, deformed_fashion_mnist  # noqa: E402
 from sodm_spark.data.datasets import FASHION_MNIST_DIR, load_fashion_mnist  # noqa: E402
 from sodm_spark.models.input_projection import fit_input_projection  # noqa: E402
-from sodm_spark.models.nystroem_odm import fit_on_device  # noqa: E402
+from sodm_spark.models.nystroem_odm import NystroemFit, fit_on_device  # noqa: E402
 from sodm_spark.partition.landmarks import select_landmarks  # noqa: E402
 from sodm_spark.partition.strata import nearest_landmark  # noqa: E402
 from sodm_spark.selection.tuning import (DEFAULT_SEARCH_GRID_TEXT, DEFAULT_SEARCH_POINT,  # noqa: E402
                                          MAX_SEARCH_TOL, SEARCH_PARTITION_ROWS,
-                                         SEARCH_TOL_FACTOR, ParamGrid, choose_point,
+                                         SEARCH_TOL_FACTOR, ParamGrid, PointSolve, choose_point,
                                          search_partition, search_pieces, search_sample,
                                          search_subsets)
 from sodm_spark.solvers.odm_newton import NewtonSettings, solve_odm_newton  # noqa: E402
@@ -64,8 +64,9 @@ def search(args, device, kernel, X_host, y, partition, X_val, y_val):
                                                        args.seed, key)):
             points, share, _ = search_partition(
                 X_host[rows[subset]], y[rows[subset]], X_val, kernel, grid,
-                violation_tol=min(MAX_SEARCH_TOL, SEARCH_TOL_FACTOR * args.tol),
-                seed=[args.seed, key, number], device=args.device)
+                seed=[args.seed, key, number],
+                solving=PointSolve(min(MAX_SEARCH_TOL, SEARCH_TOL_FACTOR * args.tol),
+                                   device=args.device))
             scores = share if scores is None else scores + share
     judged = [np.where(row >= 0, 1.0, -1.0) == y_val for row in scores]
     default = next(i for i, point in enumerate(points) if point == DEFAULT_SEARCH_POINT)
@@ -187,11 +188,14 @@ def main(argv=None):
 
     if args.compare_cpu:
         from sodm_spark.solvers.odm_dcd import solve_odm_dual
+        from sodm_spark.solvers.dcd_settings import DCDSettings, ODMHyperparameters
 
         rows = np.flatnonzero(partition == 0)
         compare_started = cpu_started = time.perf_counter()
-        numba_run = solve_odm_dual(X_host[rows], y[rows], kernel, lam, THETA, V,
-                                   violation_tol=args.tol, seed=[args.seed, args.start_level, 0])
+        numba_run = solve_odm_dual(X_host[rows], y[rows], kernel,
+                                   ODMHyperparameters(lam, THETA, V),
+                                   settings=DCDSettings(violation_tol=args.tol),
+                                   seed=[args.seed, args.start_level, 0])
         cpu_seconds = time.perf_counter() - cpu_started
         gpu_started = time.perf_counter()
         K = kernel_matrix(device, kernel, xp.take(X_dev, device.asarray(rows), axis=0))
@@ -242,7 +246,8 @@ def main(argv=None):
             X_host.shape[0], args.global_centres, replace=False))
         centres = X_host[picked]
         start_values = decision_values(device, kernel, centres, X_host, gamma * y)
-        alpha, report = fit_on_device(device, kernel, centres, X_dev, y, lam, THETA, V,
+        alpha, report = fit_on_device(device, kernel, centres, X_dev, y,
+                                      NystroemFit(lam, THETA, V),
                                       start_values=start_values / n_level_partitions)
         started = clock("global step", started, centres=args.global_centres,
                         passes=getattr(report, "passes", None))

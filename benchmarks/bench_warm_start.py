@@ -22,6 +22,7 @@ import numpy as np
 from sodm_spark.core.column_stats import ColumnStats
 from sodm_spark.core.kernels import Kernel
 from sodm_spark.solvers import solve_odm_dual
+from sodm_spark.solvers.dcd_settings import DCDSettings, ODMHyperparameters
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_at_scale import data_dir, load_rows  # noqa: E402
@@ -52,8 +53,8 @@ def main(argv=None):
         started = time.perf_counter()
         gamma0 = None if parts == 1 else warm_start(X, y, kernel, args, parts)
         children, started = time.perf_counter() - started, time.perf_counter()
-        result = solve_odm_dual(X, y, kernel, args.lam, args.theta, args.v, violation_tol=args.tol,
-                                gamma0=gamma0)
+        result = solve_odm_dual(X, y, kernel, ODMHyperparameters(args.lam, args.theta, args.v),
+                                settings=DCDSettings(violation_tol=args.tol), gamma0=gamma0)
         print(f"{name:<34}{children:>11.1f}{time.perf_counter() - started:>9.1f}"
               f"{result.n_sweeps:>8}{result.objective:>14.1f}", flush=True)
 

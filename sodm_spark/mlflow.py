@@ -26,6 +26,8 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import sys
+from dataclasses import dataclass
+from typing import Any
 
 import mlflow
 import numpy as np
@@ -45,6 +47,7 @@ from mlflow.utils.environment import (_CONDA_ENV_FILE_NAME, _CONSTRAINTS_FILE_NA
                                       _process_pip_requirements, _PythonEnv,
                                       _validate_env_arguments)
 
+from sodm_spark.core.errors import InputError
 from sodm_spark.core.labels import labels_from_scores
 from sodm_spark.models.expansion import FORMAT_NAME, KernelExpansion
 
@@ -163,21 +166,42 @@ def _write_environment(path, pip_requirements, extra_pip_requirements, conda_env
     _PythonEnv.current().to_yaml(os.path.join(path, _PYTHON_ENV_FILE_NAME))
 
 
+@dataclass(frozen=True)
+class LoggedModelExtras:
+    """What :func:`log_model` passes on to MLflow's ``Model.log`` beside the model, as MLflow's
+    own flavors' ``log_model`` take these keywords: the LoggedModel's ``metadata`` (written to
+    its MLmodel), ``params``, ``tags``, the metrics ``step`` it links and an existing
+    ``model_id`` to log into; ``run_id`` (default: the active run), ``model_type``, and the
+    seconds to ``await_registration_for`` a registered version (MLflow's default, 300)."""
+
+    metadata: dict[str, Any] | None = None
+    params: dict[str, Any] | None = None
+    tags: dict[str, Any] | None = None
+    step: int = 0
+    model_id: str | None = None
+    run_id: str | None = None
+    model_type: str | None = None
+    await_registration_for: int = 300
+
+
 def log_model(model, name=None, artifact_path=None, signature=None, input_example=None,
               registered_model_name=None, pip_requirements=None, extra_pip_requirements=None,
-              conda_env=None, metadata=None, params=None, tags=None, step=0, model_id=None,
-              **kwargs):
+              conda_env=None, extras: LoggedModelExtras | None = None):
     """Log ``model`` as an MLflow model of the active run (MLflow 3: a LoggedModel ``name``;
     ``artifact_path`` is MLflow's older word for it), registered under
-    ``registered_model_name`` if given. Returns MLflow's ``ModelInfo`` (its ``model_uri``
-    loads it again)."""
+    ``registered_model_name`` if given. The rarer keywords of MLflow's flavors (metadata,
+    params, tags, step, model id, run id, ...) come in one :class:`LoggedModelExtras`.
+    Returns MLflow's ``ModelInfo`` (its ``model_uri`` loads it again)."""
+    extras = LoggedModelExtras() if extras is None else extras
     return Model.log(artifact_path=artifact_path, name=name, flavor=sys.modules[__name__],
                      model=expansion_of(model), registered_model_name=registered_model_name,
                      signature=signature, input_example=input_example,
                      pip_requirements=pip_requirements,
                      extra_pip_requirements=extra_pip_requirements, conda_env=conda_env,
-                     metadata=metadata, params=params, tags=tags, step=step,
-                     model_id=model_id, **kwargs)
+                     metadata=extras.metadata, params=extras.params, tags=extras.tags,
+                     step=extras.step, model_id=extras.model_id, run_id=extras.run_id,
+                     model_type=extras.model_type,
+                     await_registration_for=extras.await_registration_for)
 
 
 def _local_model_path(model_uri, dst_path=None) -> str:
@@ -220,7 +244,7 @@ class ServedModel:
             rows = model_input
         shape = np.shape(rows)  # a CSR matrix's too
         if len(shape) != 2 or shape[1] != expansion.n_features_in:
-            raise ValueError(f"the model scores rows of {expansion.n_features_in} features; "
+            raise InputError(f"the model scores rows of {expansion.n_features_in} features; "
                              f"got input of shape {shape}. Pass the training data's feature "
                              "columns, in their order.")
         scores = expansion.decision_function(rows)

@@ -12,10 +12,10 @@ from scipy.optimize import minimize
 from sklearn.svm import SVC
 
 from sodm_spark.baselines.coreset_svm import CoresetSVMClassifier
-from sodm_spark.baselines.coreset_svm_solver import (build_coreset, merge_and_reduce,
-                                                     sample_coreset, sensitivity_bounds,
-                                                     solve_weighted_svm, svm_objective,
-                                                     uniform_coreset)
+from sodm_spark.baselines.coreset_svm_solver import (ReductionSettings, build_coreset,
+                                                     merge_and_reduce, sample_coreset,
+                                                     sensitivity_bounds, solve_weighted_svm,
+                                                     svm_objective, uniform_coreset)
 from sodm_spark.core.kernels import Kernel
 
 pytestmark = pytest.mark.numerics  # rerun under other BLAS kernels: tests/test_blas_kernels.py
@@ -330,9 +330,10 @@ def test_scikit_learn_estimator_checks():
     (lambda X, y: build_coreset(X, y, 10, 1.0, weights=-np.ones(len(y))), "finite, >= 0"),
     (lambda X, y: build_coreset(X, y, 0, 1.0), "positive integer"),
     (lambda X, y: build_coreset(X, y, 10, 0.0), "C must be"),
-    (lambda X, y: build_coreset(X, y, 10, 1.0, bound="lemma5"), "bound must be"),
-    (lambda X, y: build_coreset(X, y, 10, 1.0, kernel=Kernel.create("laplacian", 1.0)),
-     "laplacian"),
+    (lambda X, y: build_coreset(X, y, 10, 1.0, reduction=ReductionSettings(bound="lemma5")),
+     "bound must be"),
+    (lambda X, y: build_coreset(X, y, 10, 1.0, reduction=ReductionSettings(
+        kernel=Kernel.create("laplacian", 1.0))), "laplacian"),
     (lambda X, y: sensitivity_bounds(X, y, None, 1.0, solve_weighted_svm(X, y, None, 1.0),
                                      "lemma11", xi=1e9), "Lemma 11"),
     (lambda X, y: merge_and_reduce([(X, y, np.ones(len(y))), (X[:, :1], y, np.ones(len(y)))],

@@ -7,11 +7,13 @@ from sklearn.svm import LinearSVC
 
 from conftest import make_problem
 from sodm_spark.baselines.csvrg import CSVRGClassifier
-from sodm_spark.baselines.csvrg_solver import build_coreset, csvrg
+from sodm_spark.baselines.csvrg_solver import (CSVRGSchedule, CoverageSettings, KernelCache,
+                                               MarginLoss, build_coreset, csvrg)
 from sodm_spark.core.kernels import Kernel
 from sodm_spark.estimators.sklearn import ODMClassifier
 from sodm_spark.models.expansion import KernelExpansion
 from sodm_spark.solvers import solve_odm_dual
+from sodm_spark.solvers.dcd_settings import DCDSettings, ODMHyperparameters
 
 pytestmark = pytest.mark.numerics  # rerun under other BLAS kernels: tests/test_blas_kernels.py
 
@@ -47,11 +49,14 @@ def small():
 def test_delta_zero_reaches_exact_odm_optimum_linearly(small, option):
     X, y, K = small
     lam, theta, v = 8.0, 0.2, 0.5
-    exact = solve_odm_dual(X, y, Kernel("rbf", GAMMA), lam, theta, v, violation_tol=1e-10,
-                           max_iter=100000, dtype=np.float64)
+    exact = solve_odm_dual(X, y, Kernel("rbf", GAMMA), ODMHyperparameters(lam, theta, v),
+                           settings=DCDSettings(violation_tol=1e-10, max_iter=100000,
+                                                dtype=np.float64))
     best = primal("odm", exact.gamma * y, K, K, y, lam, theta, v)
-    result = csvrg(X, y, Kernel("rbf", GAMMA), lam, theta, v, delta=0.0, epochs=12,
-                   option=option, dtype=np.float64, seed=3)
+    result = csvrg(X, y, Kernel("rbf", GAMMA), MarginLoss(lam, theta, v),
+                   coverage=CoverageSettings(delta=0.0),
+                   schedule=CSVRGSchedule(epochs=12, option=option, seed=3),
+                   cache=KernelCache(dtype=np.float64))
     assert result.n_core == len(X)  # δ = 0: every row is its own core point
     C = result.core_points
     found = primal("odm", result.sigma, rbf(X, C, GAMMA), rbf(C, C, GAMMA), y, lam, theta, v)
@@ -72,8 +77,10 @@ def test_iterates_stay_in_theorem_1_ball(small):
     H = np.sqrt(lam / 2 * ((1 - theta) ** 2 + v * (1 + theta) ** 2)) / (1 - theta)
     norms = {}
     for project in (True, False):
-        res = csvrg(X, y, Kernel("rbf", GAMMA), lam, theta, v, delta=0.0, epochs=3, step=0.05,
-                    dtype=np.float64, trace=True, project=project)
+        res = csvrg(X, y, Kernel("rbf", GAMMA), MarginLoss(lam, theta, v),
+                    coverage=CoverageSettings(delta=0.0),
+                    schedule=CSVRGSchedule(epochs=3, step=0.05),
+                    cache=KernelCache(dtype=np.float64), trace=True, project=project)
         Kc = rbf(res.core_points, res.core_points, GAMMA)
         norms[project] = np.sqrt(np.einsum("ti,ij,tj->t", res.trace, Kc, res.trace))
     assert norms[False].max() > 1.5 * H  # this step overshoots without the projection
@@ -91,8 +98,9 @@ def test_hinge_reaches_box_qp_optimum(small):
                    options=dict(ftol=1e-15, gtol=1e-12, maxiter=20000))
     best = primal("hinge", ref.x * y, K, K, y, lam)
     assert best == pytest.approx(-ref.fun, rel=1e-6)  # strong duality: the reference is exact
-    res = csvrg(X, y, Kernel("rbf", GAMMA), lam, loss="hinge", delta=0.0, epochs=60,
-                dtype=np.float64, seed=1)
+    res = csvrg(X, y, Kernel("rbf", GAMMA), MarginLoss(lam, kind="hinge"),
+                coverage=CoverageSettings(delta=0.0), schedule=CSVRGSchedule(epochs=60, seed=1),
+                cache=KernelCache(dtype=np.float64))
     C = res.core_points
     found = primal("hinge", res.sigma, rbf(X, C, GAMMA), rbf(C, C, GAMMA), y, lam)
     assert best <= found <= best * (1 + 3e-3)
@@ -105,8 +113,9 @@ def test_squared_hinge_matches_liblinear():
                     max_iter=200000).fit(X, y)
     w_ref = svc.coef_.ravel()
     best = 0.5 * w_ref @ w_ref + lam * np.mean(np.maximum(0, 1 - y * (X @ w_ref)) ** 2)
-    res = csvrg(X, y, Kernel("linear"), lam, loss="squared_hinge", delta=0.0, epochs=40,
-                dtype=np.float64)
+    res = csvrg(X, y, Kernel("linear"), MarginLoss(lam, kind="squared_hinge"),
+                coverage=CoverageSettings(delta=0.0), schedule=CSVRGSchedule(epochs=40),
+                cache=KernelCache(dtype=np.float64))
     w = res.sigma @ res.core_points
     found = 0.5 * w @ w + lam * np.mean(np.maximum(0, 1 - y * (X @ w)) ** 2)
     assert found == pytest.approx(best, rel=1e-6)
@@ -136,9 +145,12 @@ def test_coreset_covers_respects_budget_and_shrinks_with_delta():
 
 def test_streamed_kernel_rows_give_the_cached_result(small):
     X, y, _ = small
-    args = dict(delta=0.8, max_core=30, epochs=4, dtype=np.float64, seed=2, option="II")
-    cached = csvrg(X, y, Kernel("rbf", GAMMA), 8.0, **args)
-    streamed = csvrg(X, y, Kernel("rbf", GAMMA), 8.0, cache_mb=0.0, chunk_rows=16, **args)
+    args = dict(coverage=CoverageSettings(delta=0.8, max_core=30),
+                schedule=CSVRGSchedule(epochs=4, seed=2, option="II"))
+    cached = csvrg(X, y, Kernel("rbf", GAMMA), MarginLoss(8.0),
+                   cache=KernelCache(dtype=np.float64), **args)
+    streamed = csvrg(X, y, Kernel("rbf", GAMMA), MarginLoss(8.0),
+                     cache=KernelCache(cache_mb=0.0, dtype=np.float64, chunk_rows=16), **args)
     assert cached.kernel_mode == "cached" and streamed.kernel_mode == "streamed"
     np.testing.assert_allclose(streamed.sigma, cached.sigma, rtol=1e-9, atol=1e-12)
 

@@ -18,7 +18,7 @@ from sklearn.utils.estimator_checks import check_estimator
 
 from sodm_spark.baselines.cvm import (CVMClassifier, CVRRegressor, mean_relative_error,
                                       rmse_over_max)
-from sodm_spark.baselines.cvm_solver import solve_l2_svm, solve_l2_svr
+from sodm_spark.baselines.cvm_solver import CoreSearch, solve_l2_svm, solve_l2_svr
 from sodm_spark.core.kernels import Kernel
 from sodm_spark.models.expansion import KernelExpansion
 
@@ -91,8 +91,8 @@ def test_cvr_meets_the_paper_bound_against_exact_l2_svr(kernel_name):
     assert primal == pytest.approx(C_paper ** 2 * d_star, rel=1e-8)
 
     for tol in (1e-2, 1e-3):  # Property 3: R² ≤ p*/C² + η ≤ (1+ε)² R²
-        solution = solve_l2_svr(X, y, kernel_of(kernel_name), C=C, mu=mu, tol=tol,
-                                final_check="full", seed=3)
+        solution = solve_l2_svr(X, y, kernel_of(kernel_name), C=C, mu=mu,
+                                search=CoreSearch(tol=tol, final_check="full", seed=3))
         meb = solution.meb
         assert meb.converged and meb.eta == pytest.approx(eta, rel=1e-12)
         assert meb.radius2 <= d_star + eta + 1e-10
@@ -100,8 +100,8 @@ def test_cvr_meets_the_paper_bound_against_exact_l2_svr(kernel_name):
         if tol == 1e-2:  # a real approximation: fewer core vectors than exact support vectors
             assert solution.core_rows.size < np.count_nonzero(a)
 
-    tight = solve_l2_svr(X, y, kernel_of(kernel_name), C=C, mu=mu, tol=1e-10,
-                         final_check="full", seed=3)
+    tight = solve_l2_svr(X, y, kernel_of(kernel_name), C=C, mu=mu,
+                         search=CoreSearch(tol=1e-10, final_check="full", seed=3))
     sv = tight.support_rows
     f_cvr = (reference_kernel(kernel_name, X, X[sv])) @ tight.coef + tight.intercept
     np.testing.assert_allclose(f_cvr, f_ref, atol=1e-6)
@@ -118,8 +118,8 @@ def test_cvm_meets_the_paper_bound_against_exact_l2_svm(kernel_name):
     eta = np.max(np.diag(Kt))        # Sec. 3.2: Δ = max diag - diag, η = max diag
     f_ref = (reference_kernel(kernel_name, X) + 1.0) @ (a * y)
     for tol in (1e-2, 1e-3):
-        meb = solve_l2_svm(X, y, kernel_of(kernel_name), C=C, tol=tol, final_check="full",
-                           seed=1).meb
+        meb = solve_l2_svm(X, y, kernel_of(kernel_name), C=C,
+                           search=CoreSearch(tol=tol, final_check="full", seed=1)).meb
         assert meb.converged and meb.eta == pytest.approx(eta, rel=1e-12)
         assert meb.radius2 <= d_star + eta + 1e-10
         assert d_star + eta <= (1 + tol) ** 2 * meb.radius2

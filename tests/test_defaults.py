@@ -1,6 +1,6 @@
 """One default per setting: every place that offers a setting (ODMClassifier's signature,
 SODMClassifier's keywords and Param defaults, the training job's and the benchmark's flags,
-SODMParams, what the linear path fits, the documents) gives the same value when it is left
+SODMParams, DSVRGParams, what the linear path fits, the documents) gives the same value when it is left
 unset. Each value is read from its own place and compared with the others, never with the
 shared constant (sodm_spark.core.defaults), so that a literal copied into one of them fails
 here. No Spark session is needed.
@@ -113,6 +113,9 @@ def test_the_linear_path_fits_the_same_defaults_everywhere(no_config):
     # DSVRGParams' (the kernel solves' sweeps and tol are not DSVRG's)
     linear = DSVRGParams()
     assert (job.epochs, job.relative_change_tol) == (linear.epochs, linear.relative_change_tol)
+    # ... and DSVRGParams built with nothing given (a caller of fit_dsvrg) fits the same problem
+    for name in ("lam", "theta", "v", "fit_intercept", "calibration", "device"):
+        assert getattr(linear, name) == local[name], name
 
 
 def _number(text: str) -> float:

@@ -5,8 +5,9 @@ import scipy.sparse as sp
 
 from sodm_spark.core.kernels import Kernel
 from sodm_spark.solvers import solve_odm_dual
+from sodm_spark.solvers.dcd_settings import DCDSettings, ODMHyperparameters
 from sodm_spark.solvers.odm_primal import newton_primal
-from sodm_spark.solvers.svrg import primal_objective, svrg
+from sodm_spark.solvers.svrg import SVRGSchedule, primal_objective, svrg
 from sodm_spark.spark.dsvrg.fit import DSVRGParams, fit_dsvrg
 from sodm_spark.spark.io import Block
 from sodm_spark.spark.session import numpy_to_blocks
@@ -26,12 +27,13 @@ def linear_data():
 
 def test_dsvrg_svrg_newton_and_exact_dual_agree(spark, linear_data):
     X, y = linear_data
-    dual = solve_odm_dual(X, y, Kernel.create("linear"), LAM, THETA, V, violation_tol=1e-10,
-                          dtype=np.float64)
+    dual = solve_odm_dual(X, y, Kernel.create("linear"), ODMHyperparameters(LAM, THETA, V),
+                          settings=DCDSettings(violation_tol=1e-10, dtype=np.float64))
     exact = -dual.objective
     newton = newton_primal(X, y, LAM, THETA, V, fit_intercept=False)
     assert newton.objective == pytest.approx(exact, rel=1e-9)
-    single = svrg(X, y, LAM, THETA, V, epochs=60, relative_change_tol=1e-10, fit_intercept=False)
+    single = svrg(X, y, ODMHyperparameters(LAM, THETA, V),
+                  SVRGSchedule(epochs=60, relative_change_tol=1e-10), fit_intercept=False)
     assert abs(single.objective - exact) <= 1e-4 * abs(exact)
     sc = spark.sparkContext
     epochs = []

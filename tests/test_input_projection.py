@@ -103,6 +103,7 @@ def test_a_projection_followed_by_another_is_one_projection():
 
 def test_a_fit_on_wide_rows_is_the_exact_odm_of_their_principal_components(spark):
     from sodm_spark.solvers import solve_odm_dual
+    from sodm_spark.solvers.dcd_settings import DCDSettings, ODMHyperparameters
     from sodm_spark.spark.session import numpy_to_blocks
     from sodm_spark.spark.sodm.fit import fit_sodm
     from sodm_spark.spark.sodm.params import SODMParams
@@ -120,8 +121,9 @@ def test_a_fit_on_wide_rows_is_the_exact_odm_of_their_principal_components(spark
     assert fit.model.projection_components.shape == (300, pca.n_components_)
     assert fit.input_map["components"] == pca.n_components_
     kernel = Kernel.create("rbf", gamma)
-    reference = solve_odm_dual(pca.transform(X), y, kernel, 100.0, params.theta, params.v,
-                               violation_tol=1e-9, dtype=np.float64)
+    reference = solve_odm_dual(pca.transform(X), y, kernel,
+                               ODMHyperparameters(100.0, params.theta, params.v),
+                               settings=DCDSettings(violation_tol=1e-9, dtype=np.float64))
     assert fit.levels[0].objective == pytest.approx(reference.objective, rel=1e-6)
     expected = kernel.block(pca.transform(X_test), pca.transform(X)) @ (reference.gamma * y)
     np.testing.assert_allclose(fit.model.decision_function(X_test), expected, atol=1e-6)

@@ -6,7 +6,8 @@ the ``cluster.py`` that keeps ``python -m sodm_spark.cluster``; the folders are 
 (:data:`LAYERS`) and no import runs up a layer, nor between SODM and DSVRG inside ``spark/``;
 nothing below the Spark layer imports Spark; each module named in the table of docs/design.md
 §5 exists and each module is named there; modules read in one sitting (about 400 lines) or say
-in their docstring why not.
+in their docstring why not; functions read top to bottom (about 80 lines) and take at most
+10 parameters, constructors aside.
 """
 import ast
 import os
@@ -64,6 +65,10 @@ WORKER_IMPORTS = ("sodm_spark.solvers.odm_dcd", "sodm_spark.solvers.odm_multicla
                   "sodm_spark.solvers.svrg", "sodm_spark.partition", "sodm_spark.models.scoring",
                   "sodm_spark.models.expansion", "sodm_spark.core.kernels")
 MAX_LINES = 420  # "about 400"
+MAX_FUNCTION_LINES = 80
+# A function taking more settings than this groups them in a record (a frozen dataclass or a
+# NamedTuple); a constructor takes what its class keeps (the estimators' keywords).
+MAX_PARAMETERS = 10
 
 
 def _imports(path: Path):
@@ -183,3 +188,36 @@ def test_modules_read_in_one_sitting(path):
     docstring = ast.get_docstring(ast.parse(path.read_text())) or ""
     assert lines <= MAX_LINES or "longer than" in docstring.lower(), \
         f"{_relative(path)} has {lines} lines and no reason in its docstring"
+
+
+def _functions(path: Path):
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield node
+
+
+def _parameter_count(function: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """Positional, keyword-only, ``*args`` and ``**kwargs``; ``self`` and ``cls`` not counted."""
+    arguments = function.args
+    names = [*arguments.posonlyargs, *arguments.args]
+    count = (len(names) + len(arguments.kwonlyargs) + (arguments.vararg is not None)
+             + (arguments.kwarg is not None))
+    return count - (bool(names) and names[0].arg in ("self", "cls"))
+
+
+@pytest.mark.parametrize("path", MODULES, ids=_relative)
+def test_functions_read_top_to_bottom_and_take_few_parameters(path):
+    too_long = [f"{function.name} ({function.end_lineno - function.lineno + 1} lines)"
+                for function in _functions(path)
+                if function.end_lineno - function.lineno + 1 > MAX_FUNCTION_LINES]
+    too_wide = [f"{function.name} ({_parameter_count(function)} parameters)"
+                for function in _functions(path)
+                if function.name != "__init__" and _parameter_count(function) > MAX_PARAMETERS]
+    assert not too_long and not too_wide, f"{_relative(path)}: {too_long + too_wide}"
+
+
+def test_the_parameter_count_sees_every_kind_of_parameter():
+    function = ast.parse("def f(self, a, /, b, *rest, c, **more): pass").body[0]
+    assert _parameter_count(function) == 5
+    method = ast.parse("def g(cls): pass").body[0]
+    assert _parameter_count(method) == 0

@@ -18,8 +18,9 @@ import numpy as np
 import pytest
 
 from sodm_spark.models.expansion import KernelExpansion
-from sodm_spark.ops.cluster import (LIGHT_DAEMON_JAVA_OPTS as LIGHT_JVM, ClusterError,
-                                    LoopbackCluster, _alive, read_state, start_cluster)
+from sodm_spark.ops.cluster import (LIGHT_DAEMON_JAVA_OPTS as LIGHT_JVM, ClusterAddresses,
+                                    ClusterError, LoopbackCluster, _alive, read_state,
+                                    start_cluster)
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKERS = 5
@@ -103,8 +104,9 @@ def test_start_refuses_a_taken_port_and_starts_nothing(tmp_path):
         holder.bind(("127.0.0.1", port))
         holder.listen()
         with pytest.raises(ClusterError, match=f"port {port} on 127.0.0.1 is already in use"):
-            start_cluster(workers=1, state_dir=tmp_path, port=port, webui_port=port + 1,
-                          worker_webui_port=port + 2)
+            start_cluster(workers=1, state_dir=tmp_path,
+                          addresses=ClusterAddresses(port=port, webui_port=port + 1,
+                                                     worker_webui_port=port + 2))
     assert read_state(tmp_path) is None
 
 

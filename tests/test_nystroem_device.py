@@ -13,7 +13,9 @@ from conftest import make_problem
 from sodm_spark.core.array_namespace import CPU, ArrayDevice
 from sodm_spark.core.kernels import Kernel, kernel_matrix
 from sodm_spark.models import nystroem_odm
+from sodm_spark.models.nystroem_odm import NystroemFit, PassBlocks, PassLine
 from sodm_spark.solvers.odm_dcd import solve_odm_dual
+from sodm_spark.solvers.dcd_settings import DCDSettings, ODMHyperparameters
 from sodm_spark.spark.sodm import global_step
 
 pytestmark = pytest.mark.numerics  # rerun under other BLAS kernels: tests/test_blas_kernels.py
@@ -71,8 +73,8 @@ def test_the_device_fit_is_the_global_steps_fit(device, seed, lam, theta, v, sta
     reference, expected = _global_step_fit(kernel, centres, chunks, lam, theta, v, values)
     # blocks of 37 rows, across the chunks' bounds; the arrays on the device beforehand
     coef, report = nystroem_odm.fit_on_device(
-        device, kernel, device.asarray(centres), device.asarray(rows), device.asarray(y), lam,
-        theta, v, start_values=values, block_rows=37)
+        device, kernel, device.asarray(centres), device.asarray(rows), device.asarray(y),
+        NystroemFit(lam, theta, v, block_rows=37), start_values=values)
     assert isinstance(coef, np.ndarray) and coef.dtype == np.float64
     np.testing.assert_allclose(coef, reference, rtol=1e-8,
                                atol=1e-8 * np.max(np.abs(reference)))
@@ -95,9 +97,11 @@ def test_the_pass_sums_on_a_namespace_are_their_definition(device):
     coef, direction = rng.standard_normal(30) * 0.1, rng.standard_normal(30) * 0.1
     weights = rng.uniform(0.5, 2.0, size=200)
     sums = nystroem_odm.pass_sums(kernel, device.asarray(centres), device.asarray(X),
-                                  device.asarray(y), device.asarray(coef),
-                                  device.asarray(direction), (1.0, 0.5, 0.0), 0.2, 0.3,
-                                  weights=device.asarray(weights), block_rows=64)
+                                  device.asarray(y), PassLine(device.asarray(coef),
+                                                              device.asarray(direction),
+                                                              (1.0, 0.5, 0.0)), 0.2, 0.3,
+                                  weights=device.asarray(weights),
+                                  blocks=PassBlocks(block_rows=64))
     assert type(sums.normal) is type(device.asarray(np.zeros(1)))  # on the device
     losses, normal, target = (device.to_numpy(a) for a in (sums.losses, sums.normal,
                                                            sums.target))
@@ -124,12 +128,14 @@ def test_with_every_row_a_centre_the_nystroem_odm_is_the_exact_odm(device, lam, 
                                                                      gamma):
     X, y = make_problem(m=200, d=3, seed=31)
     kernel = Kernel("rbf", gamma=gamma)
-    exact = solve_odm_dual(X, y, kernel, lam, theta, v, violation_tol=1e-8, dtype=np.float64,
-                           max_iter=100_000)
+    exact = solve_odm_dual(X, y, kernel, ODMHyperparameters(lam, theta, v),
+                           settings=DCDSettings(violation_tol=1e-8, dtype=np.float64,
+                                                max_iter=100_000))
     assert exact.converged
     K = kernel_matrix(kernel, X)
     f_exact = K @ (exact.gamma * y)  # f = Σ_i γ_i y_i k(x_i, ·)
-    coef, report = nystroem_odm.fit_on_device(device, kernel, X, X, y, lam, theta, v)
+    coef, report = nystroem_odm.fit_on_device(device, kernel, X, X, y,
+                                              NystroemFit(lam, theta, v))
     assert report.reason.startswith("the jump stayed on its piece")
     np.testing.assert_allclose(K @ coef, f_exact, atol=1e-5 * np.max(np.abs(f_exact)))
 
@@ -140,10 +146,11 @@ def test_row_weights_on_a_device_are_repeated_rows(device):
     counts = np.random.default_rng(4).integers(1, 4, size=y.size)
     copies = np.repeat(np.arange(y.size), counts)
     kernel = Kernel.create("rbf", 0.7)
-    weighted, report = nystroem_odm.fit_on_device(device, kernel, X[:20], X, y, 30.0, 0.1, 0.4,
-                                                  weights=counts.astype(float), block_rows=33)
-    repeated, _ = nystroem_odm.fit_on_device(device, kernel, X[:20], X[copies], y[copies], 30.0,
-                                             0.1, 0.4)
+    weighted, report = nystroem_odm.fit_on_device(device, kernel, X[:20], X, y,
+                                                  NystroemFit(30.0, 0.1, 0.4, block_rows=33),
+                                                  weights=counts.astype(float))
+    repeated, _ = nystroem_odm.fit_on_device(device, kernel, X[:20], X[copies], y[copies],
+                                             NystroemFit(30.0, 0.1, 0.4))
     np.testing.assert_allclose(weighted, repeated, rtol=1e-8, atol=1e-10)
     assert report.reason.startswith("the jump stayed on its piece")
 
@@ -153,9 +160,11 @@ def test_float32_kernel_blocks_stay_near_the_float64_fit(device):
     # the GPU's choice: kernel blocks in float32, their products and the m × m systems float64
     X, y, centres = _problem(7, n=400, m=40)
     kernel = Kernel("rbf", gamma=0.4)
-    exact, _ = nystroem_odm.fit_on_device(device, kernel, centres, X, y, 1e3, 0.2, 0.3)
-    single, report = nystroem_odm.fit_on_device(device, kernel, centres, X, y, 1e3, 0.2, 0.3,
-                                                kernel_dtype="float32")
+    exact, _ = nystroem_odm.fit_on_device(device, kernel, centres, X, y,
+                                          NystroemFit(1e3, 0.2, 0.3))
+    single, report = nystroem_odm.fit_on_device(device, kernel, centres, X, y,
+                                                NystroemFit(1e3, 0.2, 0.3,
+                                                            kernel_dtype="float32"))
     K = kernel_matrix(kernel, X, centres)
     np.testing.assert_allclose(K @ single, K @ exact, atol=1e-4 * np.max(np.abs(K @ exact)))
     assert report.objectives[-1] == pytest.approx(
@@ -165,14 +174,15 @@ def test_float32_kernel_blocks_stay_near_the_float64_fit(device):
 def test_a_start_from_an_earlier_fit_is_taken_and_stays_optimal():
     X, y, centres = _problem(0)
     kernel = Kernel("rbf", gamma=0.4)
-    coef, report = nystroem_odm.fit_on_device(CPU, kernel, centres, X, y, 1e3, 0.2, 0.3)
-    again, restarted = nystroem_odm.fit_on_device(CPU, kernel, centres, X, y, 1e3, 0.2, 0.3,
-                                                  start_coef=coef)
+    coef, report = nystroem_odm.fit_on_device(CPU, kernel, centres, X, y,
+                                              NystroemFit(1e3, 0.2, 0.3))
+    again, restarted = nystroem_odm.fit_on_device(CPU, kernel, centres, X, y,
+                                                  NystroemFit(1e3, 0.2, 0.3), start_coef=coef)
     assert restarted.start == "given" and restarted.passes <= 3
     assert restarted.objectives[0] == pytest.approx(report.objectives[-1], rel=1e-10)
     assert restarted.objectives[-1] <= report.objectives[-1] * (1 + 1e-12)
     K = kernel_matrix(kernel, X, centres)
     np.testing.assert_allclose(K @ again, K @ coef, atol=1e-8 * np.max(np.abs(K @ coef)))
     with pytest.raises(ValueError, match="at most one start"):
-        nystroem_odm.fit_on_device(CPU, kernel, centres, X, y, 1e3, 0.2, 0.3, start_coef=coef,
-                                   start_values=np.zeros(len(centres)))
+        nystroem_odm.fit_on_device(CPU, kernel, centres, X, y, NystroemFit(1e3, 0.2, 0.3),
+                                   start_coef=coef, start_values=np.zeros(len(centres)))

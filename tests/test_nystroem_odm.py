@@ -6,6 +6,7 @@ import scipy.optimize
 
 from sodm_spark.core.kernels import Kernel, kernel_matrix
 from sodm_spark.models import nystroem_odm
+from sodm_spark.models.nystroem_odm import PassLine
 from sodm_spark.spark.sodm.global_step import (EXPECTED_PASSES, NEAR_MAJORITY,
                                                PASS_SECONDS_PER_ENTRY,
                                                global_step_reason, keeps_global, plan_global)
@@ -49,7 +50,8 @@ def test_newton_reaches_the_brute_force_minimum(seed, lam, theta, v):
     kernel = Kernel("rbf", gamma=0.4)
     basis = nystroem_odm.centre_basis(kernel, centres)
     coef, report = nystroem_odm.fit(
-        basis, lambda c, s, t: nystroem_odm.pass_sums(kernel, centres, X, y, c, s, t, theta, v),
+        basis, lambda c, s, t: nystroem_odm.pass_sums(kernel, centres, X, y, PassLine(c, s, t),
+                                                      theta, v),
         lam, theta, v, len(y))
     reference, minimum, K = _brute_force(kernel, centres, X, y, lam, theta, v)
     found = nystroem_odm.objective(kernel, centres, coef, X, y, lam, theta, v)
@@ -71,11 +73,12 @@ def test_the_pass_sums_add_over_blocks_of_rows():
     rng = np.random.default_rng(5)
     coef, direction = rng.standard_normal(30) * 0.1, rng.standard_normal(30) * 0.1
     steps = (1.0, 0.5, 0.0)
-    whole = nystroem_odm.pass_sums(kernel, centres, X, y, coef, direction, steps, 0.2, 0.3)
-    halves = (nystroem_odm.pass_sums(kernel, centres, X[:77], y[:77], coef, direction, steps,
-                                     0.2, 0.3)
-              + nystroem_odm.pass_sums(kernel, centres, X[77:], y[77:], coef, direction, steps,
-                                       0.2, 0.3))
+    whole = nystroem_odm.pass_sums(kernel, centres, X, y, PassLine(coef, direction, steps), 0.2,
+                                   0.3)
+    halves = (nystroem_odm.pass_sums(kernel, centres, X[:77], y[:77],
+                                     PassLine(coef, direction, steps), 0.2, 0.3)
+              + nystroem_odm.pass_sums(kernel, centres, X[77:], y[77:],
+                                       PassLine(coef, direction, steps), 0.2, 0.3))
     np.testing.assert_allclose(halves.losses, whole.losses, rtol=1e-12)
     np.testing.assert_allclose(halves.normal, whole.normal, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(halves.target, whole.target, rtol=1e-12, atol=1e-12)
@@ -158,7 +161,8 @@ def test_a_start_from_another_model_reaches_the_same_minimum(seed, lam, theta, v
     X, y, centres = _problem(seed)
     kernel = Kernel("rbf", gamma=0.4)
     basis = nystroem_odm.centre_basis(kernel, centres)
-    run_pass = lambda c, s, t: nystroem_odm.pass_sums(kernel, centres, X, y, c, s, t, theta, v)  # noqa: E731
+    run_pass = lambda c, s, t: nystroem_odm.pass_sums(  # noqa: E731
+        kernel, centres, X, y, PassLine(c, s, t), theta, v)
     reference, minimum, K = _brute_force(kernel, centres, X, y, lam, theta, v)
     weight = nystroem_odm.loss_weight(lam, theta, len(y)) * len(y) / len(centres)
     # another model of the rows (a kernel ridge on all of them), seen at the centres only

@@ -5,6 +5,7 @@ import pytest
 
 from sodm_spark.core.kernels import Kernel, kernel_matrix
 from sodm_spark.solvers import solve_odm_dual
+from sodm_spark.solvers.dcd_settings import DCDSettings, GivenKernel, ODMHyperparameters
 
 from conftest import make_problem
 from reference import kkt_residual, odm_dual_reference, odm_primal
@@ -29,8 +30,9 @@ def q_matrix(X, y, kernel):
 def test_objective_matches_lbfgsb_and_kkt_holds(mode, name, gamma, lam, theta, v, m):
     X, y = make_problem(m=m, seed=m)
     kernel = Kernel.create(name, gamma, degree=2, coef0=1.0)
-    result = solve_odm_dual(X, y, kernel, lam, theta, v, violation_tol=1e-9, dtype=np.float64, mode=mode,
-                            block_size=16, seed=3)
+    result = solve_odm_dual(X, y, kernel, ODMHyperparameters(lam, theta, v),
+                            settings=DCDSettings(violation_tol=1e-9, dtype=np.float64, mode=mode,
+                                                 block_size=16), seed=3)
     reference, reference_gamma = odm_dual_reference(q_matrix(X, y, kernel), lam, theta, v)
     assert result.converged and result.kernel_mode == mode
     assert abs(result.objective - reference) <= 1e-6 * abs(reference)
@@ -43,8 +45,8 @@ def test_objective_matches_lbfgsb_and_kkt_holds(mode, name, gamma, lam, theta, v
 @pytest.mark.parametrize("lam,theta,v", [(10.0, 0.1, 0.2), (1.0, 0.5, 1.0), (1000.0, 0.0, 0.5)])
 def test_linear_kernel_strong_duality(lam, theta, v):
     X, y = make_problem(m=80, d=4, seed=7)
-    result = solve_odm_dual(X, y, Kernel.create("linear"), lam, theta, v, violation_tol=1e-10,
-                            dtype=np.float64)
+    result = solve_odm_dual(X, y, Kernel.create("linear"), ODMHyperparameters(lam, theta, v),
+                            settings=DCDSettings(violation_tol=1e-10, dtype=np.float64))
     w = X.T @ (result.gamma * y)
     primal = odm_primal(w, X, y, lam, theta, v)
     assert primal == pytest.approx(-result.objective, rel=1e-6)
@@ -54,19 +56,23 @@ def test_linear_kernel_strong_duality(lam, theta, v):
 def test_warm_start_at_the_optimum_stops_after_one_sweep(mode, problem):
     X, y = problem
     kernel = Kernel.create("rbf", 0.5)
-    optimum = solve_odm_dual(X, y, kernel, 10.0, 0.1, 0.5, violation_tol=1e-8, mode=mode, block_size=16,
-                             dtype=np.float64)
-    warm = solve_odm_dual(X, y, kernel, 10.0, 0.1, 0.5, violation_tol=1e-6, mode=mode, block_size=16,
-                          dtype=np.float64, gamma0=optimum.gamma)
-    cold = solve_odm_dual(X, y, kernel, 10.0, 0.1, 0.5, violation_tol=1e-6, mode=mode, block_size=16,
-                          dtype=np.float64)
+    optimum = solve_odm_dual(X, y, kernel, ODMHyperparameters(10.0, 0.1, 0.5),
+                             settings=DCDSettings(violation_tol=1e-8, mode=mode, block_size=16,
+                                                  dtype=np.float64))
+    warm = solve_odm_dual(X, y, kernel, ODMHyperparameters(10.0, 0.1, 0.5),
+                          settings=DCDSettings(violation_tol=1e-6, mode=mode, block_size=16,
+                                               dtype=np.float64), gamma0=optimum.gamma)
+    cold = solve_odm_dual(X, y, kernel, ODMHyperparameters(10.0, 0.1, 0.5),
+                          settings=DCDSettings(violation_tol=1e-6, mode=mode, block_size=16,
+                                               dtype=np.float64))
     assert warm.converged and warm.n_sweeps == 1 < cold.n_sweeps
 
 
 def test_same_seed_same_gamma_and_other_seed_same_optimum(problem):
     X, y = problem
     kernel = Kernel.create("rbf", 0.5)
-    runs = [solve_odm_dual(X, y, kernel, 10.0, 0.1, 0.5, violation_tol=1e-8, seed=seed)
+    runs = [solve_odm_dual(X, y, kernel, ODMHyperparameters(10.0, 0.1, 0.5),
+                           settings=DCDSettings(violation_tol=1e-8), seed=seed)
             for seed in ([4, 1, 2], [4, 1, 2], 99)]
     assert np.array_equal(runs[0].gamma, runs[1].gamma)
     assert not np.array_equal(runs[0].gamma, runs[2].gamma)  # another order, another path
@@ -79,24 +85,28 @@ def test_a_given_signed_q_is_read_as_it_is_and_reaches_the_reference_optimum():
     Q = q_matrix(X, y, kernel)
     reference, reference_gamma = odm_dual_reference(Q, 30.0, 0.2, 0.5)
     given = Q.copy()
-    result = solve_odm_dual(X, y, kernel, 30.0, 0.2, 0.5, violation_tol=1e-9, dtype=np.float64,
-                            signed_q=given)
+    result = solve_odm_dual(X, y, kernel, ODMHyperparameters(30.0, 0.2, 0.5),
+                            settings=DCDSettings(violation_tol=1e-9, dtype=np.float64),
+                            given=GivenKernel(signed_q=given))
     assert result.converged and result.kernel_mode == "cached"
     assert abs(result.objective - reference) <= 1e-6 * abs(reference)
     np.testing.assert_allclose(result.gamma, reference_gamma, atol=1e-4)
     np.testing.assert_allclose(result.u, Q @ result.gamma, atol=1e-9)
     assert np.array_equal(given, Q)  # read, never written
     with pytest.raises(ValueError, match="signed_q must be the 90×90 float32"):
-        solve_odm_dual(X, y, kernel, 30.0, 0.2, 0.5, signed_q=given)  # float64 for float32
+        solve_odm_dual(X, y, kernel, ODMHyperparameters(30.0, 0.2, 0.5),
+                       given=GivenKernel(signed_q=given))  # float64 for float32
 
 
 def test_cached_and_on_demand_paths_agree():
     X, y = make_problem(m=400, d=8, seed=5)
     kernel = Kernel.create("rbf", 0.1)
-    cached = solve_odm_dual(X, y, kernel, 100.0, 0.1, 0.2, violation_tol=1e-7, dtype=np.float64)
+    cached = solve_odm_dual(X, y, kernel, ODMHyperparameters(100.0, 0.1, 0.2),
+                            settings=DCDSettings(violation_tol=1e-7, dtype=np.float64))
     # A 1 MB budget holds 2 of the 4 blocks of 100 rows: the rest is recomputed on demand.
-    blocked = solve_odm_dual(X, y, kernel, 100.0, 0.1, 0.2, violation_tol=1e-7, dtype=np.float64,
-                             cache_mb=0.7, block_size=100)
+    blocked = solve_odm_dual(X, y, kernel, ODMHyperparameters(100.0, 0.1, 0.2),
+                             settings=DCDSettings(violation_tol=1e-7, dtype=np.float64,
+                                                  cache_mb=0.7, block_size=100))
     assert cached.kernel_mode == "cached" and blocked.kernel_mode == "blocked"
     assert blocked.objective == pytest.approx(cached.objective, rel=1e-9)
     np.testing.assert_allclose(blocked.gamma, cached.gamma, atol=1e-6)
@@ -108,9 +118,11 @@ def test_on_demand_path_never_holds_an_m_by_m_matrix():
     m_by_m_bytes = 4000 * 4000 * 4
     # compile the numba loops first: a first-time compile allocates Python objects that
     # tracemalloc would count
-    solve_odm_dual(X[:50], y[:50], kernel, 100.0, 0.1, 0.2, mode="blocked", block_size=16)
+    solve_odm_dual(X[:50], y[:50], kernel, ODMHyperparameters(100.0, 0.1, 0.2),
+                   settings=DCDSettings(mode="blocked", block_size=16))
     tracemalloc.start()
-    result = solve_odm_dual(X, y, kernel, 100.0, 0.1, 0.2, violation_tol=1e-3, cache_mb=8, block_size=256)
+    result = solve_odm_dual(X, y, kernel, ODMHyperparameters(100.0, 0.1, 0.2),
+                            settings=DCDSettings(violation_tol=1e-3, cache_mb=8, block_size=256))
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     assert result.kernel_mode == "blocked" and result.converged
@@ -125,20 +137,23 @@ def test_on_demand_path_never_holds_an_m_by_m_matrix():
 def test_float32_cache_is_close_to_float64(problem):
     X, y = problem
     kernel = Kernel.create("rbf", 0.5)
-    single = solve_odm_dual(X, y, kernel, 10.0, 0.1, 0.5, violation_tol=1e-8, dtype=np.float32)
-    double = solve_odm_dual(X, y, kernel, 10.0, 0.1, 0.5, violation_tol=1e-8, dtype=np.float64)
+    single = solve_odm_dual(X, y, kernel, ODMHyperparameters(10.0, 0.1, 0.5),
+                            settings=DCDSettings(violation_tol=1e-8, dtype=np.float32))
+    double = solve_odm_dual(X, y, kernel, ODMHyperparameters(10.0, 0.1, 0.5),
+                            settings=DCDSettings(violation_tol=1e-8, dtype=np.float64))
     assert single.objective == pytest.approx(double.objective, rel=1e-5)
 
 
 def test_shrinking_reaches_the_same_optimum_and_max_iter_stops():
     X, y = make_problem(m=300, d=3, seed=11, noise=0.0)
     kernel = Kernel.create("rbf", 1.0)
-    args = (X, y, kernel, 5.0, 0.6, 0.5)
-    shrunk = solve_odm_dual(*args, violation_tol=1e-8, dtype=np.float64)
-    plain = solve_odm_dual(*args, violation_tol=1e-8, dtype=np.float64, shrinking=False)
+    args = (X, y, kernel, ODMHyperparameters(5.0, 0.6, 0.5))
+    shrunk = solve_odm_dual(*args, settings=DCDSettings(violation_tol=1e-8, dtype=np.float64))
+    plain = solve_odm_dual(*args, settings=DCDSettings(violation_tol=1e-8, dtype=np.float64,
+                                                       shrinking=False))
     assert np.count_nonzero(shrunk.gamma) < 300  # some points sit inside the margin band
     np.testing.assert_allclose(shrunk.gamma, plain.gamma, atol=1e-7)
-    stopped = solve_odm_dual(*args, violation_tol=1e-8, max_iter=2)
+    stopped = solve_odm_dual(*args, settings=DCDSettings(violation_tol=1e-8, max_iter=2))
     assert not stopped.converged and stopped.n_sweeps == 2 and stopped.violation > 1e-8
 
 
@@ -150,7 +165,7 @@ def test_bad_hyperparameters_are_refused(problem, kwargs, match):
     X, y = problem
     params = dict(lam=1.0, theta=0.1, v=0.5) | kwargs
     with pytest.raises(ValueError, match=match):
-        solve_odm_dual(X, y, Kernel.create("rbf", 1.0), **params)
+        solve_odm_dual(X, y, Kernel.create("rbf", 1.0), ODMHyperparameters(**params))
 
 
 @pytest.mark.parametrize("name", ["rbf", "laplacian", "poly", "linear"])
@@ -223,12 +238,15 @@ def test_kernels_without_a_diagonal_bound_are_stored_in_float32():
     X, y = make_problem(m=80, d=4, seed=4)
     kernel = Kernel.create("poly", 0.5, degree=3, coef0=-1.0)  # not positive semi-definite
     assert fixed_point_scale(kernel, X) is None
-    result = solve_odm_dual(X, y, kernel, 10.0, 0.1, 0.5, dtype="int16", max_iter=3)
+    result = solve_odm_dual(X, y, kernel, ODMHyperparameters(10.0, 0.1, 0.5),
+                            settings=DCDSettings(dtype="int16", max_iter=3))
     assert result.storage == "float32"
     # kernel rows on demand are float32 whatever the cache holds
     rbf = Kernel.create("rbf", 0.5)
-    blocked = solve_odm_dual(X, y, rbf, 10.0, 0.1, 0.5, dtype="int16", mode="blocked")
-    cached = solve_odm_dual(X, y, rbf, 10.0, 0.1, 0.5, dtype="int16")
+    blocked = solve_odm_dual(X, y, rbf, ODMHyperparameters(10.0, 0.1, 0.5),
+                             settings=DCDSettings(dtype="int16", mode="blocked"))
+    cached = solve_odm_dual(X, y, rbf, ODMHyperparameters(10.0, 0.1, 0.5),
+                            settings=DCDSettings(dtype="int16"))
     assert (blocked.storage, cached.storage) == ("float32", "int16")
 
 
@@ -237,8 +255,9 @@ def test_a_fixed_point_solve_reaches_the_exact_optimum_within_the_storage_error(
         name, gamma, lam, theta, v, m):
     X, y = make_problem(m=m, seed=m)
     kernel = Kernel.create(name, gamma, degree=2, coef0=1.0)
-    result = solve_odm_dual(X, y, kernel, lam, theta, v, violation_tol=1e-9, dtype="int16",
-                            block_size=16, seed=3)
+    result = solve_odm_dual(X, y, kernel, ODMHyperparameters(lam, theta, v),
+                            settings=DCDSettings(violation_tol=1e-9, dtype="int16", block_size=16),
+                            seed=3)
     exact = q_matrix(X, y, kernel)
     reference, reference_gamma = odm_dual_reference(exact, lam, theta, v)
     assert result.converged and result.storage == "int16" and result.kernel_mode == "cached"
@@ -264,8 +283,8 @@ def test_a_fixed_point_model_predicts_as_the_float32_one_on_real_rows():
     kernel = Kernel.create("rbf", 1.0 / (X.shape[1] * X.var()))
     scores = {}
     for dtype in ("float32", "int16"):
-        result = solve_odm_dual(X[train], y[train], kernel, 1e5, 0.1, 0.2, violation_tol=1e-2,
-                                dtype=dtype)
+        result = solve_odm_dual(X[train], y[train], kernel, ODMHyperparameters(1e5, 0.1, 0.2),
+                                settings=DCDSettings(violation_tol=1e-2, dtype=dtype))
         assert result.storage == dtype
         scores[dtype] = kernel_matrix(kernel, X[test], X[train]) @ (result.gamma * y[train])
     accuracy = {dtype: np.mean(np.sign(s) == y[test]) for dtype, s in scores.items()}

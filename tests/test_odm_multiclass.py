@@ -11,6 +11,7 @@ from scipy.optimize import minimize
 from sodm_spark.core.kernels import Kernel
 from sodm_spark.solvers.odm_dcd import ODMProblem, solve_odm_dual
 from sodm_spark.solvers.odm_multiclass import one_vs_rest_signs, solve_odm_multiclass
+from sodm_spark.solvers.dcd_settings import DCDSettings, ODMHyperparameters
 
 pytestmark = pytest.mark.numerics  # rerun under other BLAS kernels: tests/test_blas_kernels.py
 
@@ -27,13 +28,15 @@ def blobs(n_per_class=40, n_classes=4, seed=0):
 @pytest.mark.parametrize("kernel", [Kernel.create("rbf", 0.3), Kernel.create("linear")])
 def test_joint_solve_equals_one_binary_solve_per_class(kernel):
     X, y = blobs()
-    joint = solve_odm_multiclass(X, y, 4, kernel, LAM, THETA, V, violation_tol=1e-10, max_iter=5000,
-                                 dtype=np.float64)
+    joint = solve_odm_multiclass(X, y, 4, kernel, ODMHyperparameters(LAM, THETA, V),
+                                 settings=DCDSettings(violation_tol=1e-10, max_iter=5000,
+                                                      dtype=np.float64))
     assert joint.converged
     for c in range(4):
         y_pm = np.where(y == c, 1.0, -1.0)
-        single = solve_odm_dual(X, y_pm, kernel, LAM, THETA, V, violation_tol=1e-10, max_iter=5000,
-                                dtype=np.float64, mode="cached")
+        single = solve_odm_dual(X, y_pm, kernel, ODMHyperparameters(LAM, THETA, V),
+                                settings=DCDSettings(violation_tol=1e-10, max_iter=5000,
+                                                     dtype=np.float64, mode="cached"))
         scale = np.abs(single.gamma).max()
         np.testing.assert_allclose(joint.gamma[:, c], single.gamma, rtol=0, atol=1e-6 * scale)
         assert joint.objectives[c] == pytest.approx(single.objective, rel=1e-6)
@@ -44,8 +47,9 @@ def test_joint_solve_equals_one_binary_solve_per_class(kernel):
 def test_one_class_matches_a_brute_force_qp():
     X, y = blobs(n_per_class=15, n_classes=3, seed=1)
     kernel = Kernel.create("rbf", 0.5)
-    joint = solve_odm_multiclass(X, y, 3, kernel, LAM, THETA, V, violation_tol=1e-10, max_iter=5000,
-                                 dtype=np.float64)
+    joint = solve_odm_multiclass(X, y, 3, kernel, ODMHyperparameters(LAM, THETA, V),
+                                 settings=DCDSettings(violation_tol=1e-10, max_iter=5000,
+                                                      dtype=np.float64))
     y_pm = np.where(y == 2, 1.0, -1.0)
     Q = kernel.block(X, X) * np.outer(y_pm, y_pm)
     problem = ODMProblem(LAM, THETA, V, X.shape[0])
@@ -71,20 +75,25 @@ def test_one_class_matches_a_brute_force_qp():
 def test_warm_start_from_the_optimum_stops_at_once_and_float32_is_close():
     X, y = blobs(seed=2)
     kernel = Kernel.create("rbf", 0.3)
-    exact = solve_odm_multiclass(X, y, 4, kernel, LAM, THETA, V, violation_tol=1e-9, dtype=np.float64)
-    again = solve_odm_multiclass(X, y, 4, kernel, LAM, THETA, V, violation_tol=1e-6, dtype=np.float64,
+    exact = solve_odm_multiclass(X, y, 4, kernel, ODMHyperparameters(LAM, THETA, V),
+                                 settings=DCDSettings(violation_tol=1e-9, dtype=np.float64))
+    again = solve_odm_multiclass(X, y, 4, kernel, ODMHyperparameters(LAM, THETA, V),
+                                 settings=DCDSettings(violation_tol=1e-6, dtype=np.float64),
                                  gamma0=exact.gamma)
     assert again.n_sweeps == 1 and again.converged
-    single = solve_odm_multiclass(X, y, 4, kernel, LAM, THETA, V, violation_tol=1e-4)  # float32 kernel
+    single = solve_odm_multiclass(X, y, 4, kernel, ODMHyperparameters(LAM, THETA, V),
+                                  settings=DCDSettings(violation_tol=1e-4))  # float32 kernel
     np.testing.assert_allclose(single.objectives, exact.objectives, rtol=1e-3)
 
 
 def test_a_class_without_rows_is_an_all_negative_problem():
     X, y = blobs(n_classes=3, seed=3)
     kernel = Kernel.create("rbf", 0.3)
-    joint = solve_odm_multiclass(X, y, 4, kernel, LAM, THETA, V, violation_tol=1e-9, dtype=np.float64)
-    alone = solve_odm_dual(X, -np.ones(X.shape[0]), kernel, LAM, THETA, V, violation_tol=1e-9,
-                           dtype=np.float64, mode="cached")
+    joint = solve_odm_multiclass(X, y, 4, kernel, ODMHyperparameters(LAM, THETA, V),
+                                 settings=DCDSettings(violation_tol=1e-9, dtype=np.float64))
+    alone = solve_odm_dual(X, -np.ones(X.shape[0]), kernel, ODMHyperparameters(LAM, THETA, V),
+                           settings=DCDSettings(violation_tol=1e-9, dtype=np.float64,
+                                                mode="cached"))
     np.testing.assert_allclose(joint.gamma[:, 3], alone.gamma, atol=1e-7)
     assert np.all(joint.u[:, 3] > 0)  # u_i = y_i f(x_i) = -f(x_i): every row on the negative side
 
@@ -94,9 +103,10 @@ def test_signs_and_bad_input():
                                   [[1, -1, -1], [-1, -1, 1], [-1, 1, -1]])
     X, y = blobs(n_per_class=5, n_classes=2)
     with pytest.raises(ValueError, match=r"class number in \[0, 2\)"):
-        solve_odm_multiclass(X, y + 1, 2, Kernel.create("linear"), LAM, THETA, V)
+        solve_odm_multiclass(X, y + 1, 2, Kernel.create("linear"),
+                             ODMHyperparameters(LAM, THETA, V))
     with pytest.raises(ValueError, match="gamma0 must be a finite"):
-        solve_odm_multiclass(X, y, 2, Kernel.create("linear"), LAM, THETA, V,
+        solve_odm_multiclass(X, y, 2, Kernel.create("linear"), ODMHyperparameters(LAM, THETA, V),
                              gamma0=np.zeros((3, 2)))
 
 

@@ -11,6 +11,7 @@ from sodm_spark.core import kernel_blocks
 from sodm_spark.core.kernels import Kernel, decision_values, kernel_matrix
 from sodm_spark.solvers.local_solve import LocalSolve
 from sodm_spark.solvers.odm_dcd import solve_odm_dual
+from sodm_spark.solvers.dcd_settings import DCDSettings, ODMHyperparameters
 from sodm_spark.solvers.odm_newton import NewtonSettings, solve_odm_newton
 from tests.reference import kkt_residual, odm_dual_reference
 
@@ -65,7 +66,8 @@ def test_newton_gives_the_numba_solver_s_model(dtype, lam, direct_rows):
     K = kernel_matrix(kernel, X, dtype=dtype)
     newton = solve_odm_newton(CPU, K, y, lam, 0.1, 0.2, settings=NewtonSettings(
                                   1e-3, rank=200, direct_rows=direct_rows))
-    numba = solve_odm_dual(X, y, kernel, lam, 0.1, 0.2, violation_tol=1e-3, dtype=dtype)
+    numba = solve_odm_dual(X, y, kernel, ODMHyperparameters(lam, 0.1, 0.2),
+                           settings=DCDSettings(violation_tol=1e-3, dtype=dtype))
     # in float64 within the bound; float32 products may end the solve where the active sets
     # cycle (design §2.10), at the same optimum as far as the checks below can tell
     assert newton.converged or dtype == np.float32

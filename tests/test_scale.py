@@ -189,6 +189,7 @@ def test_the_job_names_the_memory_setting_in_one_line(spark, tmp_path):
 def test_rows_are_scaled_onto_the_unit_interval_and_the_model_takes_raw_rows(spark, tmp_path):
     from sodm_spark.models.expansion import KernelExpansion
     from sodm_spark.solvers import solve_odm_dual
+    from sodm_spark.solvers.dcd_settings import DCDSettings, ODMHyperparameters
 
     X, y = make_problem(m=600, d=4, seed=13)
     X = X * np.array([1.0, 100.0, 0.01, 5.0]) + np.array([0.0, 50.0, -3.0, 7.0])  # raw units
@@ -203,7 +204,8 @@ def test_rows_are_scaled_onto_the_unit_interval_and_the_model_takes_raw_rows(spa
     mapped = (X - low) / (high - low)
     kernel = Kernel.create("rbf", 1.0 / (4 * mapped.var()))
     assert fit.model.kernel.gamma == pytest.approx(kernel.gamma, rel=1e-9)
-    exact = solve_odm_dual(mapped, y, kernel, 100.0, 0.1, 0.2, violation_tol=1e-8)
+    exact = solve_odm_dual(mapped, y, kernel, ODMHyperparameters(100.0, 0.1, 0.2),
+                           settings=DCDSettings(violation_tol=1e-8))
     assert fit.levels[0].objective == pytest.approx(exact.objective, rel=1e-6)
     reference = decision_values(kernel, (X_test - low) / (high - low), mapped, exact.gamma * y)
     np.testing.assert_allclose(fit.model.decision_function(X_test), reference, atol=1e-5)

@@ -173,6 +173,28 @@ def test_zero_variance_data_with_gamma_scale():
     ODMClassifier(gamma=1.0).fit(np.ones((10, 3)), np.arange(10) % 2)  # works with a number
 
 
+def test_rows_far_from_the_origin_are_solved_as_rows_near_it(tmp_path):
+    """The rbf kernel is translation invariant, so shifting every row by 100 (as scikit-learn's
+    estimator checks do) must leave the float32 fit what the float64 fit near the origin is;
+    in float32 the kernel's GEMM form lost the distances' digits and the dual diverged."""
+    rng = np.random.RandomState(0)
+    X = rng.normal(size=(100, 2))
+    y = rng.randint(low=0, high=2, size=100)
+    near = ODMClassifier(dtype="float64", tol=1e-6, max_iter=20_000).fit(X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        far = ODMClassifier().fit(X + 100.0, y)
+    assert far.converged_ and far.objective_[0] == pytest.approx(near.objective_[0], rel=1e-3)
+    np.testing.assert_allclose(far.decision_function(X + 100.0), near.decision_function(X),
+                               atol=2e-2)
+    assert (far.predict(X + 100.0) == near.predict(X)).mean() >= 0.98
+    np.testing.assert_array_equal(far.support_vectors_, (X + 100.0)[far.support_])
+    far.model_.save(tmp_path / "far")
+    copy = KernelExpansion.load(model_files(tmp_path / "far"))
+    np.testing.assert_allclose(copy.decision_function(X + 100.0),
+                               far.decision_function(X + 100.0), rtol=1e-12)
+
+
 def test_svrg_solver_matches_the_dual_solver_dense_and_sparse():
     import scipy.sparse as sp
     X, y = make_problem(m=300, d=6, seed=13)

@@ -9,6 +9,7 @@ import pytest
 
 from sodm_spark.core.kernels import Kernel
 from sodm_spark.solvers import solve_odm_dual
+from sodm_spark.solvers.dcd_settings import DCDSettings, ODMHyperparameters
 from sodm_spark.spark.session import numpy_to_blocks
 from sodm_spark.spark.sodm.fit import fit_sodm
 from sodm_spark.spark.sodm.params import SODMParams
@@ -29,8 +30,10 @@ def four_classes(n_per_class=120, seed=0, rare=None):
 
 def one_vs_rest_optimum(X, y, params):
     kernel = Kernel.create("rbf", GAMMA)
-    return [solve_odm_dual(X, np.where(y == label, 1.0, -1.0), kernel, params.lam, params.theta,
-                           params.v, violation_tol=1e-10, dtype=np.float64, mode="cached", max_iter=5000)
+    return [solve_odm_dual(X, np.where(y == label, 1.0, -1.0), kernel,
+                           ODMHyperparameters(params.lam, params.theta, params.v),
+                           settings=DCDSettings(violation_tol=1e-10, dtype=np.float64,
+                                                mode="cached", max_iter=5000))
             for label in LABELS]
 
 

@@ -8,6 +8,7 @@ import pytest
 from sodm_spark.core.kernels import Kernel
 from sodm_spark.partition import nearest_landmark
 from sodm_spark.solvers import solve_odm_dual
+from sodm_spark.solvers.dcd_settings import DCDSettings, ODMHyperparameters
 from sodm_spark.spark.partitioning import partition_blocks, whole_partitions
 from sodm_spark.spark.session import numpy_to_blocks
 from sodm_spark.spark.sodm.fit import fit_sodm
@@ -27,8 +28,8 @@ def data():
 
 def exact(X, y, params, tol=1e-9):
     kernel = Kernel.create(params.kernel, params.gamma)
-    return solve_odm_dual(X, y, kernel, params.lam, params.theta, params.v, violation_tol=tol,
-                          dtype=np.float64)
+    return solve_odm_dual(X, y, kernel, ODMHyperparameters(params.lam, params.theta, params.v),
+                          settings=DCDSettings(violation_tol=tol, dtype=np.float64))
 
 
 def test_levels_zero_equals_the_exact_solver(spark, data):

@@ -7,9 +7,9 @@ import pytest
 import scipy.sparse as sp
 from sklearn.datasets import dump_svmlight_file, load_svmlight_file
 
-from sodm_spark.spark.io import (Block, BlockStats, DataFormatError, check_blocks,
-                                 dataframe_to_blocks, parse_libsvm_line, read_blocks,
-                                 read_libsvm_local)
+from sodm_spark.spark.io import (Block, BlockStats, DataFormatError, TableColumns,
+                                 check_blocks, dataframe_to_blocks, parse_libsvm_line,
+                                 read_blocks, read_libsvm_local)
 
 # Python workers must run this interpreter (the venv), not whatever `python3` is on PATH.
 # Read when the session-scoped SparkContext starts, i.e. after collection; belongs in conftest.
@@ -332,7 +332,8 @@ def test_text_rows_are_named_by_line_and_dataframe_rows_by_partition_and_row(spa
     good = tmp_path / "good.csv"
     good.write_text("label,a,b\n1,1,2\n-1,0,3\n")
     with pytest.raises(ValueError, match=r"2 columns but n_features=4"):
-        check_blocks(read_blocks(spark, str(good), "csv", label_col="a")[0], 4)
+        check_blocks(read_blocks(spark, str(good), "csv",
+                                 columns=TableColumns(label_col="a"))[0], 4)
 
 
 def _write_parquet(path, X, y, row_group_size, element="float32"):

@@ -11,7 +11,9 @@ import scipy.sparse as sp
 
 from sodm_spark.core.kernels import Kernel
 from sodm_spark.solvers import solve_odm_dual
-from sodm_spark.solvers.svrg import (SVRGResult, default_step, loss_gradient_sum, penalized,
+from sodm_spark.solvers.dcd_settings import DCDSettings, ODMHyperparameters
+from sodm_spark.solvers.svrg import (SVRGResult, SVRGSchedule, Snapshot,
+                                     default_step, loss_gradient_sum, penalized,
                                      primal_objective, sample_rows, smoothness, svrg,
                                      svrg_inner)
 from tests.conftest import make_problem
@@ -22,8 +24,9 @@ SETTINGS = [(1.0, 0.2, 0.5), (10.0, 0.5, 1.0)]
 
 
 def dual_reference(X, y, lam, theta, v):
-    res = solve_odm_dual(X, y, Kernel.create("linear"), lam, theta, v, violation_tol=1e-11,
-                         max_iter=100000, dtype=np.float64, mode="cached")
+    res = solve_odm_dual(X, y, Kernel.create("linear"), ODMHyperparameters(lam, theta, v),
+                         settings=DCDSettings(violation_tol=1e-11, max_iter=100000,
+                                              dtype=np.float64, mode="cached"))
     assert res.converged
     return X.T @ (res.gamma * y), -res.objective
 
@@ -76,7 +79,8 @@ def test_svrg_reaches_dual_optimum(lam, theta, v):
     X, y = make_problem(m=500, d=20, seed=1)
     w_star, p_star = dual_reference(X, y, lam, theta, v)
     assert primal_objective(w_star, X, y, lam, theta, v) == pytest.approx(p_star, rel=1e-9)
-    res = svrg(X, y, lam, theta, v, epochs=40, relative_change_tol=1e-10, seed=0, fit_intercept=False)
+    res = svrg(X, y, ODMHyperparameters(lam, theta, v),
+               SVRGSchedule(epochs=40, relative_change_tol=1e-10, seed=0), fit_intercept=False)
     assert isinstance(res, SVRGResult) and res.converged and res.epochs < 40
     assert len(res.history) == res.epochs + 1 and res.objective == res.history[-1]
     assert abs(res.objective - p_star) <= 1e-4 * abs(p_star)
@@ -88,7 +92,8 @@ def test_objective_gap_shrinks_geometrically():
     X, y = make_problem(m=500, d=20, seed=1)
     lam, theta, v = SETTINGS[1]
     _, p_star = dual_reference(X, y, lam, theta, v)
-    res = svrg(X, y, lam, theta, v, epochs=8, relative_change_tol=0.0, seed=4, fit_intercept=False)
+    res = svrg(X, y, ODMHyperparameters(lam, theta, v),
+               SVRGSchedule(epochs=8, relative_change_tol=0.0, seed=4), fit_intercept=False)
     gaps = np.array(res.history) - p_star
     assert res.epochs == 8 and not res.converged
     assert gaps[1] > 0 and gaps[8] <= 1e-2 * gaps[1]
@@ -98,8 +103,10 @@ def test_objective_gap_shrinks_geometrically():
 def test_sparse_and_dense_give_the_same_w():
     Xs, y = sparse_problem()
     lam, theta, v = 3.0, 0.2, 0.5
-    res_s = svrg(Xs, y, lam, theta, v, epochs=6, relative_change_tol=0.0, seed=7)
-    res_d = svrg(Xs.toarray(), y, lam, theta, v, epochs=6, relative_change_tol=0.0, seed=7)
+    res_s = svrg(Xs, y, ODMHyperparameters(lam, theta, v),
+                 SVRGSchedule(epochs=6, relative_change_tol=0.0, seed=7))
+    res_d = svrg(Xs.toarray(), y, ODMHyperparameters(lam, theta, v),
+                 SVRGSchedule(epochs=6, relative_change_tol=0.0, seed=7))
     np.testing.assert_allclose(res_s.w, res_d.w, rtol=0, atol=1e-10)
     np.testing.assert_allclose(res_s.history, res_d.history, rtol=1e-12)
 
@@ -115,8 +122,8 @@ def test_csr_lazy_inner_loop_equals_dense_loop_and_formula():
     # 0.7**1000 < 1e-100: the lazy scale s is renormalized along the way
     rows = sample_rows(120, 1000, np.random.default_rng(2))
     copies = [a.copy() for a in (w, snap, g, Xs.data, y)]
-    out_s = svrg_inner(w, snap, g, Xs, y, rows, 0.3, lam, theta, v)
-    out_d = svrg_inner(w, snap, g, X, y, rows, 0.3, lam, theta, v)
+    out_s = svrg_inner(w, Snapshot(snap, g), Xs, y, rows, 0.3, ODMHyperparameters(lam, theta, v))
+    out_d = svrg_inner(w, Snapshot(snap, g), X, y, rows, 0.3, ODMHyperparameters(lam, theta, v))
     np.testing.assert_allclose(out_s, out_d, rtol=0, atol=1e-11)
     for before, after in zip(copies, (w, snap, g, Xs.data, y)):
         np.testing.assert_array_equal(before, after)
@@ -129,24 +136,31 @@ def test_csr_lazy_inner_loop_equals_dense_loop_and_formula():
         ref = ref - 0.3 * (numpy_grad_i(ref, X[i], y[i], lam, theta, v)
                            - numpy_grad_i(snap, X[i], y[i], lam, theta, v) + mu)
     for Xin in (X, Xs):
-        np.testing.assert_allclose(svrg_inner(w, snap, g, Xin, y, rows[:25], 0.3, lam, theta, v),
+        np.testing.assert_allclose(svrg_inner(w, Snapshot(snap, g), Xin, y, rows[:25], 0.3,
+                                              ODMHyperparameters(lam, theta, v)),
                                    ref, rtol=1e-12, atol=1e-12)
-    np.testing.assert_array_equal(svrg_inner(w, snap, g, X, y, rows[:0], 0.3, lam, theta, v), w)
+    np.testing.assert_array_equal(svrg_inner(w, Snapshot(snap, g), X, y, rows[:0], 0.3,
+                                             ODMHyperparameters(lam, theta, v)), w)
 
 
 def test_seed_reproducibility_and_independence():
     X, y = make_problem(m=300, d=10, seed=6)
     lam, theta, v = SETTINGS[0]
-    a = svrg(X, y, lam, theta, v, epochs=25, relative_change_tol=1e-12, seed=11)
-    b = svrg(X, y, lam, theta, v, epochs=25, relative_change_tol=1e-12, seed=11)
-    c = svrg(X, y, lam, theta, v, epochs=25, relative_change_tol=1e-12, seed=12)
+    a = svrg(X, y, ODMHyperparameters(lam, theta, v),
+             SVRGSchedule(epochs=25, relative_change_tol=1e-12, seed=11))
+    b = svrg(X, y, ODMHyperparameters(lam, theta, v),
+             SVRGSchedule(epochs=25, relative_change_tol=1e-12, seed=11))
+    c = svrg(X, y, ODMHyperparameters(lam, theta, v),
+             SVRGSchedule(epochs=25, relative_change_tol=1e-12, seed=12))
     np.testing.assert_array_equal(a.w, b.w)
     assert a.history == b.history
     assert a.history[1] != c.history[1]                      # another path ...
     assert abs(a.objective - c.objective) <= 1e-9 * a.objective   # ... to the same optimum
     np.testing.assert_allclose(a.w, c.w, atol=1e-5)
-    one_a = svrg(X, y, lam, theta, v, epochs=1, relative_change_tol=0, seed=[11, 0])
-    one_b = svrg(X, y, lam, theta, v, epochs=1, relative_change_tol=0, seed=[11, 1])
+    one_a = svrg(X, y, ODMHyperparameters(lam, theta, v),
+                 SVRGSchedule(epochs=1, relative_change_tol=0, seed=[11, 0]))
+    one_b = svrg(X, y, ODMHyperparameters(lam, theta, v),
+                 SVRGSchedule(epochs=1, relative_change_tol=0, seed=[11, 1]))
     assert not np.array_equal(one_a.w, one_b.w)
 
 
@@ -176,10 +190,11 @@ def test_huge_sparse_matrix_is_never_densified():
     data = rng.normal(size=m * nnz_row)
     X = sp.csr_matrix((data, indices, np.arange(0, m * nnz_row + 1, nnz_row)), shape=(m, d))
     y = np.where(rng.random(m) < 0.5, 1.0, -1.0)
-    svrg(X[:50], y[:50], 1.0, 0.2, 0.5, epochs=1)                 # warm-up (numba compile)
+    svrg(X[:50], y[:50], ODMHyperparameters(1.0, 0.2, 0.5), SVRGSchedule(epochs=1))  # warm-up (numba compile)
     tracemalloc.start()
     try:
-        res = svrg(X, y, 1.0, 0.2, 0.5, epochs=3, relative_change_tol=0.0)
+        res = svrg(X, y, ODMHyperparameters(1.0, 0.2, 0.5),
+                   SVRGSchedule(epochs=3, relative_change_tol=0.0))
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -191,33 +206,36 @@ def test_huge_sparse_matrix_is_never_densified():
 def test_bad_inputs():
     X, y = make_problem(m=30, d=3)
     with pytest.raises(ValueError, match="-1 or \\+1"):
-        svrg(X, (y > 0).astype(float), 1.0, 0.2, 0.5)
+        svrg(X, (y > 0).astype(float), ODMHyperparameters(1.0, 0.2, 0.5))
     with pytest.raises(ValueError, match="one label per row"):
-        svrg(X, y[:-1], 1.0, 0.2, 0.5)
+        svrg(X, y[:-1], ODMHyperparameters(1.0, 0.2, 0.5))
     for lam in (0.0, -1.0, np.inf):
         with pytest.raises(ValueError, match="lam"):
-            svrg(X, y, lam, 0.2, 0.5)
+            svrg(X, y, ODMHyperparameters(lam, 0.2, 0.5))
     with pytest.raises(ValueError, match="theta"):
-        svrg(X, y, 1.0, 1.0, 0.5)
+        svrg(X, y, ODMHyperparameters(1.0, 1.0, 0.5))
     with pytest.raises(ValueError, match="v "):
-        svrg(X, y, 1.0, 0.2, 0.0)
+        svrg(X, y, ODMHyperparameters(1.0, 0.2, 0.0))
     with pytest.raises(ValueError, match="w0 must be a vector of length 3"):
-        svrg(X, y, 1.0, 0.2, 0.5, w0=np.zeros(4))
+        svrg(X, y, ODMHyperparameters(1.0, 0.2, 0.5), w0=np.zeros(4))
     with pytest.raises(ValueError, match="length 3"):
         primal_objective(np.zeros(2), X, y, 1.0, 0.2, 0.5)
     with pytest.raises(ValueError, match="step"):
-        svrg_inner(np.zeros(3), np.zeros(3), np.zeros(3), X, y, [0, 1], 1.5, 1.0, 0.2, 0.5)
+        svrg_inner(np.zeros(3), Snapshot(np.zeros(3), np.zeros(3)), X, y, [0, 1], 1.5,
+                   ODMHyperparameters(1.0, 0.2, 0.5))
     with pytest.raises(ValueError, match="rows"):
-        svrg_inner(np.zeros(3), np.zeros(3), np.zeros(3), X, y, [30], 0.1, 1.0, 0.2, 0.5)
+        svrg_inner(np.zeros(3), Snapshot(np.zeros(3), np.zeros(3)), X, y, [30], 0.1,
+                   ODMHyperparameters(1.0, 0.2, 0.5))
     with pytest.raises(ValueError, match="inner_steps"):
-        svrg(X, y, 1.0, 0.2, 0.5, inner_steps=0)
+        svrg(X, y, ODMHyperparameters(1.0, 0.2, 0.5), SVRGSchedule(inner_steps=0))
 
 
 def test_stops_on_relative_objective_change():
     X, y = make_problem(m=500, d=20, seed=1)
     lam, theta, v = SETTINGS[1]
     tol = 8e-3
-    res = svrg(X, y, lam, theta, v, epochs=50, relative_change_tol=tol, seed=3)
+    res = svrg(X, y, ODMHyperparameters(lam, theta, v),
+               SVRGSchedule(epochs=50, relative_change_tol=tol, seed=3))
     h = np.array(res.history)
     change = np.abs(np.diff(h)) / np.abs(h[1:])
     assert res.converged and res.epochs == len(h) - 1 < 50
@@ -283,8 +301,8 @@ def test_intercept_inner_loops_dense_csr_and_formula():
     wb, snap = rng.normal(size=41) * 3, rng.normal(size=41) * 3
     g = loss_gradient_sum(snap, X, y, lam, theta, v, True)[1] / X.shape[0]
     rows = sample_rows(120, 1000, np.random.default_rng(2))   # the lazy scale is renormalized
-    out_s = svrg_inner(wb, snap, g, Xs, y, rows, 0.3, lam, theta, v, True)
-    out_d = svrg_inner(wb, snap, g, X, y, rows, 0.3, lam, theta, v, True)
+    out_s = svrg_inner(wb, Snapshot(snap, g), Xs, y, rows, 0.3, ODMHyperparameters(lam, theta, v), True)
+    out_d = svrg_inner(wb, Snapshot(snap, g), X, y, rows, 0.3, ODMHyperparameters(lam, theta, v), True)
     np.testing.assert_allclose(out_s, out_d, rtol=0, atol=1e-10)
     # ∇p_i(w, b) = (w, 0) + c_i·y_i(x_i, 1), steps written out in numpy
     a = lam / (1 - theta) ** 2
@@ -299,8 +317,9 @@ def test_intercept_inner_loops_dense_csr_and_formula():
     for i in rows[:25]:
         ref = ref - 0.3 * (grad_i(ref, i) - grad_i(snap, i) + mu)
     for Xin in (X, Xs):
-        np.testing.assert_allclose(svrg_inner(wb, snap, g, Xin, y, rows[:25], 0.3, lam, theta,
-                                              v, True), ref, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(svrg_inner(wb, Snapshot(snap, g), Xin, y, rows[:25], 0.3,
+                                              ODMHyperparameters(lam, theta, v), True),
+                                   ref, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("lam", [1.0, 100.0])
@@ -315,7 +334,8 @@ def test_intercept_solvers_reach_the_independent_primal_optimum(lam):
     np.testing.assert_allclose(newton.w, w_ref, rtol=1e-4, atol=1e-4 * np.linalg.norm(w_ref))
     assert newton.intercept == pytest.approx(b_ref, rel=1e-4, abs=1e-4)
     for Xin in (X, sp.csr_matrix(X)):
-        res = svrg(Xin, y, lam, theta, v, epochs=200, relative_change_tol=1e-13, seed=3)
+        res = svrg(Xin, y, ODMHyperparameters(lam, theta, v),
+                   SVRGSchedule(epochs=200, relative_change_tol=1e-13, seed=3))
         assert res.objective == pytest.approx(newton.objective, rel=1e-6)
         assert res.intercept == pytest.approx(newton.intercept, rel=1e-3, abs=1e-3)
     # without the bias the hyperplane must pass the origin: the fit is far worse

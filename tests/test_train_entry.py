@@ -76,13 +76,14 @@ def test_settings_left_unset_keep_the_defaults():
 
 def test_the_linear_kernel_takes_no_search_nor_level_options():
     from sodm_spark.spark.dsvrg.fit import DSVRGParams
+    from sodm_spark.spark.sodm.fit import FitOptions
     from sodm_spark.spark.train import Search, train
 
     # refused before any pass over the data (no Spark context needed)
     with pytest.raises(ValueError, match="a search cannot apply"):
         train(None, None, 3, DSVRGParams(), search=Search())
     with pytest.raises(ValueError, match="max_sv cannot apply"):
-        train(None, None, 3, DSVRGParams(), max_sv="auto")
+        train(None, None, 3, DSVRGParams(), level_options=FitOptions(max_sv="auto"))
 
 
 def test_the_classes_a_fit_takes():

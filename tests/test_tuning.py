@@ -15,8 +15,8 @@ from sklearn.datasets import dump_svmlight_file
 from sodm_spark import ODMClassifier
 from sodm_spark.core.kernels import Kernel
 from sodm_spark.selection.tuning import (SEARCH_PARTITION_ROWS, SEARCH_SAMPLE_ROWS, ParamGrid,
-                                         best_point, search_partition, search_pieces, search_sample,
-                                         search_subsets)
+                                         PointSolve, best_point, search_partition,
+                                         search_pieces, search_sample, search_subsets)
 from sodm_spark.spark.partitioning import whole_partitions
 from sodm_spark.spark.session import numpy_to_blocks
 from sodm_spark.spark.sodm.params import SODMParams
@@ -55,7 +55,8 @@ def test_one_partition_matches_cold_fits_point_by_point():
     X_val, y_val = make_problem(m=120, d=4, seed=4)
     kernel = Kernel.create("rbf", 0.4)
     points, scores, stats = search_partition(X, y, X_val, kernel, SMALL_GRID,
-                                             violation_tol=TOL, max_iter=20000)
+                                             solving=PointSolve(violation_tol=TOL,
+                                                                max_iter=20000))
     assert points == SMALL_GRID.points() and len(points) == 8
     assert all(s["converged"] for s in stats)
     for point, share in zip(points, scores):

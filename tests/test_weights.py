@@ -6,6 +6,7 @@ import pytest
 
 from sodm_spark.core.kernels import Kernel
 from sodm_spark.solvers import solve_odm_dual
+from sodm_spark.solvers.dcd_settings import DCDSettings, ODMHyperparameters
 from sodm_spark.solvers.local_solve import LocalSolve
 
 from conftest import make_problem
@@ -19,9 +20,9 @@ pytestmark = pytest.mark.numerics
 def test_weighted_dual_matches_the_weighted_primal(mode, lam, theta, v):
     X, y = make_problem(m=90, d=4, seed=11)
     weights = np.random.default_rng(5).uniform(0.2, 4.0, size=y.size)
-    result = solve_odm_dual(X, y, Kernel.create("linear"), lam, theta, v, violation_tol=1e-10,
-                            dtype=np.float64, mode=mode, block_size=16, weights=weights,
-                            max_iter=20000)
+    result = solve_odm_dual(X, y, Kernel.create("linear"), ODMHyperparameters(lam, theta, v),
+                            settings=DCDSettings(violation_tol=1e-10, dtype=np.float64, mode=mode,
+                                                 block_size=16, max_iter=20000), weights=weights)
     w_primal, primal = odm_weighted_primal_reference(X, y, weights, lam, theta, v)
     w_dual = X.T @ (result.gamma * y)
     assert result.converged
@@ -33,11 +34,12 @@ def test_integer_weights_equal_copies_of_the_rows():
     X, y = make_problem(m=50, d=3, seed=2)
     counts = np.random.default_rng(1).integers(1, 4, size=y.size)
     kernel = Kernel.create("rbf", 0.5)
-    weighted = solve_odm_dual(X, y, kernel, 50.0, 0.2, 0.4, violation_tol=1e-11,
-                              dtype=np.float64, weights=counts.astype(float))
+    weighted = solve_odm_dual(X, y, kernel, ODMHyperparameters(50.0, 0.2, 0.4),
+                              settings=DCDSettings(violation_tol=1e-11, dtype=np.float64),
+                              weights=counts.astype(float))
     copies = np.repeat(np.arange(y.size), counts)
-    repeated = solve_odm_dual(X[copies], y[copies], kernel, 50.0, 0.2, 0.4,
-                              violation_tol=1e-11, dtype=np.float64)
+    repeated = solve_odm_dual(X[copies], y[copies], kernel, ODMHyperparameters(50.0, 0.2, 0.4),
+                              settings=DCDSettings(violation_tol=1e-11, dtype=np.float64))
     # the copies of a row share its γ·s_i among them (the dual's optimum in their sum is unique)
     summed = np.bincount(copies, weights=repeated.gamma, minlength=y.size)
     np.testing.assert_allclose(weighted.gamma, summed, rtol=1e-7, atol=1e-10)
@@ -47,8 +49,9 @@ def test_integer_weights_equal_copies_of_the_rows():
 def test_unit_weights_are_the_unweighted_solve_bit_for_bit():
     X, y = make_problem(m=70, d=5, seed=4)
     kernel = Kernel.create("rbf", 0.3)
-    plain = solve_odm_dual(X, y, kernel, 100.0, 0.1, 0.5, seed=9)
-    unit = solve_odm_dual(X, y, kernel, 100.0, 0.1, 0.5, seed=9, weights=np.ones(y.size))
+    plain = solve_odm_dual(X, y, kernel, ODMHyperparameters(100.0, 0.1, 0.5), seed=9)
+    unit = solve_odm_dual(X, y, kernel, ODMHyperparameters(100.0, 0.1, 0.5), seed=9,
+                          weights=np.ones(y.size))
     assert np.array_equal(plain.gamma, unit.gamma) and plain.objective == unit.objective
 
 
@@ -62,8 +65,10 @@ def test_multiclass_weighted_equals_binary_weighted_solves():
     joint = solve.solve(X, y_index, kernel, 3, weights=weights)
     assert joint.kernel_mode == "cached" and joint.gamma.shape == (80, 3)
     for c in range(3):
-        binary = solve_odm_dual(X, np.where(y_index == c, 1.0, -1.0), kernel, 30.0, 0.1, 0.3,
-                                violation_tol=1e-10, dtype=np.float64, weights=weights)
+        binary = solve_odm_dual(X, np.where(y_index == c, 1.0, -1.0), kernel,
+                                ODMHyperparameters(30.0, 0.1, 0.3),
+                                settings=DCDSettings(violation_tol=1e-10, dtype=np.float64),
+                                weights=weights)
         np.testing.assert_allclose(joint.gamma[:, c], binary.gamma, atol=1e-8)
 
 
@@ -73,7 +78,8 @@ def test_a_weight_that_is_not_positive_and_finite_is_refused_with_its_row(bad):
     weights = np.ones(10)
     weights[7] = bad
     with pytest.raises(ValueError, match="row 7"):
-        solve_odm_dual(X, y, Kernel.create("linear"), 1.0, 0.1, 0.5, weights=weights)
+        solve_odm_dual(X, y, Kernel.create("linear"), ODMHyperparameters(1.0, 0.1, 0.5),
+                       weights=weights)
 
 
 @pytest.mark.parametrize("fit_intercept", [False, True])
@@ -99,12 +105,13 @@ def test_weighted_newton_primal_matches_the_weighted_dual(fit_intercept):
 
 def test_weighted_svrg_reaches_the_weighted_optimum():
     from sodm_spark.solvers.odm_primal import newton_primal
-    from sodm_spark.solvers.svrg import svrg
+    from sodm_spark.solvers.svrg import SVRGSchedule, svrg
 
     X, y = make_problem(m=300, d=6, seed=12)
     weights = np.where(y > 0, 4.0, 1.0)
     exact = newton_primal(X, y, 5.0, 0.1, 0.5, weights=weights, fit_intercept=True)
-    result = svrg(X, y, 5.0, 0.1, 0.5, epochs=200, relative_change_tol=1e-13, seed=0,
+    result = svrg(X, y, ODMHyperparameters(5.0, 0.1, 0.5),
+                  SVRGSchedule(epochs=200, relative_change_tol=1e-13, seed=0),
                   weights=weights, fit_intercept=True)
     assert result.objective == pytest.approx(exact.objective, rel=1e-6)
     np.testing.assert_allclose(result.w, exact.w, rtol=1e-3, atol=1e-4)
@@ -121,8 +128,8 @@ def test_weighted_nystroem_passes_equal_copies_of_the_rows():
 
     def passes(rows, labels, weights):
         return lambda coef, direction, steps: nystroem_odm.pass_sums(
-            kernel, basis.centres, rows, labels, coef, direction, steps, 0.1, 0.4,
-            weights=weights)
+            kernel, basis.centres, rows, labels, nystroem_odm.PassLine(coef, direction, steps),
+            0.1, 0.4, weights=weights)
 
     weighted, _ = nystroem_odm.fit(basis, passes(X, y, counts.astype(float)), 30.0, 0.1, 0.4,
                                    float(counts.sum()))
@@ -194,11 +201,13 @@ def test_sodm_levels_with_class_weights_merge_to_the_exact_weighted_objective(sp
                         class_weight={1.0: 3.0})
     fit = fit_sodm(spark.sparkContext, numpy_to_blocks(spark.sparkContext, X, y), params,
                    classes=[-1.0, 1.0])
-    reference = solve_odm_dual(X, y, Kernel.create("rbf", 0.2), 100.0, 0.1, 0.2,
-                               violation_tol=1e-9, dtype=np.float64,
+    reference = solve_odm_dual(X, y, Kernel.create("rbf", 0.2),
+                               ODMHyperparameters(100.0, 0.1, 0.2),
+                               settings=DCDSettings(violation_tol=1e-9, dtype=np.float64),
                                weights=np.where(y > 0, 3.0, 1.0))
-    unweighted = solve_odm_dual(X, y, Kernel.create("rbf", 0.2), 100.0, 0.1, 0.2,
-                                violation_tol=1e-9, dtype=np.float64)
+    unweighted = solve_odm_dual(X, y, Kernel.create("rbf", 0.2),
+                                ODMHyperparameters(100.0, 0.1, 0.2),
+                                settings=DCDSettings(violation_tol=1e-9, dtype=np.float64))
     assert [entry.level for entry in fit.levels] == [1, 0]
     assert fit.levels[-1].objective == pytest.approx(reference.objective, rel=1e-6)
     assert abs(unweighted.objective - reference.objective) > 1e-3 * abs(reference.objective)
@@ -238,8 +247,10 @@ def test_a_weight_column_through_the_levels_is_the_exact_weighted_odm(spark, tmp
                            lam=100.0, tol=1e-9, kernelStorage="float32",
                            calibration="none").fit(frame)
     kept = weights > 0
-    reference = solve_odm_dual(X[kept], y[kept], Kernel.create("rbf", 0.3), 100.0, 0.1, 0.2,
-                               violation_tol=1e-9, dtype=np.float64, weights=weights[kept])
+    reference = solve_odm_dual(X[kept], y[kept], Kernel.create("rbf", 0.3),
+                               ODMHyperparameters(100.0, 0.1, 0.2),
+                               settings=DCDSettings(violation_tol=1e-9, dtype=np.float64),
+                               weights=weights[kept])
     assert model.levelStats[0]["rows"] == kept.sum()
     assert model.levelStats[0]["objective"] == pytest.approx(reference.objective, rel=1e-6)
     rows = np.random.default_rng(1).normal(size=(50, 4))

@@ -6,8 +6,9 @@ its scikit-learn face lives in ``<name>.py``, named after the comparator.
 
 - **CSVRG** (the CSVRG paper: Tan, Zhang & Wang, "Coreset Stochastic Variance-Reduced Gradient
   with Application to Optimal Margin Distribution Machine", AAAI 2019; Algorithm 1) —
-  ``csvrg_solver.py`` + ``csvrg.py`` (:class:`CSVRGClassifier`): kernel ODM, hinge or squared
-  hinge (Eqn 3) over a δ-coverage coreset of core points ``w = Σ_r σ_r φ(c_r)`` (Definitions 1-2), trained by SVRG with
+  ``csvrg_solver.py`` (its coreset in ``csvrg_coreset.py``) + ``csvrg.py``
+  (:class:`CSVRGClassifier`): kernel ODM, hinge or squared hinge (Eqn 3) over a δ-coverage
+  coreset of core points ``w = Σ_r σ_r φ(c_r)`` (Definitions 1-2), trained by SVRG with
   coreset-approximated gradients (Eqns 6-9) and projection onto Theorem 1's ball; O(r) a step.
 - **CVR / CVM** (the CVR paper: Tsang, Kwok & Lai, "Core Vector Regression for Very Large
   Regression Problems", ICML 2005) — ``cvm_solver.py`` + ``cvm.py`` (:class:`CVRRegressor`,

@@ -20,8 +20,9 @@ from ..core.kernels import Kernel
 from ..core.labels import plus_minus
 from ..core.validation import seed_from
 from ..models.expansion import KernelExpansion
-from .coreset_svm_solver import (BOUNDS, build_coreset, check_weighted_data, merge_and_reduce,
-                                 sample_coreset, sensitivity_bounds, solve_weighted_svm)
+from .coreset_svm_solver import (BOUNDS, ReductionSettings, build_coreset, check_weighted_data,
+                                 merge_and_reduce, sample_coreset, sensitivity_bounds,
+                                 solve_weighted_svm)
 
 SUPPORTED_KERNELS = ("linear", "rbf", "poly")
 
@@ -145,8 +146,8 @@ class CoresetSVMClassifier(ClassifierMixin, BaseEstimator):
     def _build(self, X, y, weights):
         """The coreset: Algorithm 1 on all rows, or per shuffled chunk then merge-and-reduce."""
         seed = seed_from(self.random_state)
-        options = dict(kernel=self.kernel_, bound=self.bound, tol=self.tol,
-                       cache_mb=self.cache_mb)
+        reduction = ReductionSettings(kernel=self.kernel_, bound=self.bound, tol=self.tol,
+                                      cache_mb=self.cache_mb)
         if self.coreset_size is None:
             solution = solve_weighted_svm(X, y, weights, self.C, self.kernel_, self.tol,
                                           self.cache_mb)
@@ -155,18 +156,21 @@ class CoresetSVMClassifier(ClassifierMixin, BaseEstimator):
                                                      self.epsilon, self.delta))
             self.coreset_size_ = size
             if size >= np.count_nonzero(weights):  # every row: the data is its own coreset
-                return build_coreset(X, y, size, self.C, weights, seed=seed, **options)
+                return build_coreset(X, y, size, self.C, weights, seed=seed,
+                                     reduction=reduction)
             return sample_coreset(X, y, weights, gamma, size, seed, bound=self.bound)
         self.coreset_size_ = self.coreset_size
         if self.chunk_size is None or self.chunk_size >= X.shape[0]:
-            return build_coreset(X, y, self.coreset_size, self.C, weights, seed=seed, **options)
+            return build_coreset(X, y, self.coreset_size, self.C, weights, seed=seed,
+                                 reduction=reduction)
         order = np.random.default_rng([seed, 0]).permutation(X.shape[0])
         chunks = [order[start:start + self.chunk_size]
                   for start in range(0, X.shape[0], self.chunk_size)]
         coresets = [build_coreset(X[rows], y[rows], self.coreset_size, self.C, weights[rows],
-                                  seed=[seed, 1, k], indices=rows, **options)
+                                  seed=[seed, 1, k], indices=rows, reduction=reduction)
                     for k, rows in enumerate(chunks)]
-        return merge_and_reduce(coresets, self.coreset_size, self.C, seed=[seed, 2], **options)
+        return merge_and_reduce(coresets, self.coreset_size, self.C, seed=[seed, 2],
+                                reduction=reduction)
 
     def decision_function(self, X):
         """``wᵀx + b`` (linear) or ``Σ_s dual_coef_s k(sv_s, x) + b``; > 0 means classes_[1]."""

@@ -45,9 +45,9 @@ from sklearn.svm import SVC
 from ..core.kernels import Kernel, decision_values, iter_kernel_blocks
 from ..core.validation import check_finite_rows, describe_rows
 
-__all__ = ["SVMSolution", "WeightedCoreset", "build_coreset", "check_weighted_data",
-           "merge_and_reduce", "sample_coreset", "sensitivity_bounds", "solve_weighted_svm",
-           "svm_objective", "uniform_coreset"]
+__all__ = ["ReductionSettings", "SVMSolution", "WeightedCoreset", "build_coreset",
+           "check_weighted_data", "merge_and_reduce", "sample_coreset", "sensitivity_bounds",
+           "solve_weighted_svm", "svm_objective", "uniform_coreset"]
 
 BOUNDS = ("lemma7", "lemma11")
 LINEAR = Kernel("linear", 1.0, 3, 0.0)
@@ -327,20 +327,34 @@ def uniform_coreset(X, y, size, weights=None, seed=0, indices=None) -> WeightedC
     return sample_coreset(X, y, weights, weights, size, seed, indices, "uniform")
 
 
-def build_coreset(X, y, size, C, weights=None, kernel: Kernel | None = None, seed=0,
-                  indices=None, bound: str = "lemma7", tol: float = 1e-5,
-                  cache_mb: float = 200.0) -> WeightedCoreset:
-    """Algorithm 1 on one chunk: solve, bound sensitivities (Eqn 5 or Lemma 11), sample.
+@dataclass(frozen=True)
+class ReductionSettings:
+    """How Algorithm 1 reduces a chunk: line 1's weighted SVM with ``kernel`` (a resolved
+    :class:`Kernel`, numeric gamma, the same for every chunk; None: linear) solved by libsvm to
+    ``tol`` with a ``cache_mb`` kernel cache, and the sensitivity ``bound`` of lines 2-6
+    ('lemma7': Eqn 5; 'lemma11': Lemma 11)."""
 
-    ``size`` is the number of draws ``m``; ``kernel`` a resolved :class:`Kernel` (numeric
-    gamma, the same for every chunk) or None for linear; ``indices`` the rows' ids (default
-    0..n-1). A chunk with at most ``m`` positive-weight rows is returned as it is (its own
-    exact coreset). A chunk holding one class has no
-    finite bound (``f* = 0``, the weighted SVM is degenerate), so it is sampled ∝ ``u_i``
-    instead ('uniform'); merging it with other chunks brings the bound back.
+    kernel: Kernel | None = None
+    bound: str = "lemma7"
+    tol: float = 1e-5
+    cache_mb: float = 200.0
+
+
+def build_coreset(X, y, size, C, weights=None, seed=0, indices=None,
+                  reduction: ReductionSettings | None = None) -> WeightedCoreset:
+    """Algorithm 1 on one chunk: solve, bound sensitivities (Eqn 5 or Lemma 11), sample, as
+    ``reduction`` (default ``ReductionSettings()``) says.
+
+    ``size`` is the number of draws ``m``; ``indices`` the rows' ids (default 0..n-1). A chunk
+    with at most ``m`` positive-weight rows is returned as it is (its own exact coreset). A
+    chunk holding one class has no finite bound (``f* = 0``, the weighted SVM is degenerate),
+    so it is sampled ∝ ``u_i`` instead ('uniform'); merging it with other chunks brings the
+    bound back.
     """
     X, y, weights = check_weighted_data(X, y, weights)
     size, C = _check_size(size), _check_positive(C, "C")
+    reduction = reduction or ReductionSettings()
+    bound = reduction.bound
     _check_bound(bound)
     indices, keep = _check_indices(indices, X.shape[0]), np.flatnonzero(weights > 0)
     X, y, weights, indices = X[keep], y[keep], weights[keep], indices[keep]
@@ -348,7 +362,8 @@ def build_coreset(X, y, size, C, weights=None, kernel: Kernel | None = None, see
         return WeightedCoreset(X, y, weights, indices)
     if np.all(y == y[0]):
         return sample_coreset(X, y, weights, weights, size, seed, indices, "uniform")
-    solution = solve_weighted_svm(X, y, weights, C, kernel, tol, cache_mb)
+    solution = solve_weighted_svm(X, y, weights, C, reduction.kernel, reduction.tol,
+                                  reduction.cache_mb)
     gamma = sensitivity_bounds(X, y, weights, C, solution, bound)
     return sample_coreset(X, y, weights, gamma, size, seed, indices, bound)
 
@@ -364,13 +379,12 @@ def _as_coreset(item, offset: int) -> WeightedCoreset:
     return WeightedCoreset(X, y, weights, _check_indices(ids, X.shape[0]))
 
 
-def merge_and_reduce(coresets, size, C, kernel: Kernel | None = None, seed=0,
-                     bound: str = "lemma7", tol: float = 1e-5,
-                     cache_mb: float = 200.0) -> WeightedCoreset:
+def merge_and_reduce(coresets, size, C, seed=0,
+                     reduction: ReductionSettings | None = None) -> WeightedCoreset:
     """Reduce per-chunk coresets to one of ``size`` draws by pairwise merging (Sec. 4.2).
 
     Level by level, coresets 2j and 2j+1 are concatenated and reduced with Algorithm 1 on
-    their weighted union (seed ``[seed, level, j]``); an odd one out moves up unchanged. Items
+    their weighted union (seed ``[seed, level, j]``, as ``reduction`` says); an odd one out moves up unchanged. Items
     are :class:`WeightedCoreset` or tuples ``(X, y, weights[, indices])``; tuples without
     indices get their row numbers in the concatenation of all items, in order. The result is
     finally reduced once more if it still holds more than ``size`` rows.
@@ -386,8 +400,8 @@ def merge_and_reduce(coresets, size, C, kernel: Kernel | None = None, seed=0,
                          f"number of columns; got column counts {widths}.")
 
     def reduce(X, y, weights, indices, level, j):
-        return build_coreset(X, y, size, C, weights, kernel, _child_seed(seed, level, j),
-                             indices, bound, tol, cache_mb)
+        return build_coreset(X, y, size, C, weights, _child_seed(seed, level, j), indices,
+                             reduction)
 
     level = 0
     while len(current) > 1:

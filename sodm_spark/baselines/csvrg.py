@@ -19,7 +19,7 @@ from ..core.kernels import Kernel
 from ..core.labels import plus_minus
 from ..core.validation import seed_from
 from ..models.expansion import KernelExpansion
-from .csvrg_solver import csvrg
+from .csvrg_solver import CSVRGSchedule, CoverageSettings, KernelCache, MarginLoss, csvrg
 
 
 class CSVRGClassifier(ClassifierMixin, BaseEstimator):
@@ -68,12 +68,15 @@ class CSVRGClassifier(ClassifierMixin, BaseEstimator):
             f"class(es): {list(classes[:10])}. For more classes use "
             "sklearn.multiclass.OneVsRestClassifier(CSVRGClassifier(...))."))
         kernel = Kernel.create(self.kernel, self.gamma, self.degree, self.coef0, X)
-        result = csvrg(X, plus_minus(y_index, 1), kernel, self.lam, self.theta,
-                       self.v, loss=self.loss, delta=self.delta, max_core=self.max_core,
-                       metric=self.metric, refine=self.refine, per_class=self.per_class,
-                       epochs=self.epochs, inner_steps=self.inner_steps, step=self.step,
-                       option=self.option, tol=self.tol, seed=seed_from(self.random_state),
-                       cache_mb=self.cache_mb)
+        result = csvrg(
+            X, plus_minus(y_index, 1), kernel,
+            MarginLoss(self.lam, self.theta, self.v, self.loss),
+            coverage=CoverageSettings(self.delta, self.max_core, self.metric, self.refine,
+                                      self.per_class),
+            schedule=CSVRGSchedule(epochs=self.epochs, inner_steps=self.inner_steps,
+                                   step=self.step, relative_change_tol=self.tol,
+                                   seed=seed_from(self.random_state), option=self.option),
+            cache=KernelCache(cache_mb=self.cache_mb))
         if self.tol > 0 and not result.converged:
             warnings.warn(f"CSVRGClassifier stopped at epochs={self.epochs} with the objective "
                           f"still changing by more than tol={self.tol}; increase epochs or tol.",

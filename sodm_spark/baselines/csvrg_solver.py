@@ -16,33 +16,101 @@ Objective ``f(w) = ½‖w‖² + (1/m) Σ_i ℓ(y_i wᵀφ(x_i))`` with
   squared hinge is below the dual bound √λ when λ < 1: ``max(λ, √λ)`` is used. The hinge is
   not projected (line 17).
 
-Coreset (Definitions 1-2, Remark 1's online rule with Euclidean balls): in a seeded random
-order a row within δ/2 of its nearest core point joins it, else opens a new cell (diameters
-≤ δ, Theorem 4's proof). ``metric="kernel"``: ``k(x,x) + k(c,c) - 2k(x,c)``, the δ_φ of
-Theorem 4 (any kernel); ``metric="input"``: the paper's input-space balls (the same for RBF
-up to δ's scale). Past ``max_core`` cells, rows outside every ball join the nearest one
-(``coverage`` reports the largest distance). Every row then moves to its nearest core point
-(line 8). ``refine`` Lloyd steps move core points to their cells' means (inside the cell's
-ball, so "a point of the cell" as in Definition 2, for rbf, laplacian, linear). ``per_class``
-covers each label apart (a δ-coverage of the labelled set; cells never mix labels: +1 to
-+1.5 accuracy points on letter). ``delta=None``: δ for ``max_core`` balls on ``3·max_core`` rows.
+Coreset (Definitions 1-2, Remark 1): :mod:`.csvrg_coreset` covers the rows with cells of
+diameter ≤ δ in a seeded online pass and moves every row to its nearest core point (line 8).
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit
-from threadpoolctl import threadpool_limits
 
 from ..core.kernels import Kernel, iter_kernel_blocks, kernel_matrix
 from ..core.validation import check_odm_params
-from ..solvers.svrg import epoch_rng, sample_rows
+from ..solvers.svrg import SVRGSchedule, epoch_rng, sample_rows
+from .csvrg_coreset import METRICS, Coreset, CoverageSettings, build_coreset
 
 LOSSES = {"odm": 0, "hinge": 1, "squared_hinge": 2}
-METRICS = ("kernel", "input")
-_LINEAR = Kernel("linear")
+
+
+@dataclass(frozen=True)
+class MarginLoss:
+    """The loss ℓ of f(w) (module docstring): ``kind`` 'odm' with the λ, θ, v of docs/design.md
+    §1 (those of ``solvers.dcd_settings.ODMHyperparameters``), or 'hinge' / 'squared_hinge' with the λ of
+    Eqn 3 (θ and v unused)."""
+
+    lam: float = 1.0
+    theta: float = 0.1
+    v: float = 0.5
+    kind: str = "odm"
+
+
+@dataclass(frozen=True)
+class CSVRGSchedule(SVRGSchedule):
+    """SVRG's schedule (epochs, inner steps, step η: None for 1/(2L), relative_change_tol: 0
+    runs every epoch, seed) with Algorithm 1's choices: ``option`` 'I' (the next snapshot is
+    the last iterate) or 'II' (a random one), lines 20-21; ``step_decay``: η/s in epoch s
+    (None: for the hinge only, which is not smooth, so outside Theorem 8)."""
+
+    relative_change_tol: float = 0.0
+    seed: int = 0  # one int: it seeds the coreset's order, and (seed, 1) the row draws
+    step_decay: bool | None = None
+    option: str = "I"
+
+
+@dataclass(frozen=True)
+class KernelCache:
+    """Where the m×r kernel of rows and core points lives: cached in ``dtype`` when it fits
+    ``cache_mb``, else recomputed every epoch in blocks of ``chunk_rows`` rows."""
+
+    cache_mb: float = 1024.0
+    dtype: type = np.float32
+    chunk_rows: int = 1024
+
+
+class StepRows(NamedTuple):
+    """The rows of a run of steps: step t samples row ``rows[t]``, whose kernel row against the
+    core points is ``Kx[local[t]]`` and ``xg[local[t]] = Σ_l k(x, c_l) ĝ_l``."""
+
+    Kx: np.ndarray
+    xg: np.ndarray
+    local: np.ndarray
+    rows: np.ndarray
+
+
+class CoreTerms(NamedTuple):
+    """The core points' side of a step: ``assign[i]``, row i's core point (line 8); ``Kcc``,
+    their kernel matrix; and at the snapshot, ``coef_snap`` (each row's α̃_i), the
+    full-gradient part ``g_hat`` (ĝ) of σ and ``Kg`` = Kcc·ĝ."""
+
+    assign: np.ndarray
+    Kcc: np.ndarray
+    coef_snap: np.ndarray
+    g_hat: np.ndarray
+    Kg: np.ndarray
+
+
+class LossCode(NamedTuple):
+    """The loss as the numba loops read it: its ``LOSSES`` code, λ, θ and v."""
+
+    code: int
+    lam: float
+    theta: float
+    v: float
+
+
+class StepRecord(NamedTuple):
+    """What a run of steps records: ``step0`` steps came before it; the iterate after step
+    ``capture`` (option II; -1: none) goes to ``snapshot``; σ after every step to ``trace``
+    (0 rows: none kept)."""
+
+    step0: int
+    capture: int
+    snapshot: np.ndarray
+    trace: np.ndarray
 
 
 @njit(cache=True)
@@ -82,13 +150,17 @@ def _full_pass(scores, y, code, lam, theta, v, coef_out):
 
 
 @njit(cache=True, fastmath={"reassoc", "contract"})  # lets the dot products vectorize
-def _inner_steps(Kx, xg, local, rows, y, coef_snap, assign, Kcc, Kg, g_hat, p, state, eta,
-                 code, lam, theta, v, radius_sq, step0, capture, snapshot, trace):
-    """SVRG steps h_t (Eqns 8-9) on ``rows``; row ``rows[t]`` has kernel row ``Kx[local[t]]``
-    and ``xg[local[t]] = Σ_l k(x, c_l) ĝ_l``. σ is kept lazily as ``a·p + b·ĝ`` (ĝ: the
-    snapshot's full-gradient part), so a step costs one dot product (two when α_t ≠ α̃_t);
-    ``state`` = [‖w‖², ⟨w, g⟩, ⟨g, g⟩, a, b], ‖w‖² updated exactly in O(1) for the projection
-    (lines 13/15)."""
+def _inner_steps(chunk, y, core, p, state, eta, loss, radius_sq, record):
+    """SVRG steps h_t (Eqns 8-9) of size ``eta`` on the rows of ``chunk`` (:class:`StepRows`),
+    with ``core`` (:class:`CoreTerms`) and ``loss`` (:class:`LossCode`); ``record``
+    (:class:`StepRecord`) keeps the iterates asked for. σ is kept lazily as ``a·p + b·ĝ``
+    (ĝ: the snapshot's full-gradient part), so a step costs one dot product (two when
+    α_t ≠ α̃_t); ``state`` = [‖w‖², ⟨w, g⟩, ⟨g, g⟩, a, b], ‖w‖² updated exactly in O(1) for
+    the projection onto the ball of radius² ``radius_sq`` (lines 13/15)."""
+    Kx, xg, local, rows = chunk
+    assign, Kcc, coef_snap, g_hat, Kg = core
+    code, lam, theta, v = loss
+    step0, capture, snapshot, trace = record
     r = p.size
     n2, sg, gg, a, b = state[0], state[1], state[2], state[3], state[4]
     decay = 1.0 - eta
@@ -126,153 +198,6 @@ def _inner_steps(Kx, xg, local, rows, y, coef_snap, assign, Kcc, Kg, g_hat, p, s
     state[0], state[1], state[3], state[4] = n2, sg, a, b
 
 
-@njit(cache=True)
-def _scan_chunk(d_old, d_in, limit_sq, n_old, budget, assign, dist_sq, is_new):
-    """The online coverage rule on one chunk, row by row (d_* are squared distances to the
-    ``n_old`` earlier core points and within the chunk); returns how many rows became cores."""
-    new_rows = np.empty(d_in.shape[0], dtype=np.int64)
-    n_new = 0
-    for i in range(d_in.shape[0]):
-        best, arg = np.inf, -1
-        for l in range(n_old):
-            if d_old[i, l] < best:
-                best, arg = d_old[i, l], l
-        for q in range(n_new):
-            if d_in[i, new_rows[q]] < best:
-                best, arg = d_in[i, new_rows[q]], n_old + q
-        if best <= limit_sq or n_old + n_new >= budget:
-            assign[i], dist_sq[i] = arg, best
-        else:
-            new_rows[n_new] = i
-            assign[i], dist_sq[i], is_new[i] = n_old + n_new, 0.0, True
-            n_new += 1
-    return n_new
-
-
-class _Metric:
-    """Squared distances by GEMM on a base kernel. For RBF ‖φ(x)-φ(c)‖² = 2 - 2exp(-γ‖x-c‖²)
-    grows with ‖x-c‖², so scans use input distances (no exp) and map thresholds/reports."""
-
-    def __init__(self, kernel: Kernel, metric: str):
-        self.mapped = metric == "kernel" and kernel.name == "rbf"
-        self.base = kernel if metric == "kernel" and not self.mapped else _LINEAR
-        self.gamma = kernel.gamma
-
-    def sq_distances(self, A, B, a_sq, b_sq) -> np.ndarray:
-        return np.maximum(a_sq[:, None] + b_sq[None, :] - 2.0 * self.base.block(A, B), 0.0)
-
-    def to_metric(self, d_sq):
-        return 2.0 - 2.0 * np.exp(-self.gamma * d_sq) if self.mapped else d_sq
-
-    def from_metric(self, d_sq: float) -> float:
-        if self.mapped:
-            return -math.log1p(-0.5 * d_sq) / self.gamma if d_sq < 2.0 else math.inf
-        return d_sq
-
-
-@dataclass
-class Coreset:
-    """Core points (r×d); ``index[c]``: the row that opened cell c; ``assignment[i]``: row i's
-    core point, at squared metric distance ``dist_sq[i]``; ``delta``: the largest δ used."""
-
-    points: np.ndarray
-    index: np.ndarray
-    assignment: np.ndarray
-    dist_sq: np.ndarray
-    delta: float
-    size = property(lambda self: int(self.index.size))
-
-
-def cover(X, kernel: Kernel, delta: float, max_core: int, metric: str = "kernel", seed=0,
-          chunk_rows: int = 512) -> np.ndarray:
-    """Rows of X that open a cell in the online δ-coverage pass (Definition 1), in order.
-    Distances come by GEMM per chunk, the row-by-row rule runs in numba: O(m·r·d). The GEMMs
-    are small, so BLAS runs single-threaded (threads cost up to 8× on a busy machine)."""
-    m, dist = X.shape[0], _Metric(kernel, metric)
-    sq, order = dist.base.diagonal(X), np.random.default_rng(seed).permutation(m)
-    core, r = np.empty(min(max_core, m), dtype=np.int64), 0
-    with threadpool_limits(1, user_api="blas"):
-        for start in range(0, m, chunk_rows):
-            rows = order[start:start + chunk_rows]
-            d_in = dist.sq_distances(X[rows], X[rows], sq[rows], sq[rows])
-            d_old = dist.sq_distances(X[rows], X[core[:r]], sq[rows], sq[core[:r]])
-            a, d, new = (np.empty(rows.size, np.int64), np.empty(rows.size),
-                         np.zeros(rows.size, bool))
-            n_new = _scan_chunk(d_old, d_in, dist.from_metric((0.5 * delta) ** 2), r, max_core,
-                                a, d, new)
-            core[r:r + n_new] = rows[new]
-            r += n_new
-    return core[:r].copy()
-
-
-def build_coreset(X, kernel: Kernel, delta, max_core: int, metric: str = "kernel", seed=0,
-                  refine: int = 0, labels=None) -> Coreset:
-    """``cover``, nearest-core assignment, ``refine`` centroid steps (module docstring). With
-    ``labels`` each label is covered apart with a share of ``max_core`` proportional to its
-    size, and rows look for their nearest core point among their own label's. ``delta=None``
-    picks δ per group with ``choose_delta``."""
-    groups = [np.arange(X.shape[0])] if labels is None else [
-        np.flatnonzero(labels == label) for label in np.unique(labels)]
-    budgets = [max(1, max_core * g.size // X.shape[0]) for g in groups]
-    budgets[-1] = max_core - sum(budgets[:-1])
-    points: list[np.ndarray] = []
-    index: list[np.ndarray] = []
-    deltas: list[float] = []
-    assignment, dist_sq = np.empty(X.shape[0], dtype=np.int64), np.empty(X.shape[0])
-    for number, (rows, budget) in enumerate(zip(groups, budgets)):
-        Xg, seed_g = X[rows], [*np.atleast_1d(seed), number]
-        deltas.append(choose_delta(Xg, kernel, budget, metric, seed_g) if delta is None
-                      else float(delta))
-        opened = cover(Xg, kernel, deltas[-1], budget, metric, seed_g)
-        centers = Xg[opened]
-        near, d_sq = nearest_core(Xg, centers, kernel, metric)
-        for _ in range(int(refine)):
-            counts, sums = np.bincount(near, minlength=opened.size), np.zeros_like(centers)
-            np.add.at(sums, near, Xg)
-            filled = counts > 0  # an emptied cell keeps its point
-            centers[filled] = sums[filled] / counts[filled, None]
-            near, d_sq = nearest_core(Xg, centers, kernel, metric)
-        assignment[rows], dist_sq[rows] = near + sum(len(c) for c in points), d_sq
-        points.append(centers)
-        index.append(rows[opened])
-    return Coreset(np.vstack(points), np.concatenate(index), assignment, dist_sq, max(deltas))
-
-
-def nearest_core(X, C, kernel: Kernel, metric: str = "kernel", block_mb: float = 64.0):
-    """(index of the nearest row of C, squared metric distance) for every row of X."""
-    dist = _Metric(kernel, metric)
-    c_sq, x_sq = dist.base.diagonal(C), dist.base.diagonal(X)
-    assign, dist_sq = np.empty(X.shape[0], dtype=np.int64), np.empty(X.shape[0])
-    for rows, cross in iter_kernel_blocks(dist.base, X, C, np.float64, block_mb):
-        d_sq = c_sq[None, :] - 2.0 * cross  # + ‖x‖², the same along a row
-        assign[rows] = np.argmin(d_sq, axis=1)
-        dist_sq[rows] = d_sq[np.arange(d_sq.shape[0]), assign[rows]] + x_sq[rows]
-    return assign, dist.to_metric(np.maximum(dist_sq, 0.0))
-
-
-def choose_delta(X, kernel: Kernel, max_core: int, metric: str = "kernel", seed=0,
-                 iterations: int = 20) -> float:
-    """δ for which the online rule opens at most ``max_core`` cells on a seeded sample of
-    ``min(m, 3·max_core, 6000)`` rows, by geometric bisection over one precomputed distance
-    matrix of the sample; 0 when the data has at most ``max_core`` rows."""
-    m, dist = X.shape[0], _Metric(kernel, metric)
-    if m <= max_core:
-        return 0.0
-    n = min(m, 3 * max_core, 6000)
-    sample = X[np.random.default_rng([*np.atleast_1d(seed), 7]).choice(m, n, replace=False)]
-    sq = dist.base.diagonal(sample)
-    d_all = dist.sq_distances(sample, sample, sq, sq)
-    high = 2.0 * math.sqrt(float(dist.to_metric(d_all.max()))) + 1e-300  # one ball covers all
-    low = 1e-6 * high
-    a, d, new = np.empty(n, np.int64), np.empty(n), np.zeros(n, bool)
-    for _ in range(iterations):
-        middle = math.sqrt(low * high)
-        size = _scan_chunk(np.empty((n, 0)), d_all, dist.from_metric(0.25 * middle ** 2), 0,
-                           max_core + 1, a, d, new)
-        low, high = (middle, high) if size > max_core else (low, middle)
-    return high
-
-
 @dataclass
 class CSVRGResult:
     """σ over ``coreset.points``; ``history[s]``: the exact f(w̃_s) (margins at the rows
@@ -295,8 +220,12 @@ class CSVRGResult:
     coverage = property(lambda self: float(np.sqrt(self.coreset.dist_sq.max())))
 
 
-def _check(X, y, loss, lam, theta, v, metric, option, delta, max_core, epochs, inner_steps,
-           step, tol, refine, per_class):
+def _check(X, y, loss: MarginLoss, coverage: CoverageSettings, schedule: CSVRGSchedule):
+    """X and y as float64 arrays, once every setting is known to be valid."""
+    kind, lam, theta, v = loss.kind, loss.lam, loss.theta, loss.v
+    delta, max_core, metric = coverage.delta, coverage.max_core, coverage.metric
+    epochs, inner_steps, step = schedule.epochs, schedule.inner_steps, schedule.step
+    tol, option, refine = schedule.relative_change_tol, schedule.option, coverage.refine
     X, y = np.ascontiguousarray(X, dtype=np.float64), np.asarray(y, dtype=np.float64)
     if X.ndim != 2 or X.shape[0] == 0:
         raise ValueError(f"X must be a non-empty 2-D array (rows × features), got {X.shape}.")
@@ -304,9 +233,9 @@ def _check(X, y, loss, lam, theta, v, metric, option, delta, max_core, epochs, i
         raise ValueError("y must hold one label per row of X, each -1 or +1.")
     count = lambda x, low: isinstance(x, (int, np.integer)) and x >= low  # noqa: E731
     real = lambda x, low: isinstance(x, (int, float, np.number)) and low <= x < np.inf  # noqa: E731
-    low_core = 2 if per_class else 1
+    low_core = 2 if coverage.per_class else 1
     for name, value, ok, need in [
-            ("loss", loss, loss in LOSSES, f"one of {', '.join(LOSSES)}"),
+            ("loss", kind, kind in LOSSES, f"one of {', '.join(LOSSES)}"),
             ("lam (λ)", lam, real(lam, 0) and lam > 0, "a positive finite number"),
             ("metric", metric, metric in METRICS, "'kernel' or 'input'"),
             ("option", option, option in ("I", "II"), "'I' or 'II' (Alg. 1 lines 20-21)"),
@@ -320,41 +249,42 @@ def _check(X, y, loss, lam, theta, v, metric, option, delta, max_core, epochs, i
             ("refine", refine, count(refine, 0), "an integer ≥ 0")]:
         if not ok:
             raise ValueError(f"{name} must be {need}, got {value!r}.")
-    if loss == "odm":
+    if kind == "odm":
         check_odm_params(lam, theta, v)
     return X, y
 
 
-def csvrg(X, y, kernel: Kernel, lam: float = 1.0, theta: float = 0.1, v: float = 0.5, *,
-          loss: str = "odm", delta=None, max_core: int = 1000, metric: str = "kernel",
-          refine: int = 1, per_class: bool = True, epochs: int = 30, inner_steps=None,
-          step=None, step_decay=None, option: str = "I", tol: float = 0.0, seed: int = 0,
-          cache_mb: float = 1024.0, dtype=np.float32, chunk_rows: int = 1024,
-          project: bool = True, trace: bool = False) -> CSVRGResult:
-    """Algorithm 1 of the CSVRG paper on ``X`` (m×d) and ``y`` (±1); see the module docstring.
+def csvrg(X, y, kernel: Kernel, loss: MarginLoss | None = None, *,
+          coverage: CoverageSettings | None = None, schedule: CSVRGSchedule | None = None,
+          cache: KernelCache | None = None, project: bool = True,
+          trace: bool = False) -> CSVRGResult:
+    """Algorithm 1 of the CSVRG paper on ``X`` (m×d) and ``y`` (±1) for the ``loss`` (default
+    ``MarginLoss()``), over the coreset ``coverage`` asks for; see the module docstring.
 
-    Epoch s: a full pass at the snapshot w̃ gives each row's α̃_i and f(w̃); then ``inner_steps``
-    (default m) steps from w_0 = w̃ on rows drawn without replacement; the next snapshot is
-    the last iterate (option I) or a random one of w_0..w_{T-1} (option II). ``step`` η
-    defaults to 1/(2L); ``step_decay`` (default: hinge only, which is not smooth, so outside
-    Theorem 8) uses η/s in epoch s. Stops after ``epochs`` or when f changes by ≤ ``tol``
-    (relative). The m×r cross kernel is cached in ``dtype`` when it fits ``cache_mb``, else
-    recomputed blockwise per epoch. ``project=False`` / ``trace=True`` (σ after every step)
-    are for tests on tiny data.
+    Epoch s of the ``schedule``: a full pass at the snapshot w̃ gives each row's α̃_i and f(w̃);
+    then ``inner_steps`` (default m) steps from w_0 = w̃ on rows drawn without replacement; the
+    next snapshot is the last iterate (option I) or a random one of w_0..w_{T-1} (option II).
+    ``step`` η defaults to 1/(2L); ``step_decay`` (default: hinge only, which is not smooth, so
+    outside Theorem 8) uses η/s in epoch s. Stops after ``epochs`` or when f changes by ≤
+    ``relative_change_tol`` (relative). The m×r cross kernel is held as ``cache`` says.
+    ``project=False`` / ``trace=True`` (σ after every step) are for tests on tiny data.
     """
-    X, y = _check(X, y, loss, lam, theta, v, metric, option, delta, max_core, epochs,
-                  inner_steps, step, tol, refine, per_class)
-    m, code, seed = X.shape[0], LOSSES[loss], int(seed)
-    step_decay = (loss == "hinge") if step_decay is None else bool(step_decay)
-    coreset = build_coreset(X, kernel, delta, max_core, metric, seed, refine,
-                            y if per_class else None)
-    C, r, T = coreset.points, coreset.size, m if inner_steps is None else int(inner_steps)
-    radius_sq = ball_radius(loss, lam, theta, v) ** 2 if project else math.inf
+    loss, coverage = loss or MarginLoss(), coverage or CoverageSettings()
+    schedule, cache = schedule or CSVRGSchedule(), cache or KernelCache()
+    X, y = _check(X, y, loss, coverage, schedule)
+    lam, theta, v, epochs, step = loss.lam, loss.theta, loss.v, schedule.epochs, schedule.step
+    m, code, seed, option = X.shape[0], LOSSES[loss.kind], int(schedule.seed), schedule.option
+    step_decay = loss.kind == "hinge" if schedule.step_decay is None else bool(schedule.step_decay)
+    coreset = build_coreset(X, kernel, coverage.delta, coverage.max_core, coverage.metric, seed,
+                            coverage.refine, y if coverage.per_class else None)
+    C, r = coreset.points, coreset.size
+    T = m if schedule.inner_steps is None else int(schedule.inner_steps)
+    radius_sq = ball_radius(loss.kind, lam, theta, v) ** 2 if project else math.inf
     if step is None:
-        step = 1.0 / (2.0 * smoothness(loss, lam, theta, v, float(kernel.diagonal(X).max())))
+        step = 1.0 / (2.0 * smoothness(loss.kind, lam, theta, v, float(kernel.diagonal(X).max())))
     Kcc, c_sq = kernel_matrix(kernel, C, C), np.einsum("ij,ij->i", C, C)
-    cached = m * r * np.dtype(dtype).itemsize <= cache_mb * 2**20
-    Kxc = kernel_matrix(kernel, X, C, dtype=dtype) if cached else None
+    cached = m * r * np.dtype(cache.dtype).itemsize <= cache.cache_mb * 2**20
+    Kxc = kernel_matrix(kernel, X, C, dtype=cache.dtype) if cached else None
     traced = np.zeros((epochs * T if trace else 0, r))
     scores, coef_snap = np.empty(m), np.empty(m)
 
@@ -378,22 +308,24 @@ def csvrg(X, y, kernel: Kernel, lam: float = 1.0, theta: float = 0.1, v: float =
         rows = sample_rows(m, T, rng)
         capture = int(rng.integers(0, T)) if option == "II" else 0
         next_snapshot, step0 = p.copy(), (epoch - 1) * T  # option II with t = 0 keeps w_0
-        args = (coef_snap, coreset.assignment, Kcc, Kg, g_hat, p, state,
-                step / epoch if step_decay else step, code, lam, theta, v, radius_sq)
+        args = (y, CoreTerms(coreset.assignment, Kcc, coef_snap, g_hat, Kg), p, state,
+                step / epoch if step_decay else step, LossCode(code, lam, theta, v), radius_sq)
         tail = (step0 + capture if capture > 0 else -1, next_snapshot, traced)
         if Kxc is not None:  # cached
-            _inner_steps(Kxc, Kxc @ g_hat.astype(Kxc.dtype), rows, rows, y, *args, step0, *tail)
-        for start in range(0, T if not cached else 0, chunk_rows):
-            chunk = rows[start:start + chunk_rows]
+            _inner_steps(StepRows(Kxc, Kxc @ g_hat.astype(Kxc.dtype), rows, rows), *args,
+                         StepRecord(step0, *tail))
+        for start in range(0, T if not cached else 0, cache.chunk_rows):
+            chunk = rows[start:start + cache.chunk_rows]
             block = kernel.block(X[chunk], C, z_sq_norms=c_sq)
-            _inner_steps(block, block @ g_hat, np.arange(chunk.size), chunk, y, *args,
-                         step0 + start, *tail)
+            _inner_steps(StepRows(block, block @ g_hat, np.arange(chunk.size), chunk), *args,
+                         StepRecord(step0 + start, *tail))
         snapshot = state[3] * p + state[4] * g_hat if option == "I" else next_snapshot
         history.append(objective(snapshot))
         if not np.isfinite(history[-1]):
             raise FloatingPointError(f"CSVRG diverged at epoch {epoch}; use a smaller step "
                                      f"than {step:g}.")
-        converged = abs(history[-2] - history[-1]) <= tol * abs(history[-1])
+        converged = (abs(history[-2] - history[-1])
+                     <= schedule.relative_change_tol * abs(history[-1]))
         if converged:
             break
     return CSVRGResult(snapshot, coreset, history, epoch, converged, step, math.sqrt(radius_sq),

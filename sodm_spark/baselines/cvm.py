@@ -21,7 +21,7 @@ from ..core.kernels import Kernel
 from ..core.labels import plus_minus
 from ..core.validation import describe_rows, seed_from
 from ..models.expansion import KernelExpansion
-from .cvm_solver import PROBABILISTIC_SAMPLE, solve_l2_svm, solve_l2_svr
+from .cvm_solver import PROBABILISTIC_SAMPLE, CoreSearch, solve_l2_svm, solve_l2_svr
 
 _SHARED_PARAMETERS = """
     kernel, gamma, degree, coef0 : as in ``ODMClassifier`` (gamma 'scale' = 1/(d·Var X)); any
@@ -62,10 +62,10 @@ class _CoreVectorBase(BaseEstimator):
         if self.final_check not in ("sample", "full"):
             raise ValueError(f"final_check must be 'sample' or 'full', got {self.final_check!r}.")
 
-    def _solver_options(self):
-        return dict(tol=self.tol, max_core=self.max_core, points_per_iter=self.points_per_iter,
-                    n_samples=self.sample_size, final_check=self.final_check,
-                    seed=seed_from(self.random_state))
+    def _core_search(self) -> CoreSearch:
+        return CoreSearch(tol=self.tol, max_core=self.max_core, n_samples=self.sample_size,
+                          points_per_iter=self.points_per_iter, final_check=self.final_check,
+                          seed=seed_from(self.random_state))
 
     def _store(self, X, solutions, coef_scale, intercepts, classes):
         """One output per solution; outputs share the union of their support vectors."""
@@ -156,7 +156,7 @@ class CVRRegressor(RegressorMixin, _CoreVectorBase):
         self.y_mean_ = float(y.mean())
         self.y_scale_ = float(y.std()) or 1.0  # a constant target stays constant
         solution = solve_l2_svr(X, (y - self.y_mean_) / self.y_scale_, self.kernel_, C=self.C,
-                                mu=self.mu_, **self._solver_options())
+                                mu=self.mu_, search=self._core_search())
         self._store(X, [solution], self.y_scale_,
                     [self.y_mean_ + self.y_scale_ * solution.intercept], np.arange(0))
         self.epsilon_ = self.y_scale_ * solution.margin
@@ -199,7 +199,7 @@ class CVMClassifier(ClassifierMixin, _CoreVectorBase):
         # Binary: one MEB with classes_[1] as +1. More classes: one-vs-rest, one MEB each.
         targets = [1] if self.classes_.size == 2 else range(self.classes_.size)
         solutions = [solve_l2_svm(X, plus_minus(y_index, target), self.kernel_,
-                                  C=self.C, **self._solver_options()) for target in targets]
+                                  C=self.C, search=self._core_search()) for target in targets]
         self._store(X, solutions, 1.0, [s.intercept for s in solutions], self.classes_)
         rhos = [s.margin for s in solutions]
         self.rho_ = rhos[0] if len(rhos) == 1 else np.asarray(rhos)

@@ -38,6 +38,24 @@ from ..core.kernels import Kernel, iter_kernel_blocks
 PROBABILISTIC_SAMPLE = 59  # Smola & Schölkopf (2000): 0.95^59 < 0.05
 
 
+@dataclass(frozen=True)
+class CoreSearch:
+    """How the core set grows (Sec. 3.3): each iteration draws ``points_per_iter`` samples of
+    ``n_samples`` rows (seeded by ``seed``) and adds the furthest row of each, until no sampled
+    row lies outside (1+``tol``)·R (``final_check='full'``: no row at all, scanned in kernel
+    blocks of ``block_mb`` MB), ``max_core`` core points or ``max_iter`` iterations (None:
+    100·max_core)."""
+
+    tol: float = 1e-6
+    max_core: int = 5000
+    max_iter: int | None = None
+    n_samples: int = PROBABILISTIC_SAMPLE
+    points_per_iter: int = 1
+    final_check: str = "sample"
+    seed: int = 0
+    block_mb: float = 64.0
+
+
 @njit(cache=True, fastmath=True)
 def cholesky_append(L, K_new, n):
     """Extend the Cholesky factor in ``L[:n, :n]`` by ``b = len(K_new)`` rows at once.
@@ -258,12 +276,10 @@ class _CoreSet:
         return block @ weights + weights.sum()
 
 
-def solve_core_meb(X, targets, kernel: Kernel, C: float, signs=None, tol: float = 1e-6,
-                   max_core: int = 5000, max_iter: int | None = None,
-                   n_samples: int = PROBABILISTIC_SAMPLE, points_per_iter: int = 1,
-                   final_check: str = "sample", seed: int = 0,
-                   block_mb: float = 64.0) -> CoreMEB:
-    """Grow a core set until no sampled (or no) row lies outside (1+tol)·R (Sec. 3.3).
+def solve_core_meb(X, targets, kernel: Kernel, C: float, signs=None,
+                   search: CoreSearch | None = None) -> CoreMEB:
+    """Grow a core set until no sampled (or no) row lies outside (1+tol)·R (Sec. 3.3), as
+    ``search`` (default ``CoreSearch()``) says.
 
     Point (i, s) has ``lin = s·targets[i]`` and ``k̃ = s·t·(k + 1) + δ/C``; ``signs=None`` lets
     a row enter with either sign (SVR), an array fixes one per row (SVM). Each iteration draws
@@ -271,10 +287,13 @@ def solve_core_meb(X, targets, kernel: Kernel, C: float, signs=None, tol: float 
     the paper's loop). As in the paper, one sample per added point, and the run stops at the
     first sample with no row outside (1+tol)R: a batch stops if any of its samples is clean.
     """
+    search = search or CoreSearch()
+    tol, max_core, final_check = search.tol, search.max_core, search.final_check
+    n_samples, points_per_iter = search.n_samples, search.points_per_iter
     if final_check not in ("sample", "full"):
         raise ValueError(f"final_check must be 'sample' or 'full', got {final_check!r}.")
     m, targets, inv_C = X.shape[0], np.asarray(targets, dtype=np.float64), 1.0 / C
-    rng, diagonal = np.random.default_rng(seed), kernel.diagonal(X)
+    rng, diagonal = np.random.default_rng(search.seed), kernel.diagonal(X)
     if signs is None:  # η of Eqn 15: the smallest with Δ ≥ 0
         eta = float(diagonal.max()) + 1.0 + inv_C + float(np.abs(targets).max())
     else:
@@ -296,7 +315,7 @@ def solve_core_meb(X, targets, kernel: Kernel, C: float, signs=None, tol: float 
         return np.maximum(plus, minus), np.where(plus >= minus, 1.0, -1.0)
 
     threshold_factor = (1.0 + tol) ** 2 - 1.0
-    max_iter = 100 * max_core if max_iter is None else max_iter
+    max_iter = 100 * max_core if search.max_iter is None else search.max_iter
     full_checks = n_iter = 0
     while True:
         n = core.n
@@ -316,7 +335,7 @@ def solve_core_meb(X, targets, kernel: Kernel, C: float, signs=None, tol: float 
             full_checks += 1
             best_gap = threshold
             for block_rows, block in iter_kernel_blocks(kernel, X, core.features[:n],
-                                                        block_mb=block_mb):
+                                                        block_mb=search.block_mb):
                 row_ids = np.arange(block_rows.start, block_rows.stop)
                 gap, sign = gaps(row_ids, block)
                 k = int(np.argmax(gap))
@@ -359,17 +378,17 @@ class CoreSolution:
     meb: CoreMEB
 
 
-def solve_l2_svr(X, y, kernel: Kernel, C: float = 1.0, mu: float = 0.1, tol: float = 1e-6,
-                 **options) -> CoreSolution:
+def solve_l2_svr(X, y, kernel: Kernel, C: float = 1.0, mu: float = 0.1,
+                 search: CoreSearch | None = None) -> CoreSolution:
     """L2-SVR (Eqn 6) as a center-constrained MEB (Eqns 7-8, 15); recovers Eqns 9-10.
 
     C weighs ``½(ξ_i² + ξ_i*²)`` per row, μ sets the mean slack (``Σ(ξ+ξ*) = μm`` at the optimum)
-    and so the learned tube width ε̄. ``options`` go to :func:`solve_core_meb`.
+    and so the learned tube width ε̄. ``search`` goes to :func:`solve_core_meb`.
     """
     y = np.asarray(y, dtype=np.float64)
     C_paper = C * mu * X.shape[0]
     with threadpool_limits(1, user_api="blas"):  # small BLAS calls: threads only add overhead
-        meb = solve_core_meb(X, 2.0 * y / C_paper, kernel, C, signs=None, tol=tol, **options)
+        meb = solve_core_meb(X, 2.0 * y / C_paper, kernel, C, signs=None, search=search)
     beta = meb.signs * meb.alpha
     # Eqn 10: ε̄ = α̃ᵀ[y; -y] - C_paper · α̃ᵀK̃α̃
     epsilon_bar = float(beta @ y[meb.rows]) - C_paper * meb.quadratic
@@ -377,12 +396,13 @@ def solve_l2_svr(X, y, kernel: Kernel, C: float = 1.0, mu: float = 0.1, tol: flo
                         C_paper ** 2 * meb.dual_objective, meb)
 
 
-def solve_l2_svm(X, y, kernel: Kernel, C: float = 1.0, tol: float = 1e-6,
-                 **options) -> CoreSolution:
-    """Two-class L2-SVM ``min ‖w‖² + b² - 2ρ + C Σ ξ²`` as the MEB of Eqn 5 (labels ±1)."""
+def solve_l2_svm(X, y, kernel: Kernel, C: float = 1.0,
+                 search: CoreSearch | None = None) -> CoreSolution:
+    """Two-class L2-SVM ``min ‖w‖² + b² - 2ρ + C Σ ξ²`` as the MEB of Eqn 5 (labels ±1);
+    ``search`` goes to :func:`solve_core_meb`."""
     y = np.asarray(y, dtype=np.float64)
     with threadpool_limits(1, user_api="blas"):
-        meb = solve_core_meb(X, np.zeros_like(y), kernel, C, signs=y, tol=tol, **options)
+        meb = solve_core_meb(X, np.zeros_like(y), kernel, C, signs=y, search=search)
     # primal = dual = -αᵀK̃α; ρ = αᵀK̃α (strong duality, Tsang et al. 2005)
     return CoreSolution(*_merge_rows(meb, 1.0), float(meb.signs @ meb.alpha), meb.quadratic,
                         meb.dual_objective, meb)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from .budget import FAILED, OK, SKIPPED, run_in_child
 from .driver_fit import DRIVER_METHODS
-from .results import DISPLAY_NAMES, PARTITIONER_NAMES, WHERE, make_row, tag_budget
+from .results import (DISPLAY_NAMES, PARTITIONER_NAMES, WHERE, Measured, make_row,
+                      tag_budget)
 from . import spark_methods
 
 # name -> (where it runs, kernel, what it is)
@@ -57,9 +58,10 @@ def run_driver_method(ctx, method: str) -> list[dict]:
                            (method, ctx.settings, ctx.gamma, ctx.arrays_dir()),
                            ctx.budget_seconds)
     if outcome.status == OK:
-        return [make_row(method, runs_on=WHERE["driver"], **outcome.value)]
+        measured, columns = Measured.split(outcome.value)
+        return [make_row(method, runs_on=WHERE["driver"], measured=measured, **columns)]
     return [make_row(method, outcome.status, runs_on=WHERE["driver"],
-                     fit_seconds=outcome.seconds, note=outcome.note)]
+                     measured=Measured(fit_seconds=outcome.seconds), note=outcome.note)]
 
 
 def _run_one(ctx, method: str, partitioner: str | None = None) -> list[dict]:

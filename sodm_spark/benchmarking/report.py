@@ -8,6 +8,7 @@ import os
 import platform
 from pathlib import Path
 
+from ..core.errors import SettingsError
 from ..data.storage import replace_file
 from .budget import OK
 from .scaling import speedups
@@ -178,8 +179,8 @@ def check_readme(path, region: str = DEFAULT_REGION) -> str:
     start, end = text.find(start_marker), text.find(end_marker)
     if start < 0 or end < start or text.count(start_marker) != 1 \
             or text.count(end_marker) != 1:
-        raise ValueError(f"{path} needs exactly one {start_marker} line followed by one "
-                         f"{end_marker} line; add them where the results should go.")
+        raise SettingsError(f"{path} needs exactly one {start_marker} line followed by one "
+                            f"{end_marker} line; add them where the results should go.")
     return text
 
 

@@ -3,7 +3,7 @@ method produces (:func:`make_row`), one row per fitted model (SODM: one per leve
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -28,14 +28,31 @@ PARTITIONER_NAMES = {"stratified": "SODM", "random": "SODM random", "kmeans": "D
 WHERE = {"spark": "Spark", "task": "1 Spark task", "driver": "1 process"}
 
 
+class Measured(NamedTuple):
+    """What a fit measured, the numeric columns every result row has (None: not measured):
+    the test ``accuracy``, ``fit_seconds``, ``predict_seconds`` (of the test rows), the
+    support vectors ``n_sv`` and the floats the model holds, ``model_floats``. A fit that did
+    not finish records its ``fit_seconds`` only."""
+
+    accuracy: float | None = None
+    fit_seconds: float | None = None
+    predict_seconds: float | None = None
+    n_sv: int | None = None
+    model_floats: int | None = None
+
+    @classmethod
+    def split(cls, columns: dict) -> tuple["Measured", dict]:
+        """(the measured columns among ``columns``, the other columns)."""
+        return cls(**{name: columns[name] for name in cls._fields if name in columns}), \
+            {name: value for name, value in columns.items() if name not in cls._fields}
+
+
 def make_row(method: str, status: str = OK, *, name: str | None = None, runs_on: str = "",
-             accuracy=None, fit_seconds=None, predict_seconds=None, n_sv=None,
-             model_floats=None, note: str = "", **extra) -> dict:
-    """One result: the JSON record and a line of the Markdown table."""
+             measured: Measured | None = None, note: str = "", **extra) -> dict:
+    """One result: the JSON record and a line of the Markdown table; ``extra``: the columns
+    of some methods only (an SODM level's ``level``, ``partitions``, ...)."""
     row = {"method": method, "name": name or DISPLAY_NAMES.get(method, method), "status": status,
-           "runs_on": runs_on, "accuracy": accuracy, "fit_seconds": fit_seconds,
-           "predict_seconds": predict_seconds, "n_sv": n_sv, "model_floats": model_floats,
-           "note": note}
+           "runs_on": runs_on, **(measured or Measured())._asdict(), "note": note}
     row.update(extra)
     return {key: (value.item() if isinstance(value, np.generic) else value)
             for key, value in row.items()}

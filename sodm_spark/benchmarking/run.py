@@ -19,7 +19,7 @@ from ..data.datasets import BenchData, as_bench_data, load_dataset, seeded_split
 from . import plots, report
 from .methods import run_methods
 from .results import BenchContext
-from .scaling import run_cores_scaling, run_rows_scaling
+from .scaling import ScalingSetup, run_cores_scaling, run_rows_scaling
 
 OUTPUTS = {"json": "benchmark.json", "markdown": "benchmark.md",
            "accuracy": "accuracy_vs_seconds.png", "rows": "seconds_vs_rows.png",
@@ -166,8 +166,8 @@ def run_benchmark(args, argv, log=print) -> dict:
         if "rows" in args.scaling:
             document["scaling_rows"] = run_rows_scaling(
                 spark, args.rows, settings, args.scaling_methods, scaling_budget, log,
-                args.scaling_dataset, args.scaling_test_rows, args.partition_rows,
-                args.solved_levels, args.scaling_sodm_budget_seconds)
+                ScalingSetup(args.scaling_dataset, args.scaling_test_rows, args.partition_rows,
+                             args.solved_levels), args.scaling_sodm_budget_seconds)
             document["scaling_rows_note"] = _rows_note(args, scaling_budget)
             _finish(document, started, out_dir, args.readme, region)
         if "cores" in args.scaling:
@@ -175,8 +175,9 @@ def run_benchmark(args, argv, log=print) -> dict:
             created = False  # run_cores_scaling stops each session it is given
             document["scaling_cores"] = run_cores_scaling(
                 lambda count: _session(args, count)[0], args.cores, settings,
-                args.scaling_sodm_budget_seconds, log, args.scaling_dataset, args.cores_rows,
-                args.scaling_test_rows, args.partition_rows, args.solved_levels)
+                args.scaling_sodm_budget_seconds, log,
+                ScalingSetup(args.scaling_dataset, args.scaling_test_rows, args.partition_rows,
+                             args.solved_levels), args.cores_rows)
             document["scaling_cores_note"] = (
                 f"The same SODM fit (stratified, {args.cores_rows:,} generated "
                 f"{args.scaling_dataset} rows, the rows scaling's level rule) in a fresh Spark "

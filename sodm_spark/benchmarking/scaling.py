@@ -12,6 +12,8 @@
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from ..core.kernels import resolve_gamma
@@ -56,12 +58,23 @@ def _sodm_rows(ctx, target_rows, solved_levels, **tags):
     return rows
 
 
+class ScalingSetup(NamedTuple):
+    """What both scaling runs fit: generated ``dataset`` rows with ``test_rows`` test rows,
+    SODM's levels chosen so that the top level's partitions hold at most ``target_rows`` rows,
+    and ``solved_levels`` levels solved (:func:`levels_for_rows`)."""
+
+    dataset: str = "nonlinear"
+    test_rows: int = 2000
+    target_rows: int = 2000
+    solved_levels: int = 2
+
+
 def run_rows_scaling(spark, sizes, settings: dict, methods, budget: float, log=print,
-                     dataset: str = "nonlinear", test_rows: int = 2000,
-                     target_rows: int = 2000, solved_levels: int = 2,
+                     setup: ScalingSetup | None = None,
                      sodm_budget: float | None = None) -> list[dict]:
     """SODM per level plus ``methods`` (e.g. exact ODM, SVC) for each M in ``sizes``; SODM
     runs under ``sodm_budget`` (default ``budget``), the other methods under ``budget``."""
+    dataset, test_rows, target_rows, solved_levels = setup or ScalingSetup()
     rows: list[dict] = []
     stopped: dict[str, int] = {}  # method: the M it did not finish at
     for size in sorted(sizes):
@@ -92,11 +105,11 @@ def run_rows_scaling(spark, sizes, settings: dict, methods, budget: float, log=p
 
 
 def run_cores_scaling(make_session, cores, settings: dict, budget: float, log=print,
-                      dataset: str = "nonlinear", train_rows: int = 50000,
-                      test_rows: int = 2000, target_rows: int = 2000,
-                      solved_levels: int = 2) -> list[dict]:
+                      setup: ScalingSetup | None = None,
+                      train_rows: int = 50000) -> list[dict]:
     """The same SODM fit once per core count; ``make_session(k)`` returns a fresh session with
     k cores (the caller's previous session stopped), which this function stops afterwards."""
+    dataset, test_rows, target_rows, solved_levels = setup or ScalingSetup()
     data = load_dataset(dataset, train_rows=train_rows, test_rows=test_rows,
                         seed=settings["seed"])
     rows = []

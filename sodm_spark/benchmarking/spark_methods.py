@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd  # module level: pandas_udf resolves the UDF's string annotations here
 
 from .budget import OK, SKIPPED, run_spark_with_budget
-from .results import PARTITIONER_NAMES, WHERE, make_row
+from .results import PARTITIONER_NAMES, WHERE, Measured, make_row
 
 
 def sodm_params(settings: dict, gamma: float, partitioner: str, **overrides):
@@ -30,7 +30,7 @@ def run_sodm(ctx, partitioner: str, params=None, label: str | None = None) -> li
     """One SODM fit (Algorithm 1) with ``partitioner``: a row per solved level, whose fit
     seconds are the time from the start of the fit to that level's model (partitioning
     included, test scoring excluded)."""
-    from ..spark.train import Progress, train
+    from ..spark.train import Progress, ScoredRows, train
 
     params = params or sodm_params(ctx.settings, ctx.gamma, partitioner)
     name = label or PARTITIONER_NAMES.get(partitioner, f"SODM {partitioner}")
@@ -40,9 +40,10 @@ def run_sodm(ctx, partitioner: str, params=None, label: str | None = None) -> li
     def on_level(entry):
         rows.append(make_row("sodm", name=name, runs_on=WHERE["spark"], partitioner=partitioner,
                              level=entry.level, partitions=entry.partitions,
-                             accuracy=entry.test_accuracy, fit_seconds=entry.elapsed,
-                             level_seconds=entry.seconds, n_sv=entry.n_sv,
-                             model_floats=entry.n_sv * floats_per_sv, sweeps=entry.sweeps_max,
+                             measured=Measured(accuracy=entry.test_accuracy,
+                                               fit_seconds=entry.elapsed, n_sv=entry.n_sv,
+                                               model_floats=entry.n_sv * floats_per_sv),
+                             level_seconds=entry.seconds, sweeps=entry.sweeps_max,
                              rows_per_partition=int(np.ceil(entry.rows / entry.partitions))))
         ctx.log(f"    {name} level {entry.level}: {entry.partitions} partitions, "
                 f"{entry.seconds:.1f} s (cumulative {entry.elapsed:.1f} s), "
@@ -50,7 +51,8 @@ def run_sodm(ctx, partitioner: str, params=None, label: str | None = None) -> li
 
     outcome = run_spark_with_budget(ctx.sc, f"sodm-{partitioner}", ctx.budget_seconds,
                                     lambda: train(ctx.sc, ctx.blocks, ctx.data.n_features,
-                                                  params, ctx.classes, test=ctx.test,
+                                                  params, ctx.classes,
+                                                  rows=ScoredRows(test=ctx.test),
                                                   progress=Progress(on_level=on_level)).fit)
     if outcome.status == OK:
         fit = outcome.value
@@ -63,7 +65,8 @@ def run_sodm(ctx, partitioner: str, params=None, label: str | None = None) -> li
         return rows
     done = f" (levels {params.levels}..{rows[-1]['level']} finished)" if rows else ""
     return rows + [make_row("sodm", outcome.status, name=name, runs_on=WHERE["spark"],
-                            partitioner=partitioner, fit_seconds=outcome.seconds,
+                            partitioner=partitioner,
+                            measured=Measured(fit_seconds=outcome.seconds),
                             note=outcome.note + done, final=True)]
 
 
@@ -78,14 +81,17 @@ def run_dsvrg(ctx) -> list[dict]:
         ctx.sc, ctx.blocks, ctx.data.n_features, params, ctx.classes).fit)
     if outcome.status != OK:
         return [make_row("dsvrg", outcome.status, runs_on=WHERE["spark"],
-                         fit_seconds=outcome.seconds, note=outcome.note)]
+                         measured=Measured(fit_seconds=outcome.seconds), note=outcome.note)]
     fit = outcome.value
     start = time.perf_counter()
     predictions = np.where(ctx.data.X_test @ fit.w + fit.intercept > 0, 1.0, -1.0)
     predict_seconds = time.perf_counter() - start
-    return [make_row("dsvrg", runs_on=WHERE["spark"], accuracy=ctx.accuracy(predictions),
-                     fit_seconds=fit.train_seconds, predict_seconds=predict_seconds,
-                     model_floats=ctx.data.n_features, note=f"{len(fit.epochs)} epochs")]
+    return [make_row("dsvrg", runs_on=WHERE["spark"],
+                     measured=Measured(accuracy=ctx.accuracy(predictions),
+                                       fit_seconds=fit.train_seconds,
+                                       predict_seconds=predict_seconds,
+                                       model_floats=ctx.data.n_features),
+                     note=f"{len(fit.epochs)} epochs")]
 
 
 def linear_svc(ctx, reg_param: float):
@@ -106,7 +112,7 @@ def run_mllib_linearsvc(ctx) -> list[dict]:
                                     lambda: _timed(lambda: estimator.fit(train)))
     if outcome.status != OK:
         return [make_row("mllib-linearsvc", outcome.status, runs_on=WHERE["spark"],
-                         fit_seconds=outcome.seconds, note=outcome.note)]
+                         measured=Measured(fit_seconds=outcome.seconds), note=outcome.note)]
     model, fit_seconds = outcome.value
     start = time.perf_counter()
     scored = model.transform(test).select("label", "prediction").toPandas()
@@ -117,9 +123,10 @@ def run_mllib_linearsvc(ctx) -> list[dict]:
     else:
         summary = model.summary() if callable(model.summary) else model.summary
         note = f"regParam={reg_param:.3g}, {summary.totalIterations} iterations"
-    return [make_row("mllib-linearsvc", runs_on=WHERE["spark"], accuracy=accuracy,
-                     fit_seconds=fit_seconds, predict_seconds=predict_seconds,
-                     model_floats=(ctx.data.n_features + 1) * _models(ctx), note=note)]
+    return [make_row("mllib-linearsvc", runs_on=WHERE["spark"],
+                     measured=Measured(accuracy, fit_seconds, predict_seconds,
+                                       model_floats=(ctx.data.n_features + 1) * _models(ctx)),
+                     note=note)]
 
 
 def _models(ctx) -> int:
@@ -152,7 +159,7 @@ def run_one_task(ctx, method: str) -> list[dict]:
                                     lambda: fit_in_one_task(ctx.blocks, method, params))
     if outcome.status != OK:
         return [make_row(method, outcome.status, runs_on=WHERE["task"],
-                         fit_seconds=outcome.seconds, note=outcome.note)]
+                         measured=Measured(fit_seconds=outcome.seconds), note=outcome.note)]
     estimator, task_seconds, _ = outcome.value
     start = time.perf_counter()
     predictions = estimator.predict(ctx.data.X_test)
@@ -161,9 +168,10 @@ def run_one_task(ctx, method: str) -> list[dict]:
     size = {"csvrg": "n_core_", "coreset-svm": "n_coreset_", "cvm": "n_core_"}[method]
     note = f"{size.strip('_').replace('n_', '')} {getattr(estimator, size)}" \
         if hasattr(estimator, size) else ""
-    return [make_row(method, runs_on=WHERE["task"], accuracy=ctx.accuracy(predictions),
-                     fit_seconds=task_seconds, predict_seconds=predict_seconds, n_sv=n_sv,
-                     model_floats=n_sv * (ctx.data.n_features + 1), note=note)]
+    return [make_row(method, runs_on=WHERE["task"],
+                     measured=Measured(ctx.accuracy(predictions), task_seconds, predict_seconds,
+                                       n_sv, n_sv * (ctx.data.n_features + 1)),
+                     note=note)]
 
 
 def missing_package(method: str) -> str:
@@ -205,7 +213,7 @@ def _fit_spark_model(ctx, method, fit, test, floats, note, transform=None) -> li
     outcome = run_spark_with_budget(ctx.sc, method, ctx.budget_seconds, lambda: _timed(fit))
     if outcome.status != OK:
         return [make_row(method, outcome.status, runs_on=WHERE["spark"],
-                         fit_seconds=outcome.seconds, note=outcome.note)]
+                         measured=Measured(fit_seconds=outcome.seconds), note=outcome.note)]
     model, fit_seconds = outcome.value
     start = time.perf_counter()
     scored = (transform(model, test) if transform else model.transform(test)) \
@@ -213,9 +221,10 @@ def _fit_spark_model(ctx, method, fit, test, floats, note, transform=None) -> li
     predict_seconds = time.perf_counter() - start
     accuracy = float(np.mean(scored["label"].to_numpy() == scored["prediction"].to_numpy()))
     from .driver_fit import SV_LABELS
-    return [make_row(method, runs_on=WHERE["spark"], accuracy=accuracy,
-                     fit_seconds=fit_seconds, predict_seconds=predict_seconds,
-                     model_floats=floats(model), note=note, sv_label=SV_LABELS[method])]
+    return [make_row(method, runs_on=WHERE["spark"],
+                     measured=Measured(accuracy, fit_seconds, predict_seconds,
+                                       model_floats=floats(model)),
+                     note=note, sv_label=SV_LABELS[method])]
 
 
 def nystroem_frame(frame, kernel, landmarks_b, norm_b):

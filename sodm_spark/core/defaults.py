@@ -4,7 +4,7 @@ Each default lives here once. ``ODMClassifier``'s signature reads it, ``SODMPara
 read it, and through ``SODMParams`` so do ``SODMClassifier``'s Params and keyword defaults, the
 training job's flags and the benchmark's: a setting left unset means the same everywhere, the
 linear kernel included (DSVRG's λ, θ and v are read as the levels read them;
-``sodm_spark.spark.train.fit_params``). Settings only one path reads (the levels' p and strata,
+``sodm_spark.spark.train.fit_params``; ``DSVRGParams`` built with none given reads them here). Settings only one path reads (the levels' p and strata,
 DSVRG's epochs) keep their default in that path's own parameters. ``tests/test_defaults.py``
 reads each setting from every place that offers it and checks that they agree.
 """

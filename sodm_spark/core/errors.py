@@ -13,6 +13,11 @@ kind           exit code  what
                           of memory
 =============  =========  ===================================================================
 
+An error is raised as what it is: a plain ValueError only where a pure function checks its
+own arguments; where a setting, the data or a resource enters (the Spark layer, the jobs, data
+readers and storage, ``ops/``, a function that reads a model or checkpoint file), a
+:class:`SettingsError`, :class:`InputError` or :class:`ResourceError`.
+
 Codes 1 and 3 are ``jobs/retrain.py``'s outcomes (production model kept; another retrain holds
 the lock); 2 is also argparse's code for a flag it refuses.
 
@@ -79,6 +84,20 @@ class ResourceError(JobError, ValueError):
     """The work needs more memory or disk than the job may use."""
 
     kind = RESOURCES
+
+
+@contextmanager
+def refused_as_settings() -> Iterator[None]:
+    """A plain ValueError inside the block (a pure check's, such as
+    :func:`~sodm_spark.core.validation.check_odm_params`) leaves as a :class:`SettingsError`
+    with the same message; an error that already has a kind passes unchanged. Where a settings
+    record checks its fields: ``@refused_as_settings()`` on its ``__post_init__``."""
+    try:
+        yield
+    except JobError:
+        raise
+    except ValueError as error:
+        raise SettingsError(str(error)) from error
 
 
 class TaskFailure(JobError):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..core.errors import SettingsError
 from .datasets import (FASHION_MNIST_DIR, _flip_labels, _unavailable_without_package,
                        load_fashion_mnist)
 
@@ -48,7 +49,7 @@ def deformed_fashion_mnist(start: int, stop: int, seed: int = 0, binary: bool = 
     images stay untouched: score on ``load_fashion_mnist("test")``.
     """
     if not 0 <= start <= stop:
-        raise ValueError(f"rows {start}:{stop} are not a range of row numbers.")
+        raise SettingsError(f"rows {start}:{stop} are not a range of row numbers.")
     with _unavailable_without_package():
         X, y = load_fashion_mnist("train", root or FASHION_MNIST_DIR, binary=binary)
     originals = X.shape[0]
@@ -88,10 +89,10 @@ def make_tabular(start: int, stop: int, seed: int = 0, n_features: int = 12,
     it is split; ``test=True`` draws from a separate stream (held-out rows).
     """
     if n_features < len(TABULAR_UNITS):
-        raise ValueError(f"make_tabular needs n_features >= {len(TABULAR_UNITS)}, "
-                         f"got {n_features}.")
+        raise SettingsError(f"make_tabular needs n_features >= {len(TABULAR_UNITS)}, "
+                            f"got {n_features}.")
     if not 0 <= start <= stop:
-        raise ValueError(f"rows {start}:{stop} are not a range of row numbers.")
+        raise SettingsError(f"rows {start}:{stop} are not a range of row numbers.")
     informative = len(TABULAR_UNITS)
     offsets, units = (np.array(column) for column in zip(*TABULAR_UNITS))
     pieces, labels = [], []
@@ -180,9 +181,9 @@ def make_text(start: int, stop: int, seed: int = 0, n_features: int = 150_000,
     import scipy.sparse
 
     if n_features < 10 * TOPIC_TERMS:
-        raise ValueError(f"make_text needs n_features >= {10 * TOPIC_TERMS}, got {n_features}.")
+        raise SettingsError(f"make_text needs n_features >= {10 * TOPIC_TERMS}, got {n_features}.")
     if not 0 <= start <= stop:
-        raise ValueError(f"rows {start}:{stop} are not a range of row numbers.")
+        raise SettingsError(f"rows {start}:{stop} are not a range of row numbers.")
     (background_cdf, topic_cdf, topic_terms, column_of_term, idf_of_column,
      half) = _text_model(n_features, seed)
     pieces, labels = [], []

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..core.errors import InputError, SettingsError
 from ..core.labels import plus_minus
 from ..core.validation import check_finite_rows
 
@@ -70,7 +71,7 @@ def read_idx(path: str | Path) -> np.ndarray:
         data = handle.read()
     zero, type_code, n_dims = struct.unpack(">HBB", data[:4])
     if zero != 0 or type_code != 0x08:
-        raise ValueError(f"{path} is not an IDX file of unsigned bytes (header {data[:4]!r}).")
+        raise InputError(f"{path} is not an IDX file of unsigned bytes (header {data[:4]!r}).")
     dims = struct.unpack(">" + "I" * n_dims, data[4:4 + 4 * n_dims])
     return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * n_dims).reshape(dims)
 
@@ -84,7 +85,7 @@ def load_fashion_mnist(split: str = "train", root: str | Path = FASHION_MNIST_DI
     balanced task in which tops are confused with dresses and bags with shoes.
     """
     if split not in _FASHION_FILES:
-        raise ValueError(f"split must be 'train' or 'test', got {split!r}.")
+        raise SettingsError(f"split must be 'train' or 'test', got {split!r}.")
     images, labels = (Path(root) / name for name in _FASHION_FILES[split])
     if not images.exists():
         raise FileNotFoundError(
@@ -107,7 +108,7 @@ def _read_rda_frame(path: Path, name: str):
         warnings.simplefilter("ignore", UserWarning)
         frames = rdata.read_rda(str(path))
     if name not in frames:
-        raise ValueError(f"{path} holds {sorted(frames)}, not {name!r}.")
+        raise InputError(f"{path} holds {sorted(frames)}, not {name!r}.")
     return frames[name]
 
 
@@ -133,7 +134,7 @@ def load_letter(binary: bool = True, data_dir: str | Path = MLBENCH_DATA_DIR):
             "LetterRecognition.rda.")
     X, letters = _features_and_classes(_read_rda_frame(path, "LetterRecognition"), "lettr")
     if X.shape != (20000, 16):
-        raise ValueError(f"{path} has shape {X.shape}, expected (20000, 16); damaged file?")
+        raise InputError(f"{path} has shape {X.shape}, expected (20000, 16); damaged file?")
     if not binary:
         return X, letters
     return X, np.where(letters <= "M", 1, -1)
@@ -164,7 +165,7 @@ def make_nonlinear(n_samples: int = 60000, n_features: int = 10, seed: int = 0,
     fraction ``label_noise`` of labels flipped. The built-in data of ``jobs/train_sodm.py``.
     """
     if n_features < 7:
-        raise ValueError(f"make_nonlinear needs n_features >= 7, got {n_features}.")
+        raise SettingsError(f"make_nonlinear needs n_features >= 7, got {n_features}.")
     rng = np.random.default_rng(seed)
     X = rng.standard_normal((n_samples, n_features))
     score = np.einsum("ij,ij->i", X[:, :5], X[:, :5]) + X[:, 5] * X[:, 6] - 4.35
@@ -185,7 +186,7 @@ def make_linear(n_samples: int = 100000, n_features: int = 50, seed: int = 0,
     w_true = rng.standard_normal(n_features)
     if not centred:
         if density < 1.0:
-            raise ValueError("centred=False draws dense uniform features; pass density=1.")
+            raise SettingsError("centred=False draws dense uniform features; pass density=1.")
         X = rng.random((n_samples, n_features))
         return X, _noisy_side((X - 0.5) @ w_true, rng, label_noise)
     if density >= 1.0:
@@ -331,8 +332,8 @@ def load_dataset(name: str, train_rows: int | None = None, test_rows: int | None
     the generated sets they are the sizes to generate (default 20,000 and 10,000).
     """
     if name not in DATASET_SOURCES:
-        raise ValueError(f"unknown data set {name!r} (--dataset); known: "
-                         f"{', '.join(DATASETS)}.")
+        raise SettingsError(f"unknown data set {name!r} (--dataset); known: "
+                            f"{', '.join(DATASETS)}.")
     if name in GENERATED:
         parts = _generated(name, train_rows or 20000, test_rows or DEFAULT_TEST_ROWS, seed)
     else:
@@ -350,14 +351,14 @@ def as_bench_data(name, X, y, X_test, y_test, source, positive=None) -> BenchDat
     check_finite_rows(X_test, f"{name} test data")
     classes = np.unique(y)
     if classes.size < 2:
-        raise ValueError(f"{name}: the training labels hold one class "
+        raise InputError(f"{name}: the training labels hold one class "
                          f"({classes.tolist()}); a classifier needs two or more.")
     unknown = np.setdiff1d(np.unique(y_test), classes)
     if unknown.size:
-        raise ValueError(f"{name}: the test labels hold {unknown[:5].tolist()}, which the "
+        raise InputError(f"{name}: the test labels hold {unknown[:5].tolist()}, which the "
                          f"training labels {classes.tolist()} do not; use the same coding.")
     if X_test.shape[1] != X.shape[1]:
-        raise ValueError(f"{name}: the test data have {X_test.shape[1]} features, the training "
+        raise InputError(f"{name}: the test data have {X_test.shape[1]} features, the training "
                          f"data {X.shape[1]}; both must describe the same columns.")
     X, X_test = (np.ascontiguousarray(part, dtype=np.float64) for part in (X, X_test))
     if classes.size > 2:

@@ -32,6 +32,8 @@ import time
 import uuid
 from pathlib import Path
 
+from ..core.errors import SettingsError
+
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):/")  # two letters at least: not C:/
 # Hadoop's names of file systems whose directory rename is atomic; any other (s3a, gs, wasb,
 # abfs, ...) is written without renames, the completion marker last
@@ -91,13 +93,13 @@ def local_path(path) -> str:
     if scheme is None:
         return text
     if scheme != "file":
-        raise ValueError(f"{text} is not on the local disk (scheme {scheme}:).")
+        raise SettingsError(f"{text} is not on the local disk (scheme {scheme}:).")
     rest = text[len("file:"):]
     if rest.startswith("//"):
         host, _, rest = rest[2:].partition("/")
         if host not in ("", "localhost"):
-            raise ValueError(f"{text} names the host {host!r}; a file: URI names this "
-                             "machine's disk (file:///path).")
+            raise SettingsError(f"{text} names the host {host!r}; a file: URI names this "
+                                "machine's disk (file:///path).")
         rest = "/" + rest
     return rest
 
@@ -211,15 +213,15 @@ class ArrowStore:
         uri = str(uri)
         scheme = uri_scheme(uri)
         if scheme is None:
-            raise ValueError(f"{uri} has no scheme; a plain path is the local disk.")
+            raise SettingsError(f"{uri} has no scheme; a plain path is the local disk.")
         if "?" in uri:
-            raise ValueError(f"{uri}: options in the URI are not taken here; give them to "
-                             "pyarrow by its environment variables (AWS_ENDPOINT_URL, "
-                             "AWS_REGION, ...).")
+            raise SettingsError(f"{uri}: options in the URI are not taken here; give them to "
+                                "pyarrow by its environment variables (AWS_ENDPOINT_URL, "
+                                "AWS_REGION, ...).")
         try:
             filesystem, fs_path = _arrow_filesystem(uri)
         except Exception as error:  # noqa: BLE001 - unknown scheme, no libhdfs, no credentials
-            raise ValueError(f"pyarrow: {first_line(error)}") from None
+            raise SettingsError(f"pyarrow: {first_line(error)}") from None
         return cls(filesystem, uri, fs_path)
 
     def _path(self, path) -> str:

@@ -38,6 +38,7 @@ import tempfile
 import uuid
 from pathlib import Path
 
+from ..core.errors import SettingsError
 from .filesystems import (ArrowStore, LocalStore, first_line, is_uri, join,  # noqa: F401
                           local_path, split, uri_scheme)
 
@@ -122,8 +123,8 @@ def store_for(path):
         return ArrowStore.for_path(path)
     except ValueError as error:
         reasons.append(first_line(error))
-    raise ValueError(f"{path}: no file system reaches the scheme {scheme}: "
-                     f"({'; '.join(reasons)}). {_advice(scheme)}")
+    raise SettingsError(f"{path}: no file system reaches the scheme {scheme}: "
+                        f"({'; '.join(reasons)}). {_advice(scheme)}")
 
 
 def read_replaced(store, path: str) -> bytes | None:
@@ -184,8 +185,8 @@ def replace_versioned(path, write, flat_names=(), keep: int = KEEP_VERSIONS,
     store = store or store_for(path)
     path = str(path).rstrip("/") or "/"
     if store.exists(path) and not store.is_dir(path):
-        raise ValueError(f"{path} is a file; a model is saved as a directory. Choose another "
-                         "path or remove the file.")
+        raise SettingsError(f"{path} is a file; a model is saved as a directory. Choose another "
+                            "path or remove the file.")
     store.mkdirs(path)
     numbers = [n for n in map(version_number, store.list(path)) if n is not None]
     number = max(numbers, default=0) + 1
@@ -227,7 +228,7 @@ def publish_directory(path, write, overwrite: bool = False, store=None) -> str:
     path = str(path).rstrip("/")
     parent, name = split(path)
     if not name:
-        raise ValueError(f"{path} names no directory to write.")
+        raise SettingsError(f"{path} names no directory to write.")
     if store.exists(path) and not overwrite:
         raise FileExistsError(f"{path} exists; pass overwrite (--overwrite) to replace it.")
     if not getattr(store, "atomic_rename", True):

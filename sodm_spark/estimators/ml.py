@@ -23,6 +23,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DoubleType
 
 from ..core.defaults import FIT_INTERCEPT
+from ..core.errors import InputError, SettingsError
 from ..core.validation import shown_classes
 from ..data.storage import join
 from ..models.expansion import KernelExpansion
@@ -169,14 +170,14 @@ class SODMClassifier(Estimator, _SODMParams, VersionedReadWrite):
     def _refuse_classes(self, classes):
         """Label values the fit cannot take, refused in the estimator's words."""
         if classes.size < 2:
-            raise ValueError(f"SODMClassifier needs at least two classes in column "
+            raise InputError(f"SODMClassifier needs at least two classes in column "
                              f"{self.getLabelCol()!r}; it holds only one class "
                              f"({classes[0]:g}). Check labelCol.")
-        raise ValueError(f"kernel='linear' fits DSVRG, a binary classifier, but column "
-                         f"{self.getLabelCol()!r} holds {classes.size} classes "
-                         f"({shown_classes(classes)}); use a nonlinear kernel (its levels "
-                         "fit every class at once), or filter the DataFrame to two label "
-                         "values.")
+        raise SettingsError(f"kernel='linear' fits DSVRG, a binary classifier, but column "
+                            f"{self.getLabelCol()!r} holds {classes.size} classes "
+                            f"({shown_classes(classes)}); use a nonlinear kernel (its levels "
+                            "fit every class at once), or filter the DataFrame to two label "
+                            "values.")
 
     def _fit(self, dataset):
         fit = self._train(dataset, fit_params(self._settings())).fit
@@ -265,7 +266,7 @@ class SODMClassificationModel(Model, _SODMParams, VersionedReadWrite):
             X = np.stack(features.to_numpy()).astype(np.float64) if len(features) else \
                 np.zeros((0, n_features))
             if X.shape[1] != n_features:
-                raise ValueError(f"column {features_col!r} has {X.shape[1]} features; the "
+                raise InputError(f"column {features_col!r} has {X.shape[1]} features; the "
                                  f"model was trained on {n_features}. Transform data with the "
                                  "training data's feature columns, in the same order.")
             X = input_map(X)  # the model's scaling and projection, as KernelExpansion's

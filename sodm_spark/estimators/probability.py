@@ -27,6 +27,7 @@ from sklearn.base import clone
 from sklearn.model_selection import StratifiedKFold
 from sklearn.utils import check_array, column_or_1d
 
+from ..core.errors import SettingsError
 from ..core.validation import seed_from
 from ..models.calibration import METHODS, fit_calibration
 
@@ -37,10 +38,10 @@ FOLDS = 5
 def check_calibration(estimator) -> None:
     """Refuse a bad ``probability`` or ``calibration`` before any work on the rows."""
     if not isinstance(estimator.probability, (bool, np.bool_)):
-        raise ValueError(f"probability must be True or False, got {estimator.probability!r}.")
+        raise SettingsError(f"probability must be True or False, got {estimator.probability!r}.")
     if estimator.calibration not in METHODS:
-        raise ValueError(f"calibration must be one of {', '.join(map(repr, METHODS))}, got "
-                         f"{estimator.calibration!r}.")
+        raise SettingsError(f"calibration must be one of {', '.join(map(repr, METHODS))}, got "
+                            f"{estimator.calibration!r}.")
 
 
 def fold_splits(y, random_state):
@@ -49,9 +50,9 @@ def fold_splits(y, random_state):
     _, counts = np.unique(y, return_counts=True)
     folds = min(FOLDS, int(counts.min()))
     if folds < 2:
-        raise ValueError("probability=True fits its calibration on out-of-fold decision "
-                         "values, which needs at least 2 rows of every class; a class of y "
-                         "has 1.")
+        raise SettingsError("probability=True fits its calibration on out-of-fold decision "
+                            "values, which needs at least 2 rows of every class; a class of y "
+                            "has 1.")
     splitter = StratifiedKFold(folds, shuffle=True, random_state=seed_from(random_state))
     return list(splitter.split(np.zeros((y.size, 1)), y))
 

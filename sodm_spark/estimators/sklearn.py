@@ -13,6 +13,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..core import defaults
 from ..core.array_namespace import check_device
+from ..core.errors import SettingsError
 from ..core.estimator_inputs import (check_fit_data, check_predict_data, encode_classes,
                                      keep_params, predict_labels)
 from ..core.kernels import LAPLACIAN_SPARSE, Kernel
@@ -22,12 +23,26 @@ from ..core.weights import estimator_weights
 from ..models.expansion import KernelExpansion
 from ..solvers.local_solve import LocalSolve, expansion_coefficients
 from ..solvers.odm_primal import newton_primal
-from ..solvers.svrg import svrg
+from ..solvers.dcd_settings import ODMHyperparameters
+from ..solvers.svrg import SVRGSchedule, svrg
 from .probability import calibrated_model, check_calibration
 
 
 SOLVERS = ("auto", "dcd", "newton", "svrg")
 PRIMAL_SOLVERS = ("newton", "svrg")  # linear kernel only; they fit the intercept
+
+
+def _translation(kernel: Kernel, X) -> np.ndarray | None:
+    """The rows' column means when the dual is solved on the rows less them: dense rows of the
+    rbf kernel, whose values a translation leaves unchanged, lying farther from the origin than
+    they spread (‖mean‖² above the summed column variances): the cancellation in the kernel's
+    ‖x‖² + ‖z‖² − 2x·z grows with that ratio. None otherwise (CSR rows keep their zeros; the
+    laplacian's L1 distances are taken directly; the other kernels are not invariant)."""
+    if kernel.name != "rbf" or scipy.sparse.issparse(X) or X.shape[0] < 2:
+        return None
+    rows = np.asarray(X, dtype=np.float64)
+    center = rows.mean(axis=0)
+    return center if center @ center > rows.var(axis=0).sum() else None
 
 
 class ODMClassifier(ClassifierMixin, BaseEstimator):
@@ -160,8 +175,8 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
 
     def _solver(self):
         if self.solver not in SOLVERS:
-            raise ValueError(f"solver must be one of {', '.join(map(repr, SOLVERS))}, "
-                             f"got {self.solver!r}.")
+            raise SettingsError(f"solver must be one of {', '.join(map(repr, SOLVERS))}, "
+                                f"got {self.solver!r}.")
         if self.solver == "auto":
             return "newton" if self.kernel == "linear" else "dcd"
         return self.solver
@@ -190,19 +205,19 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
         solver = self._solver()
         check_device(self.device)  # every solver checks it, though only the dual reads it
         if solver in PRIMAL_SOLVERS and self.kernel != "linear":
-            raise ValueError(f"solver={solver!r} works on the primal and needs kernel='linear', "
-                             f"got kernel={self.kernel!r}; use solver='dcd' for other kernels.")
+            raise SettingsError(f"solver={solver!r} works on the primal and needs kernel='linear', "
+                                f"got kernel={self.kernel!r}; use solver='dcd' for other kernels.")
         if solver == "dcd" and self.kernel == "linear" and self.fit_intercept:
-            raise ValueError("solver='dcd' solves the ODM dual (SODM Eqn 1), which has no "
-                             "intercept; pass fit_intercept=False for the paper's model, or "
-                             "solver='newton' / 'svrg' (the primal, with an intercept).")
+            raise SettingsError("solver='dcd' solves the ODM dual (SODM Eqn 1), which has no "
+                                "intercept; pass fit_intercept=False for the paper's model, or "
+                                "solver='newton' / 'svrg' (the primal, with an intercept).")
         if solver in PRIMAL_SOLVERS and self.kernel_offset:
-            raise ValueError(f"kernel_offset applies to the kernel dual (solver='dcd'); "
-                             f"solver={solver!r} fits an unpenalized intercept instead "
-                             "(fit_intercept). Pass kernel_offset=0.")
+            raise SettingsError(f"kernel_offset applies to the kernel dual (solver='dcd'); "
+                                f"solver={solver!r} fits an unpenalized intercept instead "
+                                "(fit_intercept). Pass kernel_offset=0.")
         X, y = check_fit_data(self, X, y, accept_sparse=self._accept_sparse())
         if self.kernel == "laplacian" and scipy.sparse.issparse(X):
-            raise ValueError(f"X is sparse: {LAPLACIAN_SPARSE}.")
+            raise SettingsError(f"X is sparse: {LAPLACIAN_SPARSE}.")
         if solver in PRIMAL_SOLVERS:  # whose tol bounds the objective's change or gradient
             check_odm_params(self.lam, self.theta, self.v)
         else:  # validates λ, θ, v, tol, max_iter, cache_mb and dtype before any work on the rows
@@ -219,6 +234,12 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
             X, y_index, weights = X[kept], y_index[kept], weights[kept]
         self.kernel_ = kernel
         self._gamma = kernel.gamma
+        # the rbf kernel's GEMM form ‖x‖² + ‖z‖² − 2x·z loses the distances' digits in float32
+        # when rows lie far from the origin (the solve then diverges): the kernel is translation
+        # invariant, so the dual is solved on the rows less their mean, and the model keeps the
+        # mean as its input map's offset
+        center = _translation(kernel, X)
+        solved_rows = X if center is None else np.asarray(X, dtype=np.float64) - center
         # Binary: one problem with classes_[1] as +1. More classes: one-vs-rest.
         targets = [1] if self.classes_.size == 2 else range(self.classes_.size)
         if solver in PRIMAL_SOLVERS:
@@ -226,14 +247,14 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
         n_classes = 0 if self.classes_.size == 2 else self.classes_.size
         y_solved = y_index if n_classes else plus_minus(y_index, 1)
         # every class's solve shares the one seed, as ODMClassifier's always have
-        solution = solve.solve(X, y_solved, kernel, n_classes,
+        solution = solve.solve(solved_rows, y_solved, kernel, n_classes,
                                seed=seed_from(self.random_state), seed_each_class=False,
                                weights=weights)
         for run in solution.runs:
             self._warn_unless_converged(run)
         coef = expansion_coefficients(y_solved, solution.gamma).reshape(X.shape[0], -1)
         return self._store_dual(X, coef, kernel, solution.sweeps, solution.objectives,
-                                solution.converged, kept)
+                                solution.converged, kept, center)
 
     def _warn_unless_converged(self, result):
         if not result.converged:
@@ -242,9 +263,11 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
                 f"violation {result.violation:.3g} > tol={self.tol}; increase max_iter or tol.",
                 ConvergenceWarning)
 
-    def _store_dual(self, X, coef, kernel, n_iter, objectives, converged, kept=None):
+    def _store_dual(self, X, coef, kernel, n_iter, objectives, converged, kept=None,
+                    center=None):
         """The fitted attributes of a dual fit from its coefficients γ_i y_i, (m, outputs);
-        ``kept``: the fitted rows' positions in the rows given (``support_`` indexes those)."""
+        ``kept``: the fitted rows' positions in the rows given (``support_`` indexes those);
+        ``center``: the translation the rows were solved under (the model's input offset)."""
         support = np.flatnonzero(np.any(coef != 0.0, axis=1))
         self.support_ = support if kept is None else kept[support]
         self.support_vectors_ = X[support]
@@ -253,8 +276,13 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
         self.objective_ = np.asarray(objectives)
         self.converged_ = bool(converged)
         self.intercept_ = np.zeros(coef.shape[1])
-        self.model_ = KernelExpansion(self.support_vectors_, coef[support], kernel,
-                                      self.classes_)
+        if center is None:
+            self.model_ = KernelExpansion(self.support_vectors_, coef[support], kernel,
+                                          self.classes_)
+        else:
+            self.model_ = KernelExpansion(
+                np.asarray(self.support_vectors_, dtype=np.float64) - center, coef[support],
+                kernel, self.classes_, feature_offset=center, feature_scale=np.ones_like(center))
         return self
 
     def _fit_primal(self, solver, X, y_index, targets, kernel, sample_weight=None):
@@ -268,10 +296,11 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
         for target in targets:
             y_pm = plus_minus(y_index, target)
             if solver == "svrg":
-                result = svrg(X, y_pm, self.lam, self.theta, self.v, epochs=self.max_iter,
-                              relative_change_tol=relative_change_tol,
-                              seed=seed_from(self.random_state), fit_intercept=bias,
-                              weights=sample_weight)
+                result = svrg(X, y_pm, ODMHyperparameters(self.lam, self.theta, self.v),
+                              SVRGSchedule(epochs=self.max_iter,
+                                           relative_change_tol=relative_change_tol,
+                                           seed=seed_from(self.random_state)),
+                              fit_intercept=bias, weights=sample_weight)
                 n_iter.append(result.epochs)
                 done = result.converged
             else:

@@ -19,7 +19,7 @@ import time
 import numpy as np
 from sklearn.datasets import make_friedman1
 
-from sodm_spark.core.errors import SETTINGS, reported, run_job
+from sodm_spark.core.errors import SETTINGS, InputError, reported, run_job
 from sodm_spark.core.kernels import Kernel, gamma_value
 from sodm_spark.core.validation import check_two_classes
 from sodm_spark.data.datasets import make_nonlinear
@@ -112,7 +112,7 @@ def load_data(spark, args):
             test = collect_checked(spark, args.test_data, args.format,
                                    f"--test-data {args.test_data}")
         if test[0].shape[1] != n_features:
-            raise ValueError(f"--test-data {args.test_data} has {test[0].shape[1]} features but "
+            raise InputError(f"--test-data {args.test_data} has {test[0].shape[1]} features but "
                              f"--data {args.data} has {n_features}; both must describe the same "
                              "columns. Give test data with the training data's feature columns, "
                              "in the same order.")

@@ -12,11 +12,11 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse
 
-from sodm_spark.core.errors import SettingsError
+from sodm_spark.core.errors import InputError, SettingsError
 from sodm_spark.core.validation import check_two_classes, shown_classes
 from sodm_spark.data.datasets import make_linear, make_nonlinear
 from sodm_spark.jobs.train_args import DEFAULT_TEST_ROWS
-from sodm_spark.spark.io import check_blocks, read_blocks, read_libsvm_local
+from sodm_spark.spark.io import TableColumns, check_blocks, read_blocks, read_libsvm_local
 from sodm_spark.spark.memory import check_collectable
 from sodm_spark.spark.session import PERSIST, collect_blocks, numpy_to_blocks
 from sodm_spark.spark.train import check_rows
@@ -61,7 +61,7 @@ def read_driver_side(spark, path, args, n_features, sparse, flag):
                           "score such a table with jobs/predict.py instead")
         pair = collect_blocks(blocks)
     if pair[0].shape[1] != n_features:
-        raise ValueError(
+        raise InputError(
             f"{flag} {path} has {pair[0].shape[1]} features but --data "
             f"{args.data} has {n_features}; both must describe the same columns. Give {flag[2:]} "
             "with the training data's feature columns, in the same order.")
@@ -105,7 +105,8 @@ def load_data(spark, args, params) -> tuple:
     # the kernel path computes its kernel blocks in float32: its dense rows are stored so
     dtype = np.float64 if linear else np.float32
     blocks, n_features = read_blocks(spark, args.data, args.format, sparse=sparse, dtype=dtype,
-                                     dense_advice=advice, weight_col=weight_column(args))
+                                     dense_advice=advice,
+                                     columns=TableColumns(weight_col=weight_column(args)))
     # parsed once, by the checking job; the fit's passes (SODM levels, DSVRG epochs) read the
     # rows from here (DSVRG then keeps no second copy), on local disk, not the JVM heap
     blocks = blocks.persist(PERSIST)
@@ -123,5 +124,5 @@ def refuse_classes(classes, args):
     if args.kernel == "linear":  # DSVRG is binary; the kernel levels take any number of classes
         check_two_classes(classes, where, "--kernel linear (DSVRG)",
                           "use a nonlinear --kernel: its levels fit every class at once")
-    raise ValueError(f"{where}: the labels hold 1 class ({shown_classes(classes)}); SODM needs "
+    raise InputError(f"{where}: the labels hold 1 class ({shown_classes(classes)}); SODM needs "
                      "at least two. Check that the label column is the right one.")

@@ -33,8 +33,10 @@ from sodm_spark.ops.jobconf import check_output_paths, use_packaged_spark_conf, 
 from sodm_spark.selection.tuning import ParamGrid
 from sodm_spark.spark.dsvrg.fit import DSVRGParams
 from sodm_spark.spark.session import job_session
+from sodm_spark.spark.sodm.fit import FitOptions
 from sodm_spark.spark.sodm.plan import check_levels_fit_rows
-from sodm_spark.spark.train import Search, check_request, fit_params, train as train_on_spark
+from sodm_spark.spark.train import (ScoredRows, Search, check_request, fit_params,
+                                    train as train_on_spark)
 from sodm_spark.spark.frames import context_of
 
 HYPERPARAMETERS = ("gamma", "lam", "theta", "v")
@@ -73,8 +75,9 @@ def train(spark, args, params=None):
         "compress_method": args.compress_method, "test_every_level": args.test_every_level}
     # the rows were checked (and the level count resolved) by load_data: ``checked`` says so
     trained = train_on_spark(context_of(spark), blocks, n_features, checked,
-                             test=test, validation=validation, search=requested_search(args),
-                             progress=printed_progress(args), **options)
+                             rows=ScoredRows(test, validation), search=requested_search(args),
+                             progress=printed_progress(args),
+                             level_options=FitOptions(**options))
     tuning = {} if trained.search is None else {"tuning": trained.search.to_dict(),
                                                 "tuning_seconds": trained.search.seconds}
     if trained.fit is None:  # the tuning job: the search alone

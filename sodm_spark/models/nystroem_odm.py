@@ -39,9 +39,11 @@ fit on one device without Spark, its rows copied there once.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
-from ..core.array_namespace import Array, ArrayDevice, device_of, namespace_of
+from ..core.array_namespace import Array, ArrayDevice, DType, device_of, namespace_of
 from ..core.kernel_blocks import BLOCK_BYTES, kernel_block, squared_norms
 from ..core.kernels import Kernel
 
@@ -117,31 +119,50 @@ def pieces(margins, theta: float, v: float):
     return below + v * above, 1.0 - theta * below + theta * above
 
 
-def pass_sums(kernel: Kernel, centres, X, y, coef, direction, steps, theta: float, v: float,
-              block_mb: float = 64.0, weights=None, kernel_dtype=None,
-              block_rows: int | None = None) -> PassSums:
-    """:class:`PassSums` of the rows ``X`` with labels ``y`` (±1) at α = ``coef`` +
-    t·``direction`` for t in ``steps``; the normal matrix at ``steps[0]``. ``weights``: each
-    row's s_i (None: 1), multiplying its D_i (docs/design.md §1.4; M of C is then Σ s_i).
+class PassLine(NamedTuple):
+    """The points one pass scores: α = ``coef`` + t·``direction`` for each step length t in
+    ``steps`` (a Newton jump's line search, :func:`fit`)."""
 
-    The namespace and device are ``X``'s; the other arrays are brought there. Blocks of
-    ``block_rows`` rows (None: ``block_mb`` megabytes of float64 kernel entries): each
-    block's kernel k(X_block, Z) is computed in ``kernel_dtype`` (None: float64; float32 on
-    a GPU), then its products (f, the normal matrix by one GEMM) are formed in float64, so
-    that the normal matrix's small eigen-directions are resolved whatever the kernel's
+    coef: Array
+    direction: Array
+    steps: Sequence[float]
+
+
+@dataclass(frozen=True)
+class PassBlocks:
+    """How a pass cuts its rows into blocks: ``block_rows`` rows each (None: ``block_mb``
+    megabytes of float64 kernel entries), their kernels computed in ``kernel_dtype`` (None:
+    float64; float32 on a GPU)."""
+
+    block_rows: int | None = None
+    block_mb: float = 64.0
+    kernel_dtype: DType = None
+
+
+def pass_sums(kernel: Kernel, centres, X, y, line: PassLine, theta: float, v: float,
+              weights=None, blocks: PassBlocks = PassBlocks()) -> PassSums:
+    """:class:`PassSums` of the rows ``X`` with labels ``y`` (±1) at the points of ``line``
+    (α = coef + t·direction for t in its steps); the normal matrix at its first step.
+    ``weights``: each row's s_i (None: 1), multiplying its D_i (docs/design.md §1.4; M of C
+    is then Σ s_i).
+
+    The namespace and device are ``X``'s; the other arrays are brought there. Rows in
+    ``blocks`` (:class:`PassBlocks`): each block's kernel k(X_block, Z) is computed in their
+    kernel dtype, then its products (f, the normal matrix by one GEMM) are formed in float64,
+    so that the normal matrix's small eigen-directions are resolved whatever the kernel's
     dtype: the losses and the normal matrix then describe one and the same rounded kernel."""
     xp = namespace_of(X)
     where = device_of(X)
-    dtype = xp.float64 if kernel_dtype is None else kernel_dtype
-    lengths = [float(step) for step in steps]
+    dtype = xp.float64 if blocks.kernel_dtype is None else blocks.kernel_dtype
+    lengths = [float(step) for step in line.steps]
     last = len(lengths) - 1
     y = _float64(xp, y, where)
     row_weight = None if weights is None else _float64(xp, weights, where)
-    coef, direction = _float64(xp, coef, where), _float64(xp, direction, where)
+    coef, direction = _float64(xp, line.coef, where), _float64(xp, line.direction, where)
     Z = xp.asarray(centres, dtype=dtype, device=where)
     z_sq = squared_norms(xp, Z)
     m, n = Z.shape[0], X.shape[0]
-    step = block_rows or max(1, int(block_mb * 2**20) // max(1, m * 8))
+    step = blocks.block_rows or max(1, int(blocks.block_mb * 2**20) // max(1, m * 8))
     along_steps = _float64(xp, lengths, where)
     losses = xp.zeros(len(lengths), dtype=xp.float64, device=where)
     normal = xp.zeros((m, m), dtype=xp.float64, device=where)
@@ -294,17 +315,29 @@ def fit(basis: CentreBasis, run_pass, lam: float, theta: float, v: float, n_rows
     return transform @ w, report
 
 
-def fit_on_device(device: ArrayDevice, kernel: Kernel, centres, X, y, lam: float,
-                  theta: float, v: float, weights=None, start_coef=None, start_values=None,
-                  block_rows: int | None = None, kernel_dtype=None,
-                  max_steps: int = MAX_STEPS, relative_decrease: float = RELATIVE_DECREASE,
-                  on_step=None):
+@dataclass(frozen=True)
+class NystroemFit:
+    """The problem (λ, θ, v of Eqn 1) and how :func:`fit_on_device` fits it: the rows' blocks
+    (``block_rows``, ``kernel_dtype``) and :func:`fit`'s stopping rule (``max_steps``,
+    ``relative_decrease``)."""
+
+    lam: float
+    theta: float
+    v: float
+    block_rows: int | None = None
+    kernel_dtype: DType | str | None = None
+    max_steps: int = MAX_STEPS
+    relative_decrease: float = RELATIVE_DECREASE
+
+
+def fit_on_device(device: ArrayDevice, kernel: Kernel, centres, X, y, problem: NystroemFit,
+                  weights=None, start_coef=None, start_values=None, on_step=None):
     """The Nyström ODM of the rows ``X`` (labels ``y``, ±1; row weights ``weights``) on one
     ``device``, without Spark: (α as float64 numpy, :class:`NewtonReport`). Each pass is
-    :func:`pass_sums` over the rows in blocks of ``block_rows`` (None: 64 MB of kernel
-    entries on the CPU, :data:`~sodm_spark.core.kernel_blocks.BLOCK_BYTES` on a GPU), their
-    kernels in ``kernel_dtype`` (None: float64 on the CPU, float32 on a GPU; or a name such as
-    "float32"), the m × m systems in float64.
+    :func:`pass_sums` over the rows in blocks of ``problem.block_rows`` (None: 64 MB of
+    kernel entries on the CPU, :data:`~sodm_spark.core.kernel_blocks.BLOCK_BYTES` on a GPU),
+    their kernels in ``problem.kernel_dtype`` (None: float64 on the CPU, float32 on a GPU; or
+    a name such as "float32"), the m × m systems in float64.
 
     The arrays may be numpy or already ``device``'s; the rows are copied there once, in the
     kernel's dtype. A start, at most one: ``start_coef``, an α on these centres (an earlier
@@ -314,6 +347,8 @@ def fit_on_device(device: ArrayDevice, kernel: Kernel, centres, X, y, lam: float
     if start_coef is not None and start_values is not None:
         raise ValueError("give at most one start: start_coef or start_values.")
     xp = device.xp
+    lam, theta, v = problem.lam, problem.theta, problem.v
+    kernel_dtype, block_rows = problem.kernel_dtype, problem.block_rows
     if kernel_dtype is None:
         kernel_dtype = xp.float64 if device.kind == "cpu" else xp.float32
     elif isinstance(kernel_dtype, str):
@@ -328,9 +363,11 @@ def fit_on_device(device: ArrayDevice, kernel: Kernel, centres, X, y, lam: float
         # float64 block, its scaled copy): within the GPU's block budget
         block_rows = max(1, BLOCK_BYTES // (4 * 8 * basis.centres.shape[0]))
 
+    blocks = PassBlocks(block_rows=block_rows, kernel_dtype=kernel_dtype)
+
     def run_pass(coef, direction, steps):
-        return pass_sums(kernel, basis.centres, X, y, coef, direction, steps, theta, v,
-                         weights=row_weight, kernel_dtype=kernel_dtype, block_rows=block_rows)
+        return pass_sums(kernel, basis.centres, X, y, PassLine(coef, direction, steps), theta,
+                         v, weights=row_weight, blocks=blocks)
 
     start = None
     if start_coef is not None:
@@ -340,8 +377,9 @@ def fit_on_device(device: ArrayDevice, kernel: Kernel, centres, X, y, lam: float
     elif start_values is not None:
         start = span_start(basis, device.asarray(start_values, dtype=xp.float64),
                            loss_weight(lam, theta, total) * total / basis.centres.shape[0])
-    coef, report = fit(basis, run_pass, lam, theta, v, total, max_steps=max_steps,
-                       relative_decrease=relative_decrease, on_step=on_step, start=start)
+    coef, report = fit(basis, run_pass, lam, theta, v, total, max_steps=problem.max_steps,
+                       relative_decrease=problem.relative_decrease, on_step=on_step,
+                       start=start)
     return device.to_numpy(coef), report
 
 
@@ -353,6 +391,7 @@ def objective(kernel: Kernel, centres, coef, X, y, lam: float, theta: float,
     where = device_of(X)
     centres, coef = _float64(xp, centres, where), _float64(xp, coef, where)
     gram = kernel_block(xp, kernel, centres, centres)
-    sums = pass_sums(kernel, centres, X, y, coef, xp.zeros_like(coef), (0.0,), theta, v)
+    sums = pass_sums(kernel, centres, X, y, PassLine(coef, xp.zeros_like(coef), (0.0,)), theta,
+                     v)
     return 0.5 * float(coef @ gram @ coef) + loss_weight(lam, theta, X.shape[0]) * \
         float(sums.losses[0])

@@ -32,6 +32,7 @@ import numba
 import numpy as np
 import scipy.sparse
 
+from ..core.errors import InputError
 from ..core.kernels import Kernel
 from ..core.sparse_rows import as_float_rows, squared_norms
 
@@ -65,12 +66,12 @@ class NpyRows:
         with open(path, "rb") as file:
             read_header = _NPY_HEADERS.get(np.lib.format.read_magic(file))
             if read_header is None:
-                raise ValueError(f"{path}: unsupported .npy format version; write it with "
+                raise InputError(f"{path}: unsupported .npy format version; write it with "
                                  "numpy.save.")
             shape, fortran, dtype = read_header(file)
             self.offset = file.tell()
         if len(shape) != 2 or fortran:
-            raise ValueError(f"{path}: expected a 2-d C-order array, found shape {shape}"
+            raise InputError(f"{path}: expected a 2-d C-order array, found shape {shape}"
                              f"{' in Fortran order' if fortran else ''}.")
         self.path, self.shape, self.dtype = path, tuple(shape), np.dtype(dtype)
 
@@ -92,7 +93,7 @@ class CsrRows:
                                                 for name in ("data", "indices", "indptr"))
         self.shape = tuple(int(n) for n in shape)
         if self.indptr.size != self.shape[0] + 1 or self.data.size != self.indices.size:
-            raise ValueError(f"the sparse support-vector files {sorted(paths.values())} "
+            raise InputError(f"the sparse support-vector files {sorted(paths.values())} "
                              "disagree in shape; score again (they are rewritten every run).")
 
     def __getitem__(self, rows: slice):
@@ -169,7 +170,7 @@ class SupportSet:
                 exact = np.asarray(self.vectors[start:start + step], dtype=np.float64)
                 high = exact.astype(np.float32)
                 if not np.isfinite(high).all():
-                    raise ValueError("a support vector has a value beyond float32's range "
+                    raise InputError("a support vector has a value beyond float32's range "
                                      "(|x| > 3.4e38); scale the features and retrain.")
                 low = (exact - high).astype(np.float32)
                 inexact = inexact or bool(low.any())
@@ -197,7 +198,7 @@ class SupportSet:
             residual = NpyRows(locate(names["residual"])) if names["residual"] else None
         mismatch = residual is not None and residual.shape != vectors.shape
         if coef.shape[0] != vectors.shape[0] or mismatch:
-            raise ValueError(f"the support-vector files {sorted(filter(None, names.values()))} "
+            raise InputError(f"the support-vector files {sorted(filter(None, names.values()))} "
                              "disagree in shape; score again (they are rewritten every run).")
         intercept = spec["intercept"]
         return cls(vectors, coef, Kernel.from_dict(spec["kernel"]),

@@ -31,7 +31,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
@@ -147,17 +147,33 @@ def _alive_workers(webui_url: str, timeout: float = 2.0) -> int | None:
     return sum(worker.get("state") == "ALIVE" for worker in workers)
 
 
+class ClusterAddresses(NamedTuple):
+    """Where the daemons listen (the ``start`` flags of the same names): the Master's RPC
+    ``port`` and web UI ``webui_port`` on ``host``; Worker i's web UI on
+    ``worker_webui_port + i - 1``."""
+
+    host: str = "127.0.0.1"
+    port: int = 7077
+    webui_port: int = 8080
+    worker_webui_port: int = 8081
+
+
+def split_addresses(options: dict) -> tuple[ClusterAddresses, dict]:
+    """(the :class:`ClusterAddresses` among keyword ``options``, the others: start_cluster's)."""
+    named = {name: options[name] for name in ClusterAddresses._fields if name in options}
+    return ClusterAddresses(**named), {k: v for k, v in options.items() if k not in named}
+
+
 def start_cluster(workers: int = 5, cores_per_worker: int = 1, memory: str = "1g",
-                  state_dir: str | os.PathLike | None = None, host: str = "127.0.0.1",
-                  port: int = 7077, webui_port: int = 8080, worker_webui_port: int = 8081,
+                  state_dir: str | os.PathLike | None = None,
+                  addresses: ClusterAddresses | None = None,
                   conf_dir: str | os.PathLike | None = None, timeout: float = 120.0,
                   daemon_java_opts: str | None = LIGHT_DAEMON_JAVA_OPTS) -> dict:
-    """Start a Master and ``workers`` Workers; return the state once all report ALIVE.
-
-    Worker i's web UI listens on ``worker_webui_port + i``; ``daemon_java_opts`` become
-    SPARK_DAEMON_JAVA_OPTS unless that is set already. Refuses a state dir whose cluster still
-    runs. On any failure it stops what it started and raises ClusterError naming the logs.
-    """
+    """Start a Master and ``workers`` Workers, listening where ``addresses`` say; return the
+    state once all report ALIVE. ``daemon_java_opts`` become SPARK_DAEMON_JAVA_OPTS unless that
+    is set already. Refuses a state dir whose cluster still runs. On any failure it stops what
+    it started and raises ClusterError naming the logs."""
+    host, port, webui_port, worker_webui_port = addresses or ClusterAddresses()
     if workers < 1 or cores_per_worker < 1:
         raise ClusterError(f"workers={workers} and cores_per_worker={cores_per_worker} must "
                            "both be >= 1.")
@@ -286,25 +302,25 @@ def cluster_status(state_dir: str | os.PathLike | None = None) -> dict | None:
 class LoopbackCluster:
     """Context manager over :func:`start_cluster` / :func:`stop_cluster`.
 
-    Keyword options are :func:`start_cluster`'s (``cores_per_worker``, ``memory``, ``port``,
-    ``webui_port``, ``worker_webui_port``, ``conf_dir``, ``timeout``, ...). ``state_dir=None``
-    uses a fresh temporary directory, removed again by ``stop``.
+    Keyword options are :func:`start_cluster`'s (``memory``, ``conf_dir``, ``timeout``, ...)
+    and :class:`ClusterAddresses`' (``port``, ``webui_port``, ``worker_webui_port``, ...).
+    ``state_dir=None`` uses a fresh temporary directory, removed again by ``stop``.
     """
 
     def __init__(self, workers: int = 5, state_dir=None, **options):
         self._owns_dir = state_dir is None
         self.state_dir = None if state_dir is None else Path(state_dir)
-        self.options = {"host": "127.0.0.1", "port": 7077, "webui_port": 8080, **options,
-                        "workers": workers}
-        host = self.options["host"]
-        self.master_url = f"spark://{host}:{self.options['port']}"
-        self.webui_url = f"http://{host}:{self.options['webui_port']}"
+        addresses = split_addresses(options)[0]  # the defaults of those not given
+        self.options = {**addresses._asdict(), **options, "workers": workers}
+        self.master_url = f"spark://{addresses.host}:{addresses.port}"
+        self.webui_url = f"http://{addresses.host}:{addresses.webui_port}"
         self.state: dict | None = None
 
     def start(self) -> "LoopbackCluster":
         if self.state_dir is None:
             self.state_dir = Path(tempfile.mkdtemp(prefix="sodm-spark-cluster-"))
-        self.state = start_cluster(state_dir=self.state_dir, **self.options)
+        addresses, options = split_addresses(self.options)
+        self.state = start_cluster(state_dir=self.state_dir, addresses=addresses, **options)
         return self
 
     def stop(self) -> list[int]:
@@ -370,7 +386,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "start":
-            state = start_cluster(**{k: v for k, v in vars(args).items() if k != "command"})
+            addresses, options = split_addresses(vars(args))
+            del options["command"]  # the subcommand, not an option of start_cluster
+            state = start_cluster(addresses=addresses, **options)
             print(f"{state['workers']} workers ALIVE at {state['master_url']} (web UI "
                   f"{state['webui_url']}); state in {args.state_dir}/{STATE_FILE}")
         elif args.command == "stop":

@@ -33,6 +33,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.errors import InputError
 from ..data.storage import (COMPLETE_MARKER, LocalStore, join, local_path, read_replaced,
                             store_for, uri_scheme)
 from .lock import LockedError, RetrainLock, StorePath  # noqa: F401 (the jobs import them here)
@@ -141,7 +142,7 @@ class ModelStore:
         if data is not None:
             name = data.decode("utf-8", "replace").strip()
             if not _VERSION.match(name) or "/" in name or "\\" in name:
-                raise ValueError(f"{self.pointer} names {name[:80]!r}, not a folder of "
+                raise InputError(f"{self.pointer} names {name[:80]!r}, not a folder of "
                                  f"{self.versions}; write the production version's folder name "
                                  "into it.")
             version = self.versions / name

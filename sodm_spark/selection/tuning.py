@@ -34,6 +34,7 @@ from ..core.sparse_rows import as_float_rows
 from ..core.validation import check_odm_params
 from ..core.weights import combined_weights
 from .metrics import Evaluation, paired_difference, score_of
+from ..solvers.dcd_settings import GivenKernel
 from ..solvers.local_solve import LocalSolve, expansion_coefficients
 from ..solvers.kernel_rows import full_q_matrix, signed_kernel
 
@@ -191,19 +192,29 @@ class GridPoints(Protocol):
     def points(self) -> list[GridPoint]: ...
 
 
+@dataclass(frozen=True)
+class PointSolve:
+    """How :func:`search_partition` solves each grid point's local ODM (as
+    :class:`~sodm_spark.solvers.local_solve.LocalSolve` does): until its largest
+    projected-gradient violation is at most ``violation_tol`` (or ``max_iter`` sweeps), on
+    ``device`` (``gpu_index``: the GPU of a task)."""
+
+    violation_tol: float = 1e-3
+    max_iter: int = 1000
+    device: str = "auto"
+    gpu_index: int | None = None
+
+
 def search_partition(X, y, X_val, kernel: Kernel, grid: GridPoints, *, n_classes: int = 0,
-                     violation_tol: float = 1e-3, max_iter: int = 1000, seed=0,
-                     class_weights=None, row_weights=None, device: str = "auto",
-                     gpu_index: int | None = None):
+                     seed=0, class_weights=None, row_weights=None,
+                     solving: PointSolve = PointSolve()):
     """Solve one partition's local ODM for every grid point and return its share of the
     validation decision values.
 
     ``y`` is ±1 (binary) or class numbers in [0, n_classes) (one-vs-rest duals of every class,
-    solved together); ``X_val`` the validation rows; every point is solved until its largest
-    projected-gradient violation is at most ``violation_tol`` (or ``max_iter`` sweeps), its
-    rows weighted by ``class_weights`` (one per class, coded order) times ``row_weights`` (a
-    weight column's, one per row of ``X``; None: unweighted), each solved on ``device``
-    (:class:`~sodm_spark.solvers.local_solve.LocalSolve`'s; ``gpu_index`` the GPU of a task).
+    solved together); ``X_val`` the validation rows; every point is solved as ``solving``
+    says (:class:`PointSolve`), its rows weighted by ``class_weights`` (one per class, coded
+    order) times ``row_weights`` (a weight column's, one per row of ``X``; None: unweighted).
     Returns (points, scores, stats): scores (n_points, n_val) or (n_points, n_val, C) in
     float64 — summed over partitions they are the top level's f — and per point a dict of
     sweeps, objective, convergence and seconds.
@@ -237,12 +248,14 @@ def search_partition(X, y, X_val, kernel: Kernel, grid: GridPoints, *, n_classes
                 # than the unscaled γ on 2,200 Fashion-MNIST rows
                 last_lam, last_gamma = warm[(point.theta, point.v)]
                 previous = last_gamma * math.sqrt(point.lam / last_lam)
-            solve = LocalSolve(point.lam, point.theta, point.v, violation_tol=violation_tol,
-                               max_iter=max_iter, device=device)
+            solve = LocalSolve(point.lam, point.theta, point.v,
+                               violation_tol=solving.violation_tol, max_iter=solving.max_iter,
+                               device=solving.device)
             result = solve.solve(X, y, scaled, n_classes, warm_start=previous,
                                  seed=[*np.atleast_1d(seed).tolist(), index],
-                                 kernel_values=K if n_classes else None, signed_q=signed_q,
-                                 weights=weights, gpu_index=gpu_index)
+                                 given=GivenKernel(kernel_values=K if n_classes else None,
+                                                   signed_q=signed_q),
+                                 weights=weights, gpu_index=solving.gpu_index)
             warm[(point.theta, point.v)] = (point.lam, result.gamma)
             coefficients.append(expansion_coefficients(y, result.gamma))
             stats.append({"sweeps": int(result.n_sweeps), "objective": float(result.objective),

@@ -11,11 +11,18 @@ and keeps ``u = Qγ`` current with one axpy of a kernel row per changed point.
 """
 from __future__ import annotations
 
+from collections import namedtuple
+
 import numpy as np
 from numba import njit, prange
 
 #: The largest magnitude of a fixed-point (int16) kernel entry (kernel_rows.FIXED_POINT).
 FIXED_POINT_STEPS = 32767
+
+#: Eqn 1's terms that every point's update reads (the closed forms above): the diagonal terms
+#: a^ζ = S·c·v and a^β = S·c (row i's divided by its weight s_i) and the band's edges 1-θ and
+#: 1+θ, as floats (``odm_dcd.ODMProblem.band``). A namedtuple, which numba takes as one argument.
+Band = namedtuple("Band", ["a_zeta", "a_beta", "lower", "upper"])
 
 
 @njit(cache=True, inline="always")
@@ -62,17 +69,19 @@ def _visit(Q, i, gamma, u, a_zeta, a_beta, lower, upper, shrink_threshold, may_s
 
 
 @njit(cache=True)
-def block_solve(Q_bb, gamma_b, u_b, active_b, order_rounds, a_zeta, a_beta, inverse_weight_b,
-                lower, upper, shrink_threshold, inner_tol):
+def block_solve(Q_bb, gamma_b, u_b, active_b, order_rounds, band, inverse_weight_b,
+                shrink_threshold, inner_tol):
     """Block coordinate descent on one block, all other points fixed.
 
     ``Q_bb`` is the block's B×B sub-matrix, ``gamma_b``/``u_b`` its γ and Qγ entries (updated in
     place), ``active_b`` its shrinking mask, ``order_rounds`` one seeded permutation of range(B)
-    per inner sweep, ``inverse_weight_b`` each point's 1/s_i (a row of weight s_i has the
-    diagonal terms a_zeta/s_i and a_beta/s_i: ``odm_dcd.ODMProblem``). The first sweep measures
-    the block's violations and shrinks; the others run until the block's own violation is below
-    ``inner_tol``. Returns the first-sweep violation.
+    per inner sweep, ``band`` the problem's :data:`Band`, ``inverse_weight_b`` each point's
+    1/s_i (a row of weight s_i has the diagonal terms a_zeta/s_i and a_beta/s_i:
+    ``odm_dcd.ODMProblem``). The first sweep measures the block's violations and shrinks; the
+    others run until the block's own violation is below ``inner_tol``. Returns the first-sweep
+    violation.
     """
+    a_zeta, a_beta, lower, upper = band
     first_violation = 0.0
     for sweep in range(order_rounds.shape[0]):
         sweep_violation = 0.0

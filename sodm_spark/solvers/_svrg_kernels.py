@@ -4,7 +4,45 @@ in O(nnz(x_i)) a step. :func:`.svrg.svrg_inner` checks the inputs and calls them
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
+import numpy as np
 from numba import njit
+
+
+class Snapshot(NamedTuple):
+    """The SVRG snapshot w̃ and ``mean_data_grad`` = grad_sum/M at it, so that the full gradient
+    is μ̃ = penalized(w̃) + mean_data_grad (Alg. 2 line 9); with an intercept both hold (w, b)."""
+
+    w: np.ndarray
+    mean_data_grad: np.ndarray
+
+
+class LossBand(NamedTuple):
+    """The constants of c_i (Sec. 3.3): ``scale`` = λ/(1-θ)², the band [``lower``, ``upper``] =
+    [1-θ, 1+θ] of margins without loss, and ``v``, the weight of the margins above it."""
+
+    scale: float
+    lower: float
+    upper: float
+    v: float
+
+
+class Intercept(NamedTuple):
+    """``fitted``: whether w[d] is the unpenalized bias b'; ``center``: the column means μ the
+    rows are centred by (zeros: no centring; only used with ``fitted``)."""
+
+    fitted: bool
+    center: np.ndarray
+
+
+class CSRRows(NamedTuple):
+    """The rows as a CSR matrix's arrays, and its number of columns d."""
+
+    indptr: np.ndarray
+    indices: np.ndarray
+    data: np.ndarray
+    n_features: int
 
 
 @njit(cache=True, inline="always")
@@ -33,14 +71,19 @@ def _dot(a, b, d):
 
 
 @njit(cache=True)
-def inner_dense(w, w_snap, g, X, y, rows, step, a, row_factor, lower, upper, v, has_bias, mu):
-    """Alg. 2 line 14 over ``rows``: w ← (1-η)w - η·g - η·δ_i x̃_i, in place on ``w``; row i's
-    loss weighs ``a · row_factor[i]`` (its weight, :func:`.svrg.row_factors`).
+def inner_dense(w, snapshot, X, y, rows, step, band, row_factor, intercept):
+    """Alg. 2 line 14 over ``rows``: w ← (1-η)w - η·g - η·δ_i x̃_i, in place on ``w``, with
+    (w̃, g) the ``snapshot``; row i's loss weighs ``a · row_factor[i]`` (a = ``band.scale``,
+    the row's weight :func:`.svrg.row_factors`).
 
     The SVRG direction ∇p_i(w) - ∇p_i(w̃) + μ̃ with μ̃ = w̃ + g equals w + g + δ_i x̃_i,
-    δ_i = (c_i(w) - c_i(w̃))·y_i. With ``has_bias``, x̃_i = x_i - mu (mu = 0: no centring) and
-    w[d] is the unpenalized b': b' ← b' - η·g_b - η·δ_i (no decay).
+    δ_i = (c_i(w) - c_i(w̃))·y_i. With ``intercept.fitted``, x̃_i = x_i - mu (mu =
+    ``intercept.center``, 0: no centring) and w[d] is the unpenalized b': b' ← b' - η·g_b - η·δ_i
+    (no decay).
     """
+    w_snap, g = snapshot
+    a, lower, upper, v = band
+    has_bias, mu = intercept
     d = X.shape[1]
     decay = 1.0 - step
     for t in range(rows.shape[0]):
@@ -69,17 +112,21 @@ def inner_dense(w, w_snap, g, X, y, rows, step, a, row_factor, lower, upper, v, 
 
 
 @njit(cache=True)
-def inner_csr(z, w_snap, g, indptr, indices, data, y, rows, step, a, row_factor, lower, upper,
-              v, d, has_bias, mu):
-    """The same steps as ``inner_dense`` in O(nnz(x_i)) each, on CSR rows.
+def inner_csr(z, snapshot, csr, y, rows, step, band, row_factor, intercept):
+    """The same steps as ``inner_dense`` in O(nnz(x_i)) each, on the CSR rows ``csr``.
 
     w is kept lazily as w = s·z + r·g + q·mu: the dense part (1-η)w - η·g + η·δ_i·mu of a step
     only updates the scalars (s ← (1-η)s, r ← (1-η)r - η, q ← (1-η)q + η·δ_i), and -η·δ_i x_i
     touches x_i's nonzeros of z (divided by s). The centred margin needs wᵀmu, kept from
     zᵀmu (updated with z, O(nnz)), gᵀmu and muᵀmu. When s underflows towards 0, z is rescaled
-    once (O(d), rare). The bias b' (z[d] with ``has_bias``) is not decayed, so it is kept apart
-    as a plain scalar. Returns (s, r, q, b'); the caller materializes w = s·z + r·g + q·mu.
+    once (O(d), rare). The bias b' (z[d] with ``intercept.fitted``) is not decayed, so it is
+    kept apart as a plain scalar. Returns (s, r, q, b'); the caller materializes
+    w = s·z + r·g + q·mu.
     """
+    w_snap, g = snapshot
+    indptr, indices, data, d = csr
+    a, lower, upper, v = band
+    has_bias, mu = intercept
     s = 1.0
     r = 0.0
     q = 0.0

@@ -13,6 +13,7 @@ from ..core.array_namespace import ArrayDevice
 from ..core.errors import ResourceError
 from ..core.kernel_blocks import kernel_matrix
 from ..core.labels import plus_minus
+from .dcd_settings import NO_GIVEN_KERNEL, GivenKernel
 from .odm_newton import NewtonSettings, solve_odm_newton
 
 #: Share of the device's free memory the kernel matrix may take: the solver's vectors, the
@@ -39,16 +40,16 @@ def device_kernel(device: ArrayDevice, X, kernel, dtype: str, kernel_values=None
 
 
 def solve_on_device(settings, device: ArrayDevice, X, y, kernel, n_classes: int = 0, *,
-                    warm_start=None, seed=0, kernel_values=None, signed_q=None, weights=None):
+                    warm_start=None, seed=0, given: GivenKernel = NO_GIVEN_KERNEL, weights=None):
     """:meth:`~.local_solve.LocalSolve.solve` on ``device`` (same arguments and result)."""
     from .local_solve import LocalSolution
 
     seeds = np.atleast_1d(seed).tolist()
-    if signed_q is not None:  # diag(y) K diag(y) given: solve with it and labels of +1
-        K = device_kernel(device, None, kernel, settings.dtype, kernel_values=signed_q)
+    if given.signed_q is not None:  # diag(y) K diag(y) given: solve with it and labels of +1
+        K = device_kernel(device, None, kernel, settings.dtype, kernel_values=given.signed_q)
         outputs = [np.ones(K.shape[0])]
     else:
-        K = device_kernel(device, X, kernel, settings.dtype, kernel_values=kernel_values)
+        K = device_kernel(device, X, kernel, settings.dtype, kernel_values=given.kernel_values)
         y = np.asarray(y)
         outputs = ([y.astype(np.float64)] if not n_classes else
                    [plus_minus(y.astype(np.int64), c).astype(np.float64)

@@ -16,7 +16,7 @@ cache, else one binary solve per class with kernel rows on demand.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -24,6 +24,8 @@ from ..core.array_namespace import check_device, resolve_device
 from ..core.labels import plus_minus
 from ..core.validation import check_odm_params, check_positive_int
 from ..core.sparse_rows import memory_width
+from .dcd_settings import (NO_GIVEN_KERNEL, DCDSettings, GivenKernel,
+                           ODMHyperparameters)
 from .kernel_rows import FIXED_POINT, kernel_fits_cache
 from .odm_dcd import solve_odm_dual
 from .odm_multiclass import one_vs_rest_signs, solve_odm_multiclass
@@ -113,62 +115,68 @@ class LocalSolve:
                              f"{self.dtype!r}.")
         object.__setattr__(self, "dtype", dtype.name)  # a plain name, whatever was given
 
+    @property
+    def hyperparameters(self) -> ODMHyperparameters:
+        """λ, θ, v of Eqn 1, as the solvers read them."""
+        return ODMHyperparameters(self.lam, self.theta, self.v)
+
+    @property
+    def dcd_settings(self) -> DCDSettings:
+        """How the dual coordinate descent runs: this record's violation bound, sweeps, kernel
+        cache and dtype, and the solver's defaults for the rest."""
+        return DCDSettings(violation_tol=self.violation_tol, max_iter=self.max_iter,
+                           cache_mb=self.cache_mb, dtype=np.dtype(self.dtype))
+
     def solve(self, X, y, kernel, n_classes: int = 0, *, warm_start=None, seed=0,
-              seed_each_class: bool = True, kernel_values=None,
-              signed_q=None, weights=None, gpu_index: int | None = None) -> LocalSolution:
+              seed_each_class: bool = True, given: GivenKernel = NO_GIVEN_KERNEL, weights=None,
+              gpu_index: int | None = None) -> LocalSolution:
         """Solve the local ODM dual(s) (Eqn 1) of ``X`` (m rows, dense or CSR) with ``kernel``.
 
         ``n_classes`` 0: ``y`` is ±1, one binary dual. C ≥ 3: ``y`` holds class numbers in
-        [0, C), and the C one-vs-rest duals are solved together when ``kernel_values`` (the
-        m×m kernel matrix, already computed) is given or the matrix fits ``cache_mb`` in
+        [0, C), and the C one-vs-rest duals are solved together when ``given.kernel_values``
+        (the m×m kernel matrix, already computed) is given or the matrix fits ``cache_mb`` in
         ``dtype``, else one binary solve after the other (the matrix did not fit: in practice
         kernel rows on demand), each seeded ``[*seed, c]``, or ``seed`` itself when not
         ``seed_each_class``. ``warm_start``: γ of the shape solved ((m,) or (m, C)) or None;
-        ``seed`` fixes every shuffle. ``signed_q`` (binary only): diag(y) K diag(y) of the rows
-        in their order, read as it is (:func:`~.odm_dcd.solve_odm_dual`). ``weights``: each
-        row's s_i > 0 (:class:`~.odm_dcd.ODMProblem`), None for all 1. ``gpu_index``: the
-        GPU Spark assigned the task (``device`` "auto" or "gpu").
+        ``seed`` fixes every shuffle. ``given.signed_q`` (binary only): diag(y) K diag(y) of
+        the rows in their order, read as it is (:class:`~.dcd_settings.GivenKernel`).
+        ``weights``: each row's s_i > 0 (:class:`~.odm_dcd.ODMProblem`), None for all 1.
+        ``gpu_index``: the GPU Spark assigned the task (``device`` "auto" or "gpu").
         """
         array_device = resolve_device(self.device, gpu_index)
         if array_device is not None:
             from .device_solve import solve_on_device
 
             return solve_on_device(self, array_device, X, y, kernel, n_classes,
-                                   warm_start=warm_start, seed=seed,
-                                   kernel_values=kernel_values, signed_q=signed_q,
+                                   warm_start=warm_start, seed=seed, given=given,
                                    weights=weights)
-        dtype = np.dtype(self.dtype)
+        hyper, settings = self.hyperparameters, self.dcd_settings
         if not n_classes:
-            result = solve_odm_dual(X, y, kernel, self.lam, self.theta, self.v,
-                                    violation_tol=self.violation_tol, max_iter=self.max_iter,
-                                    gamma0=warm_start, seed=seed, cache_mb=self.cache_mb,
-                                    dtype=dtype, kernel_values=kernel_values,
-                                    signed_q=signed_q, weights=weights)
+            result = solve_odm_dual(X, y, kernel, hyper, settings=settings, gamma0=warm_start,
+                                    seed=seed, weights=weights, given=given)
             return LocalSolution(result.gamma, result.u, result.objective,
                                  np.array([result.objective]), np.array([result.n_sweeps]),
                                  result.kernel_mode, [result], result.storage)
-        if signed_q is not None:
+        if given.signed_q is not None:
             raise ValueError("signed_q is one binary problem's matrix; a multi-class solve "
                              "takes kernel_values.")
         y_index = np.asarray(y).astype(np.int64)
         # the joint solver keeps its one matrix K in float32 when fixed point is asked for
+        dtype = np.dtype(self.dtype)
         joint_dtype = np.dtype(np.float32) if dtype == FIXED_POINT else dtype
-        if kernel_values is not None or kernel_fits_cache(X.shape[0], memory_width(X),
-                                                          self.cache_mb, joint_dtype.itemsize):
-            joint = solve_odm_multiclass(X, y_index, n_classes, kernel, self.lam, self.theta,
-                                         self.v, violation_tol=self.violation_tol,
-                                         max_iter=self.max_iter, gamma0=warm_start, seed=seed,
-                                         dtype=joint_dtype, kernel_values=kernel_values,
-                                         weights=weights)
+        if given.kernel_values is not None or kernel_fits_cache(
+                X.shape[0], memory_width(X), self.cache_mb, joint_dtype.itemsize):
+            joint = solve_odm_multiclass(X, y_index, n_classes, kernel, hyper,
+                                         settings=replace(settings, dtype=joint_dtype),
+                                         gamma0=warm_start, seed=seed, weights=weights,
+                                         kernel_values=given.kernel_values)
             return LocalSolution(joint.gamma, joint.u, float(joint.objectives.sum()),
                                  joint.objectives, np.full(n_classes, joint.n_sweeps),
                                  "cached", [joint], joint_dtype.name)
-        results = [solve_odm_dual(X, plus_minus(y_index, c), kernel, self.lam, self.theta,
-                                  self.v, violation_tol=self.violation_tol, max_iter=self.max_iter,
+        results = [solve_odm_dual(X, plus_minus(y_index, c), kernel, hyper, settings=settings,
                                   gamma0=None if warm_start is None else warm_start[:, c],
                                   seed=[*np.atleast_1d(seed).tolist(), c] if seed_each_class
-                                  else seed, cache_mb=self.cache_mb, dtype=dtype,
-                                  weights=weights)
+                                  else seed, weights=weights)
                    for c in range(n_classes)]
         return LocalSolution(np.stack([r.gamma for r in results], axis=1),
                              np.stack([r.u for r in results], axis=1),

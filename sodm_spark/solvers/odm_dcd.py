@@ -30,13 +30,15 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
 from ..core.kernels import Kernel
 from ..core.sparse_rows import as_float_rows, memory_width
-from ..core.validation import check_odm_params
 from . import _dcd_kernels as loops
+from .dcd_settings import (DCD_DEFAULTS, NO_GIVEN_KERNEL, DCDSettings, GivenKernel,
+                           ODMHyperparameters)
 from .kernel_rows import (FIXED_POINT, KernelRows, auto_cache_mb, fixed_point_scale,
                           full_q_matrix, kernel_mode_for, signed_kernel)
 
@@ -92,6 +94,11 @@ class ODMProblem:
     def upper(self) -> float:
         return 1.0 + self.theta
 
+    @property
+    def band(self) -> loops.Band:
+        """Eqn 1's terms of a point's update (:data:`~._dcd_kernels.Band`), for the loops."""
+        return loops.Band(self.a_zeta, self.a_beta, self.lower, self.upper)
+
     def objective(self, gamma: np.ndarray, u: np.ndarray) -> float:
         """Dual objective of Eqn (1) from γ and u = Qγ."""
         zeta = np.maximum(gamma, 0.0)
@@ -132,56 +139,55 @@ class DCDResult:
         return int(np.count_nonzero(self.gamma))
 
 
-def solve_odm_dual(X: np.ndarray, y: np.ndarray, kernel: Kernel, lam: float, theta: float,
-                   v: float, *, violation_tol: float = 1e-3, max_iter: int = 1000, gamma0=None,
-                   seed=0, cache_mb: float | None = None, block_size: int = 1024,
-                   inner_sweeps: int = 8, dtype=np.float32, shrinking: bool = True,
-                   block_mb: float = 256.0, mode: str = "auto", callback=None,
-                   kernel_values: np.ndarray | None = None,
-                   signed_q: np.ndarray | None = None, weights=None) -> DCDResult:
-    """Solve the ODM dual (Eqn 1) on ``X`` (m×d float, dense or CSR) and ``y`` (±1) by
-    coordinate descent, until the largest projected-gradient violation over all rows
-    (:meth:`ODMProblem.violation`) is at most ``violation_tol`` (the violation bound the package's
-    callers hold as ``LocalSolve.violation_tol``).
+def solve_odm_dual(X: np.ndarray, y: np.ndarray, kernel: Kernel, hyper: ODMHyperparameters, *,
+                   settings: DCDSettings = DCD_DEFAULTS, gamma0=None, seed=0, weights=None,
+                   given: GivenKernel = NO_GIVEN_KERNEL) -> DCDResult:
+    """Solve the ODM dual (Eqn 1) of ``hyper``'s λ, θ, v on ``X`` (m×d float, dense or CSR)
+    and ``y`` (±1) by coordinate descent run as ``settings`` say (:class:`DCDSettings`), until
+    the largest projected-gradient violation over all rows (:meth:`ODMProblem.violation`) is
+    at most ``settings.violation_tol`` (the violation bound the package's callers hold as
+    ``LocalSolve.violation_tol``).
 
     ``gamma0`` warm-starts from a given γ; ``seed`` (an int or a sequence such as
-    ``[seed, level, partition]``) fixes every shuffle; ``cache_mb`` bounds the kernel cache
-    (None: what this machine has available, :func:`auto_cache_mb`); ``mode`` is 'auto' (cached
-    when m²·itemsize ≤ cache_mb), 'cached' or 'blocked'. ``max_iter`` bounds the sweeps;
-    ``callback(sweep, violation, n_active)`` sees every sweep (progress on long solves).
-    ``kernel_values`` is the m×m kernel matrix of ``X`` when the caller already has it (a
-    hyperparameter search solves many problems on one matrix): the solve is then cached.
-    ``signed_q`` is Q = diag(y) K diag(y) in ``dtype`` of the rows in their given order, for a
-    caller solving many problems on one matrix and one y: the solve reads it as it is (no copy)
-    and keeps the rows' order, so the caller shuffles them once instead (gathering a shuffled
-    copy of a 2,000-row matrix took longer than many of a search's solves).
-
-    ``weights``: one s_i > 0 per row, each row's margin loss weighted (:class:`ODMProblem`;
-    None: all 1, Eqn 1 itself). Rows of weight 0 are the caller's to leave out.
-
-    ``dtype`` int16 (:data:`~.kernel_rows.FIXED_POINT`) keeps a cached Q in fixed point, half
-    the memory of float32, where the kernel bounds its values by its diagonal
-    (:func:`~.kernel_rows.fixed_point_scale`); rows on demand, a given matrix and other
-    kernels stay float32 (``DCDResult.storage`` says which was kept).
+    ``[seed, level, partition]``) fixes every shuffle. ``weights``: one s_i > 0 per row, each
+    row's margin loss weighted (:class:`ODMProblem`; None: all 1, Eqn 1 itself). Rows of
+    weight 0 are the caller's to leave out. ``given``: the kernel matrix of the rows when the
+    caller already has it (:class:`GivenKernel`). ``DCDResult.storage`` says which dtype Q
+    was kept in.
     """
-    check_odm_params(lam, theta, v)
-    if violation_tol <= 0 or not np.isfinite(violation_tol):
-        raise ValueError(f"violation_tol must be a positive number, got {violation_tol!r}.")
-    if int(max_iter) < 1:
-        raise ValueError(f"max_iter must be at least 1, got {max_iter!r}.")
-    # float32 rows stay float32 (the kernel blocks are float32 by default): half the memory
+    X, y, gamma, weights = _checked_rows(X, y, gamma0, weights)
+    m = X.shape[0]
+    storage = _kernel_storage(kernel, X, settings, given)
+    rng = np.random.default_rng(seed)
+    # rows in a seeded random order, so that the tiles of TILE_ROWS neighbours the sweeps group
+    # are random groups whatever order the rows came in
+    shuffled = np.arange(m) if given.signed_q is not None else rng.permutation(m)
+    if given.signed_q is None:
+        X, y, gamma = X[shuffled], y[shuffled], gamma[shuffled]
+    lam, theta, v = hyper.lam, hyper.theta, hyper.v
+    problem = ODMProblem(lam, theta, v, m, None if weights is None else weights[shuffled])
+    blocks = _kernel_blocks(kernel, X, y, storage, given, shuffled, settings.block_mb)
+    n_sweeps, violation, converged, history, u = _solve_blocks(blocks, problem, gamma, rng,
+                                                               settings, TILE_ROWS)
+    original = np.empty(m, dtype=np.int64)  # the rows back in their given order
+    original[shuffled] = np.arange(m)
+    gamma, u = gamma[original], u[original]
+    problem = ODMProblem(lam, theta, v, m, weights)  # in the rows' given order
+    return DCDResult(gamma=gamma, u=u, objective=problem.objective(gamma, u), n_sweeps=n_sweeps,
+                     violation=violation, converged=converged, kernel_mode=storage.mode,
+                     history=history, kernel_rows_computed=blocks.computed_rows,
+                     storage=storage.dtype.name)
+
+
+def _checked_rows(X, y, gamma0, weights):
+    """:func:`solve_odm_dual`'s rows checked: ``X`` as float rows (float32 rows stay float32,
+    as the kernel blocks are by default: half the memory), ``y`` as float64 ±1, the start γ (a
+    copy, which the sweeps write) and the weights (:func:`checked_weights`)."""
     X = as_float_rows(X, np.float32 if X.dtype == np.float32 else np.float64)
     y = np.asarray(y, dtype=np.float64)
     m = X.shape[0]
     if y.shape != (m,) or not np.all(np.abs(y) == 1.0):
         raise ValueError("y must hold one label per row of X, each -1 or +1.")
-    dtype = np.dtype(dtype)
-    scale = None
-    if dtype == FIXED_POINT:
-        scale = (None if kernel_values is not None or signed_q is not None
-                 else fixed_point_scale(kernel, X))
-        if scale is None:
-            dtype = np.dtype(np.float32)
     weights = checked_weights(weights, m)
     if gamma0 is None:
         gamma = np.zeros(m)
@@ -189,13 +195,40 @@ def solve_odm_dual(X: np.ndarray, y: np.ndarray, kernel: Kernel, lam: float, the
         gamma = np.array(gamma0, dtype=np.float64, copy=True)
         if gamma.shape != (m,) or not np.all(np.isfinite(gamma)):
             raise ValueError(f"gamma0 must be a finite vector of length {m}.")
+    return X, y, gamma, weights
+
+
+class _KernelStorage(NamedTuple):
+    """How a binary solve keeps Q: ``mode`` 'cached' (all of it) or 'blocked' (rows on
+    demand), the ``dtype`` of its values, their fixed-point ``scale`` (None: float values),
+    the kernel cache's ``cache_bytes`` and the points a block holds."""
+
+    mode: str
+    dtype: np.dtype
+    scale: float | None
+    cache_bytes: float
+    block_size: int
+
+
+def _kernel_storage(kernel, X, settings: DCDSettings, given: GivenKernel) -> _KernelStorage:
+    """Where and in which dtype Q is kept (:class:`DCDSettings`' dtype, cache_mb and mode)."""
+    m = X.shape[0]
+    dtype = np.dtype(settings.dtype)
+    scale = None
+    if dtype == FIXED_POINT:
+        scale = (None if given.kernel_values is not None or given.signed_q is not None
+                 else fixed_point_scale(kernel, X))
+        if scale is None:
+            dtype = np.dtype(np.float32)
+    cache_mb = settings.cache_mb
     if cache_mb is None:
         cache_mb = auto_cache_mb(m, memory_width(X))
-    cache_bytes = cache_mb * 2**20
+    signed_q = given.signed_q
     if signed_q is not None and (signed_q.shape != (m, m) or signed_q.dtype != dtype):
         raise ValueError(f"signed_q must be the {m}×{m} {dtype} matrix diag(y) K diag(y) of the "
                          f"rows, got {signed_q.shape} {signed_q.dtype}.")
-    if kernel_values is not None or signed_q is not None:
+    mode = settings.mode
+    if given.kernel_values is not None or signed_q is not None:
         mode = "cached"
     elif mode == "auto":
         mode = kernel_mode_for(m, cache_mb, dtype.itemsize)
@@ -203,35 +236,26 @@ def solve_odm_dual(X: np.ndarray, y: np.ndarray, kernel: Kernel, lam: float, the
         raise ValueError(f"mode must be 'auto', 'cached' or 'blocked', got {mode!r}.")
     if mode == "blocked" and scale is not None:  # kernel rows on demand are float32
         dtype, scale = np.dtype(np.float32), None
-    rng = np.random.default_rng(seed)
-    # rows in a seeded random order, so that the tiles of TILE_ROWS neighbours the sweeps group
-    # are random groups whatever order the rows came in
-    shuffled = np.arange(m) if signed_q is not None else rng.permutation(m)
-    if signed_q is None:
-        X, y, gamma = X[shuffled], y[shuffled], gamma[shuffled]
-    problem = ODMProblem(lam, theta, v, m, None if weights is None else weights[shuffled])
-    blocks: _CachedBlocks | _OnDemandBlocks
-    if mode == "cached":
-        if signed_q is not None:
-            Q = signed_q
-        elif kernel_values is not None:
-            Q = signed_kernel(np.asarray(kernel_values)[np.ix_(shuffled, shuffled)], y, dtype)
-        else:
-            Q = full_q_matrix(kernel, X, y, dtype, block_mb, scale)
-        blocks, block_size = _CachedBlocks(Q, scale), CACHED_BLOCK_ROWS
+    block_size = CACHED_BLOCK_ROWS if mode == "cached" else int(settings.block_size)
+    return _KernelStorage(mode, dtype, scale, cache_mb * 2**20, block_size)
+
+
+def _kernel_blocks(kernel, X, y, storage: _KernelStorage, given: GivenKernel, shuffled,
+                   block_mb: float) -> _CachedBlocks | _OnDemandBlocks:
+    """Q's blocks for the sweeps, of the rows in the ``shuffled`` order (the given order when
+    ``given.signed_q`` is): all of Q computed by blocked GEMMs of at most ``block_mb`` MB (or
+    the given matrix), or rows on demand."""
+    if storage.mode == "blocked":
+        return _OnDemandBlocks(KernelRows(kernel, X, y, storage.dtype, storage.cache_bytes),
+                               storage.block_size)
+    if given.signed_q is not None:
+        Q = given.signed_q
+    elif given.kernel_values is not None:
+        Q = signed_kernel(np.asarray(given.kernel_values)[np.ix_(shuffled, shuffled)], y,
+                          storage.dtype)
     else:
-        blocks = _OnDemandBlocks(KernelRows(kernel, X, y, dtype, cache_bytes))
-    n_sweeps, violation, converged, history, u = _solve_blocks(
-        blocks, problem, gamma, rng, violation_tol, int(max_iter), shrinking, callback,
-        int(block_size), int(inner_sweeps), TILE_ROWS)
-    computed = blocks.computed_rows
-    original = np.empty(m, dtype=np.int64)
-    original[shuffled] = np.arange(m)
-    gamma, u = gamma[original], u[original]
-    problem = ODMProblem(lam, theta, v, m, weights)  # in the rows' given order
-    return DCDResult(gamma=gamma, u=u, objective=problem.objective(gamma, u), n_sweeps=n_sweeps,
-                     violation=violation, converged=converged, kernel_mode=mode, history=history,
-                     kernel_rows_computed=computed, storage=dtype.name)
+        Q = full_q_matrix(kernel, X, y, storage.dtype, block_mb, storage.scale)
+    return _CachedBlocks(Q, storage.scale, storage.block_size)
 
 
 def checked_weights(weights, m: int) -> np.ndarray | None:
@@ -273,10 +297,12 @@ TILE_ROWS = 64
 
 class _CachedBlocks:
     """Blocks of a cached Q: the B×B sub-matrix gathered, u updated from Q's rows in place.
-    ``scale``: Q is fixed point (int16 entries, each worth ``scale``); None: float."""
+    ``scale``: Q is fixed point (int16 entries, each worth ``scale``); None: float.
+    ``block_size``: the B points of a block."""
 
-    def __init__(self, Q: np.ndarray, scale: float | None = None):
-        self.Q, self.scale = Q, scale
+    def __init__(self, Q: np.ndarray, scale: float | None = None,
+                 block_size: int = CACHED_BLOCK_ROWS):
+        self.Q, self.scale, self.block_size = Q, scale, block_size
         self.computed_rows = Q.shape[0]
 
     def add_rows(self, u, index, deltas):
@@ -294,10 +320,11 @@ class _CachedBlocks:
 
 
 class _OnDemandBlocks:
-    """Blocks whose B×m rows come from the LRU row cache or one GEMM (:class:`KernelRows`)."""
+    """Blocks whose B×m rows come from the LRU row cache or one GEMM (:class:`KernelRows`),
+    ``block_size`` points each."""
 
-    def __init__(self, source: KernelRows):
-        self.source = source
+    def __init__(self, source: KernelRows, block_size: int):
+        self.source, self.block_size = source, block_size
 
     @property
     def computed_rows(self):
@@ -313,17 +340,21 @@ class _OnDemandBlocks:
                 lambda u, deltas: loops.add_rows(u, rows, deltas))
 
 
-def _solve_blocks(blocks, problem, gamma, rng, violation_tol, max_iter, shrinking, callback,
-                  block_size, inner_sweeps, tile_rows=1):
-    """Block coordinate descent (module docstring), Q's rows from ``blocks``.
+def _solve_blocks(blocks, problem, gamma, rng, settings: DCDSettings, tile_rows=1):
+    """Block coordinate descent (module docstring), Q's rows from ``blocks``, run as
+    ``settings`` say.
 
     ``u = Qγ`` is kept for every point, so every sweep starts from the exact violation of all
     points: the fit stops as soon as the largest is at most ``violation_tol``, and a sweep
     visits only the points whose violation exceeds :data:`ACTIVE_SHARE_OF_TOL` ·
-    ``violation_tol`` (with
-    ``shrinking``), in blocks of ``block_size`` cut from the points in shuffled tiles of
-    ``tile_rows`` (:data:`TILE_ROWS`; 1: every point shuffled).
+    ``violation_tol`` (with ``shrinking``), in blocks of ``blocks.block_size`` cut from the
+    points in shuffled tiles of ``tile_rows`` (:data:`TILE_ROWS`; 1: every point shuffled),
+    each block solved with ``inner_sweeps`` sweeps over its sub-matrix.
     """
+    violation_tol, shrinking, callback = settings.violation_tol, settings.shrinking, \
+        settings.callback
+    max_iter, block_size = int(settings.max_iter), int(blocks.block_size)
+    inner_sweeps = int(settings.inner_sweeps)
     m = gamma.size
     u = np.zeros(m)
     nonzero = np.flatnonzero(gamma)
@@ -333,7 +364,7 @@ def _solve_blocks(blocks, problem, gamma, rng, violation_tol, max_iter, shrinkin
     history = []
     violation, converged, sweep = np.inf, False, 0
     everyone = np.arange(m)
-    inverse_weight = problem.inverse_weight
+    inverse_weight, band = problem.inverse_weight, problem.band
     for sweep in range(1, max_iter + 1):
         violations = loops.violations(gamma, u, problem.a_zeta, problem.a_beta, inverse_weight,
                                       problem.lower, problem.upper)
@@ -361,8 +392,7 @@ def _solve_blocks(blocks, problem, gamma, rng, violation_tol, max_iter, shrinkin
             gamma_b, u_b = gamma[index].copy(), u[index].copy()
             orders = np.stack([rng.permutation(index.size) for _ in range(inner_sweeps)])
             loops.block_solve(q_bb, gamma_b, u_b, np.ones(index.size, dtype=np.bool_), orders,
-                              problem.a_zeta, problem.a_beta, inverse_weight[index],
-                              problem.lower, problem.upper, np.inf,
+                              band, inverse_weight[index], np.inf,
                               0.5 * violation_tol)  # a block's inner bound
             add_rows(u, gamma_b - gamma[index])
             gamma[index] = gamma_b

@@ -24,8 +24,8 @@ from numba import njit
 
 from ..core.kernels import Kernel
 from ..core.sparse_rows import as_float_rows
-from ..core.validation import check_odm_params
 from ._dcd_kernels import _point_optimum, _point_violation
+from .dcd_settings import DCD_DEFAULTS, DCDSettings, ODMHyperparameters
 from .kernel_rows import full_q_matrix
 from .odm_dcd import ODMProblem, checked_weights, next_shrink_threshold
 
@@ -51,16 +51,18 @@ def one_vs_rest_signs(y_index: np.ndarray, n_classes: int) -> np.ndarray:
 
 
 @njit(cache=True)
-def multiclass_sweep(K, signs, gamma, V, order, active, a_zeta, a_beta, inverse_weight,
-                     lower, upper, thresholds, violations):
+def multiclass_sweep(K, signs, gamma, V, order, active, band, inverse_weight, thresholds,
+                     violations):
     """One sweep over the points in ``order``, each class of a point that is still active.
 
     ``V`` is (C, m) with ``V[c] = K (y_c ∘ γ_c)``; a changed coordinate costs one axpy of row
     i of K into ``V[c]`` (the row is read from memory once and stays in cache for the other
-    classes of the point). ``active[i, c]`` is cleared for a coordinate LIBLINEAR's rule
-    shrinks against ``thresholds[c]``; ``violations[c]`` receives class c's largest violation
-    over the coordinates it kept.
+    classes of the point). ``band`` holds Eqn 1's terms (``_dcd_kernels.Band``; row i's
+    diagonal terms divided by its weight, ``inverse_weight[i]`` = 1/s_i). ``active[i, c]`` is
+    cleared for a coordinate LIBLINEAR's rule shrinks against ``thresholds[c]``;
+    ``violations[c]`` receives class c's largest violation over the coordinates it kept.
     """
+    a_zeta, a_beta, lower, upper = band
     n_classes = signs.shape[1]
     m = K.shape[1]
     for c in range(n_classes):
@@ -105,37 +107,37 @@ def _signed_products(K, signs, gamma):
 
 
 def solve_odm_multiclass(X: np.ndarray, y_index: np.ndarray, n_classes: int, kernel: Kernel,
-                         lam: float, theta: float, v: float, *, violation_tol: float = 1e-3,
-                         max_iter: int = 1000, gamma0=None, seed=0, dtype=np.float32,
-                         shrinking: bool = True, block_mb: float = 256.0,
-                         callback=None, kernel_values: np.ndarray | None = None,
-                         weights=None) -> MulticlassDCDResult:
-    """The C one-vs-rest ODM duals (Eqn 1, class c against the rest) of ``X`` with class
-    numbers ``y_index`` in [0, C), solved together with the whole kernel matrix in memory.
+                         hyper: ODMHyperparameters, *, settings: DCDSettings = DCD_DEFAULTS,
+                         gamma0=None, seed=0, weights=None,
+                         kernel_values: np.ndarray | None = None) -> MulticlassDCDResult:
+    """The C one-vs-rest ODM duals (Eqn 1 with ``hyper``'s λ, θ, v, class c against the
+    rest) of ``X`` with class numbers ``y_index`` in [0, C), solved together with the whole
+    kernel matrix in memory.
 
     ``gamma0`` (m, C) warm-starts every class; a class with no row here is a problem with
     only negatives (its γ pushes every margin to -(1-θ) or below). Arguments otherwise as
-    :func:`~sodm_spark.solvers.odm_dcd.solve_odm_dual` (cached mode; ``kernel_values`` the
-    m×m kernel matrix if the caller already computed it; ``weights`` each row's s_i > 0, the
-    same in every class's problem).
+    :func:`~sodm_spark.solvers.odm_dcd.solve_odm_dual` (cached mode: of ``settings``, the
+    violation bound, the sweeps, the dtype, shrinking, ``block_mb`` and the callback;
+    ``kernel_values`` the m×m kernel matrix if the caller already computed it; ``weights``
+    each row's s_i > 0, the same in every class's problem).
     """
-    check_odm_params(lam, theta, v)
-    if violation_tol <= 0 or not np.isfinite(violation_tol):
-        raise ValueError(f"violation_tol must be a positive number, got {violation_tol!r}.")
+    violation_tol, max_iter, callback = settings.violation_tol, settings.max_iter, \
+        settings.callback
     X = as_float_rows(X, np.float64)
     y_index = np.asarray(y_index)
     m = X.shape[0]
     if y_index.shape != (m,) or (m and (y_index.min() < 0 or y_index.max() >= n_classes)):
         raise ValueError(f"y_index must hold one class number in [0, {n_classes}) per row.")
     signs = one_vs_rest_signs(y_index.astype(np.int64), n_classes)
-    problem = ODMProblem(lam, theta, v, m, checked_weights(weights, m))
+    problem = ODMProblem(hyper.lam, hyper.theta, hyper.v, m, checked_weights(weights, m))
     inverse_weight = problem.inverse_weight
     gamma = np.zeros((m, n_classes)) if gamma0 is None else \
         np.array(gamma0, dtype=np.float64, copy=True)
     if gamma.shape != (m, n_classes) or not np.all(np.isfinite(gamma)):
         raise ValueError(f"gamma0 must be a finite ({m}, {n_classes}) matrix.")
     if kernel_values is None:
-        K = full_q_matrix(kernel, X, None, dtype, block_mb)  # the kernel matrix, no signs
+        # the kernel matrix, no signs
+        K = full_q_matrix(kernel, X, None, settings.dtype, settings.block_mb)
     elif kernel_values.shape != (m, m):
         raise ValueError(f"the kernel matrix is {kernel_values.shape}, X has {m} rows.")
     else:
@@ -151,9 +153,8 @@ def solve_odm_multiclass(X: np.ndarray, y_index: np.ndarray, n_classes: int, ker
     for sweep in range(1, int(max_iter) + 1):
         points = np.flatnonzero(active.any(axis=1))
         order = points[rng.permutation(points.size)]
-        multiclass_sweep(K, signs, gamma, V, order, active, problem.a_zeta, problem.a_beta,
-                         inverse_weight, problem.lower, problem.upper, thresholds,
-                         class_violations)
+        multiclass_sweep(K, signs, gamma, V, order, active, problem.band, inverse_weight,
+                         thresholds, class_violations)
         violation = float(class_violations.max()) if n_classes else 0.0
         history.append(violation)
         if callback is not None:
@@ -166,7 +167,7 @@ def solve_odm_multiclass(X: np.ndarray, y_index: np.ndarray, n_classes: int, ker
             thresholds[:] = np.inf
             continue
         for c in range(n_classes):
-            thresholds[c] = next_shrink_threshold(class_violations[c], shrinking)
+            thresholds[c] = next_shrink_threshold(class_violations[c], settings.shrinking)
     u = signs * V.T
     objectives = np.array([problem.objective(gamma[:, c], u[:, c]) for c in range(n_classes)])
     return MulticlassDCDResult(gamma=gamma, u=u, objectives=objectives, n_sweeps=sweep,

@@ -40,17 +40,32 @@ the numba loops live in :mod:`._svrg_kernels`.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
 
 from ..core.validation import check_odm_params
-from ._svrg_kernels import inner_csr, inner_dense
+from .dcd_settings import ODMHyperparameters
+from ._svrg_kernels import CSRRows, Intercept, LossBand, Snapshot, inner_csr, inner_dense
 
-__all__ = ["SVRGResult", "column_means", "default_step", "epoch_rng", "loss_gradient_sum",
-           "penalized", "primal_objective", "row_factors", "row_sq_norms", "sample_rows",
-           "smoothness", "step_for", "svrg", "svrg_inner"]
+__all__ = ["SVRGResult", "SVRGSchedule", "Snapshot", "column_means", "default_step",
+           "epoch_rng", "loss_gradient_sum", "penalized", "primal_objective", "row_factors",
+           "row_sq_norms", "sample_rows", "smoothness", "step_for", "svrg", "svrg_inner"]
+
+
+@dataclass(frozen=True)
+class SVRGSchedule:
+    """How SVRG runs: at most ``epochs`` epochs of ``inner_steps`` steps (None: one per row) of
+    size ``step`` (None: the solver's safe default), stopping once an epoch changes the objective
+    by at most ``relative_change_tol`` of it; ``seed`` (an int or ints) seeds ``epoch_rng``."""
+
+    epochs: int = 30
+    inner_steps: int | None = None
+    step: float | None = None
+    relative_change_tol: float = 1e-6
+    seed: int | Sequence[int] = 0
 
 
 # ---------------------------------------------------------------- input handling
@@ -239,11 +254,11 @@ def step_for(l_max: float, inner_steps=None) -> float:
 
 
 # ---------------------------------------------------------------- the inner steps
-def svrg_inner(w, snapshot, mean_data_grad, X, y, rows, step, lam, theta, v,
-               fit_intercept=False, center=None, row_factor=None) -> np.ndarray:
+def svrg_inner(w, snapshot: Snapshot, X, y, rows, step, odm: ODMHyperparameters, fit_intercept=False,
+               center=None, row_factor=None) -> np.ndarray:
     """Run len(rows) SVRG steps w ← w - η(∇p_i(w) - ∇p_i(w̃) + μ̃) over ``rows`` in order.
 
-    ``snapshot`` is w̃ and ``mean_data_grad`` = grad_sum/M at w̃ (so μ̃ = penalized(w̃) +
+    ``snapshot`` holds w̃ and ``mean_data_grad`` = grad_sum/M at w̃ (so μ̃ = penalized(w̃) +
     mean_data_grad is the full gradient, Alg. 2 line 9). This is one node's turn of the DSVRG
     round robin (Alg. 2 lines 12-20) or one epoch of SVRG. Returns a new array; inputs are not
     modified. Dense rows cost O(d) per step, CSR rows O(nnz(x_i)) plus O(d) once at the end.
@@ -256,8 +271,9 @@ def svrg_inner(w, snapshot, mean_data_grad, X, y, rows, step, lam, theta, v,
     n, d = X.shape
     fit_intercept = bool(fit_intercept)
     w = np.array(_as_vector(w, d, fit_intercept=fit_intercept), dtype=np.float64, copy=True)
-    w_snap = np.ascontiguousarray(_as_vector(snapshot, d, "snapshot", fit_intercept))
-    g = np.ascontiguousarray(_as_vector(mean_data_grad, d, "mean_data_grad", fit_intercept))
+    w_snap = np.ascontiguousarray(_as_vector(snapshot.w, d, "snapshot", fit_intercept))
+    g = np.ascontiguousarray(_as_vector(snapshot.mean_data_grad, d, "mean_data_grad",
+                                        fit_intercept))
     center = _as_center(center, d, fit_intercept)
     mu = np.zeros(d) if center is None else center
     y = np.ascontiguousarray(np.asarray(y, dtype=np.float64))
@@ -272,20 +288,20 @@ def svrg_inner(w, snapshot, mean_data_grad, X, y, rows, step, lam, theta, v,
                          f"L_max ≥ 1 and useful steps are < 1), got {step!r}.")
     if rows.size == 0:
         return w
-    a, lower, upper, v = _scale(lam, theta), 1.0 - theta, 1.0 + theta, float(v)
+    band = LossBand(_scale(odm.lam, odm.theta), 1.0 - odm.theta, 1.0 + odm.theta, float(odm.v))
     factor = np.ones(n) if row_factor is None else \
         np.ascontiguousarray(row_factor, dtype=np.float64)
+    anchor, intercept = Snapshot(w_snap, g), Intercept(fit_intercept, mu)
     if sp.issparse(X):
-        s, r, q, b = inner_csr(w, w_snap, g, X.indptr, X.indices, X.data, y, rows, step,
-                               a, factor, lower, upper, v, d, fit_intercept, mu)
+        s, r, q, b = inner_csr(w, anchor, CSRRows(X.indptr, X.indices, X.data, d), y, rows,
+                               step, band, factor, intercept)
         w[:d] *= s
         w[:d] += r * g[:d]
         if fit_intercept:
             w[:d] += q * mu
             w[d] = b
     else:
-        inner_dense(w, w_snap, g, X, y, rows, step, a, factor, lower, upper, v, fit_intercept,
-                    mu)
+        inner_dense(w, anchor, X, y, rows, step, band, factor, intercept)
     return w
 
 
@@ -325,31 +341,32 @@ class SVRGResult:
     intercept: float = 0.0
 
 
-def svrg(X, y, lam, theta, v, *, epochs=30, inner_steps=None, step=None,
-         relative_change_tol=1e-6, w0=None, seed=0, fit_intercept=True,
-         intercept0=0.0, weights=None) -> SVRGResult:
+def svrg(X, y, odm: ODMHyperparameters, schedule: SVRGSchedule | None = None, *, w0=None,
+         fit_intercept=True, intercept0=0.0, weights=None) -> SVRGResult:
     """Single-node SVRG on the ODM primal (ODM_svrg, Johnson & Zhang 2013; SODM Sec. 3.3).
 
-    Each epoch: full gradient at the snapshot w̃ (= the last iterate, option I), then
-    ``inner_steps`` (default: the number of rows) steps on rows sampled without replacement
-    with ``epoch_rng(seed, epoch)``. Stops when |P_new - P_old| ≤ relative_change_tol·|P_new| or
-    after ``epochs`` epochs. ``step`` defaults to ``default_step``. ``fit_intercept`` (default, as
-    MLlib and scikit-learn) adds the unpenalized bias b, started at ``intercept0``; the steps
-    then run on centred rows (module docstring) and the result is turned back into (w, b).
+    Each epoch of the ``schedule`` (default ``SVRGSchedule()``): full gradient at the snapshot
+    w̃ (= the last iterate, option I), then ``inner_steps`` (default: the number of rows) steps
+    on rows sampled without replacement with ``epoch_rng(seed, epoch)``. Stops when
+    |P_new - P_old| ≤ relative_change_tol·|P_new| or after ``epochs`` epochs. ``step`` defaults
+    to ``default_step``. ``fit_intercept`` (default, as MLlib and scikit-learn) adds the
+    unpenalized bias b, started at ``intercept0``; the steps then run on centred rows (module
+    docstring) and the result is turned back into (w, b).
     ``weights``: each row's s_i > 0, P's loss a weighted mean (docs/design.md §1.4).
     """
-    check_odm_params(lam, theta, v)
+    schedule = SVRGSchedule() if schedule is None else schedule
+    check_odm_params(odm.lam, odm.theta, odm.v)
     X = _as_matrix(X)
     n, d = X.shape
     if n == 0:
         raise ValueError("X has no rows.")
     y = np.ascontiguousarray(_check_labels(y, n))
-    if int(epochs) < 1:
-        raise ValueError(f"epochs must be at least 1, got {epochs!r}.")
-    if relative_change_tol is None or not 0 <= relative_change_tol < np.inf:
-        raise ValueError(f"relative_change_tol must be a finite number ≥ 0, got "
-                         f"{relative_change_tol!r}.")
-    inner_steps = n if inner_steps is None else int(inner_steps)
+    if int(schedule.epochs) < 1:
+        raise ValueError(f"epochs must be at least 1, got {schedule.epochs!r}.")
+    tol = schedule.relative_change_tol
+    if tol is None or not 0 <= tol < np.inf:
+        raise ValueError(f"relative_change_tol must be a finite number ≥ 0, got {tol!r}.")
+    inner_steps = n if schedule.inner_steps is None else int(schedule.inner_steps)
     if inner_steps < 1:
         raise ValueError(f"inner_steps must be at least 1, got {inner_steps!r}.")
     fit_intercept = bool(fit_intercept)
@@ -360,8 +377,8 @@ def svrg(X, y, lam, theta, v, *, epochs=30, inner_steps=None, step=None,
         factor = row_factors(weights, n, total)
     # the weighted column means centre as well as the plain ones (the centring only moves b)
     center = column_means(X) if fit_intercept else None
-    step = (default_step(X, lam, theta, v, inner_steps, fit_intercept, center, factor)
-            if step is None else float(step))
+    step = (default_step(X, odm.lam, odm.theta, odm.v, inner_steps, fit_intercept, center, factor)
+            if schedule.step is None else float(schedule.step))
     w = np.zeros(d) if w0 is None else np.array(_as_vector(w0, d, "w0"), copy=True)
     if fit_intercept:  # b' = b + wᵀμ on the centred rows
         w = np.append(w, float(intercept0) + float(w @ center))
@@ -371,23 +388,23 @@ def svrg(X, y, lam, theta, v, *, epochs=30, inner_steps=None, step=None,
     def regularizer(w):
         return 0.5 * float(w[:d] @ w[:d])
 
-    loss_sum, grad_sum = loss_gradient_sum(w, X, y, lam, theta, v, fit_intercept, center,
-                                           weights)
+    loss_sum, grad_sum = loss_gradient_sum(w, X, y, odm.lam, odm.theta, odm.v, fit_intercept,
+                                           center, weights)
     objective = regularizer(w) + loss_sum / total
     history, converged, epoch = [objective], False, 0
-    for epoch in range(1, int(epochs) + 1):
-        rows = sample_rows(n, inner_steps, epoch_rng(seed, epoch - 1))
-        w = svrg_inner(w, w, grad_sum / total, X, y, rows, step, lam, theta, v, fit_intercept,
+    for epoch in range(1, int(schedule.epochs) + 1):
+        rows = sample_rows(n, inner_steps, epoch_rng(schedule.seed, epoch - 1))
+        w = svrg_inner(w, Snapshot(w, grad_sum / total), X, y, rows, step, odm, fit_intercept,
                        center, factor)
-        loss_sum, grad_sum = loss_gradient_sum(w, X, y, lam, theta, v, fit_intercept, center,
-                                               weights)
+        loss_sum, grad_sum = loss_gradient_sum(w, X, y, odm.lam, odm.theta, odm.v,
+                                               fit_intercept, center, weights)
         new_objective = regularizer(w) + loss_sum / total
         history.append(new_objective)
         if not np.isfinite(new_objective):
             raise FloatingPointError(f"SVRG diverged at epoch {epoch} (step {step:g} too large).")
         change = abs(objective - new_objective)
         objective = new_objective
-        if change <= relative_change_tol * abs(new_objective):
+        if change <= tol * abs(new_objective):
             converged = True
             break
     intercept = float(w[d] - w[:d] @ center) if fit_intercept else 0.0

@@ -10,6 +10,8 @@ import pickle
 
 from pyspark import StorageLevel
 
+from ..core.errors import InputError
+
 #: One record a row: ``part`` the partition it belongs to after an exact shuffle (``salt`` the
 #: value hashed to reach it), ``src`` and ``seq`` where it came from (the order kept within).
 SCHEMA = "part long, salt long, src long, seq long, payload binary"
@@ -204,7 +206,7 @@ class FrameRDD:
                 yield functools.reduce(fn, records, first)
         parts = self.mapPartitions(local).collect()
         if not parts:
-            raise ValueError("Can not reduce() empty RDD")
+            raise InputError("Can not reduce() empty RDD")
         return functools.reduce(fn, parts)
 
     treeReduce = reduce
@@ -212,7 +214,7 @@ class FrameRDD:
     def first(self):
         found = self.take(1)
         if not found:
-            raise ValueError("RDD is empty")
+            raise InputError("RDD is empty")
         return found[0]
 
     def take(self, n: int) -> list:

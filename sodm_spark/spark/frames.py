@@ -39,6 +39,7 @@ from contextlib import suppress
 from pyspark import StorageLevel
 from pyspark.accumulators import AccumulatorParam
 
+from ..core.errors import InputError
 from .frame_rdd import REPORT_PART, SCHEMA, FrameRDD, Report
 
 #: The environment variable that sends a classic session through DataFrames too.
@@ -263,7 +264,7 @@ def ordered_sum(rdd, value, op, order=None):
             .partitionBy(groups, lambda key: key).mapPartitions(group)
     found = sorted(partials.collect(), key=lambda pair: pair[0])
     if not found:
-        raise ValueError("ordered_sum of no records")
+        raise InputError("ordered_sum of no records")
     return functools.reduce(op, (v for _, v in found))
 
 

@@ -8,6 +8,7 @@ reaches the store through pyarrow. Renames are atomic on ``file``, ``hdfs`` and 
 (:mod:`sodm_spark.data.filesystems` says what each store guarantees)."""
 from __future__ import annotations
 
+from ..core.errors import SettingsError
 from ..data.filesystems import ATOMIC_RENAME_SCHEMES, replace_through_staging
 from .io import error_text
 
@@ -48,17 +49,17 @@ class HadoopStore:
 
         sc = SparkContext._active_spark_context
         if sc is None:
-            raise ValueError(f"{path} is on a Hadoop file system; reading or writing it needs a "
-                             "running Spark session (SparkSession.builder.getOrCreate()), or "
-                             "use a local path.")
+            raise SettingsError(f"{path} is on a Hadoop file system; reading or writing it needs a "
+                                "running Spark session (SparkSession.builder.getOrCreate()), or "
+                                "use a local path.")
         jvm, conf = sc._jvm, sc._jsc.hadoopConfiguration()
         try:
             assert jvm is not None  # an active SparkContext has its gateway's JVM
             filesystem = jvm.org.apache.hadoop.fs.Path(path).getFileSystem(conf)
         except Exception as error:  # py4j: unknown scheme, missing connector or credentials
-            raise ValueError(f"{path}: no Hadoop file system for it "
-                             f"({error_text(error)}). Check the scheme and "
-                             "that its connector is on the classpath.") from None
+            raise SettingsError(f"{path}: no Hadoop file system for it "
+                                f"({error_text(error)}). Check the scheme and "
+                                "that its connector is on the classpath.") from None
         return cls(jvm, conf, filesystem)
 
     def _path(self, path: str):

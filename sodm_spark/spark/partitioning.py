@@ -21,6 +21,7 @@ from collections import namedtuple
 
 import numpy as np
 
+from ..core.errors import SettingsError, refused_as_settings
 from ..core.kernels import Kernel
 from ..core.sparse_rows import stack_rows
 from ..core.validation import check_positive_int
@@ -47,10 +48,11 @@ class Partitioning:
     landmark_candidates: int = LANDMARK_CANDIDATES
     label_strata: bool = False
 
+    @refused_as_settings()  # check_positive_int's refusals too
     def __post_init__(self):
         if self.partitioner not in PARTITIONERS:
-            raise ValueError(f"Unknown partitioner {self.partitioner!r}; known: "
-                             f"{', '.join(PARTITIONERS)}.")
+            raise SettingsError(f"Unknown partitioner {self.partitioner!r}; known: "
+                                f"{', '.join(PARTITIONERS)}.")
         check_positive_int(self.strata, "strata")
         check_positive_int(self.landmark_candidates, "landmark_candidates")
 

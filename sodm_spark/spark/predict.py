@@ -35,20 +35,20 @@ import uuid
 from collections import deque
 from contextlib import contextmanager, suppress
 from pathlib import Path
-
 import numpy as np
 import scipy.sparse
 
 from ..core import sparse_rows
-from ..core.errors import reported_to_driver
+from ..core.errors import InputError, SettingsError, reported_to_driver
 from ..core.labels import labels_from_scores
-from ..core.sparse_rows import dense_if_full, memory_width
+from ..core.sparse_rows import memory_width
 from ..models import scoring
 from ..models.expansion import KernelExpansion
-from .io import ROW_ID_SHIFT, batch_matrix, numeric_array_column
-from .io.arrow import is_vector_type, vector_rows
+from .io import ROW_ID_SHIFT, numeric_array_column
+from .io.arrow import is_vector_type
 from .memory import executor_cores
 from .frames import context_of, inline_file, partition_count, uses_frames
+from .scoring_rows import BatchLayout, checked_rows
 from .session import background_job
 
 RAW_COLUMN, PREDICTION_COLUMN, ROW_ID_COLUMN = "rawPrediction", "prediction", "row_id"
@@ -162,16 +162,16 @@ def _features(df, features_col, exclude, n_features):
         features = numeric_array_column(features_col, dtype)
         if features is not None:
             return [features.alias("features")], "array"
-        raise ValueError(f"the features column {features_col!r} has type "
+        raise InputError(f"the features column {features_col!r} has type "
                          f"{dtype.simpleString()}; expected an ML vector or an array of numbers.")
     columns = [c for c in df.columns if c not in exclude]
     bad = [c for c in columns if not isinstance(schema[c], NumericType)]
     if bad:
-        raise ValueError(f"there is no features column {features_col!r}, and column(s) "
+        raise InputError(f"there is no features column {features_col!r}, and column(s) "
                          f"{bad[:10]} are not numeric; pass features_col (--features-col), or "
                          "keep only the key, label and numeric feature columns.")
     if len(columns) != n_features:
-        raise ValueError(f"the data have {len(columns)} feature columns "
+        raise InputError(f"the data have {len(columns)} feature columns "
                          f"({', '.join(columns[:5])}{', ...' if len(columns) > 5 else ''}); the "
                          f"model was trained on {n_features}. Give the training data's feature "
                          "columns, in the same order.")
@@ -207,21 +207,11 @@ def _row_ids():
     return F.monotonically_increasing_id() + partition * ((1 << ROW_ID_SHIFT) - (1 << 33))
 
 
-def _which_row(keys, index, key_col):
-    """A row named for an error: its key, or its input partition and row from its row id."""
-    key = keys[index].as_py()
-    if key_col:
-        return f"the row with {key_col} {key!r}"
-    return f"row {key & ((1 << ROW_ID_SHIFT) - 1)} of partition {key >> ROW_ID_SHIFT}"
-
-
-def _score_batches(spec, kind, n_features, key_col, precision, classes, block_bytes,
-                   rows_scored, threads, any_vector_size=False, values_ignored=None):
-    """The ``mapInArrow`` function (closes over plain values only): column 0 the key.
-
-    ``any_vector_size`` (LIBSVM rows, whose vectors are as long as the file's largest index):
-    values beyond the model's features are left out and counted in ``values_ignored``, shorter
-    vectors padded; otherwise a vector of another length is refused.
+def _score_batches(spec, layout: BatchLayout, precision, classes, block_bytes, threads,
+                   rows_scored=None, values_ignored=None):
+    """The ``mapInArrow`` function (closes over plain values only): column 0 the key, the rows
+    checked as :func:`~.scoring_rows.checked_rows` reads them (``values_ignored`` counts the
+    values it leaves out; ``rows_scored`` the rows scored, for progress).
 
     BLAS gets ``threads[partition]`` threads (:func:`thread_plan`): with a thread per core in
     every task, two tasks on two cores ran 2.6× slower. When the float32 pass sends most of a batch
@@ -250,47 +240,54 @@ def _score_batches(spec, kind, n_features, key_col, precision, classes, block_by
             n = batch.num_rows
             if n == 0:
                 continue
-            keys = batch.column(0)
-            if kind == "array":
-                column = batch.column(1)
-                lengths = np.diff(np.asarray(column.offsets))
-                if column.null_count or np.any(lengths != n_features):
-                    bad = int(np.flatnonzero((lengths != n_features) |
-                                             np.asarray(column.is_null()))[0])
-                    raise ValueError(f"{_which_row(keys, bad, key_col)} has {lengths[bad]} "
-                                     f"features (or none); the model was trained on "
-                                     f"{n_features}.")
-            if kind == "vector":  # CSR rows, whatever the width
-                X, sizes, beyond = vector_rows(batch.column(1), n_features)
-                if beyond and values_ignored is not None:
-                    values_ignored.add(beyond)
-                wrong = sizes < 0 if any_vector_size else sizes != n_features
-                if np.any(wrong):
-                    bad = int(np.flatnonzero(wrong)[0])
-                    raise ValueError(f"{_which_row(keys, bad, key_col)} has "
-                                     f"{'no features' if sizes[bad] < 0 else sizes[bad]} "
-                                     f"features; the model was trained on {n_features}.")
-                rows = np.repeat(np.arange(n), np.diff(X.indptr))
-                finite = np.ones(n, dtype=bool)
-                finite[rows[~np.isfinite(X.data)]] = False
-                X = dense_if_full(X)  # dense vectors: one GEMM a block
-            else:
-                X = batch_matrix(batch, kind, 1, n_features)
-                finite = np.isfinite(X).all(axis=1)
-            if not finite.all():
-                bad = int(np.flatnonzero(~finite)[0])
-                raise ValueError(f"{_which_row(keys, bad, key_col)} has a missing, NaN or "
-                                 "infinite feature; fill or drop such rows before scoring.")
+            X = checked_rows(batch, layout, values_ignored)
             # the model's scaling and projection, as KernelExpansion's, in float64: the float64
             # pass must see the rows the model would (float32 input values are exact in it)
             X = input_map(X if scipy.sparse.issparse(X) else np.asarray(X, dtype=np.float64))
             scores, rescored = support.raw_scores(X, current, block_bytes)
             if 2 * rescored > n:
                 current = "float64"
-            yield _output_batch(keys, scores, classes, spec.get("calibration"))
+            yield _output_batch(batch.column(0), scores, classes, spec.get("calibration"))
             if rows_scored is not None:
                 rows_scored.add(n)
     return score
+
+
+def _scoring_tasks(sc, selected, model: KernelExpansion, kind: str, features_col: str):
+    """(the rows ``selected`` in the scoring's tasks, how many, each task's BLAS threads:
+    :func:`thread_plan`), after one job that counts each partition's rows (and the values of
+    an array column: rows all of another width than the model's are refused here)."""
+    n_support, n_features = model.support_vectors.shape[0], model.n_features_in
+    current = partition_count(selected)
+    # a kernel entry costs a product over the support set's width (the projected inputs of a
+    # compressed model), or over a sparse row's values
+    cost_width = memory_width(model.support_vectors) if sparse_rows.is_sparse(
+        model.support_vectors) else int(model.support_vectors.shape[1])
+    counts, sizes = _rows_per_partition(selected, current, sized=kind == "array")
+    if sizes is not None and sizes[0] == sizes[1] != n_features:  # said before any scoring;
+        # rows of mixed lengths, and nulls, are named by the tasks, which check every row
+        raise InputError(f"the rows have {sizes[0]} features in {features_col!r}; the model "
+                         f"was trained on {n_features}. Score data with the training data's "
+                         "feature columns, in the same order.")
+    partitions = scoring_partitions(current, n_support, cost_width, sum(counts))
+    if partitions > current:  # round robin; the row ids were fixed above
+        selected = selected.repartition(partitions)
+        counts = [sum(counts) // partitions + (i < sum(counts) % partitions)
+                  for i in range(partitions)]
+    task_cpus = int(sc.getConf().get("spark.task.cpus", "1"))
+    return selected, partitions, thread_plan(counts, executor_cores(sc), task_cpus)
+
+
+def _output_schema(df, key_col, calibrated: bool):
+    """The scored DataFrame's schema: the key (``key_col``'s type, or a long row id), the
+    prediction, rawPrediction and, for a ``calibrated`` model, the class probabilities."""
+    from pyspark.sql.types import ArrayType, DoubleType, LongType, StructField, StructType
+
+    key_type = df.schema[key_col].dataType if key_col else LongType()
+    return StructType([StructField("key", key_type), StructField(PREDICTION_COLUMN, DoubleType()),
+                       StructField(RAW_COLUMN, ArrayType(DoubleType()))]
+                      + ([StructField(PROBABILITY_COLUMN, ArrayType(DoubleType()))]
+                         if calibrated else []))
 
 
 @contextmanager
@@ -312,44 +309,21 @@ def score_dataframe(df, model: KernelExpansion, features_col: str = "features",
     :data:`sodm_spark.models.scoring.SV_BLOCK_BYTES`). Use ``scored`` inside the ``with`` block: the
     model's files are removed when it ends, also on an error.
     """
-    from pyspark.sql.types import (ArrayType, DoubleType, LongType, StructField, StructType)
-
     if precision not in scoring.PRECISIONS:
-        raise ValueError(f"precision must be one of {', '.join(scoring.PRECISIONS)}, "
-                         f"got {precision!r}.")
+        raise SettingsError(f"precision must be one of {', '.join(scoring.PRECISIONS)}, "
+                            f"got {precision!r}.")
     sc = context_of(df.sparkSession)
     connect = uses_frames(sc)
     if key_col is not None and key_col not in df.columns:
-        raise ValueError(f"the data have no key column {key_col!r}; their columns are "
+        raise InputError(f"the data have no key column {key_col!r}; their columns are "
                          f"{df.columns[:20]}.")
-    n_support, n_features = model.support_vectors.shape[0], model.n_features_in
+    n_features = model.n_features_in
     exclude = {c for c in (key_col, label_col) if c}
     feature_columns, kind = _features(df, features_col, exclude, n_features)
     key = df[key_col] if key_col else _row_ids()  # numbered before any repartition
-    selected = df.select(key.alias("key"), *feature_columns)
-    current = partition_count(selected)
-    # a kernel entry costs a product over the support set's width (the projected inputs of a
-    # compressed model), or over a sparse row's values
-    cost_width = memory_width(model.support_vectors) if sparse_rows.is_sparse(
-        model.support_vectors) else int(model.support_vectors.shape[1])
-    counts, sizes = _rows_per_partition(selected, current, sized=kind == "array")
-    if sizes is not None and sizes[0] == sizes[1] != n_features:  # said before any scoring;
-        # rows of mixed lengths, and nulls, are named by the tasks, which check every row
-        raise ValueError(f"the rows have {sizes[0]} features in {features_col!r}; the model "
-                         f"was trained on {n_features}. Score data with the training data's "
-                         "feature columns, in the same order.")
-    partitions = scoring_partitions(current, n_support, cost_width, sum(counts))
-    if partitions > current:  # round robin; the row ids were fixed above
-        selected = selected.repartition(partitions)
-        counts = [sum(counts) // partitions + (i < sum(counts) % partitions)
-                  for i in range(partitions)]
-    task_cpus = int(sc.getConf().get("spark.task.cpus", "1"))
-    threads = thread_plan(counts, executor_cores(sc), task_cpus)
-    key_type = df.schema[key_col].dataType if key_col else LongType()
-    schema = StructType([StructField("key", key_type), StructField(PREDICTION_COLUMN, DoubleType()),
-                         StructField(RAW_COLUMN, ArrayType(DoubleType()))]
-                        + ([] if model.calibration is None else
-                           [StructField(PROBABILITY_COLUMN, ArrayType(DoubleType()))]))
+    selected, partitions, threads = _scoring_tasks(
+        sc, df.select(key.alias("key"), *feature_columns), model, kind, features_col)
+    schema = _output_schema(df, key_col, model.calibration is not None)
     classes = np.asarray(model.classes, dtype=np.float64)
     if rows_scored is None and not connect:
         rows_scored = sc.accumulator(0)
@@ -367,10 +341,10 @@ def score_dataframe(df, model: KernelExpansion, features_col: str = "features",
             names = []
         for name in names:
             sc.addFile(os.path.join(folder, name))
+        layout = BatchLayout(kind, n_features, key_col, any_vector_size)
         scored = selected.mapInArrow(
-            _score_batches(spec, kind, n_features, key_col, precision, classes,
-                           block_bytes or scoring.SV_BLOCK_BYTES, rows_scored, threads,
-                           any_vector_size, values_ignored), schema)
+            _score_batches(spec, layout, precision, classes, block_bytes or scoring.SV_BLOCK_BYTES,
+                           threads, rows_scored, values_ignored), schema)
         with _arrow_batch_rows(df.sparkSession, SCORING_BATCH_ROWS):
             yield scored.withColumnRenamed("key", key_col or ROW_ID_COLUMN), partitions
     finally:

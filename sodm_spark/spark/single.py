@@ -15,7 +15,7 @@ from importlib import import_module
 import numpy as np
 import scipy.sparse
 
-from ..core.errors import reported_to_driver
+from ..core.errors import InputError, SettingsError, reported_to_driver
 from ..core.labels import plus_minus
 from ..core.validation import check_two_classes
 
@@ -35,7 +35,7 @@ def build_estimator(method: str, params: dict):
 def _all_rows(blocks):
     blocks = list(blocks)
     if not blocks:
-        raise ValueError("the training data is empty.")
+        raise InputError("the training data is empty.")
     Xs = [b.X for b in blocks]
     X = scipy.sparse.vstack(Xs, format="csr").toarray() if scipy.sparse.issparse(Xs[0]) \
         else np.concatenate(Xs)
@@ -57,7 +57,7 @@ def fit_in_one_task(blocks, method: str, params: dict):
     Rows are put in row-id order first, so the fit does not depend on how Spark split them.
     """
     if method not in ESTIMATORS:
-        raise ValueError(f"unknown method {method!r}; known: {', '.join(ESTIMATORS)}.")
+        raise SettingsError(f"unknown method {method!r}; known: {', '.join(ESTIMATORS)}.")
     return blocks.coalesce(1).mapPartitions(lambda it: _fit_task(it, method, params)).collect()[0]
 
 
@@ -65,7 +65,7 @@ def fit_in_one_task(blocks, method: str, params: dict):
 def _coreset_task(index, blocks, positive, size, C, kernel, seed):
     """Algorithm 1 of the coreset SVM paper on one partition: its weighted coreset (global row
     ids)."""
-    from ..baselines.coreset_svm_solver import build_coreset
+    from ..baselines.coreset_svm_solver import ReductionSettings, build_coreset
 
     blocks = [b for b in blocks if b.X.shape[0]]
     if not blocks:
@@ -74,8 +74,8 @@ def _coreset_task(index, blocks, positive, size, C, kernel, seed):
                  np.concatenate([b.row_ids for b in blocks]))
     order = np.argsort(ids, kind="stable")
     y_pm = plus_minus(y[order], positive)
-    yield build_coreset(X[order], y_pm, size, C, kernel=kernel,
-                        seed=[seed, 1, index], indices=ids[order])
+    yield build_coreset(X[order], y_pm, size, C, seed=[seed, 1, index], indices=ids[order],
+                        reduction=ReductionSettings(kernel=kernel))
 
 
 def fit_coreset_svm_partitioned(blocks, classes, kernel, coreset_size: int, C: float,
@@ -86,7 +86,8 @@ def fit_coreset_svm_partitioned(blocks, classes, kernel, coreset_size: int, C: f
     ``kernel`` is a resolved :class:`~sodm_spark.core.kernels.Kernel` (numeric gamma). Returns
     (KernelExpansion with intercept, the final WeightedCoreset).
     """
-    from ..baselines.coreset_svm_solver import merge_and_reduce, solve_weighted_svm
+    from ..baselines.coreset_svm_solver import (ReductionSettings, merge_and_reduce,
+                                                solve_weighted_svm)
     from ..models.expansion import KernelExpansion
 
     classes = np.asarray(classes)
@@ -94,7 +95,8 @@ def fit_coreset_svm_partitioned(blocks, classes, kernel, coreset_size: int, C: f
     positive = classes[1]
     coresets = blocks.mapPartitionsWithIndex(lambda index, it: _coreset_task(
         index, it, positive, coreset_size, C, kernel, seed)).collect()
-    coreset = merge_and_reduce(coresets, coreset_size, C, kernel=kernel, seed=[seed, 2])
+    coreset = merge_and_reduce(coresets, coreset_size, C, seed=[seed, 2],
+                               reduction=ReductionSettings(kernel=kernel))
     solution = solve_weighted_svm(coreset.X, coreset.y, coreset.weights, C, kernel)
     model = KernelExpansion(solution.support_vectors, solution.dual_coef[:, None], kernel,
                             classes, np.array([solution.intercept]))

@@ -20,6 +20,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 
+from ..core.errors import InputError, SettingsError
 from ..core.validation import check_two_classes, shown_classes
 from ..selection.tuning import (DEFAULT_SEARCH_GRID_TEXT, DEFAULT_SEARCH_POINT,
                                 SEARCH_PARTITION_ROWS, GridPoint, ParamGrid, search_pieces,
@@ -28,7 +29,7 @@ from .dsvrg.fit import DSVRGFit, DSVRGParams
 from .dsvrg.holdout import fit_calibrated
 from .gpu import check_gpu_request
 from .memory import check_fit_resources, executor_memory
-from .sodm.fit import fit_sodm
+from .sodm.fit import FitOptions, fit_sodm
 from .sodm.params import SODMFit, SODMParams
 from .sodm.plan import auto_level_count, check_levels_fit_rows
 from .sodm.prepare import checked_classes, prepare_sodm
@@ -85,8 +86,8 @@ def check_classes(classes, linear: bool, refuse: Callable | None = None) -> np.n
         check_two_classes(classes, "fit (kernel='linear')", "DSVRG",
                           more="use a nonlinear kernel: its levels fit every class at once")
     count = f"{classes.size} class{'es' if classes.size != 1 else ''}"
-    raise ValueError(f"the labels hold {count} ({shown_classes(classes)}); SODM needs at least "
-                     "two. Check that the label column is the right one.")
+    raise InputError(f"the labels hold {count} ({shown_classes(classes)}); SODM needs at least "
+                      "two. Check that the label column is the right one.")
 
 
 @dataclass(frozen=True)
@@ -185,32 +186,46 @@ class Trained:
     search_partition_seconds: float = 0.0  # partitioning before the search, if one ran
 
 
+@dataclass(frozen=True)
+class ScoredRows:
+    """Rows on the driver that :func:`train` scores, each (X, y) or None: ``test``, scored as
+    the fit goes; ``validation``, which the levels' automatic stopping (and a search) score
+    and the model's calibration is fitted on, instead of held-out rows (DSVRG's too:
+    :mod:`.dsvrg.holdout`)."""
+
+    test: tuple | None = None
+    validation: tuple | None = None
+
+
 def train(sc, blocks, n_features: int, params: SODMParams | DSVRGParams | Checked,
-          classes=None, *, test=None, validation=None, search: Search | None = None,
+          classes=None, *, rows: ScoredRows = ScoredRows(), search: Search | None = None,
           progress: Progress = Progress(), refuse_classes: Callable | None = None,
-          **level_options) -> Trained:
+          level_options: FitOptions | None = None) -> Trained:
     """Fit ``params`` (from :func:`fit_params`) on ``blocks``, an RDD of (X, y, row_ids) with
     ``n_features`` columns: DSVRG for DSVRGParams, else the levels of :func:`.sodm.fit.fit_sodm`.
 
     The checks before the fit are :func:`check_request` and :func:`check_rows` (``classes``:
     the label values when the caller knows them; ``refuse_classes``: its words for values the
     fit cannot take), or ``params`` is the :class:`Checked` a caller got from them itself (the
-    job: before it reads its test rows). ``test``: (X, y) on the driver, scored as the fit
-    goes; ``validation``: (X, y) the levels' automatic stopping (and a search) score, and the
-    model's calibration is fitted on, instead of held-out rows (DSVRG's too:
-    :mod:`.dsvrg.holdout`). ``search`` scores a grid first and fits its best point
+    job: before it reads its test rows). ``rows``: the test and validation rows on the driver
+    (:class:`ScoredRows`). ``search`` scores a grid first and fits its best point
     (``search.then_fit`` False: the search alone).
-    ``level_options``: fit_sodm's ``checkpoint_dir``, ``resume``, ``max_sv``,
-    ``compress_method`` and ``test_every_level``; DSVRG takes none of them, nor a search.
+    ``level_options``: fit_sodm's :class:`~.sodm.fit.FitOptions` (``checkpoint_dir``,
+    ``resume``, ``max_sv``, ``compress_method``, ``test_every_level``; its callbacks are
+    ``progress``'s); DSVRG takes none of them, nor a search.
     """
     checked = params if isinstance(params, Checked) else None
     params = params.params if isinstance(params, Checked) else params
     linear = isinstance(params, DSVRGParams)
-    if linear and (search is not None or level_options):
-        given = ", ".join(["a search"] * (search is not None) + sorted(level_options))
-        raise ValueError(f"kernel='linear' fits DSVRG on the primal, which has no levels: "
-                         f"{given} cannot apply (set lam, theta and v, or use a nonlinear "
-                         "kernel).")
+    options = FitOptions() if level_options is None else level_options
+    options_given = sorted(f.name for f in fields(options)
+                           if getattr(options, f.name) != getattr(FitOptions(), f.name))
+    test, validation = rows.test, rows.validation
+    if linear and (search is not None or options_given):
+        given = ", ".join(["a search"] * (search is not None) + options_given)
+        raise SettingsError(f"kernel='linear' fits DSVRG on the primal, which has no levels: "
+                            f"{given} cannot apply (set lam, theta and v, or use a nonlinear "
+                            "kernel).")
     if search is not None:  # a bad grid is refused before any pass over the data
         assert isinstance(params, SODMParams), "a search on the linear path was refused above"
         search.grid.validate(params.kernel)
@@ -238,8 +253,8 @@ def train(sc, blocks, n_features: int, params: SODMParams | DSVRGParams | Checke
         prepared.kernel = replace(prepared.kernel, gamma=params.gamma)
     _call(progress.on_fit, params)
     fit = fit_sodm(sc, blocks, params, classes, test=test, validation=validation,
-                   prepared=prepared, on_level=progress.on_level, on_plan=progress.on_plan,
-                   **level_options)
+                   prepared=prepared, options=replace(options, on_level=progress.on_level,
+                                                      on_plan=progress.on_plan))
     return Trained(fit, params, result,
                    0.0 if prepared is None else prepared.partition_seconds)
 

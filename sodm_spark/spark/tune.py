@@ -25,13 +25,14 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from ..core.errors import SettingsError
 from ..core.kernels import Kernel
 from ..core.labels import accuracy_of_scores, coded_classes, correct_rows
 from ..core.sparse_rows import as_float_rows, stack_rows
 from ..selection.metrics import Evaluation, oriented
 from ..selection.tuning import (MAX_SEARCH_TOL, SEARCH_PARTITION_ROWS, SEARCH_SAMPLE_ROWS,
-                                SEARCH_TOL_FACTOR, GridPoint, ParamGrid, choose_point,
-                                search_partition, search_subsets)
+                                SEARCH_TOL_FACTOR, GridPoint, ParamGrid, PointSolve,
+                                choose_point, search_partition, search_subsets)
 from .gpu import task_gpu_index
 from .partitioning import assemble, assembled_weights, partitions_by_key
 from .sodm.params import SODMParams
@@ -164,10 +165,10 @@ def _search_task(records, X_val, kernel: Kernel, grid: ParamGrid,
             with threadpool_limits(max(1, min(settings.threads, os.cpu_count() or 1))):
                 _, scores, stats = search_partition(
                     X[rows], y[rows], X_val, kernel, grid, n_classes=settings.n_classes,
-                    violation_tol=settings.violation_tol, max_iter=settings.max_iter,
                     seed=[settings.seed, 97, key], class_weights=settings.class_weights,
                     row_weights=None if weights is None else weights[rows],
-                    device=settings.device, gpu_index=task_gpu_index())
+                    solving=PointSolve(settings.violation_tol, settings.max_iter,
+                                       settings.device, task_gpu_index()))
             total = scores if total is None else total + scores
             merged = stats if merged is None else list(map(_pieces_stats, merged, stats))
         yield total, merged
@@ -216,11 +217,11 @@ def tune_sodm(sc, prepared: PreparedData, params: SODMParams, grid: ParamGrid,
     (:func:`~sodm_spark.selection.tuning.significantly_better`)."""
     grid.validate(prepared.kernel.name)
     if prepared.parts is None:
-        raise ValueError("tune_sodm needs the prepared data partitioned (prepare_sodm with "
-                         "partition=True).")
+        raise SettingsError("tune_sodm needs the prepared data partitioned (prepare_sodm with "
+                            "partition=True).")
     if prepared.validation_pair is None:
-        raise ValueError("tuning needs validation rows: prepare with hold_out=True or give "
-                         "validation data.")
+        raise SettingsError("tuning needs validation rows: prepare with hold_out=True or give "
+                            "validation data.")
     started = time.perf_counter()
     X_val, y_val = prepared.validation_pair  # labels coded: ±1, or class numbers
     coded = coded_classes(prepared.classes.size)
@@ -309,9 +310,10 @@ def _final_task(pieces, X_val, kernel: Kernel, points: PointList,
         with threadpool_limits(max(1, min(settings.threads, os.cpu_count() or 1))):
             _, scores, stats = search_partition(
                 X, y, X_val, kernel, points, n_classes=settings.n_classes,
-                violation_tol=settings.violation_tol, max_iter=settings.max_iter,
                 seed=[settings.seed, 101, number], class_weights=settings.class_weights,
-                row_weights=weights, device=settings.device, gpu_index=task_gpu_index())
+                row_weights=weights,
+                solving=PointSolve(settings.violation_tol, settings.max_iter, settings.device,
+                                   task_gpu_index()))
         yield scores, stats
 
 

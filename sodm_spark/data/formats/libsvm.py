@@ -17,6 +17,7 @@ from operator import contains
 import numpy as np
 from numba import njit
 
+from ...core.errors import InputError
 from .decimal import parse_decimal
 
 __all__ = ["parse_libsvm_line", "parse_libsvm_text", "ParsedText", "LineProblem",
@@ -29,8 +30,9 @@ _EMPTY_VALS.setflags(write=False)
 
 
 
-class LineProblem(ValueError):
-    """A problem with one LIBSVM line, before we know which file and line it came from."""
+class LineProblem(InputError):
+    """A problem with one LIBSVM line, before we know which file and line it came from (bad
+    input data, so an :class:`~sodm_spark.core.errors.InputError`, hence a ValueError)."""
 
     def __init__(self, token, problem, advice):
         super().__init__(f"{problem}. {advice}")
@@ -110,9 +112,9 @@ def parse_libsvm_line(line, n_features=None):
     # Fast path: split all pairs at once and let numpy parse the numbers; any failure falls
     # through to a token-by-token diagnosis that names the culprit.
     pieces = " ".join(rest).replace(":", " ").split()
+    if len(pieces) != 2 * n or not all(map(contains, rest, repeat(":"))):
+        _diagnose_pairs(rest)  # always raises
     try:
-        if len(pieces) != 2 * n or not all(map(contains, rest, repeat(":"))):
-            raise ValueError("malformed pairs")
         index = np.array(pieces[0::2], dtype=np.int64)
         vals = np.array(pieces[1::2], dtype=np.float64)
     except (ValueError, OverflowError):
@@ -176,12 +178,22 @@ def _ends_token(buf, i, n):
     return i >= n or buf[i] == 10 or buf[i] == 35 or _is_space(buf[i])
 
 
+RowBuffers = namedtuple("RowBuffers", "labels indptr indices values row_lines")
+RowBuffers.__doc__ = """The arrays :func:`_parse_rows` fills, sized for the whole buffer:
+:class:`ParsedText`'s first five fields before they are cut to the rows read."""
+ParseCursor = namedtuple("ParseCursor", "pos line n_rows nnz")
+ParseCursor.__doc__ = """Where a parse of a buffer stands: ``pos`` the byte the next line
+starts at, ``line`` its 0-based number, ``n_rows`` and ``nnz`` the rows and values written."""
+
+
 @njit(cache=True)
-def _parse_rows(buf, pos, line, limit, labels, indptr, indices, values, row_lines, n_rows,
-                nnz):
-    """Parse lines from ``buf[pos]`` on, appending rows; stop at the end or at a line the
-    loop does not take. Returns ``(pos, line, n_rows, nnz, handed_over)``; when
-    ``handed_over`` the line starting at ``pos`` is for :func:`parse_libsvm_line`."""
+def _parse_rows(buf, limit, out, at):
+    """Parse lines from ``buf[at.pos]`` on (a :class:`ParseCursor`), appending rows to ``out``
+    (:class:`RowBuffers`); stop at the end or at a line the loop does not take. Returns
+    ``(pos, line, n_rows, nnz, handed_over)``; when ``handed_over`` the line starting at
+    ``pos`` is for :func:`parse_libsvm_line`."""
+    labels, indptr, indices, values, row_lines = out
+    pos, line, n_rows, nnz = at
     n = buf.size
     while pos < n:
         start = pos
@@ -244,12 +256,13 @@ def parse_libsvm_text(data, n_features=None):
     indices = np.empty(nnz_capacity, dtype=np.int64)
     values = np.empty(nnz_capacity)
     row_lines = np.empty(row_capacity, dtype=np.int64)
+    out = RowBuffers(labels, indptr, indices, values, row_lines)
     limit = 0 if n_features is None else int(n_features)
     pos = line = n_rows = nnz = 0
     error = None
     while True:
-        pos, line, n_rows, nnz, handed_over = _parse_rows(
-            buf, pos, line, limit, labels, indptr, indices, values, row_lines, n_rows, nnz)
+        pos, line, n_rows, nnz, handed_over = _parse_rows(buf, limit, out,
+                                                          ParseCursor(pos, line, n_rows, nnz))
         if not handed_over:
             break
         end = data.find(b"\n", pos)

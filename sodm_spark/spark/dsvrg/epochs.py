@@ -16,10 +16,12 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
+from ...core.errors import SettingsError
 from ...core.labels import accuracy_of_scores, coded_classes
 from ...core.weights import combined_weights, row_weights
-from ...solvers.svrg import (epoch_rng, loss_gradient_sum, row_sq_norms, sample_rows, step_for,
-                             svrg_inner)
+from ...solvers.dcd_settings import ODMHyperparameters
+from ...solvers.svrg import (Snapshot, epoch_rng, loss_gradient_sum, row_sq_norms,
+                             sample_rows, step_for, svrg_inner)
 from ..records import StatsRecord
 from .blocks import ResidentBlocks
 
@@ -93,9 +95,9 @@ def _hop(X, y, key, w, snapshot, mean_grad, step, settings: DSVRGTaskSettings, e
     """One partition's turn: SVRG steps over its own rows without replacement (Alg. 2 l. 14)."""
     rows = sample_rows(X.shape[0], X.shape[0], epoch_rng([settings.seed, key], epoch))
     y, weights = settings.labels_and_weights(y)
-    return svrg_inner(w, snapshot, mean_grad, X, y, rows, step, settings.lam, settings.theta,
-                      settings.v, settings.fit_intercept, settings.center_value(),
-                      settings.row_factor(weights))
+    return svrg_inner(w, Snapshot(snapshot, mean_grad), X, y, rows, step,
+                      ODMHyperparameters(settings.lam, settings.theta, settings.v),
+                      settings.fit_intercept, settings.center_value(), settings.row_factor(weights))
 
 
 @dataclass(frozen=True)
@@ -137,9 +139,9 @@ def initial_w(w0, primal: PrimalSetup) -> np.ndarray:
         return w
     w0 = np.asarray(w0, dtype=np.float64).reshape(-1)
     if w0.size not in (n_features, n_features + bias):
-        raise ValueError(f"w0 must hold {n_features} weights"
-                         + (f" (or {n_features + 1}: weights, then the intercept)"
-                            if bias else "") + f", got {w0.size}.")
+        raise SettingsError(f"w0 must hold {n_features} weights"
+                            + (f" (or {n_features + 1}: weights, then the intercept)"
+                               if bias else "") + f", got {w0.size}.")
     w[:w0.size] = w0
     if bias:
         w[n_features] += float(w[:n_features] @ primal.mu)

@@ -32,8 +32,9 @@ import scipy.sparse
 from py4j.protocol import Py4JError
 from pyspark.errors import PySparkException
 
+from ...core import defaults
 from ...core.array_namespace import check_device
-from ...core.errors import SettingsError
+from ...core.errors import InputError, SettingsError, refused_as_settings
 from ...core.kernels import Kernel
 from ...core.labels import plus_minus
 from ...core.validation import check_odm_params, check_positive_int, check_two_classes
@@ -59,9 +60,13 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class DSVRGParams:
-    lam: float = 1000.0
-    theta: float = 0.1
-    v: float = 0.5
+    """Algorithm 2's settings: the ODM problem's λ, θ, v (their defaults the package's one set,
+    core/defaults.py), the epochs and their stop, the partitions, the intercept, the weights
+    and the held-out slice the probabilities are fitted on."""
+
+    lam: float = defaults.LAM
+    theta: float = defaults.THETA
+    v: float = defaults.V
     epochs: int = 30
     # stop when the objective changes by at most this share of itself in an epoch
     relative_change_tol: float = 1e-6
@@ -71,18 +76,20 @@ class DSVRGParams:
     strata: int = 20
     seed: int = 0
     resident: bool = True  # keep partitions' blocks in executor scratch files between jobs
-    fit_intercept: bool = True  # unpenalized bias b, f(x) = wᵀx + b (solvers.svrg docstring)
+    # unpenalized bias b, f(x) = wᵀx + b (solvers.svrg docstring)
+    fit_intercept: bool = defaults.FIT_INTERCEPT
     # None, "balanced" or (label, weight) pairs: each class's rows weighted in the loss
     # (sodm_spark.core.weights)
     class_weight: ClassWeight = None
     # the model's class probabilities, fitted on rows held out as SODM's validation slice is
     # (sodm_spark.spark.dsvrg.holdout; SODMParams' defaults): "sigmoid", "isotonic" or "none"
-    calibration: str = "sigmoid"
+    calibration: str = defaults.CALIBRATION
     validation_fraction: float = 0.1
     validation_max_rows: int = 10_000
     # SODMParams.device, checked and kept: DSVRG's steps are vectors on the CPU whatever it is
-    device: str = "auto"
+    device: str = defaults.DEVICE
 
+    @refused_as_settings()  # the pure checks it calls (check_odm_params, ...) too
     def __post_init__(self):
         object.__setattr__(self, "class_weight", canonical_class_weight(self.class_weight))
         object.__setattr__(self, "device", check_device(self.device))
@@ -93,18 +100,18 @@ class DSVRGParams:
         check_odm_params(self.lam, self.theta, self.v)
         check_positive_int(self.epochs, "epochs")
         if not 0.0 <= self.relative_change_tol < np.inf:
-            raise ValueError(f"relative_change_tol (the epochs' tol) must be a number >= 0, got "
-                             f"{self.relative_change_tol!r}.")
+            raise SettingsError(f"relative_change_tol (the epochs' tol) must be a number >= 0, got "
+                                f"{self.relative_change_tol!r}.")
         if self.step is not None and not 0 < self.step < 1:
-            raise ValueError(f"step must lie in (0, 1), got {self.step!r}.")
+            raise SettingsError(f"step must lie in (0, 1), got {self.step!r}.")
         if self.n_partitions is not None and self.n_partitions < 1:
-            raise ValueError(f"n_partitions must be positive, got {self.n_partitions!r}.")
+            raise SettingsError(f"n_partitions must be positive, got {self.n_partitions!r}.")
         if self.calibration not in CALIBRATIONS:
-            raise ValueError(f"calibration must be one of {', '.join(CALIBRATIONS)}, got "
-                             f"{self.calibration!r}.")
+            raise SettingsError(f"calibration must be one of {', '.join(CALIBRATIONS)}, got "
+                                f"{self.calibration!r}.")
         if not 0.0 < self.validation_fraction < 1.0:
-            raise ValueError(f"validation_fraction must lie in (0, 1), got "
-                             f"{self.validation_fraction!r}.")
+            raise SettingsError(f"validation_fraction must lie in (0, 1), got "
+                                f"{self.validation_fraction!r}.")
         check_positive_int(self.validation_max_rows, "validation_max_rows")
 
 
@@ -288,7 +295,7 @@ def _surveyed(sc, source: InputChunks, store, params: DSVRGParams):
     input_task = {entry[1]: entry[0] for entry in tagged}
     found = [entry[1:] for entry in tagged]
     if not found:
-        raise ValueError("DSVRG got no rows: the training data is empty.")
+        raise InputError("DSVRG got no rows: the training data is empty.")
     survey = [(key, *value) for key, _, _, value in found]
     inputs = ResidentBlocks(sc, source.chunked, [entry[0] for entry in found], store,
                             [entry[:3] for entry in found], input_task.__getitem__)

@@ -40,7 +40,8 @@ from .blocks import (DENSE_FROM_DENSITY, MAX_BLOCK_BYTES, ROW_ID_SHIFT, Block, B
                      DataFormatError, DataPathError, bounded_blocks, check_blocks, dense_enough,
                      error_text, feature_bytes, spark_read)
 from .libsvm import read_libsvm_local
-from .read import FORMATS, INPUT_SPLIT_BYTES, input_slices, input_statuses, read_blocks
+from .read import (FORMATS, INPUT_SPLIT_BYTES, TableColumns, input_slices, input_statuses,
+                   read_blocks)
 from .text_lines import check_csv_cells
 
 __all__ = [
@@ -49,5 +50,5 @@ __all__ = [
     "check_blocks", "error_text", "spark_read", "dense_enough", "DENSE_FROM_DENSITY",
     "ROW_ID_SHIFT", "CHUNK_ROWS", "INPUT_SPLIT_BYTES", "input_slices", "batch_matrix",
     "numbered_batches", "numeric_array_column", "MAX_BLOCK_BYTES", "bounded_blocks",
-    "feature_bytes", "check_csv_cells", "input_statuses",
+    "feature_bytes", "check_csv_cells", "input_statuses", "TableColumns",
 ]

@@ -14,6 +14,7 @@ import io
 import numpy as np
 import scipy.sparse
 
+from ...core.errors import InputError
 from ..frames import context_of, partition_count, rows_of
 from .blocks import (MAX_BLOCK_BYTES, ROW_ID_SHIFT, Block, DataFormatError, feature_bytes,
                      to_feature_dtype)
@@ -193,7 +194,7 @@ def _array_features(df, label, features_col, dtype, where):
 
     feats = numeric_array_column(features_col, dtype)
     if feats is None:
-        raise ValueError(f"{where}: the features column {features_col!r} has type "
+        raise InputError(f"{where}: the features column {features_col!r} has type "
                          f"{dtype.simpleString()}; expected an ML vector or an array of "
                          "numbers (or pass features_col=[...] naming numeric columns).")
     prepared = df.select(*label, feats.alias("features"))
@@ -224,19 +225,19 @@ def _column_features(df, label, features_col, label_col, schema, where):
         feature_cols = list(features_col)
         missing = [c for c in feature_cols if c not in columns]
         if missing:
-            raise ValueError(f"{where} has no column(s) {missing}; its columns are "
+            raise InputError(f"{where} has no column(s) {missing}; its columns are "
                              f"{columns[:20]}.")
     else:
         feature_cols = [c for c in columns if c not in label_col]
     non_numeric = [c for c in feature_cols if not isinstance(schema[c], NumericType)]
     if non_numeric:
-        raise ValueError(
+        raise InputError(
             f"{where}: column(s) {non_numeric[:10]} are not numeric "
             f"({', '.join(schema[c].simpleString() for c in non_numeric[:10])}), and there "
             f"is no features column {features_col!r}. Provide a vector/array features "
             "column, or keep only the label and numeric feature columns.")
     if not feature_cols:
-        raise ValueError(f"{where} has no feature columns besides {', '.join(label_col)}.")
+        raise InputError(f"{where} has no feature columns besides {', '.join(label_col)}.")
     prepared = df.select(*label, *[F.col(c).cast("double").alias(f"f{j}")
                                    for j, c in enumerate(feature_cols)])
     if prepared.limit(1).count() == 0:
@@ -252,10 +253,10 @@ def _weight_column(df, weight_col, schema, where):
     from pyspark.sql.types import NumericType
 
     if weight_col not in schema:
-        raise ValueError(f"{where} has no weight column {weight_col!r}; its columns are "
+        raise InputError(f"{where} has no weight column {weight_col!r}; its columns are "
                          f"{list(schema)[:20]}. Pass the column that holds each row's weight.")
     if not isinstance(schema[weight_col], NumericType):
-        raise ValueError(f"{where}: the weight column {weight_col!r} has type "
+        raise InputError(f"{where}: the weight column {weight_col!r} has type "
                          f"{schema[weight_col].simpleString()}, not a number.")
     weight = F.col(weight_col).cast("double")
     bad = weight.isNull() | F.isnan(weight) | (weight < 0) | (F.abs(weight) == float("inf"))
@@ -298,12 +299,12 @@ def dataframe_to_blocks(df, features_col="features", label_col="label", *,
 
     columns = df.columns
     if label_col not in columns:
-        raise ValueError(f"{where} has no label column {label_col!r}; its columns are "
+        raise InputError(f"{where} has no label column {label_col!r}; its columns are "
                          f"{columns[:20]}{' ...' if len(columns) > 20 else ''}. Pass "
                          "label_col=... naming the label column.")
     schema = {field.name: field.dataType for field in df.schema.fields}
     if not isinstance(schema[label_col], NumericType):
-        raise ValueError(f"{where}: the label column {label_col!r} has type "
+        raise InputError(f"{where}: the label column {label_col!r} has type "
                          f"{schema[label_col].simpleString()}, not a number. Map the labels to "
                          "numbers (e.g. 0/1 or -1/+1) first.")
     leading = [F.col(label_col).cast("double").alias("label")]

@@ -13,7 +13,7 @@ from collections import deque, namedtuple
 import numpy as np
 import scipy.sparse
 
-from ...core.errors import InputError, error_text
+from ...core.errors import InputError, SettingsError, error_text
 # DENSE_FROM_DENSITY unused here: spark.io re-exports it from this module
 from ...core.sparse_rows import DENSE_FROM_DENSITY, dense_enough  # noqa: F401
 from ...core.validation import max_abs_value
@@ -88,7 +88,7 @@ def check_n_features(n_features):
         return None
     if isinstance(n_features, bool) or not isinstance(n_features, (int, np.integer)) \
             or n_features < 1:
-        raise ValueError(f"n_features must be a positive integer or None, got {n_features!r}.")
+        raise SettingsError(f"n_features must be a positive integer or None, got {n_features!r}.")
     return int(n_features)
 
 
@@ -97,7 +97,7 @@ def check_positive(value, name):
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be a positive integer or None, got {value!r}.")
+        raise SettingsError(f"{name} must be a positive integer or None, got {value!r}.")
     return int(value)
 
 
@@ -289,12 +289,12 @@ def check_blocks(blocks_rdd, n_features, max_labels=1000, where=None):
     for summary in summaries:
         index, problem = summary[0], summary[5]
         if problem is not None:
-            raise ValueError(f"malformed block in partition {index}: {problem}. Blocks must "
+            raise InputError(f"malformed block in partition {index}: {problem}. Blocks must "
                              "come from read_blocks/dataframe_to_blocks (or follow the Block "
                              "contract of sodm_spark.spark.io).")
     n_rows = sum(s[1] for s in summaries)
     if n_rows == 0:
-        raise ValueError("the data has no rows: every partition is empty. Check the input.")
+        raise InputError("the data has no rows: every partition is empty. Check the input.")
     named = "" if where is None else f"{where}: "
     n_bad = sum(s[2] for s in summaries)
     if n_bad:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...core.errors import InputError, SettingsError
 from .blocks import DataFormatError, empty_message, spark_read
 from .text_lines import check_csv_cells
 
@@ -30,12 +31,12 @@ def _label_position(names, label_col, header, where):
         return names.index("label") if header and "label" in names else 0
     if isinstance(label_col, (int, np.integer)) and not isinstance(label_col, bool):
         if not -len(names) <= label_col < len(names):
-            raise ValueError(f"label_col={label_col} is out of range for {where}, which has "
+            raise InputError(f"label_col={label_col} is out of range for {where}, which has "
                              f"{len(names)} columns.")
         return int(label_col) % len(names)
     if label_col in names:
         return names.index(label_col)
-    raise ValueError(f"label_col={label_col!r} is not a column of {where}; its columns "
+    raise InputError(f"label_col={label_col!r} is not a column of {where}; its columns "
                      f"are {names[:20]}{' ...' if len(names) > 20 else ''}. Pass one of "
                      "them or a 0-based column position.")
 
@@ -45,18 +46,18 @@ def _weight_position(names, weight_col, label_pos, where):
     must not be the label column."""
     if isinstance(weight_col, (int, np.integer)) and not isinstance(weight_col, bool):
         if not -len(names) <= weight_col < len(names):
-            raise ValueError(f"weight_col={weight_col} is out of range for {where}, which has "
+            raise InputError(f"weight_col={weight_col} is out of range for {where}, which has "
                              f"{len(names)} columns.")
         position = int(weight_col) % len(names)
     elif weight_col in names:
         position = names.index(weight_col)
     else:
-        raise ValueError(f"weight_col={weight_col!r} is not a column of {where}; its columns "
+        raise InputError(f"weight_col={weight_col!r} is not a column of {where}; its columns "
                          f"are {names[:20]}{' ...' if len(names) > 20 else ''}. Pass one of "
                          "them or a 0-based column position.")
     if position == label_pos:
-        raise ValueError(f"weight_col={weight_col!r} is the label column of {where}; name "
-                         "the column that holds each row's weight.")
+        raise SettingsError(f"weight_col={weight_col!r} is the label column of {where}; name "
+                            "the column that holds each row's weight.")
     return position
 
 

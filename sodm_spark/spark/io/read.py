@@ -8,9 +8,11 @@ text, :mod:`.csv` or a Parquet scan followed by :func:`.arrow.dataframe_to_block
 from __future__ import annotations
 
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import numpy as np
 
+from ...core.errors import SettingsError
 from ...core.validation import max_abs_value
 from ..frames import context_of, is_connect
 from .arrow import dataframe_to_blocks
@@ -32,10 +34,10 @@ def _normalize_format(fmt, path):
     name = fmt.lower() if isinstance(fmt, str) else fmt
     name = _FORMAT_ALIASES.get(name, name)
     if name not in FORMATS:
-        raise ValueError(f"unknown format {fmt!r} for {path}: use one of 'libsvm' (text lines "
-                         "'label index:value ...'), 'csv' (a label column and numeric feature "
-                         "columns) or 'parquet' (a features column and a label column, or "
-                         "numeric columns).")
+        raise SettingsError(f"unknown format {fmt!r} for {path}: use one of 'libsvm' (text "
+                            "lines 'label index:value ...'), 'csv' (a label column and numeric "
+                            "feature columns) or 'parquet' (a features column and a label "
+                            "column, or numeric columns).")
     return name
 
 
@@ -157,9 +159,21 @@ def _sql_conf(spark, key, value):
             conf.set(key, previous)
 
 
-def read_blocks(spark, path, fmt, n_features=None, min_partitions=None, *, label_col=None,
-                features_col="features", header=None, sep=",", sparse=False,
-                dtype=np.float64, dense_advice=None, weight_col=None):
+@dataclass(frozen=True)
+class TableColumns:
+    """Where a CSV or Parquet table keeps its labels, features and row weights, and how CSV
+    text is cut (LIBSVM lines have none of these): :func:`read_blocks` says what each means."""
+
+    label_col: str | int | None = None
+    features_col: str = "features"
+    header: bool | None = None
+    sep: str = ","
+    weight_col: str | int | None = None
+
+
+def read_blocks(spark, path, fmt, n_features=None, min_partitions=None, *,
+                columns: TableColumns = TableColumns(), sparse=False, dtype=np.float64,
+                dense_advice=None):
     """Read ``path`` (a file, folder or glob; any Hadoop file system) into ``(RDD[Block], d)``.
 
     ``fmt`` is ``"libsvm"``, ``"csv"`` or ``"parquet"``. Blocks of at most
@@ -177,6 +191,9 @@ def read_blocks(spark, path, fmt, n_features=None, min_partitions=None, *, label
       (:data:`DENSE_FROM_DENSITY`). Dense rows wider than a block are refused before any is
       made, naming the file and line of the largest index (``dense_advice``: what to do
       instead, for that message).
+
+    ``columns`` (:class:`TableColumns`) names the columns of CSV and Parquet tables:
+
     * ``csv``: ``header=None`` detects a header (first row not all numbers); ``label_col`` (a
       name or 0-based position) defaults to the column named ``label`` if there is a header
       that has one, else the first column. All other columns are features and must be numeric
@@ -197,16 +214,31 @@ def read_blocks(spark, path, fmt, n_features=None, min_partitions=None, *, label
     statuses = input_statuses(spark, path, fmt)
     _check_not_all_empty(statuses, path, fmt)
     slices = input_slices(spark, statuses)
-    if fmt == "libsvm" and weight_col is not None:
-        raise ValueError(f"{path}: LIBSVM rows have no weight column (weight_col="
-                         f"{weight_col!r}); write the data as CSV or Parquet with one.")
+    if fmt == "libsvm" and columns.weight_col is not None:
+        raise SettingsError(f"{path}: LIBSVM rows have no weight column (weight_col="
+                            f"{columns.weight_col!r}); write the data as CSV or Parquet with one.")
     if fmt == "libsvm" and is_connect(spark):
         return _libsvm_by_spark(spark, path, n_features, sparse, dtype, min_partitions, slices)
     if fmt == "libsvm":
         return read_libsvm_spark(spark, str(path), statuses, n_features,
                                  max(slices, min_partitions or 0), sparse, dtype, dense_advice)
     if sparse:
-        raise ValueError(f"sparse={sparse!r} is supported for LIBSVM input only, not {fmt!r}.")
+        raise SettingsError(f"sparse={sparse!r} is supported for LIBSVM input only, not {fmt!r}.")
+    blocks, d, where = _table_blocks(spark, path, fmt, statuses, slices, min_partitions, columns,
+                                     dtype)
+    if n_features is not None and n_features != d:
+        raise DataFormatError(f"{where} has {d} feature columns but n_features={n_features}. "
+                              "Pass n_features=None or the matching value (CSV and Parquet "
+                              "columns are not padded).", path=str(path))
+    return blocks, d
+
+
+def _table_blocks(spark, path, fmt, statuses, slices, min_partitions, columns, dtype):
+    """``(RDD[Block], d, where)`` of CSV or Parquet input (:func:`read_blocks`): local Parquet
+    files whose features are one array column read by pyarrow in the tasks, else a DataFrame
+    read in at least ``slices`` slices; ``where`` names the input in messages."""
+    label_col, features_col, weight_col = columns.label_col, columns.features_col, \
+        columns.weight_col
     blocks = None
     if fmt == "parquet" and weight_col is None:  # local files: pyarrow in the tasks
         files = local_parquet_files(statuses, features_col, label_col or "label")
@@ -220,9 +252,9 @@ def read_blocks(spark, path, fmt, n_features=None, min_partitions=None, *, label
         # the file splits are planned when the blocks' RDD is built, inside this block
         with _sql_conf(spark, "spark.sql.files.minPartitionNum", str(slices)):
             if fmt == "csv":
-                df, feature_cols, where = read_csv_df(spark, str(path), label_col, header, sep,
-                                                      statuses, max_abs_value(dtype),
-                                                      weight_col)
+                df, feature_cols, where = read_csv_df(spark, str(path), label_col,
+                                                      columns.header, columns.sep, statuses,
+                                                      max_abs_value(dtype), weight_col)
                 blocks, d = dataframe_to_blocks(
                     df, feature_cols, "label", where=where, min_partitions=min_partitions,
                     dtype=dtype, weight_col=None if weight_col is None else "weight")
@@ -232,11 +264,7 @@ def read_blocks(spark, path, fmt, n_features=None, min_partitions=None, *, label
                 blocks, d = dataframe_to_blocks(df, features_col, label_col or "label",
                                                 where=where, min_partitions=min_partitions,
                                                 dtype=dtype, weight_col=weight_col)
-    if n_features is not None and n_features != d:
-        raise DataFormatError(f"{where} has {d} feature columns but n_features={n_features}. "
-                              "Pass n_features=None or the matching value (CSV and Parquet "
-                              "columns are not padded).", path=str(path))
-    return blocks, d
+    return blocks, d, where
 
 
 def _libsvm_by_spark(spark, path, n_features, sparse, dtype, min_partitions, slices):
@@ -245,9 +273,9 @@ def _libsvm_by_spark(spark, path, n_features, sparse, dtype, min_partitions, sli
     session (:mod:`.libsvm`) needs the RDD API: a malformed line fails here with Spark's own
     message, and the classic session's reader names its file and line."""
     if sparse is True:  # "auto" reads dense rows here
-        raise ValueError(f"{path}: sparse LIBSVM blocks need a classic Spark session (the RDD "
-                         "API); on Spark Connect read it with sparse=False, or convert it to "
-                         "Parquet.")
+        raise SettingsError(f"{path}: sparse LIBSVM blocks need a classic Spark session (the "
+                            "RDD API); on Spark Connect read it with sparse=False, or convert it "
+                            "to Parquet.")
     where = f"{path} (format 'libsvm')"
     reader = spark.read.format("libsvm")
     if n_features is not None:

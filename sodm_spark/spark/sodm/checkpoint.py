@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse
 
+from ...core.errors import InputError
 from ...core.sparse_rows import stack_rows
 from ...data.storage import replace_file
 from ..partitioning import as_chunks
@@ -142,10 +143,10 @@ class LevelCheckpoint:
         try:
             state = json.loads(self.state_path.read_text())
         except (OSError, json.JSONDecodeError) as error:
-            raise ValueError(f"checkpoint {self.state_path} is unreadable ({error}); remove the "
+            raise InputError(f"checkpoint {self.state_path} is unreadable ({error}); remove the "
                              "directory to start afresh.") from error
         if state.get("format") != FORMAT or state.get("format_version") != FORMAT_VERSION:
-            raise ValueError(f"{self.state_path} is not a checkpoint this version reads "
+            raise InputError(f"{self.state_path} is not a checkpoint this version reads "
                              f"(format {state.get('format')!r} v{state.get('format_version')!r}).")
         mine = json.loads(json.dumps(self.identity, default=str))
         # a setting an older checkpoint does not record compares as None, its unset value
@@ -154,18 +155,18 @@ class LevelCheckpoint:
         other = [key for key in ("n_rows", "n_features", "classes")
                  if mine[key] != state["identity"][key]]
         if changed or other:
-            raise ValueError(
+            raise InputError(
                 f"checkpoint {self.directory} belongs to another fit (differs in "
                 f"{', '.join(changed + other)}); resume with the same data and flags, or use "
                 "another checkpoint_dir (--checkpoint-dir).")
         saved = state.get("fingerprint")
         if saved is None:
-            raise ValueError(f"checkpoint {self.directory} records no fingerprint of its data "
+            raise InputError(f"checkpoint {self.directory} records no fingerprint of its data "
                              "(written by an older version), so a resume cannot check that the "
                              "rows are the same; start afresh in another checkpoint_dir "
                              "(--checkpoint-dir).")
         if saved != self.fingerprint:
-            raise ValueError(f"checkpoint {self.directory} belongs to other data: "
+            raise InputError(f"checkpoint {self.directory} belongs to other data: "
                              f"{describe_difference(saved, self.fingerprint)}. Resume with the "
                              "data the checkpoint was written from, or use another "
                              "checkpoint_dir (--checkpoint-dir).")
@@ -189,7 +190,7 @@ class LevelCheckpoint:
         ids = np.concatenate([piece[1] for piece in pieces]).astype(np.int64)
         gamma = np.concatenate([piece[2] for piece in pieces]).astype(np.float64)
         if np.unique(ids).size != ids.size:
-            raise ValueError("checkpointing needs unique row ids, but some repeat; the input "
+            raise InputError("checkpointing needs unique row ids, but some repeat; the input "
                              "reader numbers rows, so this is a bug — please report it.")
 
         def write_arrays(staging):
@@ -209,7 +210,7 @@ class LevelCheckpoint:
         state = self.read_state()
         self.levels = list(state["levels"])
         if not self.levels:
-            raise ValueError(f"checkpoint {self.directory} holds no finished level.")
+            raise InputError(f"checkpoint {self.directory} holds no finished level.")
         if level is None:
             level = int(self.levels[-1]["level"])
         try:
@@ -217,7 +218,7 @@ class LevelCheckpoint:
                 keys, sizes = arrays["keys"], arrays["sizes"]
                 ids, gamma = arrays["ids"], arrays["gamma"]
         except (OSError, KeyError, ValueError) as error:
-            raise ValueError(f"checkpoint {self.directory}: level-{level}.npz is unreadable "
+            raise InputError(f"checkpoint {self.directory}: level-{level}.npz is unreadable "
                              f"({error}); remove the directory to start afresh.") from error
         bounds = np.cumsum(sizes)[:-1]
         pieces = list(zip(keys.tolist(), np.split(ids, bounds), np.split(gamma, bounds)))

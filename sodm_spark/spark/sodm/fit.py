@@ -157,11 +157,11 @@ def _prepared(sc, blocks, params: SODMParams, classes, test, validation,
         params = replace(params, levels=prepared.params.levels,
                          stop_level=prepared.params.stop_level)
     elif params.levels != prepared.params.levels:
-        raise ValueError(f"the prepared data hold levels={prepared.params.levels}, the fit "
-                         f"asks for levels={params.levels}; prepare with the same levels.")
+        raise SettingsError(f"the prepared data hold levels={prepared.params.levels}, the fit "
+                            f"asks for levels={params.levels}; prepare with the same levels.")
     if prepared.sparse and options.compress_method == "kmeans" and \
             most_points(options.max_sv) is not None:
-        raise ValueError(SPARSE_KMEANS + ".")
+        raise SettingsError(SPARSE_KMEANS + ".")
     return prepared, params
 
 

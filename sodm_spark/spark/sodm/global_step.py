@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...core.errors import SettingsError
 from ...core.kernels import kernel_matrix
 from ...core.labels import coded_classes, correct_rows
 from ...core.weights import combined_weights
@@ -70,7 +71,7 @@ def global_step_reason(mode: str, levels: list[int], correct: list,
     majority class's share of the slice, or when the last merge gained nothing on the slice.
     Never after level 0, whose one partition is already the exact ODM of every row."""
     if mode not in GLOBAL_STEPS:
-        raise ValueError(f"global_step must be one of {', '.join(GLOBAL_STEPS)}, got {mode!r}.")
+        raise SettingsError(f"global_step must be one of {', '.join(GLOBAL_STEPS)}, got {mode!r}.")
     if mode == "none" or chosen == 0 or not levels:
         return None
     if mode == "always":
@@ -114,8 +115,8 @@ def _level_values(item, centres, kernel):
 def _chunk_sums(item, shared, steps, theta, v, kernel, class_weights=None):
     chunk = item[1]
     centres, coef, direction = shared
-    return nystroem_odm.pass_sums(kernel, centres, np.asarray(chunk.X), chunk.y, coef,
-                                  direction, steps, theta, v,
+    return nystroem_odm.pass_sums(kernel, centres, np.asarray(chunk.X), chunk.y,
+                                  nystroem_odm.PassLine(coef, direction, steps), theta, v,
                                   weights=combined_weights(chunk.weights, class_weights, chunk.y))
 
 

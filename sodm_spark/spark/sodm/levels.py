@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Callable, NamedTuple
 
 import numpy as np
 
+from ...core.errors import InputError
 from ...core.kernels import Kernel
 from ...core.labels import accuracy_of_scores, correct_rows
 from ...core.sparse_rows import stack_rows
@@ -335,7 +336,7 @@ def restored_level(sc, labelled, checkpoint: LevelCheckpoint, level: int | None 
               .persist(PERSIST))
     restored_rows = solved.map(lambda item: item[1].ids.size).sum()
     if restored_rows != ids.size:
-        raise ValueError(f"checkpoint {checkpoint.directory}: {ids.size - restored_rows} of its "
+        raise InputError(f"checkpoint {checkpoint.directory}: {ids.size - restored_rows} of its "
                          "rows are missing from the data; resume with the same data.")
     stats = [LevelStats(**{k: v for k, v in entry.items() if k in LevelStats.__dataclass_fields__})
              for entry in finished]

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields
 
 from ...core import defaults
 from ...core.array_namespace import check_device
+from ...core.errors import SettingsError, refused_as_settings
 from ...core.kernels import Kernel
 from ...core.validation import check_positive_int
 from ...core.weights import ClassWeight, canonical_class_weight
@@ -118,6 +119,7 @@ class SODMParams:
     partitioning: Partitioning = field(init=False, repr=False, compare=False)
     stop_rule: StopRule = field(init=False, repr=False, compare=False)
 
+    @refused_as_settings()  # the pure checks it calls (LocalSolve's, Kernel's) too
     def __post_init__(self):
         """Refuse a bad setting, naming it (once, as the parameters are built: every
         SODMParams is valid, so no later step checks them again)."""
@@ -132,43 +134,45 @@ class SODMParams:
             object.__setattr__(self, name, part)
         object.__setattr__(self, "class_weight", canonical_class_weight(self.class_weight))
         if int(self.p) != self.p or self.p < 2:
-            raise ValueError(f"p (partitions merged per level) must be an integer >= 2, got {self.p!r}.")
+            raise SettingsError(f"p (partitions merged per level) must be an integer >= 2, got "
+                                f"{self.p!r}.")
         if self.levels is not None and (int(self.levels) != self.levels or self.levels < 0):
-            raise ValueError(f"levels must be an integer >= 0, or None ('auto': chosen from "
-                             f"the rows), got {self.levels!r}.")
+            raise SettingsError(f"levels must be an integer >= 0, or None ('auto': chosen from "
+                                f"the rows), got {self.levels!r}.")
         if int(self.stop_level) != self.stop_level or self.stop_level < 0 or (
                 self.levels is not None and self.stop_level > self.levels):
-            raise ValueError(f"stop_level must lie in [0, levels={self.levels}], got "
-                             f"{self.stop_level!r}.")
+            raise SettingsError(f"stop_level must lie in [0, levels={self.levels}], got "
+                                f"{self.stop_level!r}.")
         if self.memory_mb is not None and not 0.0 < self.memory_mb < math.inf:
-            raise ValueError(f"memory_mb (--memory-mb) must be a positive number of MB, got "
-                             f"{self.memory_mb!r}.")
+            raise SettingsError(f"memory_mb (--memory-mb) must be a positive number of MB, got "
+                                f"{self.memory_mb!r}.")
         if self.cache_mb is not None and not 0.0 <= self.cache_mb < math.inf:
-            raise ValueError(f"cache_mb (--cache-mb) must be a number of MB >= 0, got "
-                             f"{self.cache_mb!r}.")
+            raise SettingsError(f"cache_mb (--cache-mb) must be a number of MB >= 0, got "
+                                f"{self.cache_mb!r}.")
         if self.scale not in SCALINGS:
-            raise ValueError(f"scale must be one of {', '.join(SCALINGS)}, got {self.scale!r}.")
+            raise SettingsError(f"scale must be one of {', '.join(SCALINGS)}, got {self.scale!r}.")
         if self.input_map not in INPUT_MAPS:
-            raise ValueError(f"input_map must be one of {', '.join(INPUT_MAPS)}, got "
-                             f"{self.input_map!r}.")
+            raise SettingsError(f"input_map must be one of {', '.join(INPUT_MAPS)}, got "
+                                f"{self.input_map!r}.")
         if self.warm_start not in WARM_STARTS:
-            raise ValueError(f"warm_start must be one of {', '.join(WARM_STARTS)}, got {self.warm_start!r}.")
+            raise SettingsError(f"warm_start must be one of {', '.join(WARM_STARTS)}, got "
+                                f"{self.warm_start!r}.")
         # names the known kernels, checks the offset (γ is resolved from the rows later)
         Kernel.create(self.kernel, 1.0, self.degree, self.coef0, offset=self.kernel_offset)
         if not 0.0 < self.validation_fraction < 1.0:
-            raise ValueError(f"validation_fraction must lie in (0, 1), got "
-                             f"{self.validation_fraction!r}.")
+            raise SettingsError(f"validation_fraction must lie in (0, 1), got "
+                                f"{self.validation_fraction!r}.")
         check_positive_int(self.validation_max_rows, "validation_max_rows")
         if self.kernel_storage not in KERNEL_STORAGES:
-            raise ValueError(f"kernel_storage must be one of {', '.join(KERNEL_STORAGES)}, got "
-                             f"{self.kernel_storage!r}.")
+            raise SettingsError(f"kernel_storage must be one of {', '.join(KERNEL_STORAGES)}, got "
+                                f"{self.kernel_storage!r}.")
         if self.global_step not in GLOBAL_STEPS:
-            raise ValueError(f"global_step must be one of {', '.join(GLOBAL_STEPS)}, got "
-                             f"{self.global_step!r}.")
+            raise SettingsError(f"global_step must be one of {', '.join(GLOBAL_STEPS)}, got "
+                                f"{self.global_step!r}.")
         check_positive_int(self.global_centres, "global_centres")
         if self.calibration not in CALIBRATIONS:
-            raise ValueError(f"calibration must be one of {', '.join(CALIBRATIONS)}, got "
-                             f"{self.calibration!r}.")
+            raise SettingsError(f"calibration must be one of {', '.join(CALIBRATIONS)}, got "
+                                f"{self.calibration!r}.")
 
     def settings(self) -> dict:
         """The fields a user sets (not the parts built from them), by name."""

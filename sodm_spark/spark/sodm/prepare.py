@@ -23,7 +23,7 @@ import numpy as np
 import scipy.sparse
 
 from ...core.column_stats import ColumnStats, scale_rows
-from ...core.errors import SettingsError
+from ...core.errors import InputError, SettingsError
 from ...core.kernels import Kernel, gamma_value
 from ...core.labels import coded_labels, raw_labels
 from ...core.sparse_rows import DENSE_PRODUCT_DENSITY, as_float_rows, dense_enough, stack_rows
@@ -55,7 +55,7 @@ def checked_classes(blocks, n_features: int, with_rows: bool = False,
     with ``with_stats``, (the label values, the :class:`~sodm_spark.spark.io.BlockStats`)."""
     stats = check_blocks(blocks, n_features, max_labels=100, where=where)
     if stats.label_counts is None:
-        raise ValueError("the label column holds more than 100 distinct values; SODM is a "
+        raise InputError("the label column holds more than 100 distinct values; SODM is a "
                          "classifier (is the label column the right one, or is it a "
                          "regression target?).")
     classes = np.array(list(stats.label_counts), dtype=np.float64)
@@ -204,7 +204,7 @@ def _fit_classes(classes) -> np.ndarray:
     follow them."""
     classes = np.asarray(classes)
     if classes.size < 2:
-        raise ValueError(f"SODM needs at least two classes; the labels hold {classes.size} "
+        raise InputError(f"SODM needs at least two classes; the labels hold {classes.size} "
                          f"class ({', '.join(map(str, classes[:10]))}): check the label "
                          "column.")
     return np.unique(classes) if classes.size > 2 else classes
@@ -384,10 +384,10 @@ def _plus_minus(pair, classes, n_features, what, scaling=None, projection=None):
     X, y = as_float_rows(pair[0], np.float64), np.asarray(pair[1])
     unknown = np.setdiff1d(y, classes)
     if unknown.size:
-        raise ValueError(f"the {what} labels hold {unknown[:5].tolist()}, which the training "
+        raise InputError(f"the {what} labels hold {unknown[:5].tolist()}, which the training "
                          f"labels {classes.tolist()} do not; use the same label coding.")
     if X.shape[1] != n_features:
-        raise ValueError(f"the {what} data have {X.shape[1]} features, the training "
+        raise InputError(f"the {what} data have {X.shape[1]} features, the training "
                          f"data {n_features}.")
     if scaling is not None:
         X = scale_rows(X, *scaling)
