@@ -92,6 +92,21 @@ def test_max_iter_gives_a_convergence_warning():
         ODMClassifier().fit(X, y)
 
 
+def test_a_small_dual_the_sweeps_leave_unconverged_is_finished_by_newton_steps():
+    """Iris at the default λ = 1e5: 1,000 coordinate-descent sweeps stop above the violation
+    bound; Newton steps from there reach it, at the optimum a far longer descent finds."""
+    X, y = load_iris(return_X_y=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        model = ODMClassifier(random_state=0).fit(X, y)
+    assert model.converged_ and np.all(model.n_iter_ > 1000)
+    long = ODMClassifier(random_state=0, max_iter=100_000, tol=1e-4, dtype="float64",
+                         device="auto").fit(X, y)
+    assert long.converged_ and np.all(long.n_iter_ > 1000)
+    np.testing.assert_allclose(model.objective_, long.objective_, rtol=1e-3)
+    assert (model.predict(X) == long.predict(X)).mean() >= 0.99
+
+
 def test_model_save_and_load_round_trip(tmp_path):
     X, y = load_iris(return_X_y=True)
     labels = np.array(["setosa", "versicolor", "virginica"])[y]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 
 import numpy as np
 import scipy.sparse
@@ -12,7 +13,7 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
 from ..core import defaults
-from ..core.array_namespace import check_device
+from ..core.array_namespace import check_device, resolve_device
 from ..core.errors import SettingsError
 from ..core.estimator_inputs import (check_fit_data, check_predict_data, encode_classes,
                                      keep_params, predict_labels)
@@ -30,6 +31,20 @@ from .probability import calibrated_model, check_calibration
 
 SOLVERS = ("auto", "dcd", "newton", "svrg")
 PRIMAL_SOLVERS = ("newton", "svrg")  # linear kernel only; they fit the intercept
+
+
+#: The most rows whose unconverged coordinate descent is finished by Newton steps (one direct
+#: solve of at most this many rows per step: under a tenth of a second).
+NEWTON_FINISH_ROWS = 1000
+
+
+def _finish_by_newton(solve: LocalSolve, solution, n_rows: int) -> bool:
+    """Whether the numba coordinate descent ran out of sweeps on a small problem, which the
+    finite Newton steps of ``solvers/odm_newton.py`` (the device path, here on numpy) then
+    finish from where it stopped: at λ = 1e5 on tens of rows the descent can need 15,000
+    sweeps where Newton needs under ten steps (docs/design.md §2.10)."""
+    return (not solution.converged and n_rows <= NEWTON_FINISH_ROWS
+            and resolve_device(solve.device) is None)
 
 
 def _translation(kernel: Kernel, X) -> np.ndarray | None:
@@ -250,10 +265,16 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
         solution = solve.solve(solved_rows, y_solved, kernel, n_classes,
                                seed=seed_from(self.random_state), seed_each_class=False,
                                weights=weights)
+        sweeps = solution.sweeps
+        if _finish_by_newton(solve, solution, solved_rows.shape[0]):
+            solution = replace(solve, device="cpu").solve(
+                solved_rows, y_solved, kernel, n_classes, warm_start=solution.gamma,
+                weights=weights)
+            sweeps = sweeps + solution.sweeps
         for run in solution.runs:
             self._warn_unless_converged(run)
         coef = expansion_coefficients(y_solved, solution.gamma).reshape(X.shape[0], -1)
-        return self._store_dual(X, coef, kernel, solution.sweeps, solution.objectives,
+        return self._store_dual(X, coef, kernel, sweeps, solution.objectives,
                                 solution.converged, kept, center)
 
     def _warn_unless_converged(self, result):
