@@ -46,6 +46,24 @@ def test_levels_zero_equals_the_exact_solver(spark, data):
     np.testing.assert_allclose(fit.model.coef[:, 0], (reference.gamma * y)[support], atol=1e-6)
 
 
+def test_unscaled_rows_far_from_the_origin_are_solved_as_rows_near_it(spark, data):
+    """The rbf kernel is translation invariant: rows shifted by 100 must give the float32 fit
+    of the rows as they are (the exact float64 reference); the kernel's GEMM form in float32
+    lost the distances' digits there and the dual diverged. The model takes the raw rows."""
+    X, y, X_test, y_test = data
+    params = SODMParams(scale="none", auto_stop=False, gamma=GAMMA, lam=1e5, levels=0,
+                        tol=1e-6, kernel_storage="float32")
+    fit = fit_sodm(spark.sparkContext, numpy_to_blocks(spark.sparkContext, X + 100.0, y),
+                   params, classes=[-1.0, 1.0])
+    reference = exact(X, y, params)
+    assert fit.levels[0].objective == pytest.approx(reference.objective, rel=1e-4)
+    near = reference.gamma * y
+    kernel = Kernel.create("rbf", GAMMA)
+    expected = kernel.block(X_test, X[near != 0]) @ near[near != 0]
+    np.testing.assert_allclose(fit.model.decision_function(X_test + 100.0).ravel(), expected,
+                               atol=1e-3 * np.abs(near).sum())
+
+
 @pytest.mark.parametrize("partitioner", ["stratified", "random", "dip", "kmeans"])
 def test_merging_to_one_partition_reaches_the_exact_objective(spark, data, partitioner):
     X, y, X_test, y_test = data

@@ -126,6 +126,15 @@ class ColumnStats:
         offset, scale = self.minmax()
         return offset, scale, None
 
+    def centring(self) -> tuple[np.ndarray, np.ndarray, None] | None:
+        """The feature map (offset, scale, columns) that moves dense rows to their mean, when
+        :func:`centring_offset` asks for it (an rbf kernel's rows left unscaled), else None."""
+        if self.sparse or self.n < 2:
+            return None
+        means = self.sums / self.n
+        offset = centring_offset(means, self.squares / self.n - means ** 2)
+        return None if offset is None else (offset, np.ones_like(offset), None)
+
     def variance(self, offset: np.ndarray | float | None = None,
                  scale: np.ndarray | None = None) -> float:
         """Variance over all n·d entries (what gamma='scale' needs), of the rows mapped by
@@ -138,6 +147,15 @@ class ColumnStats:
             squares = (self.squares - 2 * offset * self.sums + self.n * offset ** 2) * scale ** 2
         count = float(self.n) * float(self.d)
         return float(squares.sum() / count - (sums.sum() / count) ** 2)
+
+
+def centring_offset(means: np.ndarray, variances: np.ndarray) -> np.ndarray | None:
+    """``means`` when dense rows with these column means and variances lie farther from the
+    origin than they spread (‖mean‖² above the summed variances), else None. The rbf kernel's
+    GEMM form ‖x‖² + ‖z‖² − 2x·z then loses the distances' digits in float32 (the cancellation
+    grows with that ratio, and a dual solved on such a kernel diverged); the kernel is
+    translation invariant, so its rows are taken less their mean instead."""
+    return means if float(means @ means) > float(np.sum(variances)) else None
 
 
 def _merge_sparse(a: ColumnStats, b: ColumnStats) -> ColumnStats:

@@ -14,6 +14,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..core import defaults
 from ..core.array_namespace import check_device, resolve_device
+from ..core.column_stats import centring_offset
 from ..core.errors import SettingsError
 from ..core.estimator_inputs import (check_fit_data, check_predict_data, encode_classes,
                                      keep_params, predict_labels)
@@ -48,16 +49,14 @@ def _finish_by_newton(solve: LocalSolve, solution, n_rows: int) -> bool:
 
 
 def _translation(kernel: Kernel, X) -> np.ndarray | None:
-    """The rows' column means when the dual is solved on the rows less them: dense rows of the
-    rbf kernel, whose values a translation leaves unchanged, lying farther from the origin than
-    they spread (‖mean‖² above the summed column variances): the cancellation in the kernel's
-    ‖x‖² + ‖z‖² − 2x·z grows with that ratio. None otherwise (CSR rows keep their zeros; the
-    laplacian's L1 distances are taken directly; the other kernels are not invariant)."""
+    """The rows' column means when the dual is solved on the rows less them
+    (:func:`~sodm_spark.core.column_stats.centring_offset`: dense rbf rows farther from the
+    origin than they spread), else None (CSR rows keep their zeros; the laplacian's L1
+    distances are taken directly; the other kernels are not translation invariant)."""
     if kernel.name != "rbf" or scipy.sparse.issparse(X) or X.shape[0] < 2:
         return None
     rows = np.asarray(X, dtype=np.float64)
-    center = rows.mean(axis=0)
-    return center if center @ center > rows.var(axis=0).sum() else None
+    return centring_offset(rows.mean(axis=0), rows.var(axis=0))
 
 
 class ODMClassifier(ClassifierMixin, BaseEstimator):
@@ -249,10 +248,8 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
             X, y_index, weights = X[kept], y_index[kept], weights[kept]
         self.kernel_ = kernel
         self._gamma = kernel.gamma
-        # the rbf kernel's GEMM form ‖x‖² + ‖z‖² − 2x·z loses the distances' digits in float32
-        # when rows lie far from the origin (the solve then diverges): the kernel is translation
-        # invariant, so the dual is solved on the rows less their mean, and the model keeps the
-        # mean as its input map's offset
+        # rows far from the origin are solved less their mean, which the model keeps as its
+        # input map's offset (the levels' unscaled rows are moved alike, ColumnStats.centring)
         center = _translation(kernel, X)
         solved_rows = X if center is None else np.asarray(X, dtype=np.float64) - center
         # Binary: one problem with classes_[1] as +1. More classes: one-vs-rest.

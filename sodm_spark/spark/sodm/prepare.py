@@ -282,6 +282,9 @@ def _kernel_inputs(sc, held: HeldOut, params: SODMParams) -> KernelInputs:
     scaling = None
     if params.scale == "minmax" and params.kernel != "linear":
         scaling = stats.scaling()  # min-max, or max-abs for sparse rows
+    elif params.kernel == "rbf":  # unscaled rows far from the origin: moved to their mean
+        scaling = stats.centring()
+    if scaling is not None:
         training = training.map(lambda b: scaled_block(b, scaling))
         if candidates is not None:
             candidates = scale_rows(candidates, *scaling)
