@@ -142,8 +142,8 @@ def run_benchmark(args, argv, log=print) -> dict:
     spark, created = _session(args)
     if "cores" in args.scaling and not created:
         raise SettingsError("--scaling cores starts one Spark session per core count, so it needs "
-                         "the job's own session; run the job with python or spark-submit, not "
-                         "inside a live session (a notebook or a test).")
+                            "the job's own session; run the job with python or spark-submit, not "
+                            "inside a live session (a notebook or a test).")
     document = {"command": command_line(argv), "machine": report.machine(),
                 "date": datetime.date.today().isoformat(), "master": spark.sparkContext.master,
                 "settings": settings, "budget_seconds": args.budget_seconds,

@@ -87,7 +87,7 @@ def check_classes(classes, linear: bool, refuse: Callable | None = None) -> np.n
                           more="use a nonlinear kernel: its levels fit every class at once")
     count = f"{classes.size} class{'es' if classes.size != 1 else ''}"
     raise InputError(f"the labels hold {count} ({shown_classes(classes)}); SODM needs at least "
-                      "two. Check that the label column is the right one.")
+                     "two. Check that the label column is the right one.")
 
 
 @dataclass(frozen=True)

@@ -193,7 +193,7 @@ def stratified_layout(sc, inputs: ResidentBlocks, chunked, per_partition, params
                              "stratum in its overall share"), None
     if n_partitions > n_rows:
         raise SettingsError(f"DSVRG asks for {n_partitions} partitions but the data have only "
-                         f"{n_rows} rows; pass at most {n_rows} (--partitions / n_partitions).")
+                            f"{n_rows} rows; pass at most {n_rows} (--partitions / n_partitions).")
     partitioner = "random" if sparse else params.partitioner
     chunks, _, _ = partition_blocks(sc, per_partition.values(), Kernel.create("linear"), n_rows,
                                     n_partitions,
