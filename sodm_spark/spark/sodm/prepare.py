@@ -282,14 +282,16 @@ def _kernel_inputs(sc, held: HeldOut, params: SODMParams) -> KernelInputs:
     scaling = None
     if params.scale == "minmax" and params.kernel != "linear":
         scaling = stats.scaling()  # min-max, or max-abs for sparse rows
-    elif params.kernel == "rbf":  # unscaled rows far from the origin: moved to their mean
+    gamma = 1.0 if params.kernel == "linear" else gamma_value(
+        params.gamma, stats.d, stats.variance(*(scaling[:2] if scaling else (None, None))))
+    if scaling is None and params.kernel == "rbf":
+        # unscaled rows far from the origin are moved to their mean, after γ: 'scale' pools
+        # every entry's variance, which a per-column shift changes, and reads the rows as given
         scaling = stats.centring()
     if scaling is not None:
         training = training.map(lambda b: scaled_block(b, scaling))
         if candidates is not None:
             candidates = scale_rows(candidates, *scaling)
-    gamma = 1.0 if params.kernel == "linear" else gamma_value(
-        params.gamma, stats.d, stats.variance(*(scaling[:2] if scaling else (None, None))))
     kernel = Kernel.create(params.kernel, gamma, params.degree, params.coef0,
                            offset=params.kernel_offset)
     projection, input_map_report = None, None
