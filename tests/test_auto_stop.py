@@ -11,7 +11,7 @@ from sodm_spark.selection import stopping
 from sodm_spark.selection.stopping import (REACHED_STOP_LEVEL, SMALL_IMPROVEMENT, TIME_BUDGET,
                                            LevelCost, StopRule, best_level, choose_level,
                                            holdout_mask, paired_gain, predict_seconds,
-                                           predicted_gain, replay, validation_share, work_per_core)
+                                           predicted_gain, replay, validation_share)
 from sodm_spark.solvers.kernel_rows import solver_memory_mb
 from sodm_spark.spark.memory import (ExecutorMemory, MemoryBudgetError, executor_memory,
                                      level_cache_mb)
@@ -169,6 +169,66 @@ def test_a_level_cheaper_than_a_quarter_of_the_time_so_far_is_never_skipped():
     assert StopRule(time_budget=9.0).reason_to_stop(levels, 8.0, 1.9) == TIME_BUDGET
 
 
+def test_a_level_cheap_against_the_whole_command_is_never_skipped():
+    """The reported case: 5.2 s of training after 20 s of start-up and reading, the next level
+    predicted 2.1 s. Against the whole command (25.2 s) it is cheap and runs; against the
+    fit's 5.2 s alone it is not, and the rule would stop for the small expected gain."""
+    rule = StopRule(min_improvement=0.002)
+    levels = _levels(1000, range(0, 80), range(0, 80))  # no row changed: at most 0.1 next
+    assert rule.reason_to_stop(levels, elapsed=5.2, next_seconds=2.1, before_fit=20.0) is None
+    assert rule.reason_to_stop(levels, elapsed=5.2, next_seconds=2.1) == SMALL_IMPROVEMENT
+    assert rule.reason_to_stop(levels, 5.2, 2.1, before_fit=0.0) == SMALL_IMPROVEMENT
+    # the share is of the whole: 2.1 s is cheap from 8.4 s of command on, not before
+    assert rule.reason_to_stop(levels, 5.2, 2.1, before_fit=3.3) is None
+    assert rule.reason_to_stop(levels, 5.2, 2.1, before_fit=3.1) == SMALL_IMPROVEMENT
+    # the time budget bounds the training alone: the command's seconds do not count
+    assert StopRule(time_budget=8.0).reason_to_stop(levels, 5.2, 2.1, before_fit=20.0) is None
+    assert StopRule(time_budget=7.0).reason_to_stop(levels, 5.2, 2.1, before_fit=20.0) == \
+        TIME_BUDGET
+
+
+def test_the_seconds_before_a_fit_count_only_for_a_fit_in_a_command():
+    from types import SimpleNamespace
+
+    from sodm_spark.spark.sodm.levels import before_fit
+
+    now = 1_000_000.0
+    assert stopping.seconds_before_fit(now - 20.0, now) == pytest.approx(20.0)  # a job
+    assert stopping.seconds_before_fit(None, now) == 0.0  # no command: SODMClassifier, a test
+    # a notebook's process started hours before the fit: its own clock
+    assert stopping.seconds_before_fit(now - 3 * 3600.0, now) == 0.0
+    assert stopping.seconds_before_fit(now - stopping.LONGEST_LEAD_SECONDS, now) == \
+        stopping.LONGEST_LEAD_SECONDS
+    # a resumed fit's clock starts before the command (it counts the checkpointed levels)
+    assert stopping.seconds_before_fit(now + 5.0, now) == 0.0
+    assert before_fit(SimpleNamespace(command_started=now - 20.0, started=now)) == \
+        pytest.approx(20.0)
+    assert before_fit(SimpleNamespace(command_started=None, started=now)) == 0.0
+
+
+def _replayed_records(before_fit_seconds):
+    """Two levels that tie on the slice, level 0 predicted 2.1 s after 5.2 s of the fit."""
+    records = []
+    for level, elapsed, predicted in ((2, 2.0, 1.0), (1, 5.2, 1.5), (0, 7.0, 2.1)):
+        record = {"level": level, "validation_wrong": list(range(80)), "elapsed": elapsed,
+                  "predicted_seconds": predicted, "kernel": "cached", "partitions": 3 ** level,
+                  "tasks": min(2, 3 ** level)}
+        if before_fit_seconds is not None:
+            record["before_fit_seconds"] = before_fit_seconds
+        records.append(record)
+    return records
+
+
+def test_replay_counts_the_recorded_seconds_before_the_fit_and_old_records_as_before():
+    rule = StopRule()
+    # recorded by a job: level 0 is cheap against the 25.2 s of the command, and runs
+    assert replay(_replayed_records(20.0), 1000, rule, cores=2)[0] == [2, 1, 0]
+    # a record made before the field existed replays on the fit's seconds alone, as it did
+    old = replay(_replayed_records(None), 1000, rule, cores=2)
+    assert old[0] == [2, 1] and old[2] == SMALL_IMPROVEMENT
+    assert replay(_replayed_records(0.0), 1000, rule, cores=2) == old  # a fit outside a job
+
+
 def test_the_model_kept_weighs_every_validated_level_not_only_the_last_two():
     # levels 2, 1, 0 at 0.86, 0.84, 0.839 on 1,000 rows: level 2 beats both later ones by
     # 20+ rows, far beyond one standard error; the last two alone would keep level 1
@@ -220,31 +280,14 @@ def test_best_level_is_the_highest_validation_accuracy_the_later_on_ties():
         best_level([])
 
 
-def test_predicted_seconds_recover_a_linear_cost_model():
-    cores = 2
-    cost = lambda parts, rows: 1.5 + 2e-7 * work_per_core(parts, rows, cores)  # noqa: E731
-    done = [LevelCost(27, 2000, cost(27, 2000)), LevelCost(9, 6000, cost(9, 6000))]
-    assert predict_seconds(done, 3, 18000, cores) == pytest.approx(cost(3, 18000))
-    assert predict_seconds(done, 1, 54000, cores) == pytest.approx(cost(1, 54000))
-    # one level measured: the time scales with the work
-    assert predict_seconds(done[:1], 9, 6000, cores) == pytest.approx(
-        done[0].seconds * work_per_core(9, 6000, cores) / work_per_core(27, 2000, cores))
-    assert predict_seconds([], 9, 6000, cores) is None
-
-
-def test_one_measured_level_splits_its_seconds_with_the_estimates_made_before_it_ran():
-    cores = 2
-    first = [LevelCost(27, 1997, 19.35)]  # estimated 3.6 s from the GEMM speed
-    # what it took beyond its estimate is overhead the next level pays too, plus its own estimate
-    assert predict_seconds(first, 9, 5991, cores, priors=(3.6, 10.0)) == pytest.approx(
-        19.35 - 3.6 + 10.0)
-    # a level faster than its estimate scales the next one's estimate
-    assert predict_seconds(first, 9, 5991, cores, priors=(40.0, 100.0)) == pytest.approx(
-        19.35 * 100.0 / 40.0)
-    # two measured levels: the estimates are not needed, the two-level fit is used
-    two = first + [LevelCost(9, 5991, 24.5)]
-    assert predict_seconds(two, 3, 17970, cores, priors=(3.6, 10.0)) == pytest.approx(
-        predict_seconds(two, 3, 17970, cores))
+def test_the_next_level_is_its_model_scaled_by_how_far_the_last_level_was_from_its_own():
+    assert predict_seconds([], 12.0) is None
+    # the last level took what the model said: the next takes what the model says
+    assert predict_seconds([LevelCost(5.0, 5.0)], 12.0) == pytest.approx(12.0)
+    # nine times its model (a loaded machine, rows that need more sweeps): three times
+    assert predict_seconds([LevelCost(45.0, 5.0)], 12.0) == pytest.approx(36.0)
+    assert predict_seconds([LevelCost(40.0, 5.0), LevelCost(5.0, 20.0)], 12.0) == \
+        pytest.approx(6.0)  # the last level's
 
 
 def test_the_validation_slice_is_ten_percent_and_ten_thousand_from_100_000_rows_on():
@@ -313,9 +356,14 @@ def test_the_model_returned_is_the_best_levels(spark, data, flip, monkeypatch):
 
 
 @pytest.mark.parametrize("flip", [False, True])
-def test_replaying_a_fit_of_every_level_decides_as_automatic_stopping(spark, data, flip):
+def test_replaying_a_fit_of_every_level_decides_as_automatic_stopping(spark, data, flip,
+                                                                     monkeypatch):
     """The rule replayed on the records of a fit that ran every level (the stopping
-    benchmark's evaluation) stops and chooses as a fit with automatic stopping does."""
+    benchmark's evaluation) stops and chooses as a fit with automatic stopping does. (The
+    levels of these 1,200 rows cost less than a quarter of either fit so far, by seconds the two
+    fits measure apart: the rule that runs a cheap level anyway is switched off, or the two
+    would differ by the clock; its replay is checked on constructed records above.)"""
+    monkeypatch.setattr(stopping, "CHEAP_LEVEL_SHARE", 0.0)
     X, y, X_val, y_val = data
     sc = spark.sparkContext
     validation = (X_val, -y_val if flip else y_val)
@@ -328,6 +376,33 @@ def test_replaying_a_fit_of_every_level_decides_as_automatic_stopping(spark, dat
     assert solved == [e.level for e in stopped.levels] and chosen == stopped.best_level
     for mine, theirs in zip(stopped.levels, every.levels):
         assert mine.validation_wrong == theirs.validation_wrong
+
+
+def test_a_fit_in_a_command_weighs_its_levels_against_the_whole_command(spark, data):
+    """A job's fit (given the command's timeline) records the seconds the command ran before
+    it and counts them: after 1,000 s of a command every level is cheap, so no merge is
+    skipped for its small expected gain (min_improvement 1.0: none can pay). A fit given no
+    timeline (SODMClassifier, a notebook) counts its own seconds only, and a command's start
+    more than an hour before the fit (a process that ran other work first) is not counted."""
+    import time
+
+    from sodm_spark.core.timeline import Timeline
+
+    X, y, X_val, y_val = data
+    sc = spark.sparkContext
+    params = replace(BASE, min_improvement=1.0)
+    in_command = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, [-1.0, 1.0],
+                          validation=(X_val, y_val),
+                          timeline=Timeline(time.perf_counter() - 1000.0))
+    assert [e.level for e in in_command.levels] == [2, 1, 0]
+    assert in_command.stop_reason == REACHED_STOP_LEVEL
+    assert all(1000.0 <= e.before_fit_seconds < 1100.0 for e in in_command.levels)
+    assert len({e.before_fit_seconds for e in in_command.levels}) == 1
+    for timeline in (None, Timeline(time.perf_counter() - 2 * 3600.0)):
+        alone = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, [-1.0, 1.0],
+                         validation=(X_val, y_val), timeline=timeline)
+        assert all(e.before_fit_seconds == 0.0 for e in alone.levels)
+        assert "before_fit_seconds" in alone.levels[0].to_dict()
 
 
 def test_a_training_set_of_100_000_rows_or_more_holds_out_exactly_10_000(spark):
@@ -446,9 +521,12 @@ def test_memory_readings_and_spark_size_strings():
         [2048.0, 512.0, 1.0, 100.0, 1024.0 ** 2, 3072.0]
 
 
-def test_the_rule_fires_with_the_defaults_where_merging_cannot_pay(spark):
+def test_the_rule_fires_with_the_defaults_where_merging_cannot_pay(spark, monkeypatch):
     """Algorithm 1, line 5 on data where it must fire by itself: two well separated blobs,
-    where every level already classifies every validation row; no threshold is forced."""
+    where every level already classifies every validation row; no threshold is forced.
+    (These levels of a few hundred rows cost less than a quarter of the fit so far: the rule
+    that runs a cheap level anyway is switched off, or the stop would depend on the clock.)"""
+    monkeypatch.setattr(stopping, "CHEAP_LEVEL_SHARE", 0.0)
     rng = np.random.default_rng(12)
     y = np.where(rng.random(2800) < 0.5, 1.0, -1.0)
     X = rng.normal(scale=0.5, size=(2800, 4)) + 3.0 * y[:, None]
@@ -601,9 +679,9 @@ def test_a_fit_judged_by_auc_records_decides_and_keeps_by_auc(spark, data, monke
     given = []
     original = StopRule.reason_to_stop
 
-    def spy(self, judged, elapsed, next_seconds):
+    def spy(self, judged, elapsed, next_seconds, before_fit=0.0):
         given.append((self.metric, list(judged)))
-        return original(self, judged, elapsed, next_seconds)
+        return original(self, judged, elapsed, next_seconds, before_fit)
 
     monkeypatch.setattr(StopRule, "reason_to_stop", spy)
     X, y, X_val, y_val = data

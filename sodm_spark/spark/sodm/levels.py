@@ -23,8 +23,8 @@ from ...core.kernels import Kernel
 from ...core.labels import accuracy_of_scores, correct_rows
 from ...core.sparse_rows import stack_rows
 from ...selection.stopping import (NEXT_LEVEL_BLOCKED, REACHED_STOP_LEVEL, WARM_START_OPTIMAL,
-                                   level_evaluations, next_level_blocked, unbeaten_levels,
-                                   validation_fields)
+                                   level_evaluations, next_level_blocked, seconds_before_fit,
+                                   unbeaten_levels, validation_fields)
 from ..frames import map_with_reports
 from ..memory import MemoryBudgetError
 from ..session import PERSIST
@@ -54,6 +54,11 @@ class LevelScoring:
     def n_validation(self) -> int:
         return 0 if self.validation is None else len(self.validation[1])
 
+    @property
+    def n_scored(self) -> int:
+        """The rows every level's tasks score: the validation slice's and the test rows'."""
+        return self.n_validation + (0 if self.test_labels is None else len(self.test_labels))
+
 
 @dataclass(frozen=True)
 class LevelRun:
@@ -69,6 +74,10 @@ class LevelRun:
     # the fit's clock (perf_counter): a resumed fit's starts earlier by the time its
     # checkpointed levels took, which the time budget and the records count too
     started: float
+    # the start of the command the fit runs in (perf_counter: the job's timeline's origin,
+    # core.timeline.command_started), which the stop rule's cheap-level test counts from;
+    # None: the fit's own clock (SODMClassifier, a notebook, a test; docs/design.md §2.7)
+    command_started: float | None = None
     checkpoint: LevelCheckpoint | None = None
     on_plan: Callable | None = None  # called with each LevelPlan before its level runs
     on_level: Callable | None = None  # called with each LevelStats as its level finishes
@@ -129,7 +138,7 @@ def first_level(sc, run: LevelRun, parts, sizes: np.ndarray) -> LevelsSoFar:
     """The top level planned and solved on its p^L partitions ``parts`` of ``sizes`` rows; a
     plan over the memory budget raises here, before any level runs."""
     plan = plan_level(run.params.levels, sizes, run.width, run.params, run.memory, [],
-                      run.cores)
+                      run.cores, run.scoring.n_scored, run.task_settings.n_classes)
     return solved_level(sc, run, parts, plan, [], KeptLevels())
 
 
@@ -155,6 +164,7 @@ def solved_level(sc, run: LevelRun, partitions, plan: LevelPlan, history: list,
     level = _solve(sc, run, partitions, plan)
     _judge(level.entry, level.scores, run.scoring, run.params)
     level.entry.elapsed = time.perf_counter() - run.started
+    level.entry.before_fit_seconds = before_fit(run)
     history.append(level.entry)
     kept.keep(plan.level, level.solved, level.scores, level.local_fit)
     kept.keep_only(_still_eligible(plan.level, history, run))
@@ -274,7 +284,8 @@ def next_step(run: LevelRun, levels: LevelsSoFar) -> tuple[LevelPlan | None, str
                                weights=levels.sizes).astype(np.int64)
     try:
         plan = plan_level(level - 1, merged_sizes, run.width, params, run.memory,
-                          levels.history, run.cores)
+                          levels.history, run.cores, run.scoring.n_scored,
+                          run.task_settings.n_classes)
     except MemoryBudgetError as error:
         if not params.auto_stop:
             raise
@@ -288,13 +299,20 @@ def _automatic_stop(run: LevelRun, levels: LevelsSoFar, plan: LevelPlan) -> str:
     busy (on-demand kernel blocks cost the kernel work again in every sweep)."""
     reason = run.params.stop_rule.reason_to_stop(
         validated(levels.history, run.scoring, run.params)[1],
-        time.perf_counter() - run.started, plan.predicted_seconds) or ""
+        time.perf_counter() - run.started, plan.predicted_seconds, before_fit(run)) or ""
     assert plan.tasks is not None  # plan_level sets the tasks of every plan it makes
     if not reason and next_level_blocked(plan.kernel, plan.tasks, plan.partitions, run.cores):
         reason = (f"{NEXT_LEVEL_BLOCKED} (level {plan.level}: {plan.advice}; "
                   f"predicted {plan.predicted_seconds:,.0f} s; auto_stop=False "
                   "(--no-auto-stop) runs it)")
     return reason
+
+
+def before_fit(run: LevelRun) -> float:
+    """Seconds the command ran before the fit's clock started (its start-up, the reading),
+    which the stop rule adds to the fit's own seconds to weigh a level's cost
+    (:func:`~sodm_spark.selection.stopping.seconds_before_fit`: 0 without a command)."""
+    return seconds_before_fit(run.command_started, run.started)
 
 
 def merged(sc, levels: LevelsSoFar, params: SODMParams):

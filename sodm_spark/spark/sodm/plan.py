@@ -12,9 +12,11 @@ a solve) start at that cached level instead (:func:`auto_level_count`).
 
 **Each level's plan** (:func:`plan_level`): its shape, whether every partition's whole kernel
 matrix fits the kernel cache of a task (``cached``) or is computed on demand in every sweep
-(``blocked``), the memory of one task, and its predicted seconds — from the levels measured so
-far (:func:`~sodm_spark.selection.stopping.predict_seconds`), or before the first level from this
-machine's measured GEMM speed (:func:`prior_seconds`). A blocked plan says what it costs and
+(``blocked``), the memory of one task, and its predicted seconds: what the solver does, at this
+machine's measured GEMM speed (:func:`modelled_seconds`), with the visits of a solve from
+scratch before any level ran (:func:`prior_seconds`), then with the sweeps the last level
+needed, scaled by how far its own seconds were from the model
+(:func:`~sodm_spark.selection.stopping.predict_seconds`). A blocked plan says what it costs and
 which level count would keep the kernels cached. On a GPU the driver sees, the cache is its
 free memory's share (:class:`~sodm_spark.spark.memory.ExecutorMemory`).
 """
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -35,18 +38,56 @@ from .params import LevelPlan
 #: deformed Fashion-MNIST rows (the top level alone, `--no-auto-stop --stop-level L`, local[2]):
 #: see docs/jobs.md, "The top partition size, measured".
 TOP_PARTITION_ROWS = 2500
-#: Sweeps a solve from scratch is assumed to need before any level is measured (the block
-#: solver needed 15-37 on 600,000 deformed Fashion-MNIST rows at partitions of 824-22,194
-#: rows, 9-50 on letter and the sphere at λ = 1e3-1e6).
-PRIOR_SWEEPS = 30
-#: Seconds of one sweep per cached kernel entry on one core (reading float32 entries from
-#: memory), a task's fixed cost, and seconds per row besides: fitted with this machine's GEMM
-#: speed (87 GFLOP/s a core) to the top levels of 600,000 × 784 deformed Fashion-MNIST rows from
-#: scratch, local[2] (docs/jobs.md, "The top partition size, measured"): 729 × 824 rows 58.5 s
-#: (59.5 s by this rule), 243 × 2,466 35.9 s (39.7), 81 × 7,398 56.9 s (68), 27 × 22,194
-#: 177-209 s (185).
-PRIOR_SECONDS_PER_ENTRY_SWEEP = 0.56e-9
-PRIOR_SECONDS_PER_TASK, PRIOR_SECONDS_PER_ROW = 0.13, 15e-6
+#: The level cost model (:func:`modelled_seconds`), int16 levels. Its seconds are this
+#: machine's when a core's float32 GEMM runs at PRIOR_REFERENCE_GEMM_FLOPS; the model scales
+#: them by the speed measured before each fit (:func:`measure_gemm`), which a loaded machine
+#: lowers. Fitted by least squares on log seconds to the 28 levels of a first run of
+#: benchmarks/bench_level_costs.py (the six data sets of bench_stopping.py, every level, and
+#: 12-column tables of 50,000-200,000 rows; local[2], load average 3.2-5.8 from the other
+#: users of the machine, GEMM 57.8 GFLOP/s a core against about 130 when idle), each level with
+#: the visits its measured sweeps give (:func:`measured_visits`); with the level's own cost
+#: below, within a factor of 1.5 of 20 of them, 1.92 at worst; of the stored run's 28
+#: (docs/results/level_costs.json, load average 1.2-2.6), 20, 2.08 at worst. Per cached
+#: entry, filling it (the rbf epilogue, the rounding to int16, the mirrored half, the pages):
+#: 3.38 ns (the ten-class levels' float32 entries fitted no dearer). Per visit of a row in a
+#: sweep, the block's 8 inner sweeps over its 512-entry row: 3.42 µs, and reading the row into
+#: u: 0.093 ns a byte (0.19 ns an int16 entry, about 10 GB/s). Single-core probes of the
+#: solver on Fashion-MNIST and the sphere, CPU time: 4.9-6.9 ns an entry, 5.3-5.4 µs a visit
+#: on 1,000-5,000 rows, 0.19 ns an entry read on 20,000. Per scored row and training row, besides the GEMM:
+#: 1.97 ns (the levels' own scoring seconds, median of 20 levels: 3.4 ns at 57.8 GFLOP/s). Per
+#: task 0.029 s (0.05 s at the run's speed, Spark's launch of a task: 80 ms of everything a
+#: task of the 729-task level in docs/jobs.md, "The top partition size, measured"); per row
+#: of a task 36 µs (reading its partition, the merge's shuffle: what the fit gave a level's
+#: rows besides its kernel and sweeps). Ten classes' joint solve: 0.171 ns per class and
+#: float32 entry a plain sweep reads.
+PRIOR_REFERENCE_GEMM_FLOPS = 100e9
+PRIOR_FILL_SECONDS = 3.38e-9
+PRIOR_SECONDS_PER_VISIT, PRIOR_SECONDS_PER_BYTE_READ = 3.42e-6, 0.093e-9
+PRIOR_SCORE_SECONDS_PER_ENTRY = 1.97e-9
+PRIOR_SECONDS_PER_TASK, PRIOR_SECONDS_PER_ROW = 0.029, 36e-6
+#: A level's own fixed cost (Spark's jobs, the merge's shuffle, collecting the stats): the
+#: least the levels of a warm session took here, one partition of 2,400 rows × 4 features
+#: (3-5 sweeps) 0.43-0.52 s, two of 1,200 0.69-0.75 s, at a load of 2.6; what the fit above
+#: left to the rows is not counted twice on such levels.
+PRIOR_SECONDS_PER_LEVEL = 0.3
+PRIOR_MULTICLASS_SECONDS_PER_ENTRY = 0.171e-9
+#: The visits of a row in a solve from scratch, before any level is measured (the sweeps times
+#: the share of rows active). Measured at the top levels of the same runs: 5.6 (the sphere),
+#: 11.6 (Fashion-MNIST), 52 (satellite), 105 (letter), 310 (shuttle), 34-416 (the tables,
+#: fewer on larger partitions); no one number is within 1.5 of them all. 40 makes the worst
+#: of the six data sets' first levels 3.2 times off, either way (docs/results/level_costs.json).
+#: Ten classes (joint plain sweeps): 172, Fashion-MNIST's ten classes at the default point.
+PRIOR_ACTIVE_SWEEPS = 40.0
+PRIOR_MULTICLASS_SWEEPS = 172.0
+#: The share of a partition's rows active in a sweep, on average over its sweeps (shrinking):
+#: single-core probes, 0.42-0.46 of Fashion-MNIST's rows, 0.75-0.81 of the sphere's; the
+#: joint ten-class solve 0.75 of its coordinates.
+ACTIVE_SHARE, MULTICLASS_ACTIVE_SHARE = 0.6, 0.75
+#: A merged level's visits over the level before it (the warm start): 0.26-1.64, geometric
+#: mean 0.75, over the 17 merges of the runs above; 0.6 predicted their seconds best (within
+#: 1.5 of 12 of 17, unbiased on average) with the square root of the measured ratio
+#: (selection/stopping.py: predict_seconds).
+WARM_VISITS = 0.6
 #: Rows this wide start at the deepest cached level (:func:`auto_level_count`). Measured on
 #: 600,000 rows, local[2] (docs/jobs.md, "The top partition size, measured"): with 784
 #: features, levels 5 and 4 cost 148 s and left level 3 needing as many sweeps as from scratch
@@ -109,38 +150,126 @@ _GEMM_FLOPS = None
 
 
 def gemm_flops_per_second() -> float:
-    """This machine's float32 GEMM speed on one core, measured once (about 10 ms)."""
-    global _GEMM_FLOPS
-    if _GEMM_FLOPS is None:
-        from threadpoolctl import threadpool_limits
+    """This machine's float32 GEMM speed on one core as last measured (:func:`measure_gemm`;
+    measured now when it never was)."""
+    return measure_gemm() if _GEMM_FLOPS is None else _GEMM_FLOPS
 
-        a = np.random.default_rng(0).random((512, 784), dtype=np.float32)
-        b = np.random.default_rng(1).random((1024, 784), dtype=np.float32)
-        with threadpool_limits(1):
-            a @ b.T  # warm up
-            start = time.perf_counter()
-            for _ in range(3):
-                a @ b.T
-            _GEMM_FLOPS = 3 * 2 * 512 * 1024 * 784 / max(time.perf_counter() - start, 1e-6)
+
+def measure_gemm() -> float:
+    """Measure this machine's float32 GEMM speed on one core now (about 30 ms): what a core
+    does now, on a machine others may load (:func:`plan_level` measures it again before the
+    first level of every fit)."""
+    global _GEMM_FLOPS
+    from threadpoolctl import threadpool_limits
+
+    a = np.random.default_rng(0).random((512, 784), dtype=np.float32)
+    b = np.random.default_rng(1).random((1024, 784), dtype=np.float32)
+    with threadpool_limits(1):
+        a @ b.T  # warm up
+        start = time.perf_counter()
+        for _ in range(5):
+            a @ b.T
+        _GEMM_FLOPS = 5 * 2 * 512 * 1024 * 784 / max(time.perf_counter() - start, 1e-6)
     return _GEMM_FLOPS
 
 
-def prior_seconds(partitions: int, rows: int, n_features: int, cores: int, mode: str,
-                  cache_mb: float) -> float:
-    """A level's seconds before any level is measured, over the rounds of tasks the cores run:
-    a task's kernel GEMM work at this machine's measured speed (m²·d flops for a cached
-    partition, half a symmetric product; blocked, 2·m²·d more in every sweep for the share of
-    rows the cache cannot hold), :data:`PRIOR_SWEEPS` sweeps over the m² kernel entries, and
-    its fixed and per-row costs (the constants above)."""
-    entries = float(rows) ** 2
-    flops = entries * max(n_features, 1)
-    if mode == "blocked":
-        uncached = 1.0 - min(1.0, cache_mb / max(kernel_mb(rows), 1e-9))
-        flops *= 1.0 + 2.0 * PRIOR_SWEEPS * uncached
-    task = (flops / gemm_flops_per_second()
-            + PRIOR_SWEEPS * entries * PRIOR_SECONDS_PER_ENTRY_SWEEP
-            + PRIOR_SECONDS_PER_TASK + rows * PRIOR_SECONDS_PER_ROW)
-    return math.ceil(partitions / max(1, min(partitions, cores))) * task
+@dataclass(frozen=True)
+class LevelShape:
+    """What :func:`prior_seconds` reads of a level: ``partitions`` of at most ``rows`` rows of
+    ``n_features`` (a row's width), ``tasks`` solving at once with ``threads`` BLAS threads
+    each, the kernel ``mode`` ('cached' or 'blocked') and ``storage`` of a task's ``cache_mb``
+    cache, ``scored_rows`` (validation and test rows every task scores) and ``classes`` (0 or
+    2: one binary dual; C ≥ 3: C one-vs-rest duals on one float32 matrix)."""
+
+    partitions: int
+    rows: int
+    n_features: float
+    tasks: int
+    threads: int = 1
+    mode: str = "cached"
+    cache_mb: float = math.inf
+    storage: str = "int16"
+    scored_rows: int = 0
+    classes: int = 0
+
+
+def prior_seconds(shape: LevelShape) -> float:
+    """A level's seconds before any level is measured: :func:`modelled_seconds` with the
+    visits of a solve from scratch (:data:`PRIOR_ACTIVE_SWEEPS`)."""
+    return modelled_seconds(shape)
+
+
+def modelled_seconds(shape: LevelShape, visits: float | None = None) -> float:
+    """What a level of ``shape`` costs by what the solver does (docs/design.md §1.3, §2.4), over
+    the rounds of tasks the cores run. A task of m rows pays:
+
+    * the kernel: its GEMM work at this machine's measured speed (m²·d flops, half a
+      symmetric product, over its BLAS threads), and filling the m² entries (the kernel's
+      epilogue, the fixed-point rounding, the mirrored half, the pages) at
+      :data:`PRIOR_FILL_SECONDS` an entry; blocked, the uncached share again at every visit of
+      a row;
+    * the sweeps: shrinking leaves few rows active, so a row is visited ``visits`` times in
+      all (None: :data:`PRIOR_ACTIVE_SWEEPS`), not once a sweep; a visit costs
+      :data:`PRIOR_SECONDS_PER_VISIT` (the block's inner sweeps) and reading the row's m
+      entries into u (:data:`PRIOR_SECONDS_PER_BYTE_READ` a byte). C ≥ 3 classes: ``visits``
+      (None: :data:`PRIOR_MULTICLASS_SWEEPS`) plain sweeps of the m² float32 entries a class;
+    * scoring the scored rows against its rows (GEMM and :data:`PRIOR_SCORE_SECONDS_PER_ENTRY`
+      an entry), and its fixed and per-row costs;
+
+    and the level :data:`PRIOR_SECONDS_PER_LEVEL`. Every constant is seconds at
+    :data:`PRIOR_REFERENCE_GEMM_FLOPS`, scaled by the speed measured now."""
+    m, flops_per_second = float(shape.rows), gemm_flops_per_second()
+    entries, width = m * m, max(shape.n_features, 1.0)
+    gemm_seconds = 1.0 / (flops_per_second * max(1, shape.threads))
+    slower = PRIOR_REFERENCE_GEMM_FLOPS / flops_per_second  # the constants' seconds, here now
+    if shape.classes >= 3:  # the joint solve keeps its one matrix in float32
+        itemsize = 4
+        visits = PRIOR_MULTICLASS_SWEEPS if visits is None else visits
+        sweeps = visits * shape.classes * entries * PRIOR_MULTICLASS_SECONDS_PER_ENTRY
+    else:
+        itemsize = storage_itemsize(shape.storage)
+        visits = PRIOR_ACTIVE_SWEEPS if visits is None else visits
+        sweeps = visits * m * (PRIOR_SECONDS_PER_VISIT
+                               + m * itemsize * PRIOR_SECONDS_PER_BYTE_READ)
+    computed = 1.0
+    if shape.mode == "blocked":
+        uncached = 1.0 - min(1.0, shape.cache_mb / max(kernel_mb(shape.rows, itemsize), 1e-9))
+        computed += 2.0 * visits * uncached
+    kernel = computed * entries * (width * gemm_seconds + slower * PRIOR_FILL_SECONDS)
+    scoring = shape.scored_rows * m * (2.0 * width * gemm_seconds
+                                       + slower * PRIOR_SCORE_SECONDS_PER_ENTRY)
+    task = kernel + slower * (sweeps + PRIOR_SECONDS_PER_TASK + m * PRIOR_SECONDS_PER_ROW) + scoring
+    rounds = math.ceil(shape.partitions / max(1, min(shape.partitions, shape.tasks)))
+    return slower * PRIOR_SECONDS_PER_LEVEL + rounds * task
+
+
+def measured_visits(entry, classes: int) -> float:
+    """The visits a row of a measured level had (:func:`modelled_seconds`' ``visits``): the
+    sweeps its partitions needed (``LevelStats``) times the share of rows active in a sweep
+    (:data:`ACTIVE_SHARE`), or for C ≥ 3 classes its joint sweeps times
+    :data:`MULTICLASS_ACTIVE_SHARE`."""
+    if classes >= 3:
+        return MULTICLASS_ACTIVE_SHARE * entry.sweeps_max
+    return ACTIVE_SHARE * entry.sweeps_total / max(1, entry.partitions)
+
+
+def measured_cost(entry, shape: LevelShape,
+                  cores_per_executor: int) -> tuple[LevelCost, float]:
+    """(the measured level ``entry`` (a ``LevelStats``) as :func:`predict_seconds` reads it,
+    the visits its rows had): its seconds, and what :func:`modelled_seconds` gives its own
+    shape (the next level's ``shape`` with its partitions, rows, tasks and kernel) with those
+    visits."""
+    partitions = max(1, entry.partitions)
+    tasks = entry.tasks or shape.tasks
+    running = max(1, min(partitions, tasks, cores_per_executor))
+    measured = replace(shape, partitions=partitions,
+                       rows=entry.max_rows or -(-entry.rows // partitions), tasks=tasks,
+                       threads=max(1, cores_per_executor // running),
+                       mode="blocked" if "blocked" in entry.kernel else "cached",
+                       storage=entry.storage if entry.storage in ("int16", "float32")
+                       else shape.storage)
+    visits = measured_visits(entry, shape.classes)
+    return LevelCost(entry.seconds, modelled_seconds(measured, visits)), visits
 
 
 def storage_itemsize(storage: str) -> int:
@@ -176,8 +305,10 @@ def level_storage(kernel_storage: str) -> str:
     return "int16" if kernel_storage == "auto" else kernel_storage
 
 
-def plan_level(level, sizes, n_features, params, memory, done, cores) -> LevelPlan:
-    """Shape, kernel mode, memory and predicted seconds of the level about to run.
+def plan_level(level, sizes, n_features, params, memory, done, cores, scored_rows: int = 0,
+               classes: int = 0) -> LevelPlan:
+    """Shape, kernel mode, memory and predicted seconds of the level about to run; its tasks
+    score ``scored_rows`` rows, and solve ``classes`` one-vs-rest duals (0: one binary dual).
 
     The partitions' kernels are cached where they fit a task's cache, in the dtype of
     :func:`level_storage` (int16 fixed point by default: half float32's memory, faster sweeps),
@@ -188,6 +319,8 @@ def plan_level(level, sizes, n_features, params, memory, done, cores) -> LevelPl
     when its largest partition cannot be solved within the budget.
     """
     partitions, rows = int(sizes.size), int(np.max(sizes))
+    if not done:  # a fit's first level: how fast a core is now
+        measure_gemm()
     executors = max(1, cores // max(1, memory.cores))
     running = max(1, min(partitions, memory.cores))  # tasks at once on an executor
     budget = memory.task_mb(partitions)
@@ -210,19 +343,14 @@ def plan_level(level, sizes, n_features, params, memory, done, cores) -> LevelPl
     if mode == "blocked":  # kernel rows on demand are float32
         storage = "float32"
     tasks = running * executors
-    costs = [LevelCost(e.partitions, e.max_rows or -(-e.rows // e.partitions), e.seconds)
-             for e in done]
-    priors = None
-    if len(done) == 1 and done[0].predicted_seconds:  # the first level's estimate was its prior
-        priors = (done[0].predicted_seconds,
-                  prior_seconds(partitions, rows, n_features, tasks, "cached", cache_mb))
-    predicted = predict_seconds(costs, partitions, rows, tasks, priors)
-    if predicted is not None and mode == "blocked" and done:
-        # on-demand blocks recompute the uncached share of the kernel in every sweep
-        uncached = 1.0 - min(1.0, cache_mb / kernel_mb(rows))
-        predicted *= 1.0 + max(1, done[-1].sweeps_max) * uncached
+    shape = LevelShape(partitions, rows, n_features, tasks, max(1, memory.cores // running), mode,
+                       cache_mb, storage, scored_rows, classes)
+    predicted = None
+    if done:  # the last level measured, with the sweeps it needed, scales the model
+        last, visits = measured_cost(done[-1], shape, max(1, memory.cores))
+        predicted = predict_seconds([last], modelled_seconds(shape, WARM_VISITS * visits))
     if predicted is None:
-        predicted = prior_seconds(partitions, rows, n_features, tasks, mode, cache_mb)
+        predicted = prior_seconds(shape)
     advice = ""
     if mode == "blocked":
         advice = (f"each partition's kernel ({kernel_mb(rows):,.0f} MB) exceeds the "
