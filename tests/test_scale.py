@@ -346,13 +346,13 @@ def test_the_job_scores_only_the_final_model_when_scoring_every_level_is_dear(sp
                                                                               monkeypatch):
     from sklearn.datasets import dump_svmlight_file
 
-    from sodm_spark.spark.sodm import fit as sodm_fit
+    from sodm_spark.spark.sodm import fit as sodm_fit, scored_model
 
     X, y = make_problem(m=1500, d=5, seed=11)
     X_test, y_test = make_problem(m=300, d=5, seed=12)
     dump_svmlight_file(X, y, str(tmp_path / "train.svm"), zero_based=False)
     dump_svmlight_file(X_test, y_test, str(tmp_path / "test.svm"), zero_based=False)
-    monkeypatch.setattr(sodm_fit, "CHEAP_SCORING_WORK", 1.0)
+    monkeypatch.setattr(scored_model, "CHEAP_SCORING_WORK", 1.0)
     monkeypatch.setattr(sodm_fit, "TEST_EVERY_LEVEL_WORK", 1.0)
     assert train_sodm.main(["--data", str(tmp_path / "train.svm"), "--test-data",
                             str(tmp_path / "test.svm"), "--levels", "2", "--gamma", "0.3",

@@ -13,6 +13,7 @@ import numpy as np
 import scipy.sparse
 
 from sodm_spark.core.errors import InputError, SettingsError
+from sodm_spark.core.timeline import Timeline, timed
 from sodm_spark.core.validation import check_two_classes, shown_classes
 from sodm_spark.data.datasets import make_linear, make_nonlinear
 from sodm_spark.jobs.train_args import DEFAULT_TEST_ROWS
@@ -87,20 +88,34 @@ def weight_column(args):
     return int(text) if args.format == "csv" and text is not None and text.isdigit() else text
 
 
-def load_data(spark, args, params) -> tuple:
+def load_data(spark, args, params, timeline: Timeline | None = None) -> tuple:
     """(training blocks RDD, n_features, the :class:`~sodm_spark.spark.train.Checked` fit,
     test (X, y) or None) for the flags given; ``params``: the fit's
     (:func:`~sodm_spark.jobs.train_sodm.check_settings`'). The rows are checked before the test
     rows are read: labels no fit takes, or levels the rows or the resources cannot hold, are
-    refused first."""
+    refused first. The stages of ``timeline``: ``reading`` (the rows read into blocks, the
+    checking pass), ``test rows`` (--test-data read onto the driver)."""
     linear, sc = args.kernel == "linear", context_of(spark)
     if args.data is None:
-        make = make_linear if linear else make_nonlinear
-        X, y = make(args.rows + DEFAULT_TEST_ROWS, seed=args.seed)
-        blocks = numpy_to_blocks(sc, X[:args.rows], y[:args.rows])
-        # the generators' labels are -1 and +1 (int: the saved model's classes stay so)
-        checked = check_rows(sc, blocks, X.shape[1], params, classes=np.array([-1, 1]))
+        with timed(timeline, "reading"):
+            make = make_linear if linear else make_nonlinear
+            X, y = make(args.rows + DEFAULT_TEST_ROWS, seed=args.seed)
+            blocks = numpy_to_blocks(sc, X[:args.rows], y[:args.rows])
+            # the generators' labels are -1 and +1 (int: the saved model's classes stay so)
+            checked = check_rows(sc, blocks, X.shape[1], params, classes=np.array([-1, 1]))
         return blocks, X.shape[1], checked, (X[args.rows:], y[args.rows:])
+    with timed(timeline, "reading"):
+        blocks, n_features, checked = _read_checked(spark, args, params, linear)
+    with timed(timeline if args.test_data else None, "test rows"):
+        test = None if not args.test_data else read_driver_side(
+            spark, args.test_data, args, n_features, row_layout(args)[0], "--test-data")
+    return blocks, n_features, checked, test
+
+
+def _read_checked(spark, args, params, linear: bool) -> tuple:
+    """(the --data rows as persisted blocks, their features, the Checked fit): read, then
+    checked in one pass."""
+    sc = context_of(spark)
     sparse, advice = row_layout(args)
     # the kernel path computes its kernel blocks in float32: its dense rows are stored so
     dtype = np.float64 if linear else np.float32
@@ -113,9 +128,7 @@ def load_data(spark, args, params) -> tuple:
     checked = check_rows(sc, blocks, n_features, params, where=f"--data {args.data}",
                          refuse_classes=lambda found: refuse_classes(found, args),
                          dense_itemsize=np.dtype(dtype).itemsize)
-    test = None if not args.test_data else read_driver_side(
-        spark, args.test_data, args, n_features, sparse, "--test-data")
-    return blocks, n_features, checked, test
+    return blocks, n_features, checked
 
 
 def refuse_classes(classes, args):

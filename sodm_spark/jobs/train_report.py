@@ -2,12 +2,16 @@
 
 Its own module because the lines are the job's interface to the person running it: the search's
 points and its choice, each level's plan before it runs and its row of the levels table after,
-the DSVRG epochs, the compression and global step lines and the closing summary. The fit itself
-(sodm_spark.spark.train) prints nothing; it calls these through a ``Progress``.
+the DSVRG epochs, the compression and global step lines, the closing summary and the command's
+timeline. The fit itself (sodm_spark.spark.train) prints nothing; it calls these through a
+``Progress``.
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
+
+from sodm_spark.data.storage import replace_file
 
 from sodm_spark.selection.stopping import judged_key
 from sodm_spark.selection.tuning import DEFAULT_SEARCH_GRID_TEXT, SEARCH_PARTITION_ROWS
@@ -145,6 +149,8 @@ def show_epoch(entry):
 
 def levels_summary(fit, params):
     """The metrics of a levels fit, and its closing lines."""
+    if not fit.levels:  # the search found only the majority class: the global step alone
+        return _global_only_summary(fit, params)
     best = next(entry for entry in fit.levels if entry.level == fit.best_level)
     summary = {"levels": [entry.to_dict() for entry in fit.levels],
                "train_seconds": fit.train_seconds, "partition_seconds": fit.partition_seconds,
@@ -185,6 +191,35 @@ def levels_summary(fit, params):
     return summary
 
 
+def _global_only_summary(fit, params):
+    """The metrics and closing lines of a fit whose model is the global step's, no level run
+    (docs/design.md §2.9, "No levels for the majority class")."""
+    report = fit.global_step
+    summary = {"levels": [], "train_seconds": fit.train_seconds,
+               "partition_seconds": fit.partition_seconds,
+               "n_sv": int(fit.model.support_vectors.shape[0]), "rows": fit.n_rows,
+               "validation_rows": fit.validation_rows, "stopped_at": None,
+               "stop_reason": fit.stop_reason, "best_level": None, "metric": params.metric,
+               "validation_accuracy": report["validation_accuracy"],
+               "test_accuracy": fit.test_accuracy, "global_step": report,
+               "params": vars(params)}
+    if fit.class_weights is not None:
+        summary["class_weights"] = list(fit.class_weights)
+    if fit.input_map is not None:
+        summary["input_map"] = fit.input_map
+        show_input_map(fit.input_map)
+    print(f"{fit.stop_reason}; the model is the global step's: {report['centres']:,} centres, "
+          f"{report['newton_steps']} Newton steps in {report['passes']} passes, "
+          f"{report['seconds']:.1f} s ({report['stopped']}); validation accuracy "
+          f"{report['validation_accuracy']:.4f} against the majority class's "
+          f"{report['majority_validation_accuracy']:.4f} on {fit.validation_rows:,} rows",
+          flush=True)
+    print(f"trained on {fit.n_rows:,} rows in {fit.train_seconds:.2f} s "
+          f"(partitioning {fit.partition_seconds:.2f} s); {summary['n_sv']:,} centres"
+          + ("" if fit.test_accuracy is None else f"; test accuracy {fit.test_accuracy:.4f}"))
+    return summary
+
+
 def _slice_reason(fit, params) -> str:
     """Why the held-out slice has fewer than --validation-max-rows rows, if it has."""
     most = getattr(params, "validation_max_rows", None)
@@ -200,12 +235,17 @@ def show_global_step(report):
         print(f"global step {report['reason']}", flush=True)
         return
     test = "" if "test_accuracy" not in report else f", test {report['test_accuracy']:.4f}"
-    print(f"global step: {report['centres']:,} centres, from {report['start']}, "
-          f"{report['newton_steps']} Newton steps in {report['passes']} passes, "
-          f"{report['seconds']:.1f} s ({report['stopped']}); "
-          f"validation {report['validation_accuracy']:.4f} against the level's "
-          f"{report['level_validation_accuracy']:.4f}{_judged_by(report)}{test}: "
-          + ("kept" if report["kept"] else "the level's model kept"), flush=True)
+    # after the levels it is judged against the level's model; run instead of the levels (and
+    # not kept: the levels ran after it), against the majority class's
+    against = ("level's", report["level_validation_accuracy"]) \
+        if "level_validation_accuracy" in report else \
+        ("majority class's", report["majority_validation_accuracy"])
+    print(f"global step: {report['centres']:,} centres, {report.get('form', 'normal')}, from "
+          f"{report['start']}, {report['newton_steps']} Newton steps in {report['passes']} "
+          f"passes, {report['seconds']:.1f} s ({report['stopped']}); "
+          f"validation {report['validation_accuracy']:.4f} against the {against[0]} "
+          f"{against[1]:.4f}{_judged_by(report)}{test}: "
+          + ("kept" if report["kept"] else "not kept"), flush=True)
 
 
 def _judged_by(report) -> str:
@@ -234,7 +274,17 @@ PASSES_SHOWN = {0: "no pass over the level, ", 2: "two passes over the level, "}
 
 
 def show_compression(report):
-    """One line per row set the compression was checked on (validation, test)."""
+    """The candidates judged on the validation slice and the model written (docs/design.md
+    §6, step 8), then one line per row set a written compression was checked on (validation,
+    test)."""
+    show_candidates(report.get("candidates") or [])
+    chosen = report.get("chosen")
+    if chosen:
+        kind = f"{chosen['points']:,} points" if chosen["compressed"] else \
+            f"the whole level, {chosen['points']:,} support vectors"
+        print(f"the model written: {kind} ({chosen['reason']})", flush=True)
+    if not report.get("compressed", True):
+        return
     print(f"compressed {report['support_vectors_before']:,} -> "
           f"{report['support_vectors_after']:,} points ({report['method']}, fitted on "
           f"{report['fit_rows']:,} rows scored by {TARGETS_SHOWN[report['fit_targets']]}, "
@@ -251,6 +301,50 @@ def show_compression(report):
         print(f"  {name}: accuracy {r['accuracy_before']:.4f} -> {r['accuracy_after']:.4f}, "
               f"decision function relative RMS error {r['relative_rms_error']:.3g}, "
               f"{100 * r['predictions_changed']:.2f}% of predictions changed", flush=True)
+
+
+def show_candidates(candidates):
+    """One line per compression candidate judged on the validation slice, the whole model
+    last: its points, accuracy (and the fit's metric), how far the whole model is above it and
+    the standard error of that, validation rows scored a second on the driver ("est.":
+    estimated from a compression's rate), its seconds, and whether it was accepted."""
+    judged = [c for c in candidates if "difference" in c]
+    if not judged:
+        return
+    metric = judged[0]["metric"]
+    other = "value" in judged[0]  # judged by another metric, or by a weighted accuracy
+    column = COLUMNS["weighted_accuracy" if metric == "accuracy" else metric]
+    print("compression candidates on the validation slice (accepted when the whole model is "
+          f"at most one standard error of the paired {metric.replace('_', ' ')} difference "
+          "above it):", flush=True)
+    print(f"  {'points':>9} {'val acc':>8}" + (f" {column:>11}" if other else "")
+          + f" {'difference':>11} {'std err':>8} {'rows/s':>13} {'seconds':>8}  accepted",
+          flush=True)
+    for c in candidates:
+        rate = "" if c.get("rows_per_second") is None else \
+            f"{c['rows_per_second']:,.0f}" + (" est." if c.get("estimated") else "")
+        seconds = "" if "seconds" not in c else f"{c['seconds']:.2f}"
+        accepted = ("yes" if c["accepted"] else "no") if c["compressed"] else "whole model"
+        print(f"  {c['points']:>9,} {_accuracy_text(c.get('accuracy')):>8}"
+              + (f" {_accuracy_text(c.get('value')):>11}" if other else "")
+              + f" {c.get('difference', 0.0):>11.4f} {c.get('standard_error', 0.0):>8.4f}"
+              f" {rate:>13} {seconds:>8}  {accepted}", flush=True)
+
+
+def show_timeline(timeline):
+    """End the command's timeline, print it and return it for the metrics JSON."""
+    timeline.end()
+    print("timeline of the command (seconds from its start):", flush=True)
+    for line in timeline.lines():
+        print(line, flush=True)
+    return timeline.to_dict()
+
+
+def rewrite_metrics(summary, metrics_out):
+    """The metrics JSON written again (atomically, as ``write_outputs`` writes it), now with
+    what only the end of the command knows."""
+    replace_file(metrics_out,
+                 lambda staging: staging.write_text(json.dumps(summary, indent=2, default=str)))
 
 
 def dsvrg_summary(fit, params):

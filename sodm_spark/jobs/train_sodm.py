@@ -17,18 +17,23 @@ docs/operations.md, "When a job fails").
 
 The job in five modules: its flags (train_args.py), its data and the checks before the fit
 (train_data.py), its printed lines and metrics (train_report.py), its MLflow run with --mlflow
-(train_mlflow.py), and this one, which runs them.
+(train_mlflow.py), and this one, which runs them. At the end it prints where the command's
+seconds went, from its start (Python's imports, the JVM) to the outputs written, and records
+that timeline in the metrics JSON (sodm_spark.core.timeline; docs/design.md §6).
 """
 from __future__ import annotations
 
 import json
 import sys
+import time
 
 from sodm_spark.core.errors import SETTINGS, reported, run_job
+from sodm_spark.core.timeline import Timeline, command_started, timed
 from sodm_spark.jobs.train_args import parse_args
 from sodm_spark.jobs.train_data import check_weight_col, load_data, read_driver_side, row_layout
 from sodm_spark.jobs.train_mlflow import check_mlflow, log_run
-from sodm_spark.jobs.train_report import dsvrg_summary, levels_summary, printed_progress
+from sodm_spark.jobs.train_report import (dsvrg_summary, levels_summary, printed_progress,
+                                          rewrite_metrics, show_timeline)
 from sodm_spark.ops.jobconf import check_output_paths, use_packaged_spark_conf, write_outputs
 from sodm_spark.selection.tuning import ParamGrid
 from sodm_spark.spark.dsvrg.fit import DSVRGParams
@@ -58,21 +63,25 @@ def requested_search(args) -> Search | None:
     return Search.of_defaults(then_fit)
 
 
-def train(spark, args, params=None):
+def train(spark, args, params=None, timeline: Timeline | None = None):
     """Load the data the flags name and fit: (fit, metrics summary). ``params``: the fit's, as
     :func:`check_settings` built them (None: built from ``args`` here, before any data is
-    read). Raises ValueError on bad input and FileNotFoundError on a missing file (the jobs
+    read); ``timeline``: where the reading's and the fit's stages are recorded (None: not
+    timed). Raises ValueError on bad input and FileNotFoundError on a missing file (the jobs
     turn both into messages)."""
     params = fit_params(vars(args)) if params is None else params
     linear = isinstance(params, DSVRGParams)
     # --device gpu with no GPU on the driver nor asked of Spark: refused before the data are read
     check_request(context_of(spark), params)
-    blocks, n_features, checked, test = load_data(spark, args, params)
-    validation = None if linear or not args.validation_data else read_driver_side(
-        spark, args.validation_data, args, n_features, row_layout(args)[0], "--validation-data")
-    options = {} if linear else {
+    blocks, n_features, checked, test = load_data(spark, args, params, timeline)
+    with timed(None if linear or not args.validation_data else timeline, "validation rows"):
+        validation = None if linear or not args.validation_data else read_driver_side(
+            spark, args.validation_data, args, n_features, row_layout(args)[0],
+            "--validation-data")
+    options = {"timeline": timeline} if linear else {
         "checkpoint_dir": args.checkpoint_dir, "resume": args.resume, "max_sv": args.max_sv,
-        "compress_method": args.compress_method, "test_every_level": args.test_every_level}
+        "compress_method": args.compress_method, "test_every_level": args.test_every_level,
+        "timeline": timeline}
     # the rows were checked (and the level count resolved) by load_data: ``checked`` says so
     trained = train_on_spark(context_of(spark), blocks, n_features, checked,
                              rows=ScoredRows(test, validation), search=requested_search(args),
@@ -101,20 +110,35 @@ def check_settings(args):
     return params
 
 
-def main(argv=None, prog="train_sodm.py", description=None, tune_only=False) -> int:
-    """The job; a failure raises sodm_spark.core.errors.JobExit (its one line and exit code)."""
+def main(argv=None, prog="train_sodm.py", description=None, tune_only=False,
+         started: float | None = None) -> int:
+    """The job; a failure raises sodm_spark.core.errors.JobExit (its one line and exit code).
+
+    Its timeline starts at ``started`` (a perf_counter value), by default at the command's start
+    (:func:`~sodm_spark.core.timeline.command_started`) when the flags are the command line's
+    (``argv`` None), else at this call (a caller in a running process: a test, a notebook)."""
+    if started is None:
+        started = command_started() if argv is None else time.perf_counter()
+    timeline = Timeline(started)
     args = parse_args(argv, prog, description, tune_only)
     with reported(value_errors=SETTINGS):
         params = check_settings(args)
     with job_session("sodm-spark: train_sodm", args.master) as spark:
+        # Python's imports, the flags' checks, the JVM and the session
+        timeline.add("start-up", time.perf_counter() - started, started)
         print("config: " + json.dumps({k: v for k, v in vars(args).items()}, default=str),
               flush=True)
         with reported():
-            fit, summary = train(spark, args, params)
+            fit, summary = train(spark, args, params, timeline)
+        model = None if fit is None else fit.model
         with reported(value_errors=SETTINGS):  # the outputs were checked before the work
-            write_outputs(None if fit is None else fit.model, summary, args.model_out,
-                          args.metrics_out)
-            log_run(args, None if fit is None else fit.model, summary)  # --mlflow
+            with timeline.stage("writing"):
+                write_outputs(model, summary, args.model_out, args.metrics_out)
+            with timed(timeline if getattr(args, "mlflow", False) else None, "mlflow"):
+                log_run(args, model, summary)  # --mlflow
+            summary["timeline"] = show_timeline(timeline)
+            if args.metrics_out:  # again, with the timeline: a few milliseconds after its end
+                rewrite_metrics(summary, args.metrics_out)
     return 0
 
 

@@ -11,22 +11,19 @@ of float32 — more than Spark's default ``spark.driver.maxResultSize``. So the 
 * **collected in pieces** (:func:`collect_level`): the support vectors of every chunk, at most
   16 MB each, fetched one Spark partition at a time when they would not fit the result limit.
 
-:func:`chosen_model` picks between them by ``max_sv`` and reports a compression as a
-:class:`CompressionReport` (docs/design.md §6, step 8). Support vectors of sparse rows stay CSR
-all the way to the model.
+:mod:`.written_model` picks between them (docs/design.md §6, step 8). Support vectors of
+sparse rows stay CSR all the way to the model.
 """
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
 from ...core.sparse_rows import as_float_rows, stack_rows
-from ...models.compression import (LOCAL_FIT_ROWS_PER_POINT, ScoreComparison, candidates_wanted,
-                                   choose_points, fit_rows_wanted, fitted_model,
-                                   principal_projection, resolve_max_sv)
+from ...models.compression import (LOCAL_FIT_ROWS_PER_POINT, candidates_wanted, choose_points,
+                                   fit_rows_wanted, fitted_model, principal_projection)
 from ...models.expansion import KernelExpansion
 from ..memory import result_limit_mb
 from ..frames import ordered_sum
@@ -47,58 +44,10 @@ class LocalFit(NamedTuple):
     support: np.ndarray
 
 
-@dataclass
-class CompressionReport:
-    """What the compression of a fit's model did (docs/design.md §6, step 8); the fit adds how
-    the compressed model compares with the level's own on the test and validation rows as it
-    scores them. The job prints it and writes :meth:`to_dict` to the metrics JSON."""
-
-    max_sv: object  # as given: "auto" or N
-    method: str  # how the points were chosen (sodm_spark.models.compression.METHODS)
-    support_vectors_before: int
-    support_vectors_after: int
-    fit_rows: int  # rows the coefficients were fitted on
-    fit_targets: str  # "partitions" (the tasks' own f, §2.6) or "model" (the level's f summed)
-    passes_over_level: int  # passes over the level's rows the compression ran
-    seconds: float
-    test: ScoreComparison | None = None
-    validation: ScoreComparison | None = None
-
-    def to_dict(self) -> dict:
-        """The report as the metrics JSON has always held it: the comparisons only where the
-        rows were scored, the test rows' first."""
-        report = {name: getattr(self, name) for name in self.__dataclass_fields__
-                  if name not in ("test", "validation")}
-        for name in ("test", "validation"):
-            if getattr(self, name) is not None:
-                report[name] = getattr(self, name).to_dict()
-        return report
-
-
 def training_row_bytes(prepared: PreparedData) -> float:
     """Bytes of a training row on the way to the driver: dense rows are float32, a sparse
     row's values 12 bytes each (8 a memory column)."""
     return 8 * prepared.row_width if prepared.sparse else 4 * prepared.kernel_features
-
-
-def chosen_model(sc, solved, n_support: int, prepared: PreparedData, max_sv, method: str,
-                 seed: int, local_fit: LocalFit | None = None):
-    """(the model of the chosen level ``solved``, with ``n_support`` support vectors, a
-    :class:`CompressionReport` or None): compressed to the points ``max_sv`` resolves to
-    (:func:`~sodm_spark.models.compression.resolve_max_sv`), else collected whole."""
-    n_points = resolve_max_sv(max_sv, n_support)
-    if n_points is None:
-        return collect_level(sc, solved, prepared.kernel, prepared.classes, n_support,
-                             prepared.kernel_features, training_row_bytes(prepared),
-                             prepared.multi), None
-    start = time.perf_counter()
-    model, fit_rows, targets, passes = compress_level(
-        sc, solved, prepared.kernel, prepared.classes, n_support, n_points, method, seed,
-        local_fit=local_fit)
-    return model, CompressionReport(
-        max_sv=max_sv, method=method, support_vectors_before=n_support,
-        support_vectors_after=int(model.support_vectors.shape[0]), fit_rows=fit_rows,
-        fit_targets=targets, passes_over_level=passes, seconds=time.perf_counter() - start)
 
 
 def fit_rows_collectable(sc, n_rows: float, row_bytes: float) -> bool:

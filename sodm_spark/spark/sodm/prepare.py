@@ -25,6 +25,7 @@ import scipy.sparse
 from ...core.column_stats import ColumnStats, scale_rows
 from ...core.errors import InputError, SettingsError
 from ...core.kernels import Kernel, gamma_value
+from ...core.timeline import Timeline, add_stage, timed
 from ...core.labels import coded_labels, raw_labels
 from ...core.sparse_rows import DENSE_PRODUCT_DENSITY, as_float_rows, dense_enough, stack_rows
 from ...core.weights import BALANCED, class_weights_for, combined_weights
@@ -152,11 +153,14 @@ class KernelInputs(NamedTuple):
 
 def prepare_sodm(sc, blocks, params: SODMParams, classes, test=None, validation=None,
                  hold_out: bool | None = None, partition: bool = True,
-                 fingerprint: bool = False) -> PreparedData:
+                 fingerprint: bool = False, timeline: Timeline | None = None) -> PreparedData:
     """Label the rows, hold out the validation slice, resolve the kernel and the levels
     (``params.levels=None``: :func:`~.plan.auto_level_count` of the rows) and (``partition``) deal
     the rows into the top level's p^L partitions; ``fingerprint``: hash the rows in the
-    first pass too (:func:`.checkpoint.block_fingerprint`, for checkpoints).
+    first pass too (:func:`.checkpoint.block_fingerprint`, for checkpoints). ``timeline``
+    (:class:`~sodm_spark.core.timeline.Timeline`, or None) records the preparation's stages:
+    ``column statistics`` (the first pass), ``validation slice``, ``input map`` (where its rule
+    was tried), ``class weights`` (a pass, for "balanced") and ``partitioning``.
 
     Rows are held out (``validation_fraction`` of them, at most ``validation_max_rows``, by a
     seeded hash of the row id) when ``validation`` is not given and ``hold_out`` is true
@@ -167,7 +171,8 @@ def prepare_sodm(sc, blocks, params: SODMParams, classes, test=None, validation=
     labelled = blocks.map(lambda b: coded_block(b, classes))
     if not blocks.is_cached:  # several passes follow: parse the input once
         labelled.persist(PERSIST)
-    stats, data_fingerprint = _first_pass(labelled, fingerprint)
+    with timed(timeline, "column statistics"):
+        stats, data_fingerprint = _first_pass(labelled, fingerprint)
     params = _with_levels(sc, params, stats)
     assert params.levels is not None  # _with_levels resolves levels=None from the rows
     check_levels_fit_rows(stats.n, params.p, params.levels)
@@ -175,15 +180,18 @@ def prepare_sodm(sc, blocks, params: SODMParams, classes, test=None, validation=
         hold_out = params.auto_stop and params.levels > params.stop_level
     held = HeldOut(labelled, validation, None, None, stats)
     if validation is None and hold_out:
-        held = _held_out(sc, labelled, params, classes, stats)
+        with timed(timeline, "validation slice"):
+            held = _held_out(sc, labelled, params, classes, stats)
     # enough rows in all, maybe too few once the validation rows are out
     check_levels_fit_rows(held.stats.n, params.p, params.levels,
                           held_out=stats.n - held.stats.n)
-    inputs = _kernel_inputs(sc, held, params)
+    inputs = _kernel_inputs(sc, held, params, timeline)
     stats, projection = held.stats, inputs.projection
+    with timed(timeline if params.class_weight == BALANCED else None, "class weights"):
+        class_weights = _class_weights(inputs.training, params, classes)
     prepared = PreparedData(
         params=params, labelled=labelled, training=inputs.training, classes=classes,
-        kernel=inputs.kernel, class_weights=_class_weights(inputs.training, params, classes),
+        kernel=inputs.kernel, class_weights=class_weights,
         validation_row_weights=held.row_weights, n_rows=stats.n, n_features=stats.d,
         started=started, candidates=inputs.candidates, fingerprint=data_fingerprint,
         scaling=inputs.scaling,
@@ -195,7 +203,7 @@ def prepare_sodm(sc, blocks, params: SODMParams, classes, test=None, validation=
         validation_pair=None if held.validation_pair is None else _plus_minus(
             held.validation_pair, classes, stats.d, "validation", inputs.scaling, projection))
     if partition:
-        partition_prepared(sc, prepared, params)
+        partition_prepared(sc, prepared, params, timeline)
     return prepared
 
 
@@ -271,10 +279,12 @@ def _trimmed_slice(pieces, share: float, drawn: float, max_rows: int):
     return X_val, y_val, w_val, share
 
 
-def _kernel_inputs(sc, held: HeldOut, params: SODMParams) -> KernelInputs:
+def _kernel_inputs(sc, held: HeldOut, params: SODMParams,
+                   timeline: Timeline | None = None) -> KernelInputs:
     """The training rows and candidates as the kernel takes them: all CSR if any block is,
     scaled per column (``params.scale``), γ resolved on the scaled rows, then mapped onto the
-    input map where its rule holds (docs/design.md §2.8)."""
+    input map where its rule holds (docs/design.md §2.8; the ``input map`` stage of
+    ``timeline``)."""
     training, candidates, stats = held.training, held.candidates, held.stats
     if stats.sparse:  # any CSR block: every block CSR, so that partitions stack alike
         _check_sparse_partitioner(params.partitioner, stats.d)
@@ -296,8 +306,11 @@ def _kernel_inputs(sc, held: HeldOut, params: SODMParams) -> KernelInputs:
                            offset=params.kernel_offset)
     projection, input_map_report = None, None
     if params.input_map == "auto":
+        begun = time.perf_counter()
         projection, input_map_report = _input_map(sc, training, candidates, stats, kernel,
                                                   params.seed)
+        if input_map_report is not None:  # its rule was tried (a stage only then)
+            add_stage(timeline, "input map", time.perf_counter() - begun, begun)
     if projection is not None:
         training = training.map(lambda b: projected_block(b, projection))
         if candidates is not None:
@@ -353,14 +366,18 @@ def _input_map(sc, training, candidates, stats: ColumnStats, kernel, seed: int):
         sample.toarray() if scipy.sparse.issparse(sample) else sample, kernel, stats.d)
 
 
-def partition_prepared(sc, prepared: PreparedData, params: SODMParams) -> None:
-    """Deal the prepared training rows into the top level's partitions (in place)."""
+def partition_prepared(sc, prepared: PreparedData, params: SODMParams,
+                       timeline: Timeline | None = None) -> None:
+    """Deal the prepared training rows into the top level's partitions (in place; the
+    ``partitioning`` stage of ``timeline``: the landmarks, the strata, the shuffle)."""
     assert params.levels is not None  # prepare_sodm resolves the levels before dealing rows
     n_partitions = params.p ** params.levels
     sc.setJobDescription(f"SODM partition: {params.partitioner} into {n_partitions}")
-    prepared.parts, _, prepared.sizes = partition_blocks(
-        sc, prepared.training, prepared.kernel, prepared.n_rows, n_partitions,
-        params.partitioning, candidates=prepared.candidates, n_classes=prepared.classes.size)
+    with timed(timeline, "partitioning"):
+        prepared.parts, _, prepared.sizes = partition_blocks(
+            sc, prepared.training, prepared.kernel, prepared.n_rows, n_partitions,
+            params.partitioning, candidates=prepared.candidates,
+            n_classes=prepared.classes.size)
     prepared.partition_seconds = time.perf_counter() - prepared.started
     prepared.labelled.unpersist()
 
