@@ -22,6 +22,7 @@ Methods (--methods, comma-separated):
   --format parquet --model-out M`` with every default (no --levels, no hyperparameters; the
   memory settings of conf/spark-defaults.conf): the whole command's wall seconds, its
   levels, the test accuracy of the model it saved (and of the uncompressed one when scored);
+* ``job-tune`` — the same command with ``--tune`` (the full search before the fit);
 * ``job-levels3`` — the same command with ``--levels 3``;
 * ``job-raw`` — the same command with ``--input-map none`` (the kernel on all the features);
 * ``job-global`` / ``job-no-global`` — the same command with ``--global-step always`` /
@@ -74,8 +75,9 @@ from sodm_spark.benchmarking.records import (  # noqa: E402
     default_record_path, record_head, write_record)
 
 FILE_ROWS = 50_000
-METHODS = ("job", "job-levels3", "job-raw", "job-global", "job-no-global", "predict", "predict-train", "xgboost",
-           "xgboost-spark", "nystroem-spark", "nystroem-krr", "svc", "exact-odm")
+METHODS = ("job", "job-tune", "job-levels3", "job-raw", "job-global", "job-no-global", "predict",
+           "predict-train", "xgboost", "xgboost-spark", "nystroem-spark", "nystroem-krr", "svc",
+           "exact-odm")
 
 
 def data_dir(work_dir: Path, dataset: str, rows: int, root=None) -> Path:
@@ -129,8 +131,10 @@ def run_job(folder: Path, model_dir: Path, extra=()) -> dict:
             "input_map": metrics.get("input_map"),
             "global_step": metrics.get("global_step"),
             "levels": [{k: e.get(k) for k in ("level", "partitions", "max_rows", "seconds",
-                                                 "kernel", "storage", "sweeps_max", "n_sv",
-                                                 "validation_accuracy", "test_accuracy")}
+                                                 "predicted_seconds", "elapsed", "kernel",
+                                                 "storage", "sweeps_max", "n_sv",
+                                                 "written_points", "validation_accuracy",
+                                                 "test_accuracy")}
                        for e in metrics["levels"]],
             "best_level": metrics["best_level"], "stop_reason": metrics["stop_reason"],
             "tuning": (metrics.get("tuning") or {}).get("best"),
@@ -297,7 +301,8 @@ def spark_peer(method: str, folder: Path, seed: int, components: int) -> dict:
     return {"fit_seconds": fit_seconds, "test_accuracy": accuracy, "rows": n_rows}
 
 
-JOB_FLAGS = {"job": ("", []), "job-levels3": ("-l3", ["--levels", "3"]),
+JOB_FLAGS = {"job": ("", []), "job-tune": ("-tune", ["--tune"]),
+             "job-levels3": ("-l3", ["--levels", "3"]),
              "job-raw": ("-raw", ["--input-map", "none"]),
              "job-global": ("-g", ["--global-step", "always"]),
              "job-no-global": ("-g", ["--global-step", "none"])}

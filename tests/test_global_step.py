@@ -18,8 +18,10 @@ from sodm_spark.spark.sodm import global_step
 from sodm_spark.spark.sodm.fit import fit_sodm
 from sodm_spark.spark.sodm.params import SODMParams
 
+# stop_level=1: the step runs after a level above 0 whatever the stop rule predicts level 0
+# to cost (it never runs after level 0, whose one partition is the exact ODM of every row)
 BASE = SODMParams(gamma=0.3, lam=50.0, levels=2, p=3, strata=4, seed=3, tol=1e-4,
-                  scale="none", global_centres=40)
+                  scale="none", global_centres=40, stop_level=1)
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +77,49 @@ def test_the_spark_global_step_is_the_brute_force_nystroem_optimum(spark, data, 
         pytest.approx(report["validation_accuracy"])
 
 
+def test_the_matrix_free_global_step_on_spark_is_the_brute_force_optimum(spark, data,
+                                                                          monkeypatch):
+    """The form the plan takes at thousands of centres (conjugate gradients on kernel products,
+    each pass a Spark job over the rows as one block a task), forced here on 40 centres."""
+    X, y, X_val, y_val = data
+    sc = spark.sparkContext
+    monkeypatch.setattr(global_step, "keeps_global", lambda level, glob: True)
+    planned = global_step.plan_global
+
+    def matrix_free(*arguments):
+        return replace(planned(*arguments), form="matrix-free", passes=200)
+
+    monkeypatch.setattr(global_step, "plan_global", matrix_free)
+    params = replace(BASE, global_step="always", min_improvement=1.0)
+    fit = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, [-1.0, 1.0], validation=(X_val, y_val))
+    report = fit.global_step
+    assert report["ran"] and report["kept"] and report["form"] == "matrix-free"
+    assert report["passes"] <= 200 and len(report["cg_iterations"]) == report["newton_steps"]
+    centres = fit.model.support_vectors.astype(np.float64)
+    coef = fit.model.coef[:, 0]
+    rows = X.astype(np.float32).astype(np.float64)
+    kernel = Kernel("rbf", gamma=0.3)
+    K = kernel_matrix(kernel, rows, centres)
+    # F with the penalty's jitter (nystroem_cg.centre_factor), from the whole float64 kernel
+    G = kernel_matrix(kernel, centres) + report["jitter"] * np.eye(40)
+    weight = nystroem_odm.loss_weight(params.lam, params.theta, len(y))
+
+    def value_and_gradient(alpha):
+        margins = y * (K @ alpha)
+        below = np.maximum(0.0, 1.0 - params.theta - margins)
+        above = np.maximum(0.0, margins - 1.0 - params.theta)
+        value = 0.5 * alpha @ G @ alpha + weight * np.sum(below ** 2 + params.v * above ** 2)
+        return value, G @ alpha + weight * K.T @ (y * (2 * params.v * above - 2 * below))
+
+    reference = scipy.optimize.minimize(value_and_gradient, np.zeros(40), jac=True,
+                                        method="L-BFGS-B", options={"maxiter": 100_000,
+                                                                    "ftol": 1e-15,
+                                                                    "gtol": 1e-11})
+    # float32 kernel entries in the passes: F within their first-order effect of the minimum
+    assert value_and_gradient(coef)[0] == pytest.approx(reference.fun, rel=1e-6)
+    assert report["objective"] == pytest.approx(value_and_gradient(coef)[0], rel=1e-5)
+
+
 def test_the_level_stays_unless_the_slice_ranks_the_global_model_higher(spark, data):
     X, y, X_val, y_val = data
     sc = spark.sparkContext
@@ -99,10 +144,11 @@ def test_the_global_step_does_not_run_for_more_classes_or_after_level_zero(spark
     X, y = make_problem(m=300, d=4, seed=63)
     labels = np.where(y > 0, 1.0, 0.0) + (X[:, 2] > 1.0)  # three classes
     sc = spark.sparkContext
-    fit = fit_sodm(sc, numpy_to_blocks(sc, X, labels), replace(BASE, levels=1, global_step="always"),
-                   [0.0, 1.0, 2.0])
+    fit = fit_sodm(sc, numpy_to_blocks(sc, X, labels),
+                   replace(BASE, levels=1, stop_level=0, global_step="always"), [0.0, 1.0, 2.0])
     assert fit.global_step == {"reason": "not run: more than two classes", "ran": False}
-    fit = fit_sodm(sc, numpy_to_blocks(sc, X, y), replace(BASE, levels=1, global_step="always",
+    fit = fit_sodm(sc, numpy_to_blocks(sc, X, y), replace(BASE, levels=1, stop_level=0,
+                                                          global_step="always",
                                                           min_improvement=0.0),
                    [-1.0, 1.0])
     assert fit.best_level == 0 and fit.global_step is None

@@ -7,10 +7,11 @@ import scipy.optimize
 from sodm_spark.core.kernels import Kernel, kernel_matrix
 from sodm_spark.models import nystroem_odm
 from sodm_spark.models.nystroem_odm import PassLine
-from sodm_spark.spark.sodm.global_step import (EXPECTED_PASSES, NEAR_MAJORITY,
-                                               PASS_SECONDS_PER_ENTRY,
-                                               global_step_reason, keeps_global, plan_global)
-from sodm_spark.spark.sodm import global_step
+from sodm_spark.spark.sodm.global_plan import (EXPECTED_CG_PASSES, EXPECTED_NORMAL_PASSES,
+                                               NORMAL_SECONDS_PER_ENTRY, PASS_OVERHEAD_SECONDS,
+                                               plan_global)
+from sodm_spark.spark.sodm.global_step import NEAR_MAJORITY, global_step_reason, keeps_global
+from sodm_spark.spark.sodm import global_plan
 
 pytestmark = pytest.mark.numerics  # rerun under other BLAS kernels: tests/test_blas_kernels.py
 
@@ -112,18 +113,67 @@ def test_close_centres_leave_a_well_posed_basis():
                                np.eye(basis.transform.shape[1]), atol=1e-6)
 
 
+def _fixed_speeds(monkeypatch, entry=2e-9, gemm=1e11, memory_mb=8000.0):
+    """The plan's measured speeds fixed: ``entry`` seconds a kernel entry of a matrix-free pass
+    on one core, ``gemm`` float32 flops a core, ``memory_mb`` available on the driver."""
+    monkeypatch.setattr(global_plan, "gemm_flops_per_second", lambda: gemm)
+    monkeypatch.setattr(global_plan, "entry_seconds", lambda kernel, inputs: entry)
+    monkeypatch.setattr(global_plan, "available_memory_mb", lambda: memory_mb)
+
+
 def test_the_cost_model_counts_kernel_and_normal_matrix_work(monkeypatch):
     assert nystroem_odm.pass_work(300_000, 1_000, 36) == 300_000 * 1_000 * (36 + 1_000)
-    # a fixed GEMM speed (the plan measures this machine's): 1e11 float32 flops a core
-    monkeypatch.setattr(global_step, "gemm_flops_per_second", lambda: 1e11)
-    plan = plan_global(300_000, 1_000, 36, cores=2, reason="test")
-    assert plan.work_per_pass == 300_000 * 1_000 * 1_036
-    # EXPECTED_PASSES passes of 2 flops a multiply-add at half the float32 speed on 2 cores
-    # (3.108 s), and PASS_SECONDS_PER_ENTRY for each of the 3e8 kernel entries (1.5 s)
-    assert plan.predicted_seconds == pytest.approx(
-        EXPECTED_PASSES * (2 * 3.108e11 / (0.5 * 1e11 * 2) + PASS_SECONDS_PER_ENTRY * 1.5e8))
+    _fixed_speeds(monkeypatch)
+    kernel = Kernel("rbf", gamma=0.5)
+    # the normal form: EXPECTED_NORMAL_PASSES passes of 2 flops a multiply-add at half the
+    # float32 speed on 2 cores (3.108 s), NORMAL_SECONDS_PER_ENTRY a kernel entry (1.5 s) and
+    # the fixed cost, and the fit's SETUP_JOBS other jobs
+    setup = global_plan.SETUP_JOBS * PASS_OVERHEAD_SECONDS
+    normal = EXPECTED_NORMAL_PASSES * (2 * 3.108e11 / (0.5 * 1e11 * 2)
+                                       + NORMAL_SECONDS_PER_ENTRY * 1.5e8
+                                       + PASS_OVERHEAD_SECONDS) + setup
+    assert global_plan.normal_seconds(300_000, 1_000, 36, 2) == pytest.approx(normal)
+    # the matrix-free form: EXPECTED_CG_PASSES passes of 3e8 entries at 2 ns over 2 cores
+    # (0.3 s) plus the fixed cost, and the m³ factorizations at 0.3 of the GEMM speed
+    free = EXPECTED_CG_PASSES * (0.3 + PASS_OVERHEAD_SECONDS) + 1e9 / (0.3 * 1e11 * 2) + setup
+    assert global_plan.matrix_free_seconds(300_000, 1_000, 2, 2e-9, EXPECTED_CG_PASSES) == \
+        pytest.approx(free)
+    plan = plan_global(300_000, 36, 2, "test", kernel, centres=1_000)
+    assert plan.form == "matrix-free" and plan.centres == 1_000
+    assert plan.predicted_seconds == pytest.approx(free)
+    assert plan.work_per_pass == 300_000 * 1_000 * 36
     text = plan.describe()
-    assert "300,000 rows x 1,000 centres x 36 inputs" in text and "3.1e+11" in text
+    assert "300,000 rows x 1,000 centres x 36 inputs, matrix-free" in text
+    # a handful of centres: the normal matrix is cheaper than the passes' fixed costs
+    assert plan_global(300_000, 36, 2, "test", kernel, centres=20).form == "normal"
+
+
+def test_the_plan_takes_the_most_centres_its_budget_holds(monkeypatch):
+    _fixed_speeds(monkeypatch)
+    kernel = Kernel("rbf", gamma=0.5)
+    seconds = {m: global_plan.matrix_free_seconds(2_400_000, m, 2, 2e-9, EXPECTED_CG_PASSES)
+               for m in global_plan.CENTRE_LADDER}
+    plan = plan_global(2_400_000, 8, 2, "test", kernel, budget_seconds=seconds[5000] + 1.0)
+    assert plan.centres == 5000 and plan.form == "matrix-free"
+    # the passes the budget holds beside the factorizations, at least the plan's
+    per_pass = 2_400_000 * 5000 * 2e-9 / 2 + PASS_OVERHEAD_SECONDS
+    factor = 5000 ** 3 / (global_plan.FACTOR_SPEED_SHARE * 1e11 * 2)
+    assert plan.passes == min(global_plan.MOST_PASSES, int((seconds[5000] + 1.0 - factor)
+                                                            // per_pass))
+    assert plan.passes >= EXPECTED_CG_PASSES
+    assert plan.predicted_seconds <= plan.budget_seconds
+    # a budget below the ladder's first rung still gets it; the rows cap the centres at one a
+    # ROWS_PER_CENTRE rows, and a budget the passes cannot use caps the passes
+    assert plan_global(2_400_000, 8, 2, "test", kernel, budget_seconds=1.0).centres == 500
+    assert plan_global(3000, 8, 2, "test", kernel, budget_seconds=1e9).centres == 150
+    assert plan_global(200_000, 8, 2, "test", kernel, budget_seconds=1e9).centres == 10_000
+    assert plan_global(200_000, 8, 2, "test", kernel,
+                       budget_seconds=1e9).passes == global_plan.MOST_PASSES
+    # the driver's memory caps them: three m × m float64 matrices in half of it
+    _fixed_speeds(monkeypatch, memory_mb=1000.0)
+    most = global_plan.most_centres_in_memory()
+    assert 3 * 8 * most ** 2 <= 0.5 * 1000 * 2**20 * 1.0001
+    assert plan_global(2_400_000, 8, 2, "test", kernel, budget_seconds=1e9).centres <= most
 
 
 def _correct(n, wrong):

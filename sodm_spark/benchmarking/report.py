@@ -23,9 +23,14 @@ def markers(region: str = DEFAULT_REGION) -> tuple[str, str]:
 
 def machine() -> dict:
     """Cores, RAM, CPU and library versions of this machine."""
+    import importlib.util
+
     import numpy
-    import pyspark
     import sklearn
+
+    # a machine with no Spark (a GPU machine running the numerics alone) says so
+    pyspark = None if importlib.util.find_spec("pyspark") is None else \
+        __import__("pyspark")
 
     cpu = next((line.split(":", 1)[1].strip() for line in _read_lines("/proc/cpuinfo")
                 if line.startswith("model name")), platform.processor() or "unknown CPU")
@@ -33,7 +38,7 @@ def machine() -> dict:
                 if line.startswith("MemTotal")), None)
     return {"cores": os.cpu_count(), "ram_gib": None if ram is None else round(ram, 1),
             "cpu": cpu, "os": f"{platform.system()} {platform.release()}",
-            "python": platform.python_version(), "pyspark": pyspark.__version__,
+            "python": platform.python_version(), "pyspark": None if pyspark is None else pyspark.__version__,
             "numpy": numpy.__version__, "scikit-learn": sklearn.__version__}
 
 

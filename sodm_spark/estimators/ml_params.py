@@ -76,7 +76,8 @@ timeBudget         float  autoStop: no level whose predicted seconds would end t
 globalStep         text   auto (after the levels, one Nyström ODM of every row when the chosen
                           level is near the majority class or the last merge gained nothing;
                           kept where the validation slice ranks it higher), always or none
-globalCentres      int    centres of the global step (default 1000)
+globalCentres      int    centres of the global step (unset: the most whose predicted passes
+                          fit the step's time budget, up to 20,000)
 classWeight        text   balanced (each class the same total weight, n / (C·n_c)) or
                           label:weight pairs such as '0:1,1:5': each class's rows weighted in
                           every solve, the global step and the validation scores (unset: 1)

@@ -186,9 +186,9 @@ def _stopping_arguments(parser) -> None:
                           "above the level: auto (default) when the chosen level is within "
                           f"{NEAR_MAJORITY * 100:g} points of the majority class or the last "
                           "merge gained nothing; always; none")
-    stopping.add_argument("--global-centres", type=int, default=DEFAULTS.global_centres,
-                          help="centres of the global step (default %(default)s; a pass costs "
-                          "rows x centres x (inputs + centres) multiply-adds)")
+    stopping.add_argument("--global-centres", type=_centres, default=DEFAULTS.global_centres,
+                          help="centres of the global step: auto (default: the most whose "
+                          "predicted passes fit the step's time budget, up to 20,000) or N")
     stopping.add_argument("--calibration", choices=CALIBRATIONS, default=DEFAULTS.calibration,
                           help="class probabilities saved with the model, fitted on the "
                           "validation slice (the linear kernel holds one out too): sigmoid "
@@ -277,6 +277,20 @@ def levels_arg(text):
     except (TypeError, ValueError):
         raise argparse.ArgumentTypeError(f"--levels must be an integer >= 0 or 'auto', got "
                                          f"{text!r}") from None
+
+
+def _centres(text):
+    """argparse type of ``--global-centres``: 'auto' (None) or a positive integer."""
+    if text in (None, "auto"):
+        return None
+    try:
+        value = int(text)
+    except (TypeError, ValueError):
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"--global-centres must be 'auto' or a positive "
+                                         f"integer, got {text!r}")
+    return value
 
 
 def max_sv_arg(text):

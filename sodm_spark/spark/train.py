@@ -15,12 +15,14 @@ the memory and disk the top level needs). Callers print or record progress throu
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field, fields, replace
 from typing import Callable, Mapping
 
 import numpy as np
 
 from ..core.errors import InputError, SettingsError
+from ..core.timeline import Timeline, add_stage, timed
 from ..core.validation import check_two_classes, shown_classes
 from ..selection.tuning import (DEFAULT_SEARCH_GRID_TEXT, DEFAULT_SEARCH_POINT,
                                 SEARCH_PARTITION_ROWS, GridPoint, ParamGrid, search_pieces,
@@ -30,6 +32,7 @@ from .dsvrg.holdout import fit_calibrated
 from .gpu import check_gpu_request
 from .memory import check_fit_resources, executor_memory
 from .sodm.fit import FitOptions, fit_sodm
+from .sodm.global_only import levels_skipped
 from .sodm.params import SODMFit, SODMParams
 from .sodm.plan import auto_level_count, check_levels_fit_rows
 from .sodm.prepare import checked_classes, prepare_sodm
@@ -212,14 +215,16 @@ def train(sc, blocks, n_features: int, params: SODMParams | DSVRGParams | Checke
     (``search.then_fit`` False: the search alone).
     ``level_options``: fit_sodm's :class:`~.sodm.fit.FitOptions` (``checkpoint_dir``,
     ``resume``, ``max_sv``, ``compress_method``, ``test_every_level``; its callbacks are
-    ``progress``'s); DSVRG takes none of them, nor a search.
+    ``progress``'s); DSVRG takes none of them, nor a search, but its ``timeline``
+    (:class:`~sodm_spark.core.timeline.Timeline`: the fit's stages, docs/design.md §6; the
+    search's as ``search``, DSVRG's as ``partitioning``, ``epochs``, ``calibration``).
     """
     checked = params if isinstance(params, Checked) else None
     params = params.params if isinstance(params, Checked) else params
     linear = isinstance(params, DSVRGParams)
     options = FitOptions() if level_options is None else level_options
-    options_given = sorted(f.name for f in fields(options)
-                           if getattr(options, f.name) != getattr(FitOptions(), f.name))
+    options_given = sorted(f.name for f in fields(options) if f.name != "timeline"
+                           and getattr(options, f.name) != getattr(FitOptions(), f.name))
     test, validation = rows.test, rows.validation
     if linear and (search is not None or options_given):
         given = ", ".join(["a search"] * (search is not None) + options_given)
@@ -236,14 +241,14 @@ def train(sc, blocks, n_features: int, params: SODMParams | DSVRGParams | Checke
     params, classes = checked.params, checked.classes
     if isinstance(params, DSVRGParams):  # check_rows keeps the kind of params it was given
         _call(progress.on_fit, params)
-        # calibrated on ``validation``, else on a slice held out as the levels hold theirs
-        dsvrg_fit = fit_calibrated(sc, blocks, params, classes, n_features, validation,
-                                   test=test, on_epoch=progress.on_epoch)
-        return Trained(dsvrg_fit, params)
+        return Trained(_fit_dsvrg(sc, blocks, params, classes, n_features, rows,
+                                  progress.on_epoch, options.timeline), params)
     prepared = result = None
     if search is not None:
-        prepared = prepare_sodm(sc, blocks, params, classes, test, validation, hold_out=True)
-        result = _search(sc, prepared, params, search, progress)
+        prepared = prepare_sodm(sc, blocks, params, classes, test, validation, hold_out=True,
+                                timeline=options.timeline)
+        with timed(options.timeline, "search"):
+            result = _search(sc, prepared, params, search, progress)
         params = result.best_params(params)
         if not search.then_fit:
             return Trained(None, params, result, prepared.partition_seconds)
@@ -251,12 +256,39 @@ def train(sc, blocks, n_features: int, params: SODMParams | DSVRGParams | Checke
         # best point's multiple of it
         assert not isinstance(params.gamma, str), "best_params sets γ to a number"
         prepared.kernel = replace(prepared.kernel, gamma=params.gamma)
+        # the search found only the majority class: the global step instead of the levels
+        options = replace(options, skip_levels=levels_skipped(prepared, params, result))
     _call(progress.on_fit, params)
     fit = fit_sodm(sc, blocks, params, classes, test=test, validation=validation,
                    prepared=prepared, options=replace(options, on_level=progress.on_level,
                                                       on_plan=progress.on_plan))
     return Trained(fit, params, result,
                    0.0 if prepared is None else prepared.partition_seconds)
+
+
+def _fit_dsvrg(sc, blocks, params: DSVRGParams, classes, n_features: int, rows: ScoredRows,
+               on_epoch: Callable | None, timeline: Timeline | None) -> DSVRGFit:
+    """DSVRG (SODM paper, Algorithm 2) calibrated on ``rows.validation``, else on a slice held
+    out as the levels hold theirs; with a ``timeline``, its stages: ``partitioning`` (until
+    the first epoch: the slice held out, the survey, the layout, the primal set up and its
+    first full gradient), ``epochs`` and ``calibration`` (after the last epoch, with what the
+    fit left on the executors released)."""
+    begun = time.perf_counter()
+    epochs: list[float] = []  # (first epoch's start, last epoch's end) as they are reported
+
+    def reported(entry) -> None:
+        now = time.perf_counter()
+        epochs[:] = [epochs[0] if epochs else now - entry.seconds, now]
+        _call(on_epoch, entry)
+
+    fit = fit_calibrated(sc, blocks, params, classes, n_features, rows.validation,
+                         test=rows.test, on_epoch=reported)
+    if timeline is not None and epochs:
+        first, last = epochs
+        add_stage(timeline, "partitioning", first - begun, begun)
+        add_stage(timeline, "epochs", last - first, first)
+        add_stage(timeline, "calibration", time.perf_counter() - last, last)
+    return fit
 
 
 def _search(sc, prepared, params: SODMParams, search: Search, progress: Progress) -> TuneResult:

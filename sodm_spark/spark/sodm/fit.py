@@ -9,8 +9,10 @@ reads (:class:`~.levels.LevelRun`); start from the top level solved, or from the
 checkpoint holds; run the levels (:mod:`.levels`: decide, merge, solve, until the warm start is
 already optimal (Algorithm 1, line 5), ``stop_level``, or the automatic stopping rule); finish:
 choose the level, try the global step (:mod:`.global_step`), collect or compress the model
-(:mod:`.level_model`), score the test rows and calibrate on the validation slice. All numerics
-are in ``sodm_spark.solvers`` and ``sodm_spark.partition``.
+(:mod:`.written_model`), score the test rows and calibrate on the validation slice
+(:mod:`.scored_model`). All numerics are in ``sodm_spark.solvers`` and
+``sodm_spark.partition``. With ``FitOptions.timeline`` the stages are timed into a
+:class:`~sodm_spark.core.timeline.Timeline` (docs/design.md §6).
 """
 from __future__ import annotations
 
@@ -21,32 +23,30 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 
 from ...core.errors import SettingsError
-from ...core.labels import accuracy_of_scores, coded_classes, raw_labels
+from ...core.labels import coded_classes
 from ...core.sparse_rows import as_float_rows, stack_rows
-from ...models.calibration import fit_calibration
-from ...models.compression import (SPARSE_KMEANS, ScoreComparison, compare_scores,
-                                   local_fit_share, most_points)
-from ...models.expansion import KernelExpansion
+from ...core.timeline import Timeline, add_stage, timed
+from ...models.compression import SPARSE_KMEANS, local_fit_share, most_points
+from ...selection.compression_choice import BUDGET_SHARE
 from ...selection.stopping import choose_level
 from ..frames import ordered_sum
 from ..memory import executor_memory
 from .checkpoint import LevelCheckpoint, block_fingerprint, merge_fingerprints
+from .global_only import fit_without_levels
+from .global_plan import after_levels_budget
 from .global_step import public_report, run_global_step
-from .level_model import (CompressionReport, LocalFit, chosen_model, fit_rows_collectable,
-                          level_scores, training_row_bytes)
+from .level_model import LocalFit, fit_rows_collectable, training_row_bytes
 from .levels import (LevelRun, LevelScoring, LevelsSoFar, first_level, restored_level,
                      restored_levels, run_levels, validated)
 from .params import LevelStats, SODMFit, SODMParams
 from .prepare import PreparedData, partition_prepared, prepare_sodm
+from .scored_model import FinalModel, calibrated, scored_on_test, taking_projected_rows
 from .tasks import FitTargets, LevelTaskSettings
+from .written_model import ModelRequest, SliceJudge, chosen_model
 
 if TYPE_CHECKING:
     from pyspark import RDD
 
-#: With a compressed model, the uncompressed one is scored on the test rows too (the report's
-#: "before") when that costs at most this many kernel multiply-adds (test rows × support
-#: vectors × features: a few seconds here); beyond, only with ``test_every_level``.
-CHEAP_SCORING_WORK = 1e12
 #: Every level's model is scored on the test rows too (for the levels table) when that costs at
 #: most this many multiply-adds a level (test rows × training rows × features: a fraction of a
 #: second here); beyond, only with ``test_every_level``. Scoring is inside the level's tasks, so
@@ -68,6 +68,12 @@ class FitOptions:
     max_sv: object = None  # "auto", "none"/None or N (models.compression.resolve_max_sv)
     compress_method: str = "random"  # how a compression chooses its points
     test_every_level: bool | None = None  # None: when cheap (TEST_EVERY_LEVEL_WORK)
+    # records the fit's stages (docs/design.md §6: the preparation's, the partitioning, each
+    # level, the global step, the compression, the test scoring, the calibration); None: none
+    timeline: Timeline | None = None
+    # (why, how the slice judged a searched point) when the search found only the majority
+    # class: the global step fits every row instead of the levels (.global_only); None: levels
+    skip_levels: tuple | None = None
 
 
 @dataclass(frozen=True)
@@ -80,17 +86,6 @@ class ChosenLevel:
     local_fit: LocalFit | None  # the fit targets its tasks left for a compression
     judged: tuple[list, list]  # (the validated levels, how the slice judged each), for the
     # global step
-
-
-@dataclass
-class FinalModel:
-    """The model the fit returns before it is scored and calibrated: the global step's, or the
-    chosen level's (compressed or not)."""
-
-    model: KernelExpansion
-    compression: CompressionReport | None
-    global_report: dict | None  # the global step's report with its model; None: not tried
-    from_global_step: bool
 
 
 def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, validation=None,
@@ -129,8 +124,15 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, validation=None
     options = replace(options or FitOptions(), **keywords)
     prepared, params = _prepared(sc, blocks, params, classes, test, validation, prepared,
                                  options)
+    attempt = None
+    if options.skip_levels is not None and prepared.parts is not None and not options.resume:
+        fit, attempt = fit_without_levels(sc, prepared, params, options, options.skip_levels)
+        if fit is not None:
+            prepared.parts.unpersist()
+            return fit
     checkpoint = _level_checkpoint(sc, prepared, params, options)
-    restored = _restored_or_partitioned(sc, prepared, params, checkpoint, options.resume)
+    restored = _restored_or_partitioned(sc, prepared, params, checkpoint, options.resume,
+                                        options.timeline)
     partition_seconds = prepared.partition_seconds or time.perf_counter() - prepared.started
     # the time budget counts a resumed fit's checkpointed levels too
     started = prepared.started - (0.0 if restored is None else restored.last.elapsed)
@@ -141,7 +143,10 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, validation=None
         assert prepared.sizes is not None  # not restored: _restored_or_partitioned dealt the rows
         levels = first_level(sc, run, prepared.parts, prepared.sizes)
     levels, stop_reason = run_levels(sc, run, levels)
-    return _finish(sc, run, levels, stop_reason, prepared, options, partition_seconds)
+    fit = _finish(sc, run, levels, stop_reason, prepared, options, partition_seconds)
+    if attempt is not None and fit.global_step is None:  # the step tried instead, not kept
+        fit.global_step = public_report(attempt)
+    return fit
 
 
 # --- prepare and plan ------------------------------------------------------------------------
@@ -152,7 +157,8 @@ def _prepared(sc, blocks, params: SODMParams, classes, test, validation,
     parameters with the levels the preparation resolved from the rows)."""
     if prepared is None:
         prepared = prepare_sodm(sc, blocks, params, classes, test, validation, partition=False,
-                                fingerprint=options.checkpoint_dir is not None)
+                                fingerprint=options.checkpoint_dir is not None,
+                                timeline=options.timeline)
     if params.levels is None:  # as the preparation resolved them from the rows
         params = replace(params, levels=prepared.params.levels,
                          stop_level=prepared.params.stop_level)
@@ -173,8 +179,9 @@ def _level_checkpoint(sc, prepared: PreparedData, params: SODMParams,
         return None
     if prepared.fingerprint is None:  # prepared elsewhere (a search): one more pass
         sc.setJobDescription("SODM checkpoint: fingerprint the data")
-        prepared.fingerprint = ordered_sum(prepared.labelled, block_fingerprint,
-                                           merge_fingerprints)
+        with timed(options.timeline, "fingerprint"):
+            prepared.fingerprint = ordered_sum(prepared.labelled, block_fingerprint,
+                                               merge_fingerprints)
     checkpoint = LevelCheckpoint(options.checkpoint_dir, params.settings(), prepared.n_rows,
                                  prepared.n_features, prepared.classes, prepared.fingerprint)
     if checkpoint.exists() and not options.resume:
@@ -185,18 +192,20 @@ def _level_checkpoint(sc, prepared: PreparedData, params: SODMParams,
 
 
 def _restored_or_partitioned(sc, prepared: PreparedData, params: SODMParams,
-                             checkpoint: LevelCheckpoint | None,
-                             resume: bool) -> LevelsSoFar | None:
+                             checkpoint: LevelCheckpoint | None, resume: bool,
+                             timeline: Timeline | None = None) -> LevelsSoFar | None:
     """The levels a checkpoint holds, when the fit resumes one (the training rows are then
     dealt to its partitions, and the labelled input is released); else None, the top level's
-    partitions dealt unless a search already dealt them (docs/design.md §6, step 5)."""
+    partitions dealt unless a search already dealt them (docs/design.md §6, step 5). Either is
+    the ``partitioning`` stage of ``timeline``."""
     if resume and checkpoint is not None and checkpoint.exists():
         sc.setJobDescription("SODM resume: deal rows to their checkpointed partitions")
-        restored = restored_levels(sc, prepared.training, checkpoint)
+        with timed(timeline, "partitioning"):
+            restored = restored_levels(sc, prepared.training, checkpoint)
         prepared.labelled.unpersist()
         return restored
     if prepared.parts is None:
-        partition_prepared(sc, prepared, params)
+        partition_prepared(sc, prepared, params, timeline)
     return None
 
 
@@ -210,7 +219,26 @@ def _level_run(sc, prepared: PreparedData, params: SODMParams, options: FitOptio
                     scoring=_level_scoring(sc, prepared, width, options.test_every_level),
                     width=width, memory=executor_memory(sc, params.memory_mb, params.device),
                     cores=max(1, sc.defaultParallelism), started=started,
-                    checkpoint=checkpoint, on_plan=options.on_plan, on_level=options.on_level)
+                    command_started=None if options.timeline is None else options.timeline.origin,
+                    checkpoint=checkpoint, on_plan=options.on_plan,
+                    on_level=_timed_levels(options.on_level, options.timeline, started))
+
+
+def _timed_levels(on_level: Callable | None, timeline: Timeline | None,
+                  started: float) -> Callable | None:
+    """``on_level`` that first records each level as a stage of ``timeline``: its seconds
+    (the solve, the merge's shuffle and the scoring in its tasks), ended when its record was
+    made (``elapsed`` on the fit's clock, ``started``)."""
+    if timeline is None:
+        return on_level
+
+    def recorded(entry: LevelStats) -> None:
+        timeline.add(f"level {entry.level}", entry.seconds,
+                     started + entry.elapsed - entry.seconds)
+        if on_level is not None:
+            on_level(entry)
+
+    return recorded
 
 
 def _task_settings(sc, prepared: PreparedData, params: SODMParams,
@@ -251,15 +279,19 @@ def _finish(sc, run: LevelRun, levels: LevelsSoFar, stop_reason: str, prepared: 
             options: FitOptions, partition_seconds: float) -> SODMFit:
     """The fit's result after its last level: the level chosen, its model (or the global
     step's) collected or compressed, scored on the test rows and calibrated on the validation
-    slice (docs/design.md §6, steps 7-8), taking the rows the fit was given."""
+    slice (docs/design.md §6, steps 7-8), taking the rows the fit was given; the ``test
+    scoring`` and ``calibration`` stages of ``options.timeline``."""
     chosen = _chosen_level(sc, run, levels, prepared.training)
     if run.scoring.rows is not None:
         run.scoring.rows.unpersist()
     final = _final_model(sc, run, chosen, prepared, options)
     train_seconds = time.perf_counter() - run.started
-    test_accuracy = _test_accuracy(sc, run, final, chosen, prepared)
-    model = _calibrated(final, chosen, run, prepared)
-    model = _taking_projected_rows(model, prepared.projection)
+    timeline = options.timeline
+    with timed(None if prepared.test_pair is None else timeline, "test scoring"):
+        test_accuracy = scored_on_test(sc, run, final, chosen, prepared)
+    with timed(timeline if run.scoring.n_validation else None, "calibration"):
+        model = calibrated(final, chosen, run, prepared)
+    model = taking_projected_rows(model, prepared.projection)
     levels.kept.release()
     sc.setJobDescription(None)
     return SODMFit(model=model, levels=levels.history, train_seconds=train_seconds,
@@ -294,16 +326,28 @@ def _chosen_level(sc, run: LevelRun, levels: LevelsSoFar, training) -> ChosenLev
 def _final_model(sc, run: LevelRun, chosen: ChosenLevel, prepared: PreparedData,
                  options: FitOptions) -> FinalModel:
     """The global step's model where the validation slice keeps it (docs/design.md §2.9),
-    else the chosen level's, collected or compressed (§6, step 8); with the feature scaling."""
-    global_model, global_report = run_global_step(
-        sc, chosen.solved, prepared, run.params, chosen.entry.level, *chosen.judged, run.cores,
-        run.on_plan, chosen.entry.partitions)
+    else the chosen level's, collected or compressed (§6, step 8; the level's record gets the
+    points written, ``written_points``); with the feature scaling. The stages of
+    ``options.timeline``: ``global step`` where it ran, then ``compression`` (or ``model
+    collection``)."""
+    begun = time.perf_counter()
+    budget = after_levels_budget(begun - run.started, run.params.time_budget)
+    global_model, global_report = run_global_step(sc, chosen, prepared, run.params, run.cores,
+                                                  run.on_plan, budget)
+    if global_report is not None and global_report.get("ran"):
+        add_stage(options.timeline, "global step", time.perf_counter() - begun, begun)
     if global_model is not None:
         model, compression = global_model, None
     else:
+        begun = time.perf_counter()
+        # every compression together within a share of the fit so far (compression_choice)
+        request = ModelRequest(options.max_sv, options.compress_method, run.params.seed,
+                               BUDGET_SHARE * (begun - run.started))
         model, compression = chosen_model(sc, chosen.solved, chosen.entry.n_sv, prepared,
-                                          options.max_sv, options.compress_method,
-                                          run.params.seed, chosen.local_fit)
+                                          request, chosen.local_fit, _slice_judge(chosen, run))
+        add_stage(options.timeline, "model collection" if compression is None else
+                  "compression", time.perf_counter() - begun, begun)
+        chosen.entry.written_points = int(model.support_vectors.shape[0])
     if prepared.scaling is not None:  # the model takes raw rows
         offset, feature_scale, columns = prepared.scaling
         model = replace(model, feature_offset=offset, feature_scale=feature_scale,
@@ -311,91 +355,11 @@ def _final_model(sc, run: LevelRun, chosen: ChosenLevel, prepared: PreparedData,
     return FinalModel(model, compression, global_report, global_model is not None)
 
 
-def _test_accuracy(sc, run: LevelRun, final: FinalModel, chosen: ChosenLevel,
-                   prepared: PreparedData) -> float | None:
-    """The model's accuracy on the test rows, or None without them. On the way: the chosen
-    level's own (``chosen.entry.test_accuracy``, a compression's "before") where it is scored,
-    and the global step's where it ran."""
-    if prepared.test_pair is None:
+def _slice_judge(chosen: ChosenLevel, run: LevelRun) -> SliceJudge | None:
+    """How the validation slice judged the chosen level, for its compressions to be judged
+    alike (None: no slice, or the level was not judged on it)."""
+    levels, judged = chosen.judged
+    if run.scoring.validation is None or chosen.entry.level not in levels:
         return None
-    classes = prepared.classes
-    X_test, y_test = prepared.test_pair[0], raw_labels(prepared.test_pair[1], classes)
-    global_scores = _global_step_test_scores(final, X_test, y_test, classes)
-    level_test = _level_test_scores(sc, run, final, chosen, X_test)
-    if level_test is not None:  # the chosen level's own model
-        chosen.entry.test_accuracy = accuracy_of_scores(level_test, y_test, classes)
-    if final.from_global_step:
-        scores = global_scores
-    else:
-        scores = level_test if final.compression is None else final.model.input_scores(X_test)
-    accuracy = accuracy_of_scores(scores, y_test, classes)
-    if final.compression is not None:
-        final.compression.test = compare_scores(level_test, scores, y_test, classes) \
-            if level_test is not None else ScoreComparison(accuracy_after=accuracy,
-                                                           rows=len(y_test))
-    return accuracy
-
-
-def _global_step_test_scores(final: FinalModel, X_test, y_test, classes):
-    """The global step's f on the test rows where it ran (its report records the accuracy),
-    kept or not; else None."""
-    report = final.global_report
-    if report is None or not report["ran"]:
-        return None
-    scores = report["model"].input_scores(X_test)
-    report["test_accuracy"] = accuracy_of_scores(scores, y_test, classes)
-    return scores
-
-
-def _level_test_scores(sc, run: LevelRun, final: FinalModel, chosen: ChosenLevel, X_test):
-    """The chosen level's own f on the test rows, or None: the model is the global step's
-    (the level keeps what its tasks scored), or the model is a compression and scoring the
-    level would cost more than :data:`CHEAP_SCORING_WORK`."""
-    if final.from_global_step:
-        return None
-    if chosen.scores is not None and run.scoring.test_labels is not None:
-        return chosen.scores[run.scoring.n_validation:]  # scored in the level's tasks
-    if final.compression is None:
-        # the model written is the level itself, on the driver already: scored here with
-        # every core (10,000 rows against 27,467 support vectors of 784 features: 26.5 s as
-        # a job over level 1's three partitions, 10.4 s here)
-        return final.model.input_scores(X_test)
-    if X_test.shape[0] * chosen.entry.n_sv * run.width <= CHEAP_SCORING_WORK:
-        return level_scores(sc, chosen.solved, X_test, run.kernel, "score the test set")
-    return None
-
-
-def _calibrated(final: FinalModel, chosen: ChosenLevel, run: LevelRun,
-                prepared: PreparedData) -> KernelExpansion:
-    """The model with ``params.calibration``'s class probabilities fitted on its own scores on
-    the validation slice (docs/design.md §7, "Probabilities"); a compression's report then
-    compares it with the level there. No slice: the model as it is."""
-    n_validation = run.scoring.n_validation
-    if not n_validation:
-        return final.model
-    classes = prepared.classes
-    assert prepared.validation_pair is not None  # the slice the validation scores are of
-    y_validation = raw_labels(prepared.validation_pair[1], classes)
-    level_scores_there = None if chosen.scores is None else chosen.scores[:n_validation]
-    if final.from_global_step or final.compression is not None or level_scores_there is None:
-        own = final.model.input_scores(prepared.validation_pair[0])
-    else:  # the model is the level itself, whose tasks scored these rows
-        own = level_scores_there
-    model = replace(final.model, calibration=fit_calibration(
-        run.params.calibration, own, np.searchsorted(classes, y_validation), len(classes)))
-    if final.compression is not None and level_scores_there is not None:
-        final.compression.validation = compare_scores(level_scores_there, own, y_validation,
-                                                      classes)
-    return model
-
-
-def _taking_projected_rows(model: KernelExpansion, projection) -> KernelExpansion:
-    """The model with the fit's input map (docs/design.md §2.8) ahead of any projection of its
-    own (a compression's): it was scored above on mapped rows, and takes raw ones."""
-    if projection is None:
-        return model
-    if model.projection_components is not None:  # the compression projected them again
-        projection = projection.followed_by(model.projection_center,
-                                            model.projection_components)
-    return replace(model, projection_center=projection.center,
-                   projection_components=projection.components)
+    rows, labels = run.scoring.validation
+    return SliceJudge(rows, labels, run.scoring.coded, judged[levels.index(chosen.entry.level)])

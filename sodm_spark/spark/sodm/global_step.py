@@ -5,16 +5,16 @@ local models learn little (docs/design.md §2.9; the numerics are
 The levels solve local problems of a few thousand rows each; on a table where such a model
 stays near the majority class, or where merging stopped paying, one kernel model that sees
 every row can still learn. After the levels, :func:`global_step_reason` decides whether to
-try it; :func:`fit_global` draws the centres among the chosen level's rows, states the plan
-(rows × centres × inputs a pass, the passes expected, the predicted seconds), runs the Newton
-steps with each step's sums added over the level's partitions, and the fit keeps the result
-only where the validation slice ranks it above the level's model by the fit's metric
-(:func:`keeps_global`; :mod:`sodm_spark.selection.metrics`).
+try it; :mod:`.global_plan` chooses the centres and the form (the normal matrix, or conjugate
+gradients on kernel products) within the step's time budget, :func:`fit_global` draws the
+centres among the chosen level's rows and runs the Newton steps with each pass's sums added over
+the level's partitions, and the fit keeps the result only where the validation slice ranks it
+above the level's model by the fit's metric (:func:`keeps_global`;
+:mod:`sodm_spark.selection.metrics`).
 """
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -22,44 +22,20 @@ from ...core.errors import SettingsError
 from ...core.kernels import kernel_matrix
 from ...core.labels import coded_classes, correct_rows
 from ...core.weights import combined_weights
-from ...models import nystroem_odm
+from ...models import nystroem_cg, nystroem_odm
 from ...models.expansion import KernelExpansion
+from ...models.nystroem_passes import RowPasses
 from ...selection.metrics import Evaluation, correct_of, metric_of, paired_difference
 from ...selection.stopping import holdout_values, oversampled_share
 from ..frames import ordered_sum
+from ..session import PERSIST
+from .global_plan import GlobalPlan, plan_global
 from .params import GLOBAL_STEPS
-from .plan import gemm_flops_per_second
 from .tasks import chunk_order
 
 #: "auto" tries the global step when the chosen level's validation accuracy is less than this
 #: far above the majority class's share of the slice (the levels learned almost nothing).
 NEAR_MAJORITY = 0.005
-#: Passes a fit is expected to need (the plan's prediction): 4 passes measured on 290,000
-#: flights rows and 6 on 1,990,000 rows of the 12-column table, 1,000 centres each.
-EXPECTED_PASSES = 5
-#: Seconds a kernel entry costs a pass on one core besides the GEMMs (the exponential, the
-#: pieces, the weighted copy of the block): fitted to the same two runs (6.2 s a pass at
-#: 290,000 × 1,000 × 36, 41 s at 1,990,000 × 1,000 × 12 on two cores; the GEMMs alone at half
-#: the float32 speed predicted 4.9 s and 31 s).
-PASS_SECONDS_PER_ENTRY = 1e-8
-
-
-@dataclass(frozen=True)
-class GlobalPlan:
-    """The global step before it runs: its shape, its work a pass and its predicted seconds."""
-
-    rows: int
-    centres: int
-    inputs: int
-    reason: str
-    work_per_pass: float  # multiply-adds (nystroem_odm.pass_work)
-    predicted_seconds: float
-
-    def describe(self) -> str:
-        return (f"global step ({self.reason}): Nyström ODM on {self.rows:,} rows x "
-                f"{self.centres:,} centres x {self.inputs:,} inputs, "
-                f"{self.work_per_pass:.2g} multiply-adds a pass, about {EXPECTED_PASSES} "
-                f"passes, predicted {self.predicted_seconds:,.0f} s")
 
 
 def global_step_reason(mode: str, levels: list[int], correct: list,
@@ -83,18 +59,6 @@ def global_step_reason(mode: str, levels: list[int], correct: list,
     if len(levels) >= 2 and paired_difference(correct[-2], correct[-1])[0] <= 0.0:
         return f"the merge into level {levels[-1]} gained nothing on the validation slice"
     return None
-
-
-def plan_global(n_rows: int, centres: int, inputs: int, cores: int, reason: str) -> GlobalPlan:
-    """The plan of :func:`fit_global`: a pass is its work (:func:`~sodm_spark.models.
-    nystroem_odm.pass_work`) at this machine's GEMM speed on ``cores`` cores in float64 (half
-    the float32 speed) plus :data:`PASS_SECONDS_PER_ENTRY` a kernel entry; the plan predicts
-    :data:`EXPECTED_PASSES` of them."""
-    work = nystroem_odm.pass_work(n_rows, centres, inputs)
-    cores = max(1, cores)
-    seconds = EXPECTED_PASSES * (2.0 * work / (0.5 * gemm_flops_per_second() * cores)
-                                 + PASS_SECONDS_PER_ENTRY * n_rows * centres / cores)
-    return GlobalPlan(n_rows, centres, inputs, reason, work, seconds)
 
 
 def _sample_rows(item, share, seed):
@@ -143,18 +107,50 @@ def draw_centres(sc, solved, n_rows: int, n_centres: int, seed: int) -> np.ndarr
 
 def fit_global(sc, solved, kernel, classes, params, plan: GlobalPlan, on_step=None,
                partitions: int = 1, class_weights=None):
-    """The Nyström ODM of every row of the level ``solved`` (one pass a Newton step, each
-    partition's :func:`~sodm_spark.models.nystroem_odm.pass_sums` added in a tree), started
-    from the level's model (the mean of its ``partitions`` local models, as a merge starts
-    from γ/p: each is a model of the whole data): (its model, the report for the metrics)."""
+    """The Nyström ODM of every row of ``solved`` (a level's partitions, or the top level's
+    before any is solved) in the plan's form, one pass of sums added in a tree over the
+    partitions at a time: (its model, the report for the metrics). With ``partitions`` (the
+    level's count; 0: no level, start from α = 0) it starts from the level's model (the mean
+    of its partitions' local models, as a merge starts from γ/p: each is a model of the whole
+    data) brought into the centres' span, where F is lower there than at α = 0."""
     started = time.perf_counter()
     centres = draw_centres(sc, solved, plan.rows, plan.centres, params.seed)
-    basis = nystroem_odm.centre_basis(kernel, centres)
-    theta, v = params.theta, params.v
     # M of the loss's C is the rows' total weight (docs/design.md §1.4; their count without
     # weights): a pass without kernels, beside the Newton passes' n·m·d
     total = ordered_sum(solved, lambda item: _chunk_weight(item, class_weights),
                         lambda a, b: a + b, chunk_order)
+    values = None
+    if partitions:  # the level's model at the centres: a pass of n·m·d kernel entries
+        sc.setJobDescription("SODM global step: the level's model at the centres")
+        values = ordered_sum(solved, lambda item: _level_values(item, centres, kernel),
+                             lambda a, b: a + b, chunk_order) / partitions
+    fitted = _matrix_free if plan.form == "matrix-free" else _normal_matrix
+    coef, report = fitted(sc, solved, kernel, params, plan, centres, total, values,
+                          (class_weights, on_step))
+    sc.setJobDescription(None)
+    model = KernelExpansion(centres.astype(np.float32), coef[:, None], kernel, classes)
+    report.update({"reason": plan.reason, "rows": plan.rows, "centres": int(centres.shape[0]),
+                   "inputs": plan.inputs, "form": plan.form,
+                   "work_per_pass": plan.work_per_pass, "planned_passes": plan.passes,
+                   "budget_seconds": plan.budget_seconds,
+                   "entry_nanoseconds": plan.entry_seconds * 1e9,
+                   "predicted_seconds": plan.predicted_seconds,
+                   "seconds": time.perf_counter() - started})
+    return model, report
+
+
+def _start_text(start: str, partitions_given: bool) -> str:
+    if not partitions_given:
+        return "α = 0 (no level ran)"
+    return ("the level's model in the centres' span" if start == "given"
+            else "α = 0 (F is lower there than at the level's model)")
+
+
+def _normal_matrix(sc, solved, kernel, params, plan, centres, total, values, extras):
+    """(α, report) of the normal-matrix form (:func:`~sodm_spark.models.nystroem_odm.fit`)."""
+    class_weights, on_step = extras
+    basis = nystroem_odm.centre_basis(kernel, centres)
+    theta, v = params.theta, params.v
 
     def run_pass(coef, direction, steps):
         sc.setJobDescription("SODM global step: a Newton pass over the rows")
@@ -166,28 +162,87 @@ def fit_global(sc, solved, kernel, classes, params, plan: GlobalPlan, on_step=No
         finally:
             shared.unpersist()
 
-    # started from the level's model: its values at the centres (a pass of n·m·d kernel
-    # entries, the kernel part of one Newton pass without its n·m² normal matrix)
-    sc.setJobDescription("SODM global step: the level's model at the centres")
-    level_values = ordered_sum(solved, lambda item: _level_values(item, centres, kernel),
-                               lambda a, b: a + b, chunk_order)
-    start = nystroem_odm.span_start(
-        basis, level_values / max(1, partitions),
-        nystroem_odm.loss_weight(params.lam, theta, total) * total / len(centres))
+    start = None if values is None else nystroem_odm.span_start(
+        basis, values, nystroem_odm.loss_weight(params.lam, theta, total) * total / len(centres))
     coef, newton = nystroem_odm.fit(basis, run_pass, params.lam, theta, v, total,
                                     on_step=on_step, start=start)
-    sc.setJobDescription(None)
-    model = KernelExpansion(centres.astype(np.float32), coef[:, None], kernel, classes)
-    report = {"reason": plan.reason, "rows": plan.rows, "centres": int(centres.shape[0]),
-              "rank": int(basis.transform.shape[1]), "inputs": plan.inputs,
-              "work_per_pass": plan.work_per_pass,
-              "predicted_seconds": plan.predicted_seconds, "passes": newton.passes,
-              "newton_steps": len(newton.steps), "stopped": newton.reason,
-              "start": ("the level's model in the centres' span" if newton.start == "given"
-                        else "α = 0 (F is lower there than at the level's model)"),
-              "objective": newton.objectives[-1],
-              "seconds": time.perf_counter() - started}
-    return model, report
+    return coef, {"rank": int(basis.transform.shape[1]), "passes": newton.passes,
+                  "newton_steps": len(newton.steps), "stopped": newton.reason,
+                  "start": _start_text(newton.start, values is not None),
+                  "objective": newton.objectives[-1]}
+
+
+def _compact_rows(item, class_weights):
+    """A chunk's rows for the matrix-free passes: (float32 rows, ±1 labels, weights or None)."""
+    chunk = item[1]
+    weights = combined_weights(chunk.weights, class_weights, chunk.y)
+    return (np.asarray(chunk.X, dtype=np.float32), np.asarray(chunk.y, dtype=np.float64),
+            None if weights is None else np.asarray(weights, dtype=np.float64))
+
+
+def _one_block(records):
+    """The rows of a task's chunks as one block (their order as stored)."""
+    pieces = list(records)
+    if not pieces:
+        return
+    weighted = any(piece[2] is not None for piece in pieces)
+    yield (np.concatenate([piece[0] for piece in pieces]),
+           np.concatenate([piece[1] for piece in pieces]),
+           np.concatenate([piece[2] if piece[2] is not None else np.ones(piece[1].size)
+                           for piece in pieces]) if weighted else None)
+
+
+def pass_rows(solved, tasks: int, class_weights=None):
+    """The rows of ``solved`` as one block per task, ``tasks`` tasks (persisted: every pass
+    reads them), for :class:`~sodm_spark.models.nystroem_passes.RowPasses`: a level's hundreds
+    of partitions would cost the step a task each, every pass."""
+    compact = solved.map(lambda item: _compact_rows(item, class_weights))
+    if compact.getNumPartitions() > tasks:
+        compact = compact.coalesce(tasks)
+    return compact.mapPartitions(_one_block).persist(PERSIST)
+
+
+def _matrix_free(sc, solved, kernel, params, plan, centres, total, values, extras):
+    """(α, report) of the matrix-free form (:func:`~sodm_spark.models.nystroem_cg.fit`):
+    each pass a Spark job over the rows as one block a task."""
+    class_weights, on_step = extras
+    cores = max(1, sc.defaultParallelism)
+    rows = pass_rows(solved, cores, class_weights)
+    threads = max(1, cores // max(1, min(cores, rows.getNumPartitions())))
+    theta, v = params.theta, params.v
+    shared_centres = sc.broadcast(centres)
+
+    def summed(method, *arguments):
+        sc.setJobDescription(f"SODM global step: a {method} pass over the rows")
+        shared = sc.broadcast(arguments)
+        try:
+            return ordered_sum(rows, lambda block: getattr(RowPasses(
+                kernel, shared_centres.value, block[0], block[1], block[2], theta, v,
+                threads=threads), method)(*shared.value), lambda a, b: a + b)
+        finally:
+            shared.unpersist()
+
+    class ClusterPasses:
+        def line(self, coef, direction, steps):
+            return summed("line", coef, direction, tuple(steps))
+
+        def hessian(self, coef, direction):
+            return summed("hessian", coef, direction)
+
+    try:
+        coef, report = nystroem_cg.fit(
+            kernel, centres, ClusterPasses(),
+            nystroem_cg.Problem(params.lam, theta, v, total),
+            nystroem_cg.NewtonCGSettings(max_passes=plan.passes), start_values=values,
+            on_step=on_step)
+    finally:
+        rows.unpersist()
+        shared_centres.unpersist()
+    return coef, {"passes": report.passes, "newton_steps": len(report.steps),
+                  "cg_iterations": [step["cg"] for step in report.steps],
+                  "stopped": report.reason, "jitter": report.jitter,
+                  "start": _start_text(report.start, values is not None),
+                  "objective": report.objectives[-1]}
 
 
 def keeps_global(level_correct, global_correct) -> bool:
@@ -202,13 +257,15 @@ def validation_correct(model: KernelExpansion, X, y, coded) -> np.ndarray:
     return correct_rows(model.input_scores(X), y, coded)
 
 
-def run_global_step(sc, solved, prepared, params, chosen, validated_levels, validated_correct,
-                    cores, on_plan, partitions: int = 1):
-    """After the levels of a fit (``prepared``, the ``chosen`` level's RDD ``solved`` of
-    ``partitions`` partitions, the validated levels and how the slice judged each: per-row
-    correctness, or an Evaluation by the fit's metric): (the
+def run_global_step(sc, chosen, prepared, params, cores: int, on_plan=None,
+                    budget_seconds: float | None = None):
+    """After the levels of a fit (``prepared``; ``chosen``: the level kept, with its RDD
+    ``solved``, its ``entry`` (LevelStats) and ``judged``, the validated levels and how the
+    slice judged each: per-row correctness, or an Evaluation by the fit's metric): (the
     global step's model when the validation slice keeps it, else None; its report, or None
-    when it did not run). Two classes of dense rows with a validation slice only."""
+    when it did not run). Two classes of dense rows with a validation slice only.
+    ``budget_seconds``: the step's time budget (:func:`~.global_plan.after_levels_budget`)."""
+    validated_levels, validated_correct = chosen.judged
     if params.global_step == "none" or not validated_levels:
         return None, None
     if prepared.multi or prepared.sparse:
@@ -216,18 +273,20 @@ def run_global_step(sc, solved, prepared, params, chosen, validated_levels, vali
                                               else "sparse rows"), "ran": False}
     X_val, y_val = prepared.validation_pair
     majority = float(max(np.mean(y_val > 0), np.mean(y_val < 0)))
+    level = chosen.entry.level
     reason = global_step_reason(params.global_step, validated_levels, validated_correct,
-                                chosen, majority)
+                                level, majority)
     if reason is None:
         return None, None
-    plan = plan_global(prepared.n_rows, min(params.global_centres, prepared.n_rows),
-                       prepared.kernel_features, cores, reason)
+    plan = plan_global(prepared.n_rows, prepared.kernel_features, cores, reason,
+                       prepared.kernel, budget_seconds, params.global_centres)
     if on_plan is not None:
         on_plan(plan)
-    model, report = fit_global(sc, solved, prepared.kernel, prepared.classes, params, plan,
-                               partitions=partitions, class_weights=prepared.class_weights)
+    model, report = fit_global(sc, chosen.solved, prepared.kernel, prepared.classes, params,
+                               plan, partitions=chosen.entry.partitions,
+                               class_weights=prepared.class_weights)
     coded = coded_classes(prepared.classes.size)
-    level_right = validated_correct[validated_levels.index(chosen)]
+    level_right = validated_correct[validated_levels.index(level)]
     global_right: Evaluation | np.ndarray  # judged as the level was: see correct_of
     if isinstance(level_right, Evaluation):  # judged by the fit's metric, as the level was
         global_right = level_right.with_scores(model.input_scores(X_val))
@@ -241,6 +300,65 @@ def run_global_step(sc, solved, prepared, params, chosen, validated_levels, vali
                   level_validation_accuracy=float(np.mean(correct_of(level_right))),
                   kept=keeps_global(level_right, global_right), model=model)
     return (model if report["kept"] else None), report
+
+
+def majority_judged(judged, labels: np.ndarray):
+    """How the slice judges the model that predicts the majority class of ``labels`` (±1)
+    everywhere, as ``judged`` (a point's Evaluation, or its correctness) judges a model."""
+    sign = 1.0 if np.mean(labels > 0) >= 0.5 else -1.0
+    if isinstance(judged, Evaluation):
+        if judged.weights is not None:  # the weighted majority
+            sign = 1.0 if np.sum(judged.weights[labels > 0]) >= 0.5 * np.sum(judged.weights) \
+                else -1.0
+        return judged.with_scores(np.full(labels.size, sign))
+    return labels == sign
+
+
+def search_found_only_majority(judged: list, labels: np.ndarray, confidence: float,
+                               min_improvement: float) -> str | None:
+    """Why the levels are not run, or None: every searched point (how the validation slice
+    judges each, ``judged``; labels ±1) gains at most ``confidence`` standard errors, and at
+    most ``min_improvement``, over the majority class on the same rows (the paired difference
+    of the fit's metric, :func:`~sodm_spark.selection.metrics.paired_difference`): local
+    models of the search's piece size learn nothing the majority class does not, and merging
+    them would not either (docs/design.md §2.9)."""
+    if not judged:
+        return None
+    majority = majority_judged(judged[0], labels)
+    gains = [paired_difference(majority, point) for point in judged]
+    if any(gain > max(confidence * error, min_improvement) for gain, error in gains):
+        return None
+    gain, error = max(gains, key=lambda pair: pair[0])
+    return (f"the search's {len(judged)} points gain at most {gain:+.4f} ± {error:.4f} over "
+            f"the majority class on the validation slice")
+
+
+def run_global_only(sc, prepared, params, why: tuple, cores: int, on_plan=None,
+                    budget_seconds: float | None = None):
+    """The global step on the top level's partitions before any level is solved, from α = 0
+    (``why``: (why no level runs, :func:`search_found_only_majority`'s text; how the slice
+    judged a searched point, the model judged alike)): (its model, its report with the
+    validation slice's verdict against the majority class: ``kept`` when it ranks the model
+    above it)."""
+    reason, template = why
+    X_val, y_val = prepared.validation_pair
+    plan = plan_global(prepared.n_rows, prepared.kernel_features, cores,
+                       f"no level: {reason}", prepared.kernel, budget_seconds,
+                       params.global_centres)
+    if on_plan is not None:
+        on_plan(plan)
+    model, report = fit_global(sc, prepared.parts, prepared.kernel, prepared.classes, params,
+                               plan, partitions=0, class_weights=prepared.class_weights)
+    right: Evaluation | np.ndarray  # judged as the search's points were: see correct_of
+    if isinstance(template, Evaluation):  # judged by the fit's metric, as the search was
+        right = template.with_scores(model.input_scores(X_val))
+    else:
+        right = validation_correct(model, X_val, y_val, coded_classes(prepared.classes.size))
+    majority = majority_judged(right, y_val)
+    report.update(ran=True, validation_accuracy=float(np.mean(correct_of(right))),
+                  majority_validation_accuracy=float(np.mean(correct_of(majority))),
+                  kept=keeps_global(majority, right), model=model)
+    return model, report
 
 
 def public_report(report):

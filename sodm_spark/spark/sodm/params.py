@@ -97,10 +97,10 @@ class SODMParams:
     metric: str = "accuracy"
     # the global step after the levels (sodm_spark.spark.sodm.global_step): "auto" where the
     # chosen level is near the majority class or the last merge gained nothing, "always",
-    # "none"; a Nyström ODM of every training row on this many centres (1,000: 0.7864 test
-    # accuracy on 300,000 flights rows in 4 passes of 5 s each here, 2,000: 0.7882 in 4 of 16 s)
+    # "none"; a Nyström ODM of every training row on this many centres (None: the most its
+    # plan fits in the step's time budget, sodm_spark.spark.sodm.global_plan)
     global_step: str = "auto"
-    global_centres: int = 1000
+    global_centres: int | None = None
     # class probabilities fitted on the validation slice and saved with the model
     # (sodm_spark.models.calibration): "sigmoid" (Platt), "isotonic" or "none"
     calibration: str = defaults.CALIBRATION
@@ -170,7 +170,8 @@ class SODMParams:
         if self.global_step not in GLOBAL_STEPS:
             raise SettingsError(f"global_step must be one of {', '.join(GLOBAL_STEPS)}, got "
                                 f"{self.global_step!r}.")
-        check_positive_int(self.global_centres, "global_centres")
+        if self.global_centres is not None:
+            check_positive_int(self.global_centres, "global_centres")
         if self.calibration not in CALIBRATIONS:
             raise SettingsError(f"calibration must be one of {', '.join(CALIBRATIONS)}, got "
                                 f"{self.calibration!r}.")
@@ -196,6 +197,10 @@ class LevelStats(StatsRecord):
     kernel: str = ""  # 'cached', 'blocked' (on-demand kernel blocks) or both
     storage: str = ""  # dtype of the kernel values the partitions kept ('int16': fixed point)
     elapsed: float = 0.0  # since the fit started, partitioning included, test scoring excluded
+    # seconds the command ran before the fit started (start-up, reading; 0 outside a command),
+    # which the stop rule's cheap-level test adds to `elapsed` (selection.stopping
+    # .seconds_before_fit); None in a record made before it (replayed on `elapsed` alone)
+    before_fit_seconds: float | None = None
     max_rows: int = 0  # rows of the largest partition
     memory_mb: float | None = None  # budget of one task at this level
     predicted_seconds: float | None = None  # announced before the level ran
@@ -217,6 +222,9 @@ class LevelStats(StatsRecord):
     validation_weighted_accuracy: float | None = None
     validation_decisions: list | None = None
     test_accuracy: float | None = None
+    # the chosen level's only: the points of the model written from it (its support vectors,
+    # or a compression's points; docs/design.md §6, step 8); None for the global step's model
+    written_points: int | None = None
 
 
 @dataclass

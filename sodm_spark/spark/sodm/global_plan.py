@@ -1,0 +1,201 @@
+"""The global step before it runs: how many centres, which form, how many passes (docs/design.md
+§2.9).
+
+The global step fits the Nyström ODM of every training row on m centres, in one of two forms:
+
+* ``normal``: each Newton step sums the piece's m × m normal matrix over the rows
+  (:mod:`sodm_spark.models.nystroem_odm`): a pass costs n·m·(d + m) multiply-adds, and about
+  :data:`EXPECTED_NORMAL_PASSES` passes fit;
+* ``matrix-free``: each Newton step is solved by conjugate gradients on kernel products
+  (:mod:`sodm_spark.models.nystroem_cg`): a pass costs one kernel entry per row and centre
+  (n·m·d multiply-adds and n·m exponentials, none stored), a fit about
+  :data:`EXPECTED_CG_PASSES` passes, and the driver factors two m × m matrices (m³ flops).
+
+:func:`plan_global` measures what a kernel entry of a pass costs here (:func:`entry_seconds`:
+the same loops on a small block, one core), predicts both forms' seconds for each m of
+:data:`CENTRE_LADDER`, and takes the most centres whose cheaper form fits the step's time
+budget and the driver's memory (``centres`` given: that many, in the cheaper form). The
+matrix-free fit then stops after as many passes as the budget holds.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...core.kernels import Kernel
+from ...core.resources import available_memory_mb
+from ...models import nystroem_odm
+from ...models.nystroem_passes import RowPasses
+from .plan import gemm_flops_per_second
+
+#: Passes a normal-matrix fit is expected to need: 4 measured on 290,000 flights rows and 6 on
+#: 1,990,000 rows of the 12-column table, 1,000 centres each.
+EXPECTED_NORMAL_PASSES = 5
+#: Seconds a kernel entry costs a normal-matrix pass on one core besides the GEMMs: fitted to
+#: the same two runs (6.2 s a pass at 290,000 × 1,000 × 36, 41 s at 1,990,000 × 1,000 × 12 on
+#: two cores; the GEMMs alone at half the float32 speed predicted 4.9 s and 31 s).
+NORMAL_SECONDS_PER_ENTRY = 1e-8
+#: Passes a matrix-free fit is planned for: its first two Newton steps (from α = 0 the first
+#: is the kernel ridge regression of the labels' band): on 2,400,000 rows × 8 columns of US
+#: flights (min-max scaled, γ = 2 × scale, λ = 1e5), 1,000 centres, CG took 7 and 11 products
+#: for them (9 and 21 passes with the line searches), and F was then within 1e-4 of where 88
+#: passes left it.
+EXPECTED_CG_PASSES = 20
+#: The most passes a budget buys a matrix-free fit: three times the plan's (six Newton steps'
+#: worth); past them a fit has converged to the accuracy the slice can see (the 1,000-centre
+#: fit above: 36 passes to a relative decrease of 1e-5).
+MOST_PASSES = 3 * EXPECTED_CG_PASSES
+#: At least this many rows a centre: m near n is the exact kernel problem, which the levels
+#: (or level 0) solve, and whose K_ZZ is as ill-conditioned as the data's kernel.
+ROWS_PER_CENTRE = 20
+#: A pass's fixed cost on the cluster: a Spark job, its tasks, the sums' collection; and the
+#: jobs every fit runs besides its passes (the centres drawn, the rows' total weight, the
+#: level's model at the centres). Measured with the job on 2,711 rows (--rows 3000 --levels 2
+#: --global-step always, local[2]): 135 centres, 9 jobs in 16.3 s, the kernel work nil.
+PASS_OVERHEAD_SECONDS, SETUP_JOBS = 1.8, 3
+#: The centres tried, in order; at least the first is used whatever the budget.
+CENTRE_LADDER = (500, 1000, 1500, 2000, 3000, 4000, 5000, 6000, 8000, 10000, 12000, 15000,
+                 20000)
+#: The driver keeps two m × m float64 matrices (T and A) and, while factoring, a third: at most
+#: this share of the memory available.
+DRIVER_MEMORY_SHARE = 0.5
+#: The m × m factorizations run at about this share of the float32 GEMM speed (float64, LAPACK).
+FACTOR_SPEED_SHARE = 0.3
+
+FORMS = ("matrix-free", "normal")
+#: The least time budget of a global step: below it a step of the ladder's first rung on a
+#: table of 10^5-10^6 rows does not reach its second Newton step.
+GLOBAL_MIN_BUDGET = 60.0
+
+
+def after_levels_budget(elapsed: float, time_budget: float | None) -> float:
+    """The time budget of a global step after the levels: as long again as the training
+    before it took (``elapsed`` seconds: a step that costs more than the fit it stands beside
+    has to pay for itself), at least :data:`GLOBAL_MIN_BUDGET`, and within what
+    ``time_budget`` (training seconds) has left."""
+    budget = max(GLOBAL_MIN_BUDGET, elapsed)
+    return budget if time_budget is None else max(0.0, min(budget, time_budget - elapsed))
+
+
+def instead_of_levels_budget(predicted_levels: float, time_budget: float | None,
+                             elapsed: float) -> float:
+    """The time budget of a global step that runs instead of the levels: the seconds the
+    levels it replaces were predicted to take (``predicted_levels``: the top level and the one
+    merge below it, the least the stop rule runs), at least :data:`GLOBAL_MIN_BUDGET`, and
+    within what ``time_budget`` (training seconds) has left after ``elapsed``."""
+    budget = max(GLOBAL_MIN_BUDGET, predicted_levels)
+    return budget if time_budget is None else max(0.0, min(budget, time_budget - elapsed))
+
+
+@dataclass(frozen=True)
+class GlobalPlan:
+    """The global step before it runs: its shape, form, budget and predicted seconds."""
+
+    rows: int
+    centres: int
+    inputs: int
+    reason: str
+    form: str  # "matrix-free" or "normal" (module docstring)
+    work_per_pass: float  # multiply-adds a pass
+    passes: int  # the passes it is planned for (the matrix-free fit stops there)
+    predicted_seconds: float
+    budget_seconds: float | None  # the step's time budget (None: none)
+    entry_seconds: float  # measured: a kernel entry of a pass on one core
+
+    def describe(self) -> str:
+        budget = "" if self.budget_seconds is None else \
+            f" within a budget of {self.budget_seconds:,.0f} s"
+        return (f"global step ({self.reason}): Nyström ODM on {self.rows:,} rows x "
+                f"{self.centres:,} centres x {self.inputs:,} inputs, {self.form} "
+                f"({self.work_per_pass:.2g} multiply-adds a pass, "
+                f"{self.entry_seconds * 1e9:.2f} ns a kernel entry), about {self.passes} "
+                f"passes, predicted {self.predicted_seconds:,.0f} s{budget}")
+
+
+def entry_seconds(kernel: Kernel, inputs: int, rows: int = 4096, centres: int = 512) -> float:
+    """Seconds a kernel entry of a matrix-free pass costs on one core here: the Hessian pass
+    of :class:`~sodm_spark.models.nystroem_passes.RowPasses` on ``rows`` × ``centres`` random
+    rows of ``inputs`` columns (after a first call of each pass, which compiles the loops)."""
+    rng = np.random.default_rng(0)
+    X = rng.random((rows, inputs), dtype=np.float32)
+    Z = rng.random((centres, inputs))
+    passes = RowPasses(kernel, Z, X, np.where(rng.random(rows) < 0.5, 1.0, -1.0), None, 0.1,
+                       0.2, threads=1)
+    coef = rng.normal(size=centres) * 1e-3
+    # the first calls compile both loops (numba's cache on disk then serves the executors)
+    passes.line(coef, coef, (1.0, 0.0))
+    passes.hessian(coef, coef)
+    started = time.perf_counter()
+    passes.hessian(coef, coef)
+    return max(time.perf_counter() - started, 1e-9) / (rows * centres)
+
+
+def matrix_free_seconds(n_rows: int, centres: int, cores: int, entry: float,
+                        passes: int) -> float:
+    """Predicted seconds of a matrix-free fit: ``passes`` passes of n·m entries over the
+    cores, each with its fixed cost, and the driver's two factorizations."""
+    factor = centres ** 3 / (FACTOR_SPEED_SHARE * gemm_flops_per_second() * cores)
+    return passes * (n_rows * centres * entry / cores + PASS_OVERHEAD_SECONDS) + factor + \
+        SETUP_JOBS * PASS_OVERHEAD_SECONDS
+
+
+def normal_seconds(n_rows: int, centres: int, inputs: int, cores: int) -> float:
+    """Predicted seconds of a normal-matrix fit: :data:`EXPECTED_NORMAL_PASSES` passes, each
+    its GEMMs at half the float32 speed, :data:`NORMAL_SECONDS_PER_ENTRY` a kernel entry and
+    its fixed cost, and the fit's other jobs."""
+    work = nystroem_odm.pass_work(n_rows, centres, inputs)
+    return EXPECTED_NORMAL_PASSES * (2.0 * work / (0.5 * gemm_flops_per_second() * cores)
+                                     + NORMAL_SECONDS_PER_ENTRY * n_rows * centres / cores
+                                     + PASS_OVERHEAD_SECONDS) + \
+        SETUP_JOBS * PASS_OVERHEAD_SECONDS
+
+
+def most_centres_in_memory(memory_mb: float | None = None) -> int:
+    """The most centres whose three m × m float64 matrices fit
+    :data:`DRIVER_MEMORY_SHARE` of the driver's available memory."""
+    memory_mb = available_memory_mb() if memory_mb is None else memory_mb
+    return max(CENTRE_LADDER[0], int(math.sqrt(DRIVER_MEMORY_SHARE * memory_mb * 2**20 / 24)))
+
+
+def plan_global(n_rows: int, inputs: int, cores: int, reason: str, kernel: Kernel,
+                budget_seconds: float | None = None, centres: int | None = None) -> GlobalPlan:
+    """The plan of the global step (module docstring) on ``n_rows`` rows of ``inputs``
+    columns over ``cores`` cores: ``centres`` given, that many (at most the rows) in the
+    cheaper form; else the most of :data:`CENTRE_LADDER` (at most the rows and what the
+    driver's memory holds, at most one a :data:`ROWS_PER_CENTRE` rows) whose cheaper form fits
+    ``budget_seconds`` (None: the most the memory holds), at least the ladder's first (or
+    that cap, below it)."""
+    cores = max(1, cores)
+    entry = entry_seconds(kernel, inputs)
+
+    def cheaper(m):
+        free = matrix_free_seconds(n_rows, m, cores, entry, EXPECTED_CG_PASSES)
+        normal = normal_seconds(n_rows, m, inputs, cores)
+        return ("matrix-free", free) if free <= normal else ("normal", normal)
+
+    if centres is None:
+        most = min(max(n_rows // ROWS_PER_CENTRE, 1), most_centres_in_memory())
+        ladder = [m for m in CENTRE_LADDER if m <= most] or [min(most, CENTRE_LADDER[0])]
+        centres = ladder[0]
+        for m in ladder:
+            if budget_seconds is None or cheaper(m)[1] <= budget_seconds:
+                centres = m
+    centres = max(1, min(int(centres), n_rows))
+    form, seconds = cheaper(centres)
+    passes = EXPECTED_CG_PASSES
+    if form == "matrix-free" and budget_seconds is not None:
+        # as many passes as the budget holds beside the factorizations, at least the plan's
+        per_pass = n_rows * centres * entry / cores + PASS_OVERHEAD_SECONDS
+        factor = matrix_free_seconds(n_rows, centres, cores, entry, 0)  # and the other jobs
+        passes = min(MOST_PASSES, max(EXPECTED_CG_PASSES,
+                                      int((budget_seconds - factor) // per_pass)))
+        seconds = matrix_free_seconds(n_rows, centres, cores, entry, passes)
+    elif form == "normal":
+        passes = EXPECTED_NORMAL_PASSES
+    work = (nystroem_odm.pass_work(n_rows, centres, inputs) if form == "normal"
+            else float(n_rows) * centres * inputs)
+    return GlobalPlan(n_rows, centres, inputs, reason, form, work, passes, seconds,
+                      budget_seconds, entry)
