@@ -32,7 +32,7 @@ from .dsvrg.holdout import fit_calibrated
 from .gpu import check_gpu_request
 from .memory import check_fit_resources, executor_memory
 from .sodm.fit import FitOptions, fit_sodm
-from .sodm.global_only import levels_skipped
+from .sodm.global_only import default_point, levels_skipped
 from .sodm.params import SODMFit, SODMParams
 from .sodm.plan import auto_level_count, check_levels_fit_rows
 from .sodm.prepare import checked_classes, prepare_sodm
@@ -256,8 +256,14 @@ def train(sc, blocks, n_features: int, params: SODMParams | DSVRGParams | Checke
         # best point's multiple of it
         assert not isinstance(params.gamma, str), "best_params sets γ to a number"
         prepared.kernel = replace(prepared.kernel, gamma=params.gamma)
-        # the search found only the majority class: the global step instead of the levels
-        options = replace(options, skip_levels=levels_skipped(prepared, params, result))
+        # the search found only the majority class: the global step instead of the levels, at
+        # the search's default point
+        skipped = levels_skipped(prepared, params, result)
+        if skipped is not None:
+            params = default_point(params, result)
+            assert not isinstance(params.gamma, str), "default_point sets γ to a number"
+            prepared.kernel = replace(prepared.kernel, gamma=params.gamma)
+        options = replace(options, skip_levels=skipped)
     _call(progress.on_fit, params)
     fit = fit_sodm(sc, blocks, params, classes, test=test, validation=validation,
                    prepared=prepared, options=replace(options, on_level=progress.on_level,

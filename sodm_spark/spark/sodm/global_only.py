@@ -19,12 +19,25 @@ import numpy as np
 from ...core.labels import accuracy_of_scores, raw_labels
 from ...core.timeline import add_stage, timed
 from ...models.calibration import fit_calibration
+from ...selection.tuning import DEFAULT_SEARCH_POINT
 from ..memory import executor_memory
 from .global_plan import instead_of_levels_budget
 from .global_step import public_report, run_global_only, search_found_only_majority
 from .params import SODMFit, SODMParams
 from .plan import plan_level
 from .scored_model import taking_projected_rows
+
+
+def default_point(params: SODMParams, search) -> SODMParams:
+    """``params`` at the search's default point (γ × 2 of the base, λ = 1e6, θ = 0.1, v = 0.2;
+    :data:`~sodm_spark.selection.tuning.DEFAULT_SEARCH_POINT`) for a global step that runs
+    instead of the levels: every searched point predicted the majority class, so the search
+    ranks none above another, and its tie-break (the fewest sweeps: the smallest λ) is the
+    most regularized point, whose model of every row stays at the majority class too (2,400,000
+    flights rows: λ = 1e3 chosen, the step's model not above the majority on the slice)."""
+    point = search.default or DEFAULT_SEARCH_POINT
+    return replace(params, gamma=search.base_gamma * point.gamma_scale, lam=point.lam,
+                   theta=point.theta, v=point.v)
 
 
 def levels_skipped(prepared, params: SODMParams, search) -> tuple | None:
@@ -38,7 +51,11 @@ def levels_skipped(prepared, params: SODMParams, search) -> tuple | None:
     judged = [point.judged for point in [*search.points, *search.final_points]]
     reason = search_found_only_majority(judged, prepared.validation_pair[1], params.confidence,
                                         params.min_improvement)
-    return None if reason is None else (reason, judged[0])
+    if reason is None:
+        return None
+    point = search.default or DEFAULT_SEARCH_POINT
+    return (f"{reason}; the global step fits at the search's default point (gamma "
+            f"{point.gamma_scale:g} x scale, lam {point.lam:g})", judged[0])
 
 
 def predicted_levels_seconds(sc, prepared, params: SODMParams) -> float:
@@ -59,8 +76,11 @@ def fit_without_levels(sc, prepared, params: SODMParams, options, skipped: tuple
     """(the fit of the global step alone, or None when the slice does not rank its model above
     the majority class; the step's report). ``skipped``: :func:`levels_skipped`'s."""
     started = time.perf_counter()
+    # the command's clock when the fit is a job's (its timeline), else the fit's own
+    command = prepared.started if options.timeline is None else options.timeline.origin
     budget = instead_of_levels_budget(predicted_levels_seconds(sc, prepared, params),
-                                      params.time_budget, started - prepared.started)
+                                      started - command, params.time_budget,
+                                      started - prepared.started)
     model, report = run_global_only(sc, prepared, params, skipped, max(1, sc.defaultParallelism),
                                     options.on_plan, budget)
     add_stage(options.timeline, "global step", time.perf_counter() - started, started)
