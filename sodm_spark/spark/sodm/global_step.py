@@ -61,13 +61,13 @@ def global_step_reason(mode: str, levels: list[int], correct: list,
     return None
 
 
-def _sample_rows(item, share, seed):
-    """(rows, their hash values) of a chunk's rows whose seeded row-id hash is below
+def _sample_rows(block, share, seed):
+    """(rows, their hash values, their ids) of a block's rows whose seeded row-id hash is below
     ``share``: the same rows whatever task, attempt or block layout reads them."""
-    chunk = item[1]
-    values = holdout_values(chunk.ids, seed + 23)
+    X, _, _, ids = block
+    values = holdout_values(ids, seed + 23)
     drawn = values < share
-    return np.asarray(chunk.X[drawn], dtype=np.float64), values[drawn]
+    return np.asarray(X[drawn], dtype=np.float64), values[drawn], ids[drawn]
 
 
 def _level_values(item, centres, kernel):
@@ -76,57 +76,63 @@ def _level_values(item, centres, kernel):
     return kernel_matrix(kernel, centres, np.asarray(chunk.X)) @ (chunk.gamma * chunk.y)
 
 
-def _chunk_sums(item, shared, steps, theta, v, kernel, class_weights=None):
-    chunk = item[1]
+def _block_sums(block, shared, steps, theta, v, kernel):
+    """A block's :func:`~sodm_spark.models.nystroem_odm.pass_sums` (the normal-matrix form)."""
+    X, y, weights, _ = block
     centres, coef, direction = shared
-    return nystroem_odm.pass_sums(kernel, centres, np.asarray(chunk.X), chunk.y,
+    return nystroem_odm.pass_sums(kernel, centres, X, y,
                                   nystroem_odm.PassLine(coef, direction, steps), theta, v,
-                                  weights=combined_weights(chunk.weights, class_weights, chunk.y))
+                                  weights=weights)
 
 
-def _chunk_weight(item, class_weights):
-    """Σ s_i of a chunk's rows (their weight column's times their class's)."""
-    chunk = item[1]
-    weights = combined_weights(chunk.weights, class_weights, chunk.y)
-    return float(chunk.y.size if weights is None else np.sum(weights))
+def _block_weight(block):
+    """Σ s_i of a block's rows (their weight column's times their class's)."""
+    _, y, weights, _ = block
+    return float(y.size if weights is None else np.sum(weights))
 
 
-def draw_centres(sc, solved, n_rows: int, n_centres: int, seed: int) -> np.ndarray:
-    """``n_centres`` rows drawn uniformly among the level's rows (all of them when it has no
-    more): those of least seeded row-id hash, as Falkon draws its centres uniformly; every
-    row a level holds is a support vector or near one (ODM duals are dense)."""
+def draw_centres(sc, rows, n_rows: int, n_centres: int, seed: int) -> np.ndarray:
+    """``n_centres`` rows drawn uniformly among ``rows`` (:func:`pass_rows`' blocks; all of
+    them when there are no more): those of least seeded row-id hash, as Falkon draws its
+    centres uniformly, in row-id order (the same centres in the same order whatever the
+    partitions); every row a level holds is a support vector or near one (ODM duals are
+    dense)."""
     share = oversampled_share(1.0, n_centres, n_rows)
     sc.setJobDescription("SODM global step: draw the centres")
-    pieces = [piece for _, piece in sorted(  # in chunk order, whatever order they came in
-        solved.map(lambda item: (chunk_order(item), _sample_rows(item, share, seed))).collect(),
-        key=lambda pair: pair[0])]
-    rows = np.concatenate([piece[0] for piece in pieces])
-    order = np.argsort(np.concatenate([piece[1] for piece in pieces]), kind="stable")
-    return rows[np.sort(order[:n_centres])]
+    pieces = rows.map(lambda block: _sample_rows(block, share, seed)).collect()
+    X = np.concatenate([piece[0] for piece in pieces])
+    ids = np.concatenate([piece[2] for piece in pieces])
+    least = np.argsort(np.concatenate([piece[1] for piece in pieces]), kind="stable")[:n_centres]
+    return X[least[np.argsort(ids[least], kind="stable")]]
 
 
 def fit_global(sc, solved, kernel, classes, params, plan: GlobalPlan, on_step=None,
                partitions: int = 1, class_weights=None):
     """The Nyström ODM of every row of ``solved`` (a level's partitions, or the top level's
-    before any is solved) in the plan's form, one pass of sums added in a tree over the
-    partitions at a time: (its model, the report for the metrics). With ``partitions`` (the
+    before any is solved) in the plan's form, each pass a job over the rows as one block a
+    task (:func:`pass_rows`): (its model, the report for the metrics). With ``partitions`` (the
     level's count; 0: no level, start from α = 0) it starts from the level's model (the mean
     of its partitions' local models, as a merge starts from γ/p: each is a model of the whole
     data) brought into the centres' span, where F is lower there than at α = 0."""
     started = time.perf_counter()
-    centres = draw_centres(sc, solved, plan.rows, plan.centres, params.seed)
-    # M of the loss's C is the rows' total weight (docs/design.md §1.4; their count without
-    # weights): a pass without kernels, beside the Newton passes' n·m·d
-    total = ordered_sum(solved, lambda item: _chunk_weight(item, class_weights),
-                        lambda a, b: a + b, chunk_order)
-    values = None
-    if partitions:  # the level's model at the centres: a pass of n·m·d kernel entries
-        sc.setJobDescription("SODM global step: the level's model at the centres")
-        values = ordered_sum(solved, lambda item: _level_values(item, centres, kernel),
-                             lambda a, b: a + b, chunk_order) / partitions
-    fitted = _matrix_free if plan.form == "matrix-free" else _normal_matrix
-    coef, report = fitted(sc, solved, kernel, params, plan, centres, total, values,
-                          (class_weights, on_step))
+    # the rows as one block a task, read by every job of the step: a level's hundreds of
+    # partitions would cost each job a task apiece (2,390,000 flights rows in 729 partitions:
+    # drawing the centres and summing the weights took 65 s and 69 s that way)
+    rows = pass_rows(solved, max(1, sc.defaultParallelism), class_weights)
+    try:
+        centres = draw_centres(sc, rows, plan.rows, plan.centres, params.seed)
+        # M of the loss's C is the rows' total weight (docs/design.md §1.4; their count without
+        # weights)
+        total = ordered_sum(rows, _block_weight, lambda a, b: a + b)
+        values = None
+        if partitions:  # the level's model at the centres: a pass of n·m·d kernel entries
+            sc.setJobDescription("SODM global step: the level's model at the centres")
+            values = ordered_sum(solved, lambda item: _level_values(item, centres, kernel),
+                                 lambda a, b: a + b, chunk_order) / partitions
+        fitted = _matrix_free if plan.form == "matrix-free" else _normal_matrix
+        coef, report = fitted(sc, rows, kernel, params, plan, centres, total, values, on_step)
+    finally:
+        rows.unpersist()
     sc.setJobDescription(None)
     model = KernelExpansion(centres.astype(np.float32), coef[:, None], kernel, classes)
     report.update({"reason": plan.reason, "rows": plan.rows, "centres": int(centres.shape[0]),
@@ -146,9 +152,9 @@ def _start_text(start: str, partitions_given: bool) -> str:
             else "α = 0 (F is lower there than at the level's model)")
 
 
-def _normal_matrix(sc, solved, kernel, params, plan, centres, total, values, extras):
-    """(α, report) of the normal-matrix form (:func:`~sodm_spark.models.nystroem_odm.fit`)."""
-    class_weights, on_step = extras
+def _normal_matrix(sc, rows, kernel, params, plan, centres, total, values, on_step):
+    """(α, report) of the normal-matrix form (:func:`~sodm_spark.models.nystroem_odm.fit`)
+    over :func:`pass_rows`' blocks."""
     basis = nystroem_odm.centre_basis(kernel, centres)
     theta, v = params.theta, params.v
 
@@ -156,9 +162,8 @@ def _normal_matrix(sc, solved, kernel, params, plan, centres, total, values, ext
         sc.setJobDescription("SODM global step: a Newton pass over the rows")
         shared = sc.broadcast((centres, coef, direction))
         try:
-            return ordered_sum(solved, lambda item: _chunk_sums(
-                item, shared.value, steps, theta, v, kernel, class_weights), lambda a, b: a + b,
-                chunk_order)
+            return ordered_sum(rows, lambda block: _block_sums(
+                block, shared.value, steps, theta, v, kernel), lambda a, b: a + b)
         finally:
             shared.unpersist()
 
@@ -173,11 +178,12 @@ def _normal_matrix(sc, solved, kernel, params, plan, centres, total, values, ext
 
 
 def _compact_rows(item, class_weights):
-    """A chunk's rows for the matrix-free passes: (float32 rows, ±1 labels, weights or None)."""
+    """A chunk's rows for the step's passes: (float32 rows, ±1 labels, weights or None, ids)."""
     chunk = item[1]
     weights = combined_weights(chunk.weights, class_weights, chunk.y)
     return (np.asarray(chunk.X, dtype=np.float32), np.asarray(chunk.y, dtype=np.float64),
-            None if weights is None else np.asarray(weights, dtype=np.float64))
+            None if weights is None else np.asarray(weights, dtype=np.float64),
+            np.asarray(chunk.ids, dtype=np.int64))
 
 
 def _one_block(records):
@@ -189,25 +195,24 @@ def _one_block(records):
     yield (np.concatenate([piece[0] for piece in pieces]),
            np.concatenate([piece[1] for piece in pieces]),
            np.concatenate([piece[2] if piece[2] is not None else np.ones(piece[1].size)
-                           for piece in pieces]) if weighted else None)
+                           for piece in pieces]) if weighted else None,
+           np.concatenate([piece[3] for piece in pieces]))
 
 
 def pass_rows(solved, tasks: int, class_weights=None):
-    """The rows of ``solved`` as one block per task, ``tasks`` tasks (persisted: every pass
-    reads them), for :class:`~sodm_spark.models.nystroem_passes.RowPasses`: a level's hundreds
-    of partitions would cost the step a task each, every pass."""
+    """The rows of ``solved`` (a level's partitions, or the top level's) as one block per task
+    (X, y, the rows' weights or None, their ids), ``tasks`` tasks, persisted: every job of
+    the global step reads them."""
     compact = solved.map(lambda item: _compact_rows(item, class_weights))
     if compact.getNumPartitions() > tasks:
         compact = compact.coalesce(tasks)
     return compact.mapPartitions(_one_block).persist(PERSIST)
 
 
-def _matrix_free(sc, solved, kernel, params, plan, centres, total, values, extras):
-    """(α, report) of the matrix-free form (:func:`~sodm_spark.models.nystroem_cg.fit`):
-    each pass a Spark job over the rows as one block a task."""
-    class_weights, on_step = extras
+def _matrix_free(sc, rows, kernel, params, plan, centres, total, values, on_step):
+    """(α, report) of the matrix-free form (:func:`~sodm_spark.models.nystroem_cg.fit`): each
+    pass a Spark job over :func:`pass_rows`' blocks."""
     cores = max(1, sc.defaultParallelism)
-    rows = pass_rows(solved, cores, class_weights)
     threads = max(1, cores // max(1, min(cores, rows.getNumPartitions())))
     theta, v = params.theta, params.v
     shared_centres = sc.broadcast(centres)
@@ -236,7 +241,6 @@ def _matrix_free(sc, solved, kernel, params, plan, centres, total, values, extra
             nystroem_cg.NewtonCGSettings(max_passes=plan.passes), start_values=values,
             on_step=on_step)
     finally:
-        rows.unpersist()
         shared_centres.unpersist()
     return coef, {"passes": report.passes, "newton_steps": len(report.steps),
                   "cg_iterations": [step["cg"] for step in report.steps],
