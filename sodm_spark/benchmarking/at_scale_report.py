@@ -167,3 +167,36 @@ def source_line(record: dict, path: str) -> str:
             f"{(git.get('commit') or '?')[:10]}{' with changes' if git.get('dirty') else ''}; "
             f"{machine.get('cores', '?')} cores, {machine.get('ram_gib', '?')} GiB, "
             f"{machine.get('cpu', '?')}; started {record.get('started_utc', '?')}).")
+
+
+def _median(size: dict, method: str, field: str) -> float | None:
+    values = _values(size, method, field)
+    return float(statistics.median(values)) if values else None
+
+
+def summary_row(record: dict, label: str, peer: str, job: str = "job") -> str:
+    """One data set's row of the README's summary: the job's and ``peer``'s median test
+    accuracy, the job's whole command and the peer's fit, their ratio (the median of the
+    pairs), and who wins on accuracy and on time."""
+    size = _size(record)
+    job_accuracy, peer_accuracy = (_median(size, job, "test_accuracy"),
+                                   _median(size, peer, "test_accuracy"))
+    whole, fit = _median(size, job, "wall_seconds"), _median(size, peer, "fit_seconds")
+    ratios = [pair["wall_over_fit"] for pair in size.get("ratios", [])
+              if pair["job"] == job and pair["peer"] == peer]
+    ratio = float(statistics.median(ratios)) if ratios else None
+    verdict = []
+    if job_accuracy is not None and peer_accuracy is not None:
+        points = 100 * (job_accuracy - peer_accuracy)
+        verdict.append("tie on accuracy" if abs(points) < 0.005 else
+                       f"{'SODM' if points > 0 else peer} on accuracy ({abs(points):.2f} points)")
+    if ratio is not None:
+        verdict.append(f"{'SODM' if ratio < 1 else peer} on time")
+    return (f"| {label} | {_cell(job_accuracy)} | {_cell(whole, 1)} | {peer} | "
+            f"{_cell(peer_accuracy)} | {_cell(fit, 1)} | "
+            f"{'' if ratio is None else f'{ratio:.2f}×'} | {'; '.join(verdict)} |")
+
+
+SUMMARY_HEADER = ("| data | SODM job: test accuracy | whole s | peer | peer: test accuracy | "
+                  "fit s | job whole / peer fit | wins |\n| --- | --- | --- | --- | --- | --- "
+                  "| --- | --- |")
