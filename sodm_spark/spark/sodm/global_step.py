@@ -115,10 +115,10 @@ def fit_global(sc, solved, kernel, classes, params, plan: GlobalPlan, on_step=No
     of its partitions' local models, as a merge starts from γ/p: each is a model of the whole
     data) brought into the centres' span, where F is lower there than at α = 0."""
     started = time.perf_counter()
-    # the rows as one block a task, read by every job of the step: a level's hundreds of
-    # partitions would cost each job a task apiece (2,390,000 flights rows in 729 partitions:
+    # the rows as a few blocks (PASS_BLOCKS), one a task, read by every job of the step: a
+    # level's hundreds of partitions would cost each job a task apiece (2,390,000 flights rows in 729 partitions:
     # drawing the centres and summing the weights took 65 s and 69 s that way)
-    rows = pass_rows(solved, max(1, sc.defaultParallelism), class_weights)
+    rows = pass_rows(solved, pass_blocks(sc.defaultParallelism), class_weights)
     try:
         centres = draw_centres(sc, rows, plan.rows, plan.centres, params.seed)
         # M of the loss's C is the rows' total weight (docs/design.md §1.4; their count without
@@ -197,6 +197,20 @@ def _one_block(records):
            np.concatenate([piece[2] if piece[2] is not None else np.ones(piece[1].size)
                            for piece in pieces]) if weighted else None,
            np.concatenate([piece[3] for piece in pieces]))
+
+
+#: The global step's rows as this many blocks at least (one a core where there are more
+#: cores): a count that does not follow the session's cores below it, so that a fit on 1 to 8
+#: cores sums every pass over the same blocks in the same order, to the same bits (a float
+#: sum's last bits follow its order); 8 blocks on 2 cores are 4 rounds of tasks that read a
+#: persisted block each, not the hundreds of a level's partitions.
+PASS_BLOCKS = 8
+
+
+def pass_blocks(cores: int) -> int:
+    """How many blocks :func:`pass_rows` makes on ``cores`` cores: :data:`PASS_BLOCKS`, or one
+    a core where there are more."""
+    return max(PASS_BLOCKS, int(cores))
 
 
 def pass_rows(solved, tasks: int, class_weights=None):
