@@ -57,10 +57,15 @@ def median_run(size: dict, method: str = "job") -> dict | None:
     return ordered[(len(ordered) - 1) // 2]
 
 
+def _pair_ratios(size: dict, job: str, peer: str) -> list:
+    """The job's whole command over the peer's fit, a paired run each."""
+    return [pair["wall_over_fit"] for pair in size.get("ratios", [])
+            if pair["job"] == job and pair["peer"] == peer]
+
+
 def pair_ratio(size: dict, job: str, peer: str) -> str:
     """The median over the paired runs of the job's whole command over the peer's fit."""
-    ratios = [pair["wall_over_fit"] for pair in size.get("ratios", [])
-              if pair["job"] == job and pair["peer"] == peer]
+    ratios = _pair_ratios(size, job, peer)
     return _spread(ratios, 2) + ("×" if ratios else "")
 
 
@@ -182,8 +187,7 @@ def summary_row(record: dict, label: str, peer: str, job: str = "job") -> str:
     job_accuracy, peer_accuracy = (_median(size, job, "test_accuracy"),
                                    _median(size, peer, "test_accuracy"))
     whole, fit = _median(size, job, "wall_seconds"), _median(size, peer, "fit_seconds")
-    ratios = [pair["wall_over_fit"] for pair in size.get("ratios", [])
-              if pair["job"] == job and pair["peer"] == peer]
+    ratios = _pair_ratios(size, job, peer)
     ratio = float(statistics.median(ratios)) if ratios else None
     verdict = []
     if job_accuracy is not None and peer_accuracy is not None:

@@ -116,8 +116,8 @@ def fit_global(sc, solved, kernel, classes, params, plan: GlobalPlan, on_step=No
     data) brought into the centres' span, where F is lower there than at α = 0."""
     started = time.perf_counter()
     # the rows as a few blocks (PASS_BLOCKS), one a task, read by every job of the step: a
-    # level's hundreds of partitions would cost each job a task apiece (2,390,000 flights rows in 729 partitions:
-    # drawing the centres and summing the weights took 65 s and 69 s that way)
+    # level's hundreds of partitions would cost each job a task apiece (2,390,000 flights
+    # rows in 729 partitions: drawing the centres and summing the weights took 65 s and 69 s)
     rows = pass_rows(solved, pass_blocks(sc.defaultParallelism), class_weights)
     try:
         centres = draw_centres(sc, rows, plan.rows, plan.centres, params.seed)
