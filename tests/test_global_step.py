@@ -12,7 +12,7 @@ from conftest import make_problem
 
 from jobs import train_sodm
 from sodm_spark.core.kernels import Kernel, kernel_matrix
-from sodm_spark.models import nystroem_odm
+from sodm_spark.models import nystroem_cg, nystroem_odm
 from sodm_spark.spark.session import numpy_to_blocks
 from sodm_spark.spark.sodm import global_step
 from sodm_spark.spark.sodm.fit import fit_sodm
@@ -107,9 +107,15 @@ def test_the_matrix_free_global_step_on_spark_is_the_brute_force_optimum(spark, 
     rows = X.astype(np.float32).astype(np.float64)
     kernel = Kernel("rbf", gamma=0.3)
     K = kernel_matrix(kernel, rows, centres)
+    # the slice ranks every λ of the path higher here (keeps_global patched): the path walks
+    # to its last λ, each from the previous one's α, and the model is that λ's optimum
+    assert [step["lam"] for step in report["path"]] == \
+        [params.lam * f for f in nystroem_cg.PATH_FACTORS]
+    assert report["lam"] == params.lam * nystroem_cg.PATH_FACTORS[-1]
+    assert report["passes"] == sum(step["passes"] for step in report["path"])
     # F with the penalty's jitter (nystroem_cg.centre_factor), from the whole float64 kernel
     reference = _brute_force(K, kernel_matrix(kernel, centres) + report["jitter"] * np.eye(40),
-                             y, params)
+                             y, replace(params, lam=report["lam"]))
     # float32 kernel entries in the passes: F within their first-order effect of the minimum
     assert reference.objective(coef) == pytest.approx(reference.fun, rel=1e-6)
     assert report["objective"] == pytest.approx(reference.objective(coef), rel=1e-5)

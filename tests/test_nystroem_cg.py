@@ -209,3 +209,52 @@ def test_the_passes_run_on_the_array_standard_alone():
                                rtol=2e-5, atol=1e-6)
     np.testing.assert_allclose(strict.hessian(coef, direction).products,
                                expected.hessian(coef, direction).products, rtol=2e-5, atol=1e-6)
+
+
+def test_the_lambda_path_keeps_the_lambda_the_held_out_rows_rank_first():
+    X, y, centres = _problem(11, n=900, m=50)
+    X_val, y_val, _ = _problem(12, n=600, m=1)
+    kernel = Kernel("rbf", gamma=0.3)
+    passes = RowPasses(kernel, centres, X, y, None, THETA, V)
+    problem = nystroem_cg.Problem(10.0, THETA, V, len(y))
+    settings = nystroem_cg.NewtonCGSettings(relative_decrease=1e-12)
+    K_val = kernel_matrix(kernel, X_val, centres, dtype=np.float64)
+
+    def judge(alpha):
+        return np.sign(K_val @ alpha) == y_val
+
+    def more_right(best, new):
+        return int(new.sum()) > int(best.sum())
+
+    alpha, path = nystroem_cg.fit_path(kernel, centres, passes, problem, judge, more_right,
+                                       settings, factors=(1.0, 10.0, 100.0, 1000.0))
+    # each λ reaches its own minimum (warm-started from the previous λ's α): the brute force
+    # at the λ kept
+    lam = path.lams[path.chosen]
+    best, objective = _brute_force(kernel, centres, X, y, lam, path.reports[0].jitter)
+    assert objective(alpha)[0] == pytest.approx(best, rel=1e-6)
+    # the λ kept ranks first among those tried, and the path stopped at the first λ that did
+    # not rank above the best so far, or ran them all
+    accuracies = [int(judged.sum()) for judged in path.judged]
+    assert accuracies[path.chosen] == max(accuracies)
+    assert path.lams == [10.0 * f for f in (1.0, 10.0, 100.0, 1000.0)][:len(path.lams)]
+    if len(path.lams) < 4:
+        assert accuracies[-1] <= max(accuracies[:-1]) and "did not rank above" in path.reason
+    assert all(accuracies[i] > max(accuracies[:i]) for i in range(1, len(accuracies) - 1))
+    assert path.passes == sum(report.passes for report in path.reports)
+    # a judge that ranks every λ higher walks the whole path; a pass budget is shared out
+    # and never exceeded
+    _, walked = nystroem_cg.fit_path(kernel, centres, passes, problem, judge,
+                                     lambda best, new: True, settings)
+    assert walked.lams == [10.0 * f for f in nystroem_cg.PATH_FACTORS]
+    assert walked.chosen == len(nystroem_cg.PATH_FACTORS) - 1
+    _, short = nystroem_cg.fit_path(kernel, centres, passes, problem, judge,
+                                    lambda best, new: True,
+                                    nystroem_cg.NewtonCGSettings(max_passes=12))
+    assert short.passes <= 12 and short.reports[0].passes <= 12 // len(nystroem_cg.PATH_FACTORS)
+    # a judge that never ranks a later λ higher keeps the first
+    first, kept = nystroem_cg.fit_path(kernel, centres, passes, problem, judge,
+                                       lambda best, new: False, settings)
+    assert kept.chosen == 0 and len(kept.lams) == 2
+    alone, _ = nystroem_cg.fit(kernel, centres, passes, problem, settings)
+    np.testing.assert_allclose(first, alone)

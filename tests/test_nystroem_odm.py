@@ -140,7 +140,10 @@ def test_the_cost_model_counts_kernel_and_normal_matrix_work(monkeypatch):
         pytest.approx(free)
     plan = plan_global(300_000, 36, 2, "test", kernel, centres=1_000)
     assert plan.form == "matrix-free" and plan.centres == 1_000
-    assert plan.predicted_seconds == pytest.approx(free)
+    # chosen at one λ each; the matrix-free fit then planned for two λs of its path
+    assert plan.passes == global_plan.PLANNED_PASSES == 2 * EXPECTED_CG_PASSES
+    assert plan.predicted_seconds == pytest.approx(
+        free + EXPECTED_CG_PASSES * (0.3 + PASS_OVERHEAD_SECONDS))
     assert plan.work_per_pass == 300_000 * 1_000 * 36
     text = plan.describe()
     assert "300,000 rows x 1,000 centres x 36 inputs, matrix-free" in text
@@ -151,7 +154,8 @@ def test_the_cost_model_counts_kernel_and_normal_matrix_work(monkeypatch):
 def test_the_plan_takes_the_most_centres_its_budget_holds(monkeypatch):
     _fixed_speeds(monkeypatch)
     kernel = Kernel("rbf", gamma=0.5)
-    seconds = {m: global_plan.matrix_free_seconds(2_400_000, m, 2, 2e-9, EXPECTED_CG_PASSES)
+    seconds = {m: global_plan.matrix_free_seconds(2_400_000, m, 2, 2e-9,
+                                                  global_plan.PLANNED_PASSES)
                for m in global_plan.CENTRE_LADDER}
     plan = plan_global(2_400_000, 8, 2, "test", kernel, budget_seconds=seconds[5000] + 1.0)
     assert plan.centres == 5000 and plan.form == "matrix-free"
@@ -160,7 +164,7 @@ def test_the_plan_takes_the_most_centres_its_budget_holds(monkeypatch):
     factor = 5000 ** 3 / (global_plan.FACTOR_SPEED_SHARE * 1e11 * 2)
     assert plan.passes == min(global_plan.MOST_PASSES, int((seconds[5000] + 1.0 - factor)
                                                             // per_pass))
-    assert plan.passes >= EXPECTED_CG_PASSES
+    assert plan.passes >= global_plan.PLANNED_PASSES
     assert plan.predicted_seconds <= plan.budget_seconds
     # a budget below the ladder's first rung still gets it; the rows cap the centres at one a
     # ROWS_PER_CENTRE rows, and a budget the passes cannot use caps the passes

@@ -209,8 +209,9 @@ def _global_only_summary(fit, params):
         summary["input_map"] = fit.input_map
         show_input_map(fit.input_map)
     print(f"{fit.stop_reason}; the model is the global step's: {report['centres']:,} centres, "
-          f"{report['newton_steps']} Newton steps in {report['passes']} passes, "
-          f"{report['seconds']:.1f} s ({report['stopped']}); validation accuracy "
+          f"{_steps_text(report)}, {report['seconds']:.1f} s ({report['stopped']})"
+          f"{_path_text(report)}; "
+          "validation accuracy "
           f"{report['validation_accuracy']:.4f} against the majority class's "
           f"{report['majority_validation_accuracy']:.4f} on {fit.validation_rows:,} rows",
           flush=True)
@@ -241,11 +242,30 @@ def show_global_step(report):
         if "level_validation_accuracy" in report else \
         ("majority class's", report["majority_validation_accuracy"])
     print(f"global step: {report['centres']:,} centres, {report.get('form', 'normal')}, from "
-          f"{report['start']}, {report['newton_steps']} Newton steps in {report['passes']} "
-          f"passes, {report['seconds']:.1f} s ({report['stopped']}); "
+          f"{report['start']}, {_steps_text(report)}, {report['seconds']:.1f} s "
+          f"({report['stopped']}){_path_text(report)}; "
           f"validation {report['validation_accuracy']:.4f} against the {against[0]} "
           f"{against[1]:.4f}{_judged_by(report)}{test}: "
           + ("kept" if report["kept"] else "not kept"), flush=True)
+
+
+def _steps_text(report) -> str:
+    """The Newton steps and passes of a global step (at the λ kept, of the whole path)."""
+    if len(report.get("path") or []) < 2:
+        return f"{report['newton_steps']} Newton steps in {report['passes']} passes"
+    return (f"{report['newton_steps']} Newton steps at the λ kept, {report['passes']} passes "
+            "in all")
+
+
+def _path_text(report) -> str:
+    """The λ path of a matrix-free global step: each λ's validation accuracy and passes, the
+    λ kept and why the path ended; "" for a step at one λ."""
+    path = report.get("path") or []
+    if len(path) < 2 and not any(step.get("validation_accuracy") is not None for step in path):
+        return ""
+    steps = ", ".join(f"{step['lam']:g} ({step['validation_accuracy']:.4f}, "
+                      f"{step['passes']} passes)" for step in path)
+    return f"; λ path {steps}: λ = {report['lam']:g} kept ({report['path_stopped']})"
 
 
 def _judged_by(report) -> str:

@@ -8,8 +8,9 @@ The global step fits the Nyström ODM of every training row on m centres, in one
   :data:`EXPECTED_NORMAL_PASSES` passes fit;
 * ``matrix-free``: each Newton step is solved by conjugate gradients on kernel products
   (:mod:`sodm_spark.models.nystroem_cg`): a pass costs one kernel entry per row and centre
-  (n·m·d multiply-adds and n·m exponentials, none stored), a fit about
-  :data:`EXPECTED_CG_PASSES` passes, and the driver factors two m × m matrices (m³ flops).
+  (n·m·d multiply-adds and n·m exponentials, none stored), a fit at one λ about
+  :data:`EXPECTED_CG_PASSES` passes (the plan holds two λs of the path, :data:`PLANNED_PASSES`),
+  and the driver factors two m × m matrices (m³ flops).
 
 :func:`plan_global` measures what a kernel entry of a pass costs here (:func:`entry_seconds`:
 the same loops on a small block, one core), predicts both forms' seconds for each m of
@@ -28,6 +29,7 @@ import numpy as np
 from ...core.kernels import Kernel
 from ...core.resources import available_memory_mb
 from ...models import nystroem_odm
+from ...models.nystroem_cg import PATH_FACTORS
 from ...models.nystroem_passes import RowPasses
 from .plan import gemm_flops_per_second
 
@@ -44,18 +46,25 @@ NORMAL_SECONDS_PER_ENTRY = 1e-8
 #: for them (9 and 21 passes with the line searches), and F was then within 1e-4 of where 88
 #: passes left it.
 EXPECTED_CG_PASSES = 20
-#: The most passes a budget buys a matrix-free fit: three times the plan's (six Newton steps'
-#: worth); past them a fit has converged to the accuracy the slice can see (the 1,000-centre
-#: fit above: 36 passes to a relative decrease of 1e-5).
-MOST_PASSES = 3 * EXPECTED_CG_PASSES
+#: Passes the centres are chosen for: the matrix-free fit walks λ's path
+#: (:data:`~sodm_spark.models.nystroem_cg.PATH_FACTORS`), and the plan holds its first λ and
+#: the next; a third runs on what the budget has left.
+PLANNED_PASSES = 2 * EXPECTED_CG_PASSES
+#: The most passes a budget buys a matrix-free fit: twice the plan's for each λ of the path;
+#: past them a fit has converged to the accuracy the slice can see (the 1,000-centre fit
+#: above: 36 passes to a relative decrease of 1e-5).
+MOST_PASSES = len(PATH_FACTORS) * 2 * EXPECTED_CG_PASSES
 #: At least this many rows a centre: m near n is the exact kernel problem, which the levels
 #: (or level 0) solve, and whose K_ZZ is as ill-conditioned as the data's kernel.
 ROWS_PER_CENTRE = 20
-#: A pass's fixed cost on the cluster: a Spark job, its tasks, the sums' collection; and the
-#: jobs every fit runs besides its passes (the centres drawn, the rows' total weight, the
-#: level's model at the centres). Measured with the job on 2,711 rows (--rows 3000 --levels 2
-#: --global-step always, local[2]): 135 centres, 9 jobs in 16.3 s, the kernel work nil.
-PASS_OVERHEAD_SECONDS, SETUP_JOBS = 1.8, 3
+#: A pass's fixed cost on the cluster: a Spark job over the rows' 8 blocks
+#: (:data:`~.global_step.PASS_BLOCKS`), their tasks, the broadcast and the sums' collection;
+#: and the jobs every fit runs besides its passes (the centres drawn, the rows' total weight,
+#: the level's model at the centres). Measured with the job on 290,000 New York flights rows
+#: × 36 columns (local[2]): 1,500 centres, 42 passes and the other jobs in 74.2 s, of which
+#: the passes' kernel work (3.0 ns an entry of a Hessian pass, 3.8 of a line pass, on one
+#: core) is 0.74 s a pass.
+PASS_OVERHEAD_SECONDS, SETUP_JOBS = 1.0, 3
 #: The centres tried, in order; at least the first is used whatever the budget.
 CENTRE_LADDER = (500, 1000, 1500, 2000, 3000, 4000, 5000, 6000, 8000, 10000, 12000, 15000,
                  20000)
@@ -134,9 +143,14 @@ def entry_seconds(kernel: Kernel, inputs: int, rows: int = 4096, centres: int = 
     # the first calls compile both loops (numba's cache on disk then serves the executors)
     passes.line(coef, coef, (1.0, 0.0))
     passes.hessian(coef, coef)
-    started = time.perf_counter()
-    passes.hessian(coef, coef)
-    return max(time.perf_counter() - started, 1e-9) / (rows * centres)
+    # the least of three: on a driver whose executors still wind down, one timing read
+    # 5.1 ns where the passes then ran at 3.0
+    timings = []
+    for _ in range(3):
+        started = time.perf_counter()
+        passes.hessian(coef, coef)
+        timings.append(time.perf_counter() - started)
+    return max(min(timings), 1e-9) / (rows * centres)
 
 
 def matrix_free_seconds(n_rows: int, centres: int, cores: int, entry: float,
@@ -178,9 +192,11 @@ def plan_global(n_rows: int, inputs: int, cores: int, reason: str, kernel: Kerne
     entry = entry_seconds(kernel, inputs)
 
     def cheaper(m):
-        free = matrix_free_seconds(n_rows, m, cores, entry, EXPECTED_CG_PASSES)
+        # the forms compared at one λ each; the matrix-free one then planned for λ's path
         normal = normal_seconds(n_rows, m, inputs, cores)
-        return ("matrix-free", free) if free <= normal else ("normal", normal)
+        if matrix_free_seconds(n_rows, m, cores, entry, EXPECTED_CG_PASSES) > normal:
+            return "normal", normal
+        return "matrix-free", matrix_free_seconds(n_rows, m, cores, entry, PLANNED_PASSES)
 
     if centres is None:
         most = min(max(n_rows // ROWS_PER_CENTRE, 1), most_centres_in_memory())
@@ -191,12 +207,12 @@ def plan_global(n_rows: int, inputs: int, cores: int, reason: str, kernel: Kerne
                 centres = m
     centres = max(1, min(int(centres), n_rows))
     form, seconds = cheaper(centres)
-    passes = EXPECTED_CG_PASSES
+    passes = PLANNED_PASSES
     if form == "matrix-free" and budget_seconds is not None:
         # as many passes as the budget holds beside the factorizations, at least the plan's
         per_pass = n_rows * centres * entry / cores + PASS_OVERHEAD_SECONDS
         factor = matrix_free_seconds(n_rows, centres, cores, entry, 0)  # and the other jobs
-        passes = min(MOST_PASSES, max(EXPECTED_CG_PASSES,
+        passes = min(MOST_PASSES, max(PLANNED_PASSES,
                                       int((budget_seconds - factor) // per_pass)))
         seconds = matrix_free_seconds(n_rows, centres, cores, entry, passes)
     elif form == "normal":

@@ -107,13 +107,16 @@ def draw_centres(sc, rows, n_rows: int, n_centres: int, seed: int) -> np.ndarray
 
 
 def fit_global(sc, solved, kernel, classes, params, plan: GlobalPlan, on_step=None,
-               partitions: int = 1, class_weights=None):
+               partitions: int = 1, class_weights=None, judge=None):
     """The Nyström ODM of every row of ``solved`` (a level's partitions, or the top level's
     before any is solved) in the plan's form, each pass a job over the rows as one block a
     task (:func:`pass_rows`): (its model, the report for the metrics). With ``partitions`` (the
     level's count; 0: no level, start from α = 0) it starts from the level's model (the mean
     of its partitions' local models, as a merge starts from γ/p: each is a model of the whole
-    data) brought into the centres' span, where F is lower there than at α = 0."""
+    data) brought into the centres' span, where F is lower there than at α = 0. ``judge``
+    (a model → how the validation slice judges it): the matrix-free form walks λ's path
+    (:func:`~sodm_spark.models.nystroem_cg.fit_path`) and keeps the λ it ranks first; None:
+    λ alone."""
     started = time.perf_counter()
     # the rows as a few blocks (PASS_BLOCKS), one a task, read by every job of the step: a
     # level's hundreds of partitions would cost each job a task apiece (2,390,000 flights
@@ -130,7 +133,10 @@ def fit_global(sc, solved, kernel, classes, params, plan: GlobalPlan, on_step=No
             values = ordered_sum(solved, lambda item: _level_values(item, centres, kernel),
                                  lambda a, b: a + b, chunk_order) / partitions
         fitted = _matrix_free if plan.form == "matrix-free" else _normal_matrix
-        coef, report = fitted(sc, rows, kernel, params, plan, centres, total, values, on_step)
+        judge_coef = None if judge is None else (lambda coef: judge(KernelExpansion(
+            centres.astype(np.float32), coef[:, None], kernel, classes)))
+        coef, report = fitted(sc, rows, kernel, params, plan, centres, total, values, on_step,
+                              judge_coef)
     finally:
         rows.unpersist()
     sc.setJobDescription(None)
@@ -152,7 +158,8 @@ def _start_text(start: str, partitions_given: bool) -> str:
             else "α = 0 (F is lower there than at the level's model)")
 
 
-def _normal_matrix(sc, rows, kernel, params, plan, centres, total, values, on_step):
+def _normal_matrix(sc, rows, kernel, params, plan, centres, total, values, on_step,
+                   judge=None):
     """(α, report) of the normal-matrix form (:func:`~sodm_spark.models.nystroem_odm.fit`)
     over :func:`pass_rows`' blocks."""
     basis = nystroem_odm.centre_basis(kernel, centres)
@@ -171,7 +178,8 @@ def _normal_matrix(sc, rows, kernel, params, plan, centres, total, values, on_st
         basis, values, nystroem_odm.loss_weight(params.lam, theta, total) * total / len(centres))
     coef, newton = nystroem_odm.fit(basis, run_pass, params.lam, theta, v, total,
                                     on_step=on_step, start=start)
-    return coef, {"rank": int(basis.transform.shape[1]), "passes": newton.passes,
+    return coef, {"lam": params.lam, "rank": int(basis.transform.shape[1]),
+                  "passes": newton.passes,
                   "newton_steps": len(newton.steps), "stopped": newton.reason,
                   "start": _start_text(newton.start, values is not None),
                   "objective": newton.objectives[-1]}
@@ -223,9 +231,11 @@ def pass_rows(solved, tasks: int, class_weights=None):
     return compact.mapPartitions(_one_block).persist(PERSIST)
 
 
-def _matrix_free(sc, rows, kernel, params, plan, centres, total, values, on_step):
-    """(α, report) of the matrix-free form (:func:`~sodm_spark.models.nystroem_cg.fit`): each
-    pass a Spark job over :func:`pass_rows`' blocks."""
+def _matrix_free(sc, rows, kernel, params, plan, centres, total, values, on_step, judge=None):
+    """(α, report) of the matrix-free form: :func:`~sodm_spark.models.nystroem_cg.fit_path`
+    over λ's path when ``judge`` (α → how the slice judges its model) is given, else
+    :func:`~sodm_spark.models.nystroem_cg.fit` at λ; each pass a Spark job over
+    :func:`pass_rows`' blocks."""
     cores = max(1, sc.defaultParallelism)
     threads = max(1, cores // max(1, min(cores, rows.getNumPartitions())))
     theta, v = params.theta, params.v
@@ -248,19 +258,34 @@ def _matrix_free(sc, rows, kernel, params, plan, centres, total, values, on_step
         def hessian(self, coef, direction):
             return summed("hessian", coef, direction)
 
+    problem = nystroem_cg.Problem(params.lam, theta, v, total)
+    settings = nystroem_cg.NewtonCGSettings(max_passes=plan.passes)
     try:
-        coef, report = nystroem_cg.fit(
-            kernel, centres, ClusterPasses(),
-            nystroem_cg.Problem(params.lam, theta, v, total),
-            nystroem_cg.NewtonCGSettings(max_passes=plan.passes), start_values=values,
-            on_step=on_step)
+        if judge is None:
+            coef, single = nystroem_cg.fit(kernel, centres, ClusterPasses(), problem, settings,
+                                           start_values=values, on_step=on_step)
+            path = nystroem_cg.PathReport([params.lam], [single], [None], 0, "λ alone")
+        else:
+            coef, path = nystroem_cg.fit_path(kernel, centres, ClusterPasses(), problem, judge,
+                                              keeps_global, settings, start_values=values,
+                                              on_step=on_step)
     finally:
         shared_centres.unpersist()
-    return coef, {"passes": report.passes, "newton_steps": len(report.steps),
+    report = path.reports[path.chosen]
+    first = path.reports[0]
+    return coef, {"lam": path.lams[path.chosen], "passes": path.passes,
+                  "newton_steps": len(report.steps),
                   "cg_iterations": [step["cg"] for step in report.steps],
-                  "stopped": report.reason, "jitter": report.jitter,
-                  "start": _start_text(report.start, values is not None),
-                  "objective": report.objectives[-1]}
+                  "stopped": report.reason, "jitter": first.jitter,
+                  "start": _start_text(first.start, values is not None),
+                  "objective": report.objectives[-1],
+                  "path": [{"lam": lam, "passes": fitted.passes,
+                            "newton_steps": len(fitted.steps), "stopped": fitted.reason,
+                            "validation_accuracy": None if judged is None
+                            else float(np.mean(correct_of(judged)))}
+                           for lam, fitted, judged in zip(path.lams, path.reports,
+                                                          path.judged)],
+                  "path_stopped": path.reason}
 
 
 def keeps_global(level_correct, global_correct) -> bool:
@@ -273,6 +298,16 @@ def validation_correct(model: KernelExpansion, X, y, coded) -> np.ndarray:
     """Per-row correctness of a model on the kernel's input rows ``X`` (labels ``y`` coded
     as :func:`~sodm_spark.core.labels.coded_classes` ``coded``)."""
     return correct_rows(model.input_scores(X), y, coded)
+
+
+def slice_judge(template, X_val, y_val, n_classes: int):
+    """How the validation slice (``X_val``, ``y_val``) judges a model, as it judged
+    ``template`` (an Evaluation by the fit's metric, or per-row correctness): a function of
+    the model."""
+    if isinstance(template, Evaluation):
+        return lambda model: template.with_scores(model.input_scores(X_val))
+    coded = coded_classes(n_classes)
+    return lambda model: validation_correct(model, X_val, y_val, coded)
 
 
 def run_global_step(sc, chosen, prepared, params, cores: int, on_plan=None,
@@ -300,20 +335,17 @@ def run_global_step(sc, chosen, prepared, params, cores: int, on_plan=None,
                        prepared.kernel, budget_seconds, params.global_centres)
     if on_plan is not None:
         on_plan(plan)
+    level_right = validated_correct[validated_levels.index(level)]
+    judge = slice_judge(level_right, X_val, y_val, prepared.classes.size)
     model, report = fit_global(sc, chosen.solved, prepared.kernel, prepared.classes, params,
                                plan, partitions=chosen.entry.partitions,
-                               class_weights=prepared.class_weights)
-    coded = coded_classes(prepared.classes.size)
-    level_right = validated_correct[validated_levels.index(level)]
-    global_right: Evaluation | np.ndarray  # judged as the level was: see correct_of
+                               class_weights=prepared.class_weights, judge=judge)
+    global_right = judge(model)  # judged as the level was: see correct_of
     if isinstance(level_right, Evaluation):  # judged by the fit's metric, as the level was
-        global_right = level_right.with_scores(model.input_scores(X_val))
         metric = metric_of(level_right)
         if metric != "accuracy":  # beside the accuracies, which the report always gives
             report.update({"metric": metric, f"validation_{metric}": global_right.value,
                            f"level_validation_{metric}": level_right.value})
-    else:
-        global_right = validation_correct(model, X_val, y_val, coded)
     report.update(ran=True, validation_accuracy=float(np.mean(correct_of(global_right))),
                   level_validation_accuracy=float(np.mean(correct_of(level_right))),
                   kept=keeps_global(level_right, global_right), model=model)
@@ -365,13 +397,11 @@ def run_global_only(sc, prepared, params, why: tuple, cores: int, on_plan=None,
                        params.global_centres)
     if on_plan is not None:
         on_plan(plan)
+    judge = slice_judge(template, X_val, y_val, prepared.classes.size)
     model, report = fit_global(sc, prepared.parts, prepared.kernel, prepared.classes, params,
-                               plan, partitions=0, class_weights=prepared.class_weights)
-    right: Evaluation | np.ndarray  # judged as the search's points were: see correct_of
-    if isinstance(template, Evaluation):  # judged by the fit's metric, as the search was
-        right = template.with_scores(model.input_scores(X_val))
-    else:
-        right = validation_correct(model, X_val, y_val, coded_classes(prepared.classes.size))
+                               plan, partitions=0, class_weights=prepared.class_weights,
+                               judge=judge)
+    right = judge(model)  # judged as the search's points were: see correct_of
     majority = majority_judged(right, y_val)
     report.update(ran=True, validation_accuracy=float(np.mean(correct_of(right))),
                   majority_validation_accuracy=float(np.mean(correct_of(majority))),
