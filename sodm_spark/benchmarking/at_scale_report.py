@@ -158,10 +158,25 @@ def global_step_lines(record: dict, method: str = "job") -> str:
     against = report.get("level_validation_accuracy", report.get("majority_validation_accuracy"))
     return (f"{report['reason']}: {report.get('form', 'normal')}, {report['centres']:,} centres "
             f"on {report['rows']:,} rows, {report['passes']} passes "
-            f"({report['newton_steps']} Newton steps), {report['seconds']:.1f} s against "
-            f"{report['predicted_seconds']:.1f} s predicted; validation "
+            f"({report['newton_steps']} Newton steps{_at_lam(report)}), {report['seconds']:.1f} s "
+            f"against {report['predicted_seconds']:.1f} s predicted{_lam_path(report)}; "
+            "validation "
             f"{report['validation_accuracy']:.4f} against {against:.4f}, test "
             f"{_cell(report.get('test_accuracy'))}: {'kept' if report['kept'] else 'not kept'}.")
+
+
+def _at_lam(report: dict) -> str:
+    return "" if len(report.get("path") or []) < 2 else " at the λ kept"
+
+
+def _lam_path(report: dict) -> str:
+    """The λ path of a matrix-free step (each λ's validation accuracy), if it walked one."""
+    path = report.get("path") or []
+    if len(path) < 2:
+        return ""
+    steps = ", ".join(f"λ = {step['lam']:g}: {step['validation_accuracy']:.4f} "
+                      f"({step['passes']} passes)" for step in path)
+    return f"; λ's path on the validation slice {steps}, λ = {report['lam']:g} kept"
 
 
 def source_line(record: dict, path: str) -> str:

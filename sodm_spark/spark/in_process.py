@@ -1,0 +1,282 @@
+"""The in-process back end: the Spark layer's task functions run on one machine without a JVM.
+
+The Spark layer asks its engine for the subset of the RDD API that :class:`~.frame_rdd.FrameRDD`
+implements over DataFrames (Spark Connect): narrow maps over partitions, shuffles that place
+every record where the RDD API would, persist and release, broadcasts, actions that bring
+results to the driver. :class:`InProcessContext` and :class:`InProcessRDD` implement the same
+subset over Python lists, one list a partition, so that a fit, its search, its levels and its
+global step run unchanged in this process: what a user with one large machine and no Spark runs
+(:func:`in_process_context`), and what the tests whose subject is not Spark run.
+
+Each transformation runs at once, partition by partition in index order, on the calling
+thread: the task functions already spread their own work over the cores (BLAS threads, numba's
+threads) as the plan gives them (:attr:`InProcessContext.defaultParallelism` is the cores the
+plan is made for), and a fixed order keeps every float sum's bits as a Spark run's, whose
+order :func:`~.frames.ordered_sum` fixes. Records are never pickled: a task sees the driver's
+objects, so a function must not change the records it is given (none of the Spark layer's
+does; on Spark they would be copies).
+"""
+from __future__ import annotations
+
+import functools
+import itertools
+import os
+
+from ..core.errors import InputError
+
+
+class InProcessBroadcast:
+    """A broadcast's stand-in: the value itself, shared by reference."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def unpersist(self, blocking: bool = False) -> None:
+        self.value = None
+
+    destroy = unpersist
+
+
+class InProcessConf:
+    """What the Spark layer reads of a SparkConf (``get``), from a dict."""
+
+    def __init__(self, settings: dict | None = None):
+        self._settings = dict(settings or {})
+
+    def get(self, key, default=None):
+        return self._settings.get(key, default)
+
+    def getAll(self):
+        return list(self._settings.items())
+
+
+class InProcessAccumulator:
+    """A Spark accumulator's stand-in: ``add`` merges at once (a task runs once here)."""
+
+    def __init__(self, value, param=None):
+        self.value, self._param = value, param
+
+    def add(self, term) -> None:
+        if self._param is None:
+            self.value += term
+        else:
+            self.value = self._param.addInPlace(self.value, term)
+
+    __iadd__ = add
+
+
+class InProcessContext:
+    """A SparkContext's stand-in on one machine (module docstring): ``cores`` the plan is made
+    for (``master`` reads ``local[cores]``, as the session of the same cores would), ``conf``
+    the settings a SparkConf would hold (``spark.driver.memory`` sizes the memory plan as in
+    local mode)."""
+
+    def __init__(self, cores: int | None = None, conf: dict | None = None):
+        self.cores = max(1, int(cores or os.cpu_count() or 1))
+        self._conf = InProcessConf({"spark.driver.memory": "4g", **(conf or {})})
+        self.description: str | None = None
+
+    # --- what the fit reads of its engine ---------------------------------------------------
+    @property
+    def defaultParallelism(self) -> int:
+        return self.cores
+
+    @property
+    def master(self) -> str:
+        return f"local[{self.cores}]"
+
+    @property
+    def applicationId(self) -> str:
+        return f"in-process-{os.getpid()}"
+
+    def getConf(self) -> InProcessConf:
+        return self._conf
+
+    def setJobDescription(self, description) -> None:
+        self.description = description
+
+    def setLocalProperty(self, key, value) -> None:
+        pass
+
+    def broadcast(self, value) -> InProcessBroadcast:
+        return InProcessBroadcast(value)
+
+    def accumulator(self, value, accum_param=None) -> InProcessAccumulator:
+        return InProcessAccumulator(value, accum_param)
+
+    def parallelize(self, values, n_slices: int | None = None) -> "InProcessRDD":
+        """``values`` in ``n_slices`` partitions, cut as ``SparkContext.parallelize`` cuts
+        them (batches of ⌊len/n⌋ values, at most 1,024, in ranges of batches per slice)."""
+        values = list(values)
+        n = max(1, n_slices or self.defaultParallelism)
+        size = max(1, min(len(values) // n, 1024))
+        batches = [values[j:j + size] for j in range(0, len(values), size)]
+        return InProcessRDD(self, [
+            [value for batch in batches[i * len(batches) // n:(i + 1) * len(batches) // n]
+             for value in batch] for i in range(n)])
+
+    def runJob(self, rdd, fn, partitions=None):
+        """``fn`` over the records of ``partitions`` (all when None), the results in partition
+        order, as ``SparkContext.runJob``."""
+        wanted = range(rdd.getNumPartitions()) if partitions is None else partitions
+        return [result for index in wanted for result in fn(iter(rdd.partitions[index]))]
+
+
+class InProcessRDD:
+    """The RDD subset of :class:`~.frame_rdd.FrameRDD`, over ``partitions`` (a list of lists
+    of records) of ``ctx``; every method as the RDD API defines it."""
+
+    def __init__(self, ctx: InProcessContext, partitions: list):
+        self.ctx, self.partitions = ctx, partitions
+        self.is_cached = False
+
+    @property
+    def context(self) -> InProcessContext:
+        return self.ctx
+
+    # --- narrow transformations --------------------------------------------------------------
+    def mapPartitionsWithIndex(self, fn, preservesPartitioning=False) -> "InProcessRDD":
+        return InProcessRDD(self.ctx, [list(fn(index, iter(records)))
+                                       for index, records in enumerate(self._read())])
+
+    def mapPartitions(self, fn, preservesPartitioning=False) -> "InProcessRDD":
+        return self.mapPartitionsWithIndex(lambda _, records: fn(records))
+
+    def map(self, fn) -> "InProcessRDD":
+        return self.mapPartitions(lambda records: map(fn, records))
+
+    def flatMap(self, fn) -> "InProcessRDD":
+        return self.mapPartitions(lambda records: itertools.chain.from_iterable(
+            map(fn, records)))
+
+    def filter(self, fn) -> "InProcessRDD":
+        return self.mapPartitions(lambda records: filter(fn, records))
+
+    def values(self) -> "InProcessRDD":
+        return self.map(lambda pair: pair[1])
+
+    def keys(self) -> "InProcessRDD":
+        return self.map(lambda pair: pair[0])
+
+    def getNumPartitions(self) -> int:
+        return len(self.partitions)
+
+    # --- shuffles ----------------------------------------------------------------------------
+    def exact_shuffle(self, n: int, assign) -> "InProcessRDD":
+        """The records in ``n`` partitions, record r of partition i at position j going to
+        ``assign(i, j, r)``, kept in (source partition, position) order within each."""
+        out: list[list] = [[] for _ in range(n)]
+        for index, records in enumerate(self._read()):
+            for position, record in enumerate(records):
+                out[assign(index, position, record)].append(record)
+        return InProcessRDD(self.ctx, out)
+
+    def partitionBy(self, n: int, partition_func=hash) -> "InProcessRDD":
+        return self.exact_shuffle(n, lambda index, position, pair: partition_func(pair[0]) % n)
+
+    def coalesce(self, n: int, shuffle: bool = False) -> "InProcessRDD":
+        previous = len(self.partitions)
+        if n >= previous:
+            return self
+        # Spark's coalescer without locality: ranges of consecutive partitions
+        return InProcessRDD(self.ctx, [
+            [record for j in range(i * previous // n, (i + 1) * previous // n)
+             for record in self.partitions[j]] for i in range(n)])
+
+    def repartition(self, n: int) -> "InProcessRDD":
+        return self.exact_shuffle(n, lambda index, position, record: (index + position) % n)
+
+    # --- persistence -------------------------------------------------------------------------
+    def persist(self, storage_level=None) -> "InProcessRDD":
+        self.is_cached = True
+        return self
+
+    cache = persist
+
+    def materialize(self) -> None:
+        """Already computed (module docstring): nothing to do."""
+
+    def unpersist(self, blocking: bool = False) -> "InProcessRDD":
+        self.is_cached = False
+        return self
+
+    def _read(self) -> list:
+        return self.partitions
+
+    # --- actions ----------------------------------------------------------------------------
+    def collect(self) -> list:
+        return [record for records in self.partitions for record in records]
+
+    def toLocalIterator(self):
+        for records in self.partitions:
+            yield from records
+
+    def count(self) -> int:
+        return sum(len(records) for records in self.partitions)
+
+    def sum(self):
+        return sum(self.collect())
+
+    def reduce(self, fn):
+        parts = [functools.reduce(fn, records) for records in self.partitions if records]
+        if not parts:
+            raise InputError("Can not reduce() empty RDD")
+        return functools.reduce(fn, parts)
+
+    treeReduce = reduce
+
+    def first(self):
+        found = self.take(1)
+        if not found:
+            raise InputError("RDD is empty")
+        return found[0]
+
+    def take(self, n: int) -> list:
+        return list(itertools.islice(self.toLocalIterator(), n))
+
+    def zipWithIndex(self) -> "InProcessRDD":
+        offsets = list(itertools.accumulate((len(r) for r in self.partitions), initial=0))
+        return self.mapPartitionsWithIndex(
+            lambda index, records: ((r, offsets[index] + j) for j, r in enumerate(records)))
+
+
+HYPERPARAMETERS = ("gamma", "lam", "theta", "v")
+
+
+def fit_in_process(X, y, sample_weight=None, *, cores: int | None = None, test=None,
+                   validation=None, **settings):
+    """SODM's levels (DSVRG with ``kernel="linear"``) on rows in memory, without Spark: the
+    job's fit (:func:`~.train.train`) on :func:`in_process_context`'s back end. ``settings``
+    are the job's and ``SODMClassifier``'s parameters by their snake-case names (``levels``,
+    ``gamma``, ``lam``, ``global_step``, ``seed``, ...; :func:`~.train.fit_params`), with the
+    same defaults; as the job, a fit given none of γ, λ, θ, v searches them first
+    (:meth:`~.train.Search.of_defaults`). ``sample_weight``: each row's weight; ``test``,
+    ``validation``: (X, y) on the driver (:class:`~.train.ScoredRows`); ``cores``: the cores
+    the plan is made for (all by default). Returns the :class:`~.train.Trained` (its ``fit``
+    holds the model)."""
+    import numpy as np
+
+    from .session import numpy_to_blocks
+    from .train import ScoredRows, Search, fit_params, train
+
+    params = fit_params(settings)
+    search = None
+    if settings.get("kernel") != "linear" and \
+            all(settings.get(name) is None for name in HYPERPARAMETERS):
+        search = Search.of_defaults()
+    sc = in_process_context(cores)
+    X = np.asarray(X) if not hasattr(X, "tocsr") else X
+    blocks = numpy_to_blocks(sc, X, np.asarray(y, dtype=np.float64), weights=sample_weight)
+    return train(sc, blocks, X.shape[1], params, search=search,
+                 rows=ScoredRows(test=test, validation=validation))
+
+
+def in_process_context(cores: int | None = None, **conf) -> InProcessContext:
+    """The in-process back end's context for a fit on this machine (``cores``: the cores the
+    plan is made for, all of them by default)."""
+    return InProcessContext(cores, conf)
+
+
+def is_in_process(sc) -> bool:
+    """Whether ``sc`` is the in-process back end's context."""
+    return isinstance(sc, InProcessContext)

@@ -1,0 +1,146 @@
+"""The in-process back end (sodm_spark.spark.in_process) against classic Spark: its records land
+where the RDD operations put them, and the same seeded fits (the levels of two and three
+classes, weights, a search, the global step, DSVRG for the linear kernel) give the same models,
+bit for bit, as on a local[2] SparkContext."""
+from dataclasses import fields, is_dataclass
+
+import numpy as np
+import pytest
+from sklearn.datasets import make_classification
+
+from sodm_spark.spark.frames import map_with_reports, ordered_sum
+from sodm_spark.spark.in_process import InProcessContext, fit_in_process, in_process_context
+from sodm_spark.spark.session import numpy_to_blocks
+from sodm_spark.spark.train import ScoredRows, Search, fit_params, train
+
+#: name: (classes, with weights, the fit's settings)
+FITS = {
+    "binary": (2, False, {"levels": 2, "seed": 3, "gamma": 0.2, "lam": 100.0}),
+    "classes": (3, False, {"levels": 2, "seed": 3, "strata": 5, "gamma": 0.2, "lam": 100.0}),
+    "weights": (2, True, {"levels": 2, "seed": 5, "gamma": 0.2, "lam": 100.0}),
+    "search": (2, False, {"levels": 2, "seed": 3}),
+    "global step": (2, False, {"levels": 2, "seed": 3, "gamma": 0.2, "lam": 100.0,
+                               "global_step": "always", "stop_level": 1}),
+    "linear": (2, False, {"kernel": "linear", "seed": 3}),
+}
+
+
+def _glom(rdd):
+    return [sorted(part) for part in rdd.glom().collect()]
+
+
+def _local_glom(rdd):
+    return [sorted(part) for part in rdd.partitions]
+
+
+def test_records_in_process_land_where_the_rdd_operations_put_them(spark):
+    """parallelize's slices, partitionBy, coalesce's consecutive ranges, repartition,
+    zipWithIndex, runJob on some partitions, reduce, the ordered sums and the reports beside
+    the data: as a SparkContext gives them."""
+    sc, local = spark.sparkContext, InProcessContext(2)
+    for values, slices in ((list(range(10)), 4), (list(range(3000)), 3), (list(range(7)), 7)):
+        assert _local_glom(local.parallelize(values, slices)) == \
+            _glom(sc.parallelize(values, slices))
+    pairs = [(k % 5, k) for k in range(23)]
+    assert _local_glom(local.parallelize(pairs, 3).partitionBy(5, lambda k: k)) == \
+        _glom(sc.parallelize(pairs, 3).partitionBy(5, lambda k: k))
+    fourteen = list(range(14))
+    assert _local_glom(local.parallelize(fourteen, 7).coalesce(3)) == \
+        _glom(sc.parallelize(fourteen, 7).coalesce(3))
+    values = list(range(10))
+    assert local.parallelize(values, 3).zipWithIndex().collect() == \
+        sc.parallelize(values, 3).zipWithIndex().collect()
+    assert local.runJob(local.parallelize(values, 4), lambda it: [sum(it)], [1, 3]) == \
+        sc.runJob(sc.parallelize(values, 4), lambda it: [sum(it)], [1, 3])
+    assert local.parallelize(values, 4).treeReduce(lambda a, b: a + b) == 45
+    assert local.parallelize(values, 4).count() == 10
+    assert local.parallelize(values, 2).take(3) == [0, 1, 2]
+    assert local.parallelize(values, 2).filter(lambda v: v % 2).collect() == [1, 3, 5, 7, 9]
+    floats = list(np.random.default_rng(0).normal(size=200) * 1e8)
+    assert ordered_sum(local.parallelize(floats, 40), float, lambda a, b: a + b) == \
+        ordered_sum(sc.parallelize(floats, 40), float, lambda a, b: a + b)
+
+    def fn(records, report):
+        records = list(records)
+        report({records[0]: len(records)})
+        yield from (r * 2 for r in records)
+
+    data, reports = map_with_reports(sc, sc.parallelize(range(12), 3), fn)
+    local_data, local_reports = map_with_reports(local, local.parallelize(range(12), 3), fn)
+    assert local_reports == reports == {0: 4, 4: 4, 8: 4}
+    assert local_data.collect() == data.collect()
+    with pytest.raises(Exception, match="empty"):
+        local.parallelize([], 2).reduce(lambda a, b: a + b)
+
+
+def _data(classes: int, weighted: bool):
+    X, y = make_classification(n_samples=1200, n_features=6, n_informative=4,
+                               n_classes=classes, random_state=11)
+    X_test, y_test = X[1000:], y[1000:].astype(float)
+    X, y = X[:1000], y[:1000].astype(float)
+    weights = np.random.default_rng(2).uniform(0.2, 3.0, len(y)) if weighted else None
+    return X, y, weights, (X_test, y_test)
+
+
+def _fit(sc, name):
+    classes, weighted, settings = FITS[name]
+    X, y, weights, test = _data(classes, weighted)
+    blocks = numpy_to_blocks(sc, X, y, weights=weights)
+    return train(sc, blocks, X.shape[1], fit_params(settings), rows=ScoredRows(test=test),
+                 search=Search.of_defaults() if name == "search" else None)
+
+
+def _arrays(value, path="model"):
+    """Every array and number of a fitted model, by where it lies in it."""
+    if isinstance(value, np.ndarray):
+        yield path, value
+    elif is_dataclass(value) and not isinstance(value, type):
+        for field in fields(value):
+            yield from _arrays(getattr(value, field.name), f"{path}.{field.name}")
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            yield from _arrays(item, f"{path}[{index}]")
+    elif isinstance(value, dict):
+        for key in sorted(value, key=str):
+            yield from _arrays(value[key], f"{path}[{key!r}]")
+    elif isinstance(value, (int, float, str, bool)) or value is None:
+        yield path, value
+
+
+@pytest.mark.parametrize("name", list(FITS))
+def test_the_in_process_fit_is_the_classic_fit_bit_for_bit(spark, name):
+    classic = _fit(spark.sparkContext, name)
+    local = _fit(in_process_context(2), name)
+    assert local.params == classic.params
+    expected, found = dict(_arrays(classic.fit.model)), dict(_arrays(local.fit.model))
+    assert found.keys() == expected.keys()
+    for path, value in expected.items():
+        if isinstance(value, np.ndarray):
+            assert found[path].dtype == value.dtype and np.array_equal(found[path], value), path
+        else:
+            assert found[path] == value, path
+    if name == "linear":  # DSVRG's primal
+        assert np.array_equal(local.fit.w, classic.fit.w)
+        assert local.fit.intercept == classic.fit.intercept
+        assert [e.objective for e in local.fit.epochs] == [e.objective for e in classic.fit.epochs]
+    else:
+        assert local.fit.test_accuracy == classic.fit.test_accuracy
+    if name == "global step":
+        assert local.fit.global_step["ran"] and \
+            local.fit.global_step["validation_accuracy"] == \
+            classic.fit.global_step["validation_accuracy"]
+    if name == "search":
+        assert [p.validation_accuracy for p in local.search.points] == \
+            [p.validation_accuracy for p in classic.search.points]
+
+
+def test_the_public_in_process_fit_searches_as_the_job_does():
+    """fit_in_process: no Spark session, the job's defaults, a search when no hyperparameter
+    is given; the same model as train() on the in-process context with that search."""
+    X, y, _, test = _data(2, False)
+    trained = fit_in_process(X, y, cores=2, test=test, levels=2, seed=3)
+    assert trained.search is not None and trained.fit.test_accuracy > 0.8
+    again = _fit(in_process_context(2), "search")
+    np.testing.assert_array_equal(trained.fit.model.coef, again.fit.model.coef)
+    given = fit_in_process(X, y, cores=2, test=test, levels=2, seed=3, gamma=0.2, lam=100.0)
+    assert given.search is None
