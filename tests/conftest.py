@@ -55,6 +55,17 @@ def spark():
     session.stop()
 
 
+@pytest.fixture
+def engine():
+    """The in-process back end (sodm_spark.spark.in_process) planned for the 2 cores of the
+    ``spark`` fixture's local[2]: what tests whose subject is not Spark fit on, with no JVM
+    and no Python worker between the driver and the numerics (tests/test_back_ends.py checks
+    that its fits are the classic fits, bit for bit)."""
+    from sodm_spark.spark.in_process import InProcessContext
+
+    return InProcessContext(2)
+
+
 def model_files(path):
     """The folder holding a saved model directory's current files (its newest version)."""
     from pathlib import Path

@@ -327,7 +327,7 @@ def _same_model(a, b):
 
 
 @pytest.mark.parametrize("flip", [False, True])
-def test_the_model_returned_is_the_best_levels(spark, data, flip, monkeypatch):
+def test_the_model_returned_is_the_best_levels(engine, data, flip, monkeypatch):
     """A merge that cannot pay (min_improvement 1.0) stops after two levels; the model is the
     one a run stopped at the better of the two gives. Flipped validation labels make the
     better level the worse model, so both branches (last, previous) are exercised. (Level 0
@@ -335,7 +335,7 @@ def test_the_model_returned_is_the_best_levels(spark, data, flip, monkeypatch):
     runs a cheap level anyway is switched off, or the stop would depend on the clock.)"""
     monkeypatch.setattr(stopping, "CHEAP_LEVEL_SHARE", 0.0)
     X, y, X_val, y_val = data
-    sc = spark.sparkContext
+    sc = engine
     validation = (X_val, -y_val if flip else y_val)
     fit = fit_sodm(sc, numpy_to_blocks(sc, X, y), replace(BASE, min_improvement=1.0),
                    [-1.0, 1.0], validation=validation)
@@ -356,7 +356,7 @@ def test_the_model_returned_is_the_best_levels(spark, data, flip, monkeypatch):
 
 
 @pytest.mark.parametrize("flip", [False, True])
-def test_replaying_a_fit_of_every_level_decides_as_automatic_stopping(spark, data, flip,
+def test_replaying_a_fit_of_every_level_decides_as_automatic_stopping(engine, data, flip,
                                                                      monkeypatch):
     """The rule replayed on the records of a fit that ran every level (the stopping
     benchmark's evaluation) stops and chooses as a fit with automatic stopping does. (The
@@ -365,7 +365,7 @@ def test_replaying_a_fit_of_every_level_decides_as_automatic_stopping(spark, dat
     would differ by the clock; its replay is checked on constructed records above.)"""
     monkeypatch.setattr(stopping, "CHEAP_LEVEL_SHARE", 0.0)
     X, y, X_val, y_val = data
-    sc = spark.sparkContext
+    sc = engine
     validation = (X_val, -y_val if flip else y_val)
     stopped = fit_sodm(sc, numpy_to_blocks(sc, X, y), BASE, [-1.0, 1.0], validation=validation)
     every = fit_sodm(sc, numpy_to_blocks(sc, X, y), replace(BASE, auto_stop=False), [-1.0, 1.0],
@@ -378,7 +378,7 @@ def test_replaying_a_fit_of_every_level_decides_as_automatic_stopping(spark, dat
         assert mine.validation_wrong == theirs.validation_wrong
 
 
-def test_a_fit_in_a_command_weighs_its_levels_against_the_whole_command(spark, data):
+def test_a_fit_in_a_command_weighs_its_levels_against_the_whole_command(engine, data):
     """A job's fit (given the command's timeline) records the seconds the command ran before
     it and counts them: after 1,000 s of a command every level is cheap, so no merge is
     skipped for its small expected gain (min_improvement 1.0: none can pay). A fit given no
@@ -389,7 +389,7 @@ def test_a_fit_in_a_command_weighs_its_levels_against_the_whole_command(spark, d
     from sodm_spark.core.timeline import Timeline
 
     X, y, X_val, y_val = data
-    sc = spark.sparkContext
+    sc = engine
     params = replace(BASE, min_improvement=1.0)
     in_command = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, [-1.0, 1.0],
                           validation=(X_val, y_val),
@@ -427,9 +427,9 @@ def test_a_training_set_of_100_000_rows_or_more_holds_out_exactly_10_000(spark):
         prepared.labelled.unpersist()
 
 
-def test_held_out_rows_are_left_out_of_training_and_scored(spark, data):
+def test_held_out_rows_are_left_out_of_training_and_scored(engine, data):
     X, y, _, _ = data
-    sc = spark.sparkContext
+    sc = engine
     fit = fit_sodm(sc, numpy_to_blocks(sc, X, y), replace(BASE, min_improvement=0.0),
                    [-1.0, 1.0])
     held = holdout_mask(np.arange(X.shape[0]), BASE.seed, BASE.validation_fraction)
@@ -443,18 +443,18 @@ def test_held_out_rows_are_left_out_of_training_and_scored(spark, data):
                                                           abs=1.5 / held.sum())
 
 
-def test_a_time_budget_stops_before_the_predicted_level(spark, data):
+def test_a_time_budget_stops_before_the_predicted_level(engine, data):
     X, y, X_val, y_val = data
-    sc = spark.sparkContext
+    sc = engine
     fit = fit_sodm(sc, numpy_to_blocks(sc, X, y), replace(BASE, time_budget=1e-3), [-1.0, 1.0],
                    validation=(X_val, y_val))
     assert [entry.level for entry in fit.levels] == [2]
     assert fit.stop_reason == TIME_BUDGET and fit.best_level == 2
 
 
-def test_no_auto_stop_runs_to_the_stop_level_and_returns_the_last(spark, data):
+def test_no_auto_stop_runs_to_the_stop_level_and_returns_the_last(engine, data):
     X, y, _, _ = data
-    sc = spark.sparkContext
+    sc = engine
     fit = fit_sodm(sc, numpy_to_blocks(sc, X, y),
                    replace(BASE, auto_stop=False, stop_level=1, min_improvement=1.0), [-1.0, 1.0])
     assert [entry.level for entry in fit.levels] == [2, 1]
@@ -463,9 +463,9 @@ def test_no_auto_stop_runs_to_the_stop_level_and_returns_the_last(spark, data):
     assert all(entry.validation_accuracy is None for entry in fit.levels)
 
 
-def test_a_next_level_over_the_memory_budget_ends_an_auto_stopped_run(spark, data):
+def test_a_next_level_over_the_memory_budget_ends_an_auto_stopped_run(engine, data):
     X, y, X_val, y_val = data
-    sc = spark.sparkContext
+    sc = engine
     # room for the 400-row partitions' cached kernels, not even blocks for 1,200 rows
     budget = (solver_memory_mb(400, 5) + solver_memory_mb(1200, 5)) / 2
     params = replace(BASE, levels=1, memory_mb=budget, min_improvement=0.0)
@@ -476,7 +476,7 @@ def test_a_next_level_over_the_memory_budget_ends_an_auto_stopped_run(spark, dat
         fit_sodm(sc, numpy_to_blocks(sc, X, y), replace(params, auto_stop=False), [-1.0, 1.0])
 
 
-def test_resume_keeps_the_stopping_decisions(spark, data, tmp_path, monkeypatch):
+def test_resume_keeps_the_stopping_decisions(engine, data, tmp_path, monkeypatch):
     """Killed after level 1 was recorded (simulated by stop_level=1), the resumed fit makes
     the uninterrupted run's decision at once and returns its best level — read back from the
     checkpoint when that is the level before. Cheap levels are not run regardless of the
@@ -484,7 +484,7 @@ def test_resume_keeps_the_stopping_decisions(spark, data, tmp_path, monkeypatch)
     counts the interrupted one's), which differ between the runs on a loaded machine."""
     monkeypatch.setattr(stopping, "CHEAP_LEVEL_SHARE", 0.0)
     X, y, X_val, y_val = data
-    sc = spark.sparkContext
+    sc = engine
     for flip in (False, True):
         validation = (X_val, -y_val if flip else y_val)
         params = replace(BASE, min_improvement=1.0)
@@ -501,9 +501,9 @@ def test_resume_keeps_the_stopping_decisions(spark, data, tmp_path, monkeypatch)
         _same_model(resumed.model, whole.model)
 
 
-def test_too_few_rows_left_after_the_hold_out_names_it(spark):
+def test_too_few_rows_left_after_the_hold_out_names_it(engine):
     X, y = make_problem(m=12, d=3, seed=5)
-    sc = spark.sparkContext
+    sc = engine
     params = replace(BASE, levels=2, validation_fraction=0.9)
     with pytest.raises(ValueError, match=r"9 partitions but only \d rows are left after holding "
                                          r"out \d+ for validation; .*--no-auto-stop"):
@@ -521,7 +521,7 @@ def test_memory_readings_and_spark_size_strings():
         [2048.0, 512.0, 1.0, 100.0, 1024.0 ** 2, 3072.0]
 
 
-def test_the_rule_fires_with_the_defaults_where_merging_cannot_pay(spark, monkeypatch):
+def test_the_rule_fires_with_the_defaults_where_merging_cannot_pay(engine, monkeypatch):
     """Algorithm 1, line 5 on data where it must fire by itself: two well separated blobs,
     where every level already classifies every validation row; no threshold is forced.
     (These levels of a few hundred rows cost less than a quarter of the fit so far: the rule
@@ -531,7 +531,7 @@ def test_the_rule_fires_with_the_defaults_where_merging_cannot_pay(spark, monkey
     y = np.where(rng.random(2800) < 0.5, 1.0, -1.0)
     X = rng.normal(scale=0.5, size=(2800, 4)) + 3.0 * y[:, None]
     X, y, validation = X[:2400], y[:2400], (X[2400:], y[2400:])
-    sc = spark.sparkContext
+    sc = engine
     params = SODMParams(gamma=0.3, lam=50.0, levels=3, p=2, strata=4, seed=3, tol=1e-4)
     assert params.auto_stop and params.stop_level == 0  # the defaults
     fit = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, [-1.0, 1.0], validation=validation)
@@ -667,7 +667,7 @@ def test_an_unknown_metric_is_refused_in_one_line_listing_the_choices(capsys):
     assert parse_args(["--metric", "auc"]).metric == "auc"
 
 
-def test_a_fit_judged_by_auc_records_decides_and_keeps_by_auc(spark, data, monkeypatch):
+def test_a_fit_judged_by_auc_records_decides_and_keeps_by_auc(engine, data, monkeypatch):
     """Every level records its decision values on the slice and their AUC (scikit-learn's of
     the same values); the stop rule is given those AUC evaluations; the level kept and the
     global step's keep decision are the AUC's."""
@@ -685,7 +685,7 @@ def test_a_fit_judged_by_auc_records_decides_and_keeps_by_auc(spark, data, monke
 
     monkeypatch.setattr(StopRule, "reason_to_stop", spy)
     X, y, X_val, y_val = data
-    sc = spark.sparkContext
+    sc = engine
     params = replace(BASE, metric="auc", global_step="always", global_centres=200)
     fit = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, [-1.0, 1.0],
                    validation=(X_val, y_val))
@@ -717,10 +717,10 @@ def test_a_fit_judged_by_auc_records_decides_and_keeps_by_auc(spark, data, monke
                                    rtol=0, atol=1e-4 * np.abs(best.validation_decisions).max())
 
 
-def test_resume_judges_by_the_recorded_decision_values(spark, data, tmp_path, monkeypatch):
+def test_resume_judges_by_the_recorded_decision_values(engine, data, tmp_path, monkeypatch):
     monkeypatch.setattr(stopping, "CHEAP_LEVEL_SHARE", 0.0)  # as the test above: not by the clock
     X, y, X_val, y_val = data
-    sc = spark.sparkContext
+    sc = engine
     params = replace(BASE, metric="logloss", min_improvement=1.0)
     whole = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, [-1.0, 1.0],
                      validation=(X_val, y_val))

@@ -30,7 +30,7 @@ def _glom(rdd):
 
 
 def _local_glom(rdd):
-    return [sorted(part) for part in rdd.partitions]
+    return [sorted(part) for part in rdd._all()]
 
 
 def test_records_in_process_land_where_the_rdd_operations_put_them(spark):

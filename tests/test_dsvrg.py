@@ -25,7 +25,7 @@ def linear_data():
     return X, y
 
 
-def test_dsvrg_svrg_newton_and_exact_dual_agree(spark, linear_data):
+def test_dsvrg_svrg_newton_and_exact_dual_agree(engine, linear_data):
     X, y = linear_data
     dual = solve_odm_dual(X, y, Kernel.create("linear"), ODMHyperparameters(LAM, THETA, V),
                           settings=DCDSettings(violation_tol=1e-10, dtype=np.float64))
@@ -35,7 +35,7 @@ def test_dsvrg_svrg_newton_and_exact_dual_agree(spark, linear_data):
     single = svrg(X, y, ODMHyperparameters(LAM, THETA, V),
                   SVRGSchedule(epochs=60, relative_change_tol=1e-10), fit_intercept=False)
     assert abs(single.objective - exact) <= 1e-4 * abs(exact)
-    sc = spark.sparkContext
+    sc = engine
     epochs = []
     fit = fit_dsvrg(sc, numpy_to_blocks(sc, X, y), DSVRGParams(LAM, THETA, V, epochs=60,
                                                                relative_change_tol=1e-10, n_partitions=3,
@@ -51,7 +51,7 @@ def test_dsvrg_svrg_newton_and_exact_dual_agree(spark, linear_data):
 
 
 @pytest.mark.parametrize("sparse", [False, True])
-def test_dsvrg_with_intercept_reaches_the_exact_primal_on_uncentred_rows(spark, sparse, tmp_path):
+def test_dsvrg_with_intercept_reaches_the_exact_primal_on_uncentred_rows(engine, sparse, tmp_path):
     """Rows in [2, 3]^12 split at the cube's centre: DSVRG (steps on centred rows) reaches
     the exact primal objective with the unpenalized bias within 1e-3, the model carries the
     intercept through save/load, and the same fit without a bias is visibly worse."""
@@ -61,7 +61,7 @@ def test_dsvrg_with_intercept_reaches_the_exact_primal_on_uncentred_rows(spark, 
     y = np.where((X - 2.5) @ rng.normal(size=12) + 0.05 * rng.normal(size=900) > 0, 1.0, -1.0)
     lam = 100.0
     exact = newton_primal(X, y, lam, THETA, V)
-    sc = spark.sparkContext
+    sc = engine
     blocks = csr_blocks(sc, X, y, n_slices=3) if sparse else numpy_to_blocks(sc, X, y, n_slices=3)
     fit = fit_dsvrg(sc, blocks, DSVRGParams(lam, THETA, V, epochs=40, relative_change_tol=1e-9, n_partitions=3),
                     classes=[-1.0, 1.0], n_features=12)
@@ -88,9 +88,9 @@ def csr_blocks(sc, X, y, n_slices=4):
                            for a, b in zip(bounds[:-1], bounds[1:])], n_slices)
 
 
-def test_sparse_and_dense_blocks_give_the_same_w(spark, linear_data):
+def test_sparse_and_dense_blocks_give_the_same_w(engine, linear_data):
     X, y = linear_data
-    sc = spark.sparkContext
+    sc = engine
     params = DSVRGParams(LAM, THETA, V, epochs=5, relative_change_tol=0.0, n_partitions=2, partitioner="random")
     dense = fit_dsvrg(sc, numpy_to_blocks(sc, X, y, n_slices=4), params, [-1.0, 1.0], 12)
     sparse = fit_dsvrg(sc, csr_blocks(sc, X, y), params, [-1.0, 1.0], 12)
@@ -107,9 +107,9 @@ def test_same_seed_gives_bit_identical_w_and_other_seed_the_same_optimum(spark, 
     assert not np.array_equal(runs[0].w, runs[2].w)
 
 
-def test_bad_input(spark, linear_data):
+def test_bad_input(engine, linear_data):
     X, y = linear_data
-    sc = spark.sparkContext
+    sc = engine
     with pytest.raises(ValueError, match="labels hold 3 classes.*DSVRG is a binary classifier"):
         fit_dsvrg(sc, numpy_to_blocks(sc, X, y), DSVRGParams(), [0.0, 1.0, 2.0], 12)
     with pytest.raises(ValueError, match="lam"):
@@ -229,7 +229,7 @@ def test_turns_over_several_input_partitions_give_the_same_w(spark, linear_data)
     assert np.array_equal(fits[0].w, fits[1].w) and np.array_equal(fits[1].w, fits[2].w)
 
 
-def test_csr_blocks_without_zeros_are_solved_dense(spark):
+def test_csr_blocks_without_zeros_are_solved_dense(engine):
     """A CSR block at least half full is stacked dense (core.sparse_rows.DENSE_FROM_DENSITY):
     the fit from CSR rows with no zeros is then the fit from the same dense rows, bit for bit."""
     from sodm_spark.core.sparse_rows import dense_if_full
@@ -239,7 +239,7 @@ def test_csr_blocks_without_zeros_are_solved_dense(spark):
     assert isinstance(dense_if_full(sp.csr_matrix(X)), np.ndarray)
     half_empty = sp.csr_matrix(X * (rng.random(X.shape) < 0.3))
     assert sp.issparse(dense_if_full(half_empty))
-    sc = spark.sparkContext
+    sc = engine
     params = DSVRGParams(LAM, THETA, V, epochs=3, relative_change_tol=0.0, n_partitions=2)
     dense = fit_dsvrg(sc, numpy_to_blocks(sc, X, y, n_slices=2), params, [-1.0, 1.0], 6)
     sparse = fit_dsvrg(sc, csr_blocks(sc, X, y, n_slices=2), params, [-1.0, 1.0], 6)

@@ -121,9 +121,9 @@ def test_the_matrix_free_global_step_on_spark_is_the_brute_force_optimum(spark, 
     assert report["objective"] == pytest.approx(reference.objective(coef), rel=1e-5)
 
 
-def test_the_level_stays_unless_the_slice_ranks_the_global_model_higher(spark, data):
+def test_the_level_stays_unless_the_slice_ranks_the_global_model_higher(engine, data):
     X, y, X_val, y_val = data
-    sc = spark.sparkContext
+    sc = engine
     params = replace(BASE, global_step="always", min_improvement=1.0)
     level_only = fit_sodm(sc, numpy_to_blocks(sc, X, y), replace(params, global_step="none"),
                           [-1.0, 1.0], validation=(X_val, y_val))
@@ -141,10 +141,10 @@ def test_the_level_stays_unless_the_slice_ranks_the_global_model_higher(spark, d
             np.testing.assert_array_equal(fit.model.coef, level_only.model.coef)
 
 
-def test_the_global_step_does_not_run_for_more_classes_or_after_level_zero(spark):
+def test_the_global_step_does_not_run_for_more_classes_or_after_level_zero(engine):
     X, y = make_problem(m=300, d=4, seed=63)
     labels = np.where(y > 0, 1.0, 0.0) + (X[:, 2] > 1.0)  # three classes
-    sc = spark.sparkContext
+    sc = engine
     fit = fit_sodm(sc, numpy_to_blocks(sc, X, labels),
                    replace(BASE, levels=1, stop_level=0, global_step="always"), [0.0, 1.0, 2.0])
     assert fit.global_step == {"reason": "not run: more than two classes", "ran": False}

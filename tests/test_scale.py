@@ -126,11 +126,11 @@ def test_levels_are_cached_in_int16_and_float32_needs_twice_the_memory():
         SODMParams(kernel_storage="float16")
 
 
-def test_a_wide_fit_without_levels_solves_one_cached_partition(spark):
+def test_a_wide_fit_without_levels_solves_one_cached_partition(engine):
     # 5,000 rows: about 2,500 a partition would mean one level (3 partitions), but 100
     # features make the kernel dominate and the whole 95 MB kernel is cached: one partition
     X, y = make_problem(m=5000, d=KERNEL_BOUND_FEATURES, seed=22)
-    sc = spark.sparkContext
+    sc = engine
     params = SODMParams(gamma=0.01, lam=100.0, auto_stop=False)
     assert auto_levels(5000, 3) == 1
     fit = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, [-1.0, 1.0])
@@ -138,9 +138,9 @@ def test_a_wide_fit_without_levels_solves_one_cached_partition(spark):
         [(0, 1, "cached")]
 
 
-def test_a_fit_in_int16_storage_is_the_float32_fit_within_its_storage_error(spark):
+def test_a_fit_in_int16_storage_is_the_float32_fit_within_its_storage_error(engine):
     X, y = make_problem(m=3000, d=6, seed=23)
-    sc = spark.sparkContext
+    sc = engine
     fits = {storage: fit_sodm(sc, numpy_to_blocks(sc, X, y),
                               SODMParams(gamma=0.5, lam=1e3, levels=1, auto_stop=False,
                                          kernel_storage=storage), [-1.0, 1.0])
@@ -154,23 +154,23 @@ def test_a_fit_in_int16_storage_is_the_float32_fit_within_its_storage_error(spar
     np.testing.assert_allclose(scores["int16"], scores["float32"], atol=1e-2)
 
 
-def test_a_fit_without_levels_starts_from_the_automatic_count(spark):
+def test_a_fit_without_levels_starts_from_the_automatic_count(engine):
     X, y = make_problem(m=9000, d=4, seed=21)
-    sc = spark.sparkContext
+    sc = engine
     params = SODMParams(gamma=0.5, lam=100.0, stop_level=1, auto_stop=False)
     fit = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, [-1.0, 1.0])
     assert [entry.level for entry in fit.levels] == [1]
     assert fit.levels[0].partitions == 3 == 3 ** auto_levels(9000, 3)
 
 
-def test_a_fit_that_cannot_hold_its_top_level_is_refused_before_the_work(spark):
+def test_a_fit_that_cannot_hold_its_top_level_is_refused_before_the_work(engine):
     params = SODMParams()
     tight = ExecutorMemory(memory_mb=400.0, cores=2)
     with pytest.raises(MemoryBudgetError,
                        match=r"levels=4 \(--levels 4\), or give the Python workers more"):
         # 600,000 × 784 rows from 27 partitions: 22,223 rows need ~390 MB, over 200 MB a task
-        check_fit_resources(spark.sparkContext, 600_000, 784, 4, 27, 3, tight, params)
-    check_fit_resources(spark.sparkContext, 600_000, 784, 4, 81, 4, tight, params)  # fits
+        check_fit_resources(engine, 600_000, 784, 4, 27, 3, tight, params)
+    check_fit_resources(engine, 600_000, 784, 4, 81, 4, tight, params)  # fits
 
 
 def test_the_job_names_the_memory_setting_in_one_line(spark, tmp_path):
@@ -186,7 +186,7 @@ def test_the_job_names_the_memory_setting_in_one_line(spark, tmp_path):
     assert "--memory-mb" in message and "--levels" in message
 
 
-def test_rows_are_scaled_onto_the_unit_interval_and_the_model_takes_raw_rows(spark, tmp_path):
+def test_rows_are_scaled_onto_the_unit_interval_and_the_model_takes_raw_rows(engine, tmp_path):
     from sodm_spark.models.expansion import KernelExpansion
     from sodm_spark.solvers import solve_odm_dual
     from sodm_spark.solvers.dcd_settings import DCDSettings, ODMHyperparameters
@@ -195,7 +195,7 @@ def test_rows_are_scaled_onto_the_unit_interval_and_the_model_takes_raw_rows(spa
     X = X * np.array([1.0, 100.0, 0.01, 5.0]) + np.array([0.0, 50.0, -3.0, 7.0])  # raw units
     X_test, _ = make_problem(m=200, d=4, seed=14)
     X_test = X_test * np.array([1.0, 100.0, 0.01, 5.0]) + np.array([0.0, 50.0, -3.0, 7.0])
-    sc = spark.sparkContext
+    sc = engine
     params = SODMParams(gamma="scale", lam=100.0, levels=0, auto_stop=False, tol=1e-8,
                         kernel_storage="float32")  # compared with the exact solver to 1e-6
     fit = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, [-1.0, 1.0], max_sv="none")
@@ -214,9 +214,9 @@ def test_rows_are_scaled_onto_the_unit_interval_and_the_model_takes_raw_rows(spa
     np.testing.assert_allclose(loaded.decision_function(X_test), reference, atol=1e-5)
 
 
-def test_the_validation_scores_of_a_level_are_its_model_s_own(spark):
+def test_the_validation_scores_of_a_level_are_its_model_s_own(engine):
     X, y = make_problem(m=1500, d=4, seed=6)
-    sc = spark.sparkContext
+    sc = engine
     X_val, y_val = make_problem(m=400, d=4, seed=7)
     params = SODMParams(gamma=0.5, lam=100.0, levels=2, stop_level=1, min_improvement=None)
     fit = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, [-1.0, 1.0], validation=(X_val, y_val),

@@ -39,14 +39,14 @@ def one_vs_rest_optimum(X, y, params):
 
 @pytest.mark.parametrize("partitioner, label_strata", [("stratified", False),
                                                         ("stratified", True), ("random", False)])
-def test_merged_to_one_partition_every_class_reaches_its_optimum(spark, partitioner,
+def test_merged_to_one_partition_every_class_reaches_its_optimum(engine, partitioner,
                                                                   label_strata):
     X_all, y_all = four_classes(n_per_class=180)
     X, y, X_test, y_test = X_all[:480], y_all[:480], X_all[480:], y_all[480:]
     params = SODMParams(scale="none", auto_stop=False, gamma=GAMMA, lam=LAM, levels=2, p=2, strata=4,
                         tol=1e-9, max_iter=5000, partitioner=partitioner,
                         label_strata=label_strata, seed=2)
-    sc = spark.sparkContext
+    sc = engine
     fit = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, classes=LABELS, test=(X_test, y_test))
     references = one_vs_rest_optimum(X, y, params)
     assert [entry.level for entry in fit.levels] == [2, 1, 0]
@@ -67,11 +67,11 @@ def test_merged_to_one_partition_every_class_reaches_its_optimum(spark, partitio
     assert all(entry.test_accuracy > 0.6 for entry in fit.levels)
 
 
-def test_a_class_missing_from_some_partitions_and_auto_stop(spark):
+def test_a_class_missing_from_some_partitions_and_auto_stop(engine):
     """Nine rows of the last class: most of the 9 bottom partitions hold none of them."""
     X, y = four_classes(n_per_class=90, seed=3, rare=9)
     params = SODMParams(scale="none", gamma=GAMMA, lam=LAM, levels=2, p=3, strata=3, tol=1e-6, seed=4)
-    sc = spark.sparkContext
+    sc = engine
     fit = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, classes=LABELS[::-1])  # any order
     assert list(fit.model.classes) == list(LABELS)  # columns follow the sorted labels
     assert fit.levels[0].partitions == 9
@@ -81,11 +81,11 @@ def test_a_class_missing_from_some_partitions_and_auto_stop(spark):
     assert np.mean(fit.model.predict(X) == y) > 0.7
 
 
-def test_resumed_multi_class_run_equals_the_uninterrupted_one(spark, tmp_path):
+def test_resumed_multi_class_run_equals_the_uninterrupted_one(engine, tmp_path):
     from dataclasses import replace
 
     X, y = four_classes(n_per_class=100, seed=5)
-    sc = spark.sparkContext
+    sc = engine
     params = SODMParams(scale="none", auto_stop=False, gamma=GAMMA, lam=LAM, levels=2, p=2, strata=3, seed=6,
                         tol=1e-4)
     whole = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, LABELS)

@@ -32,12 +32,12 @@ def exact(X, y, params, tol=1e-9):
                           settings=DCDSettings(violation_tol=tol, dtype=np.float64))
 
 
-def test_levels_zero_equals_the_exact_solver(spark, data):
+def test_levels_zero_equals_the_exact_solver(engine, data):
     X, y, _, _ = data
     # float32 kernels: compared with the exact solver to 1e-6 (int16 entries are 1.5e-5 off)
     params = SODMParams(scale="none", auto_stop=False, gamma=GAMMA, lam=100.0, levels=0, tol=1e-9,
                         kernel_storage="float32")
-    fit = fit_sodm(spark.sparkContext, numpy_to_blocks(spark.sparkContext, X, y), params,
+    fit = fit_sodm(engine, numpy_to_blocks(engine, X, y), params,
                    classes=[-1.0, 1.0])
     reference = exact(X, y, params)
     assert len(fit.levels) == 1 and fit.levels[0].partitions == 1
@@ -46,14 +46,14 @@ def test_levels_zero_equals_the_exact_solver(spark, data):
     np.testing.assert_allclose(fit.model.coef[:, 0], (reference.gamma * y)[support], atol=1e-6)
 
 
-def test_unscaled_rows_far_from_the_origin_are_solved_as_rows_near_it(spark, data):
+def test_unscaled_rows_far_from_the_origin_are_solved_as_rows_near_it(engine, data):
     """The rbf kernel is translation invariant: rows shifted by 100 must give the float32 fit
     of the rows as they are (the exact float64 reference); the kernel's GEMM form in float32
     lost the distances' digits there and the dual diverged. The model takes the raw rows."""
     X, y, X_test, y_test = data
     params = SODMParams(scale="none", auto_stop=False, gamma=GAMMA, lam=1e5, levels=0,
                         tol=1e-6, kernel_storage="float32")
-    fit = fit_sodm(spark.sparkContext, numpy_to_blocks(spark.sparkContext, X + 100.0, y),
+    fit = fit_sodm(engine, numpy_to_blocks(engine, X + 100.0, y),
                    params, classes=[-1.0, 1.0])
     reference = exact(X, y, params)
     assert fit.levels[0].objective == pytest.approx(reference.objective, rel=1e-4)
@@ -65,11 +65,11 @@ def test_unscaled_rows_far_from_the_origin_are_solved_as_rows_near_it(spark, dat
 
 
 @pytest.mark.parametrize("partitioner", ["stratified", "random", "dip", "kmeans"])
-def test_merging_to_one_partition_reaches_the_exact_objective(spark, data, partitioner):
+def test_merging_to_one_partition_reaches_the_exact_objective(engine, data, partitioner):
     X, y, X_test, y_test = data
     params = SODMParams(scale="none", auto_stop=False, gamma=GAMMA, lam=100.0, levels=2, p=3, strata=6, tol=1e-9,
                         partitioner=partitioner, seed=5, kernel_storage="float32")
-    fit = fit_sodm(spark.sparkContext, numpy_to_blocks(spark.sparkContext, X, y), params,
+    fit = fit_sodm(engine, numpy_to_blocks(engine, X, y), params,
                    classes=[-1.0, 1.0], test=(X_test, y_test))
     reference = exact(X, y, params)
     assert [entry.level for entry in fit.levels] == [2, 1, 0]
@@ -78,13 +78,13 @@ def test_merging_to_one_partition_reaches_the_exact_objective(spark, data, parti
     assert all(0.5 < entry.test_accuracy <= 1.0 for entry in fit.levels)
 
 
-def test_cascade_last_level_is_the_exact_odm_of_the_rows_it_kept(spark, data, tmp_path):
+def test_cascade_last_level_is_the_exact_odm_of_the_rows_it_kept(engine, data, tmp_path):
     """Ca-ODM's level 0 solves only the support vectors passed up, so its reference is the
     exact ODM of those rows (read from the checkpoint of level 1), not of all rows."""
     X, y, _, _ = data
     params = SODMParams(scale="none", auto_stop=False, gamma=GAMMA, lam=5.0, theta=0.6, levels=2, p=3,
                         strata=6, tol=1e-9, partitioner="cascade", seed=5)
-    fit = fit_sodm(spark.sparkContext, numpy_to_blocks(spark.sparkContext, X, y), params,
+    fit = fit_sodm(engine, numpy_to_blocks(engine, X, y), params,
                    classes=[-1.0, 1.0], checkpoint_dir=tmp_path / "ckpt")
     assert [entry.level for entry in fit.levels] == [2, 1, 0]
     with np.load(tmp_path / "ckpt" / "level-1.npz") as level_1:  # every row's id and γ
@@ -94,19 +94,19 @@ def test_cascade_last_level_is_the_exact_odm_of_the_rows_it_kept(spark, data, tm
     assert fit.levels[-1].objective == pytest.approx(reference.objective, rel=1e-6)
 
 
-def test_warm_started_top_level_needs_fewer_sweeps_than_a_cold_start(spark):
+def test_warm_started_top_level_needs_fewer_sweeps_than_a_cold_start(engine):
     X, y = make_problem(m=1500, d=5, seed=3)
     params = SODMParams(scale="none", auto_stop=False, gamma=GAMMA, lam=1000.0, levels=2, p=3, strata=10, tol=1e-4)
-    fit = fit_sodm(spark.sparkContext, numpy_to_blocks(spark.sparkContext, X, y), params,
+    fit = fit_sodm(engine, numpy_to_blocks(engine, X, y), params,
                    classes=[-1.0, 1.0])
     cold = exact(X, y, params, tol=1e-4)
     assert fit.levels[-1].sweeps_max < cold.n_sweeps
     assert fit.levels[-1].objective == pytest.approx(cold.objective, rel=1e-5)
 
 
-def test_stratified_partitions_hold_every_stratum_evenly(spark):
+def test_stratified_partitions_hold_every_stratum_evenly(engine):
     X, y = make_problem(m=2000, d=4, seed=8)
-    sc = spark.sparkContext
+    sc = engine
     params = SODMParams(scale="none", auto_stop=False, gamma=GAMMA, levels=2, p=3, strata=7, seed=1)
     kernel = Kernel.create("rbf", GAMMA)
     parts, landmarks, _ = partition_blocks(sc, numpy_to_blocks(sc, X, y, n_slices=5), kernel,
@@ -135,18 +135,18 @@ def test_same_seed_gives_bit_identical_models(spark, data):
     assert np.array_equal(first.model.support_vectors, second.model.support_vectors)
 
 
-def test_cascade_moves_only_support_vectors_up(spark):
+def test_cascade_moves_only_support_vectors_up(engine):
     X, y = make_problem(m=600, d=3, seed=11, noise=0.0)
-    sc = spark.sparkContext
+    sc = engine
     params = SODMParams(scale="none", auto_stop=False, gamma=1.0, lam=5.0, theta=0.6, levels=1, p=3, partitioner="cascade")
     fit = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, classes=[-1.0, 1.0])
     assert fit.levels[0].n_sv < 600  # some rows sit inside the margin band
     assert fit.levels[1].rows == fit.levels[0].n_sv
 
 
-def test_stop_level_keeps_the_partial_model(spark, data):
+def test_stop_level_keeps_the_partial_model(engine, data):
     X, y, X_test, y_test = data
-    sc = spark.sparkContext
+    sc = engine
     params = SODMParams(scale="none", auto_stop=False, gamma=GAMMA, lam=100.0, levels=2, p=3, stop_level=1)
     fit = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, classes=[-1.0, 1.0],
                    test=(X_test, y_test))
@@ -155,9 +155,9 @@ def test_stop_level_keeps_the_partial_model(spark, data):
     assert np.mean(predicted == y_test) == pytest.approx(fit.levels[-1].test_accuracy)
 
 
-def test_labels_other_than_plus_minus_one(spark, data):
+def test_labels_other_than_plus_minus_one(engine, data):
     X, y, X_test, y_test = data
-    sc = spark.sparkContext
+    sc = engine
     params = SODMParams(scale="none", auto_stop=False, gamma=GAMMA, lam=100.0, levels=1, p=2)
     reference = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, classes=[-1.0, 1.0])
     fit = fit_sodm(sc, numpy_to_blocks(sc, X, np.where(y > 0, 2.0, 1.0)), params,
@@ -175,24 +175,24 @@ def test_labels_other_than_plus_minus_one(spark, data):
     (dict(stop_level=4, levels=3), "stop_level"),
     (dict(landmark_candidates=0), "landmark_candidates must be a positive integer"),
 ])
-def test_bad_parameters_are_refused(spark, data, params, match):
+def test_bad_parameters_are_refused(engine, data, params, match):
     X, y, _, _ = data
-    sc = spark.sparkContext
+    sc = engine
     with pytest.raises(ValueError, match=match):
         fit_sodm(sc, numpy_to_blocks(sc, X, y), SODMParams(scale="none", auto_stop=False, gamma=GAMMA, **params),
                  classes=[-1.0, 1.0])
 
 
-def test_one_class_is_refused(spark, data):
+def test_one_class_is_refused(engine, data):
     X, y, _, _ = data
-    sc = spark.sparkContext
+    sc = engine
     with pytest.raises(ValueError, match="at least two classes; the labels hold 1 class"):
         fit_sodm(sc, numpy_to_blocks(sc, X, np.ones_like(y)), SODMParams(), classes=[1.0])
 
 
-def test_label_strata_deal_every_class_of_every_stratum_evenly(spark):
+def test_label_strata_deal_every_class_of_every_stratum_evenly(engine):
     X, y = make_problem(m=1800, d=4, seed=14)
-    sc = spark.sparkContext
+    sc = engine
     params = SODMParams(scale="none", auto_stop=False, gamma=GAMMA, levels=2, p=3, strata=5, seed=2, label_strata=True)
     kernel = Kernel.create("rbf", GAMMA)
     parts, landmarks, _ = partition_blocks(sc, numpy_to_blocks(sc, X, y, n_slices=4), kernel,

@@ -103,7 +103,7 @@ def test_spark_search_equals_brute_force_on_the_top_level_partitions(spark, bina
     assert [p.validation_accuracy for p in again.points] == found
 
 
-def test_multi_class_search_equals_brute_force(spark):
+def test_multi_class_search_equals_brute_force(engine):
     rng = np.random.default_rng(8)
     centres = rng.normal(scale=1.6, size=(3, 3))
     labels = np.array([2.0, 5.0, 8.0])
@@ -111,7 +111,7 @@ def test_multi_class_search_equals_brute_force(spark):
     X = centres[np.repeat(np.arange(3), 200)] + rng.normal(size=(600, 3))
     order = rng.permutation(600)
     X, y = X[order], y[order]
-    sc = spark.sparkContext
+    sc = engine
     params = SODMParams(levels=1, p=2, strata=3, tol=TOL, max_iter=20000, seed=1,
                         validation_fraction=0.25, validation_max_rows=200)
     prepared = prepare_sodm(sc, numpy_to_blocks(sc, X, y), params, labels, hold_out=True)

@@ -8,8 +8,9 @@ subset over Python lists, one list a partition, so that a fit, its search, its l
 global step run unchanged in this process: what a user with one large machine and no Spark runs
 (:func:`in_process_context`), and what the tests whose subject is not Spark run.
 
-Each transformation runs at once, partition by partition in index order, on the calling
-thread: the task functions already spread their own work over the cores (BLAS threads, numba's
+Partitions are computed when an action or a shuffle reads them (lazily, as Spark computes
+them: ``runJob`` on some partitions computes those alone), partition by partition in index
+order, on the calling thread: the task functions already spread their own work over the cores (BLAS threads, numba's
 threads) as the plan gives them (:attr:`InProcessContext.defaultParallelism` is the cores the
 plan is made for), and a fixed order keeps every float sum's bits as a Spark run's, whose
 order :func:`~.frames.ordered_sum` fixes. Records are never pickled: a task sees the driver's
@@ -68,12 +69,12 @@ class InProcessAccumulator:
 class InProcessContext:
     """A SparkContext's stand-in on one machine (module docstring): ``cores`` the plan is made
     for (``master`` reads ``local[cores]``, as the session of the same cores would), ``conf``
-    the settings a SparkConf would hold (``spark.driver.memory`` sizes the memory plan as in
-    local mode)."""
+    the settings a SparkConf would hold; none by default, so the memory plan is a local
+    session's with none (``spark.memory``: the machine's memory less a driver heap of 1g)."""
 
     def __init__(self, cores: int | None = None, conf: dict | None = None):
         self.cores = max(1, int(cores or os.cpu_count() or 1))
-        self._conf = InProcessConf({"spark.driver.memory": "4g", **(conf or {})})
+        self._conf = InProcessConf(conf)
         self.description: str | None = None
 
     # --- what the fit reads of its engine ---------------------------------------------------
@@ -119,25 +120,46 @@ class InProcessContext:
         """``fn`` over the records of ``partitions`` (all when None), the results in partition
         order, as ``SparkContext.runJob``."""
         wanted = range(rdd.getNumPartitions()) if partitions is None else partitions
-        return [result for index in wanted for result in fn(iter(rdd.partitions[index]))]
+        return [result for index in wanted for result in fn(iter(rdd._partition(index)))]
 
 
 class InProcessRDD:
-    """The RDD subset of :class:`~.frame_rdd.FrameRDD`, over ``partitions`` (a list of lists
-    of records) of ``ctx``; every method as the RDD API defines it."""
+    """The RDD subset of :class:`~.frame_rdd.FrameRDD` over partitions held as lists, for
+    ``ctx``; every method as the RDD API defines it. Narrow transformations are lazy, as
+    Spark's: a partition is computed when an action or a shuffle reads it (``runJob`` on some
+    partitions computes only those), again at each read unless persisted; ``partitions``: the
+    source lists (None: ``parent``'s partitions through ``fn(index, records)``)."""
 
-    def __init__(self, ctx: InProcessContext, partitions: list):
-        self.ctx, self.partitions = ctx, partitions
-        self.is_cached = False
+    def __init__(self, ctx: InProcessContext, partitions: list | None, parent=None, fn=None):
+        self.ctx, self._source, self._parent, self._fn = ctx, partitions, parent, fn
+        self._n = len(partitions) if partitions is not None else parent.getNumPartitions()
+        self._cache: dict[int, list] | None = None  # computed partitions, when persisted
 
     @property
     def context(self) -> InProcessContext:
         return self.ctx
 
-    # --- narrow transformations --------------------------------------------------------------
+    @property
+    def is_cached(self) -> bool:
+        return self._cache is not None
+
+    def _partition(self, index: int) -> list:
+        """Partition ``index``'s records: the source list, the cached list, or computed."""
+        if self._source is not None:
+            return self._source[index]
+        if self._cache is not None and index in self._cache:
+            return self._cache[index]
+        records = list(self._fn(index, iter(self._parent._partition(index))))
+        if self._cache is not None:
+            self._cache[index] = records
+        return records
+
+    def _all(self) -> list:
+        return [self._partition(index) for index in range(self._n)]
+
+    # --- narrow transformations (lazy) ------------------------------------------------------
     def mapPartitionsWithIndex(self, fn, preservesPartitioning=False) -> "InProcessRDD":
-        return InProcessRDD(self.ctx, [list(fn(index, iter(records)))
-                                       for index, records in enumerate(self._read())])
+        return InProcessRDD(self.ctx, None, self, fn)
 
     def mapPartitions(self, fn, preservesPartitioning=False) -> "InProcessRDD":
         return self.mapPartitionsWithIndex(lambda _, records: fn(records))
@@ -159,15 +181,15 @@ class InProcessRDD:
         return self.map(lambda pair: pair[0])
 
     def getNumPartitions(self) -> int:
-        return len(self.partitions)
+        return self._n
 
-    # --- shuffles ----------------------------------------------------------------------------
+    # --- shuffles (every partition read, as a Spark shuffle's map side) ---------------------
     def exact_shuffle(self, n: int, assign) -> "InProcessRDD":
         """The records in ``n`` partitions, record r of partition i at position j going to
         ``assign(i, j, r)``, kept in (source partition, position) order within each."""
         out: list[list] = [[] for _ in range(n)]
-        for index, records in enumerate(self._read()):
-            for position, record in enumerate(records):
+        for index in range(self._n):
+            for position, record in enumerate(self._partition(index)):
                 out[assign(index, position, record)].append(record)
         return InProcessRDD(self.ctx, out)
 
@@ -175,50 +197,50 @@ class InProcessRDD:
         return self.exact_shuffle(n, lambda index, position, pair: partition_func(pair[0]) % n)
 
     def coalesce(self, n: int, shuffle: bool = False) -> "InProcessRDD":
-        previous = len(self.partitions)
+        previous = self._n
         if n >= previous:
             return self
         # Spark's coalescer without locality: ranges of consecutive partitions
         return InProcessRDD(self.ctx, [
             [record for j in range(i * previous // n, (i + 1) * previous // n)
-             for record in self.partitions[j]] for i in range(n)])
+             for record in self._partition(j)] for i in range(n)])
 
     def repartition(self, n: int) -> "InProcessRDD":
         return self.exact_shuffle(n, lambda index, position, record: (index + position) % n)
 
     # --- persistence -------------------------------------------------------------------------
     def persist(self, storage_level=None) -> "InProcessRDD":
-        self.is_cached = True
+        if self._cache is None:
+            self._cache = {}
         return self
 
     cache = persist
 
     def materialize(self) -> None:
-        """Already computed (module docstring): nothing to do."""
+        """Compute every partition and keep it (``session.store``)."""
+        self.persist()
+        self._all()
 
     def unpersist(self, blocking: bool = False) -> "InProcessRDD":
-        self.is_cached = False
+        self._cache = None
         return self
-
-    def _read(self) -> list:
-        return self.partitions
 
     # --- actions ----------------------------------------------------------------------------
     def collect(self) -> list:
-        return [record for records in self.partitions for record in records]
+        return [record for records in self._all() for record in records]
 
     def toLocalIterator(self):
-        for records in self.partitions:
-            yield from records
+        for index in range(self._n):
+            yield from self._partition(index)
 
     def count(self) -> int:
-        return sum(len(records) for records in self.partitions)
+        return sum(len(records) for records in self._all())
 
     def sum(self):
         return sum(self.collect())
 
     def reduce(self, fn):
-        parts = [functools.reduce(fn, records) for records in self.partitions if records]
+        parts = [functools.reduce(fn, records) for records in self._all() if records]
         if not parts:
             raise InputError("Can not reduce() empty RDD")
         return functools.reduce(fn, parts)
@@ -235,7 +257,7 @@ class InProcessRDD:
         return list(itertools.islice(self.toLocalIterator(), n))
 
     def zipWithIndex(self) -> "InProcessRDD":
-        offsets = list(itertools.accumulate((len(r) for r in self.partitions), initial=0))
+        offsets = list(itertools.accumulate((len(r) for r in self._all()), initial=0))
         return self.mapPartitionsWithIndex(
             lambda index, records: ((r, offsets[index] + j) for j, r in enumerate(records)))
 
