@@ -130,7 +130,7 @@ def test_the_work_of_a_compression_grows_as_its_solve_does():
 
 # --- in a fit ----------------------------------------------------------------------------------
 
-def _fit(spark, monkeypatch, first, max_sv="auto", budget_share=None):
+def _fit(engine, monkeypatch, first, max_sv="auto", budget_share=None):
     """A one-level fit of 1,200 rows (about 1,180 support vectors) judged on 600 validation
     rows, compressing above 300 support vectors from ``first`` points."""
     from sodm_spark.models import compression
@@ -145,19 +145,19 @@ def _fit(spark, monkeypatch, first, max_sv="auto", budget_share=None):
         monkeypatch.setattr(sodm_fit, "BUDGET_SHARE", budget_share)
     X, y = make_problem(m=1200, d=4, seed=8)
     X_test, y_test = make_problem(m=500, d=4, seed=9)
-    sc = spark.sparkContext
+    sc = engine
     params = SODMParams(gamma=0.5, lam=100.0, levels=1, stop_level=1, global_step="none")
     fit = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, [-1.0, 1.0], test=(X_test, y_test),
                    validation=make_problem(m=600, d=4, seed=30), max_sv=max_sv)
     return fit, (X_test, y_test)
 
 
-def test_a_compression_clearly_worse_on_the_slice_leaves_the_whole_level(spark, monkeypatch,
+def test_a_compression_clearly_worse_on_the_slice_leaves_the_whole_level(engine, monkeypatch,
                                                                           capsys):
     from sodm_spark.jobs.train_report import show_compression
 
     # two points, and no time for a second compression: only the first is judged
-    fit, (X_test, y_test) = _fit(spark, monkeypatch, 2, budget_share=0.0)
+    fit, (X_test, y_test) = _fit(engine, monkeypatch, 2, budget_share=0.0)
     level = fit.levels[-1]
     report = fit.compression
     first, whole = report["candidates"]
@@ -183,8 +183,8 @@ def test_a_compression_clearly_worse_on_the_slice_leaves_the_whole_level(spark, 
     assert "compressed " not in out
 
 
-def test_the_smallest_accepted_compression_is_written(spark, monkeypatch):
-    fit, (X_test, y_test) = _fit(spark, monkeypatch, 2)
+def test_the_smallest_accepted_compression_is_written(engine, monkeypatch):
+    fit, (X_test, y_test) = _fit(engine, monkeypatch, 2)
     level = fit.levels[-1]
     report = fit.compression
     *tried, whole = report["candidates"]
@@ -204,8 +204,8 @@ def test_the_smallest_accepted_compression_is_written(spark, monkeypatch):
     assert report["validation"]["accuracy_after"] == pytest.approx(tried[-1]["accuracy"])
 
 
-def test_max_sv_n_keeps_the_points_asked_for_and_reports_their_difference(spark, monkeypatch):
-    fit, _ = _fit(spark, monkeypatch, 2, max_sv=2)
+def test_max_sv_n_keeps_the_points_asked_for_and_reports_their_difference(engine, monkeypatch):
+    fit, _ = _fit(engine, monkeypatch, 2, max_sv=2)
     (asked, whole) = fit.compression["candidates"]
     assert asked["points"] == 2 and not asked["accepted"]  # judged, and written all the same
     assert fit.compression["compressed"] is True and fit.model.support_vectors.shape[0] == 2

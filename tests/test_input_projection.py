@@ -101,7 +101,7 @@ def test_a_projection_followed_by_another_is_one_projection():
                                expected, atol=1e-9)
 
 
-def test_a_fit_on_wide_rows_is_the_exact_odm_of_their_principal_components(spark):
+def test_a_fit_on_wide_rows_is_the_exact_odm_of_their_principal_components(engine):
     from sodm_spark.solvers import solve_odm_dual
     from sodm_spark.solvers.dcd_settings import DCDSettings, ODMHyperparameters
     from sodm_spark.spark.session import numpy_to_blocks
@@ -114,7 +114,7 @@ def test_a_fit_on_wide_rows_is_the_exact_odm_of_their_principal_components(spark
     # float32 kernels: the exact ODM is compared to 1e-6 (int16 storage is 1.5e-5 per entry)
     params = SODMParams(scale="none", auto_stop=False, gamma=gamma, lam=100.0, levels=0,
                         tol=1e-9, kernel_storage="float32")
-    sc = spark.sparkContext
+    sc = engine
     fit = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, classes=[-1.0, 1.0])
     # 900 rows: the sample is every row, so the map is the PCA of X that keeps 95%
     pca = PCA(n_components=input_projection.VARIANCE_KEPT, svd_solver="full").fit(X)

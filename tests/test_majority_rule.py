@@ -71,20 +71,20 @@ def _imbalanced_noise(n, seed):
     return rng.normal(size=(n, 4)), np.where(rng.random(n) < 0.2, 1.0, -1.0)
 
 
-def _fit(spark, X, y, params, **options):
+def _fit(sc, X, y, params, **options):
     from sodm_spark.spark.session import numpy_to_blocks
     from sodm_spark.spark.sodm.fit import FitOptions
     from sodm_spark.spark.train import Progress, Search, train
 
     plans = []
-    trained = train(spark.sparkContext, numpy_to_blocks(spark.sparkContext, X, y), X.shape[1],
+    trained = train(sc, numpy_to_blocks(sc, X, y), X.shape[1],
                     params, [-1.0, 1.0], search=Search.of_defaults(),
                     progress=Progress(on_plan=plans.append),
                     level_options=FitOptions(**options))
     return trained.fit, plans
 
 
-def test_no_level_runs_when_the_search_finds_only_the_majority_class(spark, monkeypatch):
+def test_no_level_runs_when_the_search_finds_only_the_majority_class(engine, monkeypatch):
     from sodm_spark.spark.sodm import global_only, global_step
     from sodm_spark.spark.sodm.params import SODMParams
 
@@ -97,7 +97,7 @@ def test_no_level_runs_when_the_search_finds_only_the_majority_class(spark, monk
     # the slice ranks the global model above the majority class (forced: on labels that are
     # noise it may not): the fit is the global step's, and no level was solved
     monkeypatch.setattr(global_step, "keeps_global", lambda before, after: True)
-    fit, plans = _fit(spark, X, y, params)
+    fit, plans = _fit(engine, X, y, params)
     assert found and found[-1] is not None and "over the majority class" in found[-1]
     assert fit.levels == [] and fit.best_level is None
     assert fit.stop_reason.startswith("no level solved: the search's")
@@ -109,24 +109,24 @@ def test_no_level_runs_when_the_search_finds_only_the_majority_class(spark, monk
     assert fit.model.calibration is not None  # calibrated on the slice as a level's would be
 
 
-def test_the_levels_run_when_the_global_model_does_not_beat_the_majority(spark, monkeypatch):
+def test_the_levels_run_when_the_global_model_does_not_beat_the_majority(engine, monkeypatch):
     from sodm_spark.spark.sodm import global_step
     from sodm_spark.spark.sodm.params import SODMParams
 
     X, y = _imbalanced_noise(6000, seed=4)
     monkeypatch.setattr(global_step, "keeps_global", lambda before, after: False)
-    fit, _ = _fit(spark, X, y, SODMParams(levels=2, seed=1, global_centres=60))
+    fit, _ = _fit(engine, X, y, SODMParams(levels=2, seed=1, global_centres=60))
     assert fit.levels  # the levels ran after the global step's attempt
     report = fit.global_step
     assert report["reason"].startswith("no level: ") and not report["kept"]
 
 
-def test_the_levels_run_where_the_search_learns(spark):
+def test_the_levels_run_where_the_search_learns(engine):
     from conftest import make_problem
 
     from sodm_spark.spark.sodm.params import SODMParams
 
     X, y = make_problem(m=6000, d=4, seed=5, noise=0.3)
-    fit, plans = _fit(spark, X, y, SODMParams(levels=2, seed=1))
+    fit, plans = _fit(engine, X, y, SODMParams(levels=2, seed=1))
     assert fit.levels and not any(getattr(plan, "reason", "").startswith("no level")
                                   for plan in plans)
