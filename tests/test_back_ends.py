@@ -9,9 +9,9 @@ import pytest
 from sklearn.datasets import make_classification
 
 from sodm_spark.spark.frames import map_with_reports, ordered_sum
-from sodm_spark.spark.in_process import InProcessContext, fit_in_process, in_process_context
+from sodm_spark.spark.in_process import InProcessContext, in_process_context
 from sodm_spark.spark.session import numpy_to_blocks
-from sodm_spark.spark.train import ScoredRows, Search, fit_params, train
+from sodm_spark.spark.train import ScoredRows, Search, fit_in_process, fit_params, train
 
 #: name: (classes, with weights, the fit's settings)
 FITS = {

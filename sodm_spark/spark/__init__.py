@@ -17,7 +17,7 @@ each other):
   ``RDD[Block]`` (LIBSVM, CSV, Parquet, Arrow) and the block checks; ``session.py`` sessions,
   driver-side blocks and how persisted rows are kept; ``frames.py``/``frame_rdd.py`` the RDD
   operations over DataFrames (Spark Connect), ``in_process.py`` over lists in this process (no
-  JVM: ``fit_in_process``); ``memory.py`` the memory one task may
+  JVM; ``train.py``'s ``fit_in_process`` fits on it); ``memory.py`` the memory one task may
   use; ``gpu.py`` the GPUs Spark gives tasks (the device setting); ``records.py`` the rows
   of a fit's metrics JSON; ``predict.py`` Arrow batch scoring; ``single.py`` a comparator in
   one task; ``hadoop_store.py`` models on any Hadoop file system; ``zipimport_cache.py`` a

@@ -6,7 +6,8 @@ every record where the RDD API would, persist and release, broadcasts, actions t
 results to the driver. :class:`InProcessContext` and :class:`InProcessRDD` implement the same
 subset over Python lists, one list a partition, so that a fit, its search, its levels and its
 global step run unchanged in this process: what a user with one large machine and no Spark runs
-(:func:`in_process_context`), and what the tests whose subject is not Spark run.
+(:func:`in_process_context`; :func:`~.train.fit_in_process` fits on it), and what the
+tests whose subject is not Spark run.
 
 Partitions are computed when an action or a shuffle reads them (lazily, as Spark computes
 them: ``runJob`` on some partitions computes those alone), partition by partition in index
@@ -260,37 +261,6 @@ class InProcessRDD:
         offsets = list(itertools.accumulate((len(r) for r in self._all()), initial=0))
         return self.mapPartitionsWithIndex(
             lambda index, records: ((r, offsets[index] + j) for j, r in enumerate(records)))
-
-
-HYPERPARAMETERS = ("gamma", "lam", "theta", "v")
-
-
-def fit_in_process(X, y, sample_weight=None, *, cores: int | None = None, test=None,
-                   validation=None, **settings):
-    """SODM's levels (DSVRG with ``kernel="linear"``) on rows in memory, without Spark: the
-    job's fit (:func:`~.train.train`) on :func:`in_process_context`'s back end. ``settings``
-    are the job's and ``SODMClassifier``'s parameters by their snake-case names (``levels``,
-    ``gamma``, ``lam``, ``global_step``, ``seed``, ...; :func:`~.train.fit_params`), with the
-    same defaults; as the job, a fit given none of γ, λ, θ, v searches them first
-    (:meth:`~.train.Search.of_defaults`). ``sample_weight``: each row's weight; ``test``,
-    ``validation``: (X, y) on the driver (:class:`~.train.ScoredRows`); ``cores``: the cores
-    the plan is made for (all by default). Returns the :class:`~.train.Trained` (its ``fit``
-    holds the model)."""
-    import numpy as np
-
-    from .session import numpy_to_blocks
-    from .train import ScoredRows, Search, fit_params, train
-
-    params = fit_params(settings)
-    search = None
-    if settings.get("kernel") != "linear" and \
-            all(settings.get(name) is None for name in HYPERPARAMETERS):
-        search = Search.of_defaults()
-    sc = in_process_context(cores)
-    X = np.asarray(X) if not hasattr(X, "tocsr") else X
-    blocks = numpy_to_blocks(sc, X, np.asarray(y, dtype=np.float64), weights=sample_weight)
-    return train(sc, blocks, X.shape[1], params, search=search,
-                 rows=ScoredRows(test=test, validation=validation))
 
 
 def in_process_context(cores: int | None = None, **conf) -> InProcessContext:

@@ -316,3 +316,29 @@ def _search(sc, prepared, params: SODMParams, search: Search, progress: Progress
 def _call(callback, *args) -> None:
     if callback is not None:
         callback(*args)
+
+
+def fit_in_process(X, y, sample_weight=None, *, cores: int | None = None, test=None,
+                   validation=None, **settings):
+    """SODM's levels (DSVRG with ``kernel="linear"``) on rows in memory, without Spark: the
+    job's fit (:func:`train`) on :func:`~.in_process.in_process_context`'s back end. ``settings``
+    are the job's and ``SODMClassifier``'s parameters by their snake-case names (``levels``,
+    ``gamma``, ``lam``, ``global_step``, ``seed``, ...; :func:`~.train.fit_params`), with the
+    same defaults; as the job, a fit given none of γ, λ, θ, v searches them first
+    (:meth:`Search.of_defaults`). ``sample_weight``: each row's weight; ``test``,
+    ``validation``: (X, y) on the driver (:class:`ScoredRows`); ``cores``: the cores the plan
+    is made for (all by default). Returns the :class:`Trained` (its ``fit`` holds the
+    model)."""
+    from .in_process import in_process_context
+    from .session import numpy_to_blocks
+
+    params = fit_params(settings)
+    search = None
+    if settings.get("kernel") != "linear" and \
+            all(settings.get(name) is None for name in ("gamma", "lam", "theta", "v")):
+        search = Search.of_defaults()
+    sc = in_process_context(cores)
+    X = np.asarray(X) if not hasattr(X, "tocsr") else X
+    blocks = numpy_to_blocks(sc, X, np.asarray(y, dtype=np.float64), weights=sample_weight)
+    return train(sc, blocks, X.shape[1], params, search=search,
+                 rows=ScoredRows(test=test, validation=validation))
