@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import itertools
 import pickle
+from typing import Callable
 
 from pyspark import StorageLevel
 
@@ -69,7 +70,41 @@ def _compose(first, then):
     return lambda index, records: then(index, first(index, records))
 
 
-class FrameRDD:
+class RecordOperations:
+    """The RDD operations that are compositions of two others, shared by the back ends that
+    stand in for a SparkContext (:class:`FrameRDD`, :class:`~.in_process.InProcessRDD`): each
+    implements ``mapPartitionsWithIndex`` and ``exact_shuffle``, the rest follows."""
+
+    mapPartitionsWithIndex: Callable  # (fn(index, records), preservesPartitioning) -> records
+    exact_shuffle: Callable  # (n, assign(index, position, record)) -> records in n partitions
+
+    def mapPartitions(self, fn, preservesPartitioning=False):
+        return self.mapPartitionsWithIndex(lambda _, records: fn(records))
+
+    def map(self, fn):
+        return self.mapPartitions(lambda records: map(fn, records))
+
+    def flatMap(self, fn):
+        return self.mapPartitions(lambda records: itertools.chain.from_iterable(
+            map(fn, records)))
+
+    def filter(self, fn):
+        return self.mapPartitions(lambda records: filter(fn, records))
+
+    def values(self):
+        return self.map(lambda pair: pair[1])
+
+    def keys(self):
+        return self.map(lambda pair: pair[0])
+
+    def partitionBy(self, n: int, partition_func=hash):
+        return self.exact_shuffle(n, lambda index, position, pair: partition_func(pair[0]) % n)
+
+    def repartition(self, n: int):
+        return self.exact_shuffle(n, lambda index, position, record: (index + position) % n)
+
+
+class FrameRDD(RecordOperations):
     """The subset of the RDD API the Spark layer uses, over a DataFrame of :data:`SCHEMA`
     (docstring of :mod:`.frames`), for a :class:`~.frames.FrameContext` ``ctx``. ``pending``: record functions (index, iterator) → iterator
     still to run over ``base``, all in the next stage's one Python pass."""
@@ -94,25 +129,6 @@ class FrameRDD:
         base = self._base()
         return FrameRDD(self.ctx, base, self.n, _compose(self.pending, fn), self.raw)
 
-    def mapPartitions(self, fn, preservesPartitioning=False) -> "FrameRDD":
-        return self.mapPartitionsWithIndex(lambda _, records: fn(records))
-
-    def map(self, fn) -> "FrameRDD":
-        return self.mapPartitions(lambda records: map(fn, records))
-
-    def flatMap(self, fn) -> "FrameRDD":
-        return self.mapPartitions(lambda records: itertools.chain.from_iterable(
-            map(fn, records)))
-
-    def filter(self, fn) -> "FrameRDD":
-        return self.mapPartitions(lambda records: filter(fn, records))
-
-    def values(self) -> "FrameRDD":
-        return self.map(lambda pair: pair[1])
-
-    def keys(self) -> "FrameRDD":
-        return self.map(lambda pair: pair[0])
-
     def getNumPartitions(self) -> int:
         return self.n
 
@@ -125,9 +141,6 @@ class FrameRDD:
         shuffled = stage.repartition(n, "salt").sortWithinPartitions("part", "src", "seq")
         return FrameRDD(self.ctx, shuffled, n)
 
-    def partitionBy(self, n: int, partition_func=hash) -> "FrameRDD":
-        return self.exact_shuffle(n, lambda index, position, pair: partition_func(pair[0]) % n)
-
     def coalesce(self, n: int, shuffle: bool = False) -> "FrameRDD":
         if n >= self.n:
             return self
@@ -139,9 +152,6 @@ class FrameRDD:
             for j in range(i * previous // n, (i + 1) * previous // n):
                 group[j] = i
         return self.exact_shuffle(n, lambda index, position, record: group[index])
-
-    def repartition(self, n: int) -> "FrameRDD":
-        return self.exact_shuffle(n, lambda index, position, record: (index + position) % n)
 
     # --- persistence -------------------------------------------------------------------------
     def persist(self, storage_level=StorageLevel.DISK_ONLY) -> "FrameRDD":

@@ -25,6 +25,7 @@ import itertools
 import os
 
 from ..core.errors import InputError
+from .frame_rdd import RecordOperations
 
 
 class InProcessBroadcast:
@@ -64,8 +65,6 @@ class InProcessAccumulator:
         else:
             self.value = self._param.addInPlace(self.value, term)
 
-    __iadd__ = add
-
 
 class InProcessContext:
     """A SparkContext's stand-in on one machine (module docstring): ``cores`` the plan is made
@@ -97,9 +96,6 @@ class InProcessContext:
     def setJobDescription(self, description) -> None:
         self.description = description
 
-    def setLocalProperty(self, key, value) -> None:
-        pass
-
     def broadcast(self, value) -> InProcessBroadcast:
         return InProcessBroadcast(value)
 
@@ -124,9 +120,10 @@ class InProcessContext:
         return [result for index in wanted for result in fn(iter(rdd._partition(index)))]
 
 
-class InProcessRDD:
+class InProcessRDD(RecordOperations):
     """The RDD subset of :class:`~.frame_rdd.FrameRDD` over partitions held as lists, for
-    ``ctx``; every method as the RDD API defines it. Narrow transformations are lazy, as
+    ``ctx`` (the compositions from :class:`~.frame_rdd.RecordOperations`); every method as the
+    RDD API defines it. Narrow transformations are lazy, as
     Spark's: a partition is computed when an action or a shuffle reads it (``runJob`` on some
     partitions computes only those), again at each read unless persisted; ``partitions``: the
     source lists (None: ``parent``'s partitions through ``fn(index, records)``)."""
@@ -162,25 +159,6 @@ class InProcessRDD:
     def mapPartitionsWithIndex(self, fn, preservesPartitioning=False) -> "InProcessRDD":
         return InProcessRDD(self.ctx, None, self, fn)
 
-    def mapPartitions(self, fn, preservesPartitioning=False) -> "InProcessRDD":
-        return self.mapPartitionsWithIndex(lambda _, records: fn(records))
-
-    def map(self, fn) -> "InProcessRDD":
-        return self.mapPartitions(lambda records: map(fn, records))
-
-    def flatMap(self, fn) -> "InProcessRDD":
-        return self.mapPartitions(lambda records: itertools.chain.from_iterable(
-            map(fn, records)))
-
-    def filter(self, fn) -> "InProcessRDD":
-        return self.mapPartitions(lambda records: filter(fn, records))
-
-    def values(self) -> "InProcessRDD":
-        return self.map(lambda pair: pair[1])
-
-    def keys(self) -> "InProcessRDD":
-        return self.map(lambda pair: pair[0])
-
     def getNumPartitions(self) -> int:
         return self._n
 
@@ -194,9 +172,6 @@ class InProcessRDD:
                 out[assign(index, position, record)].append(record)
         return InProcessRDD(self.ctx, out)
 
-    def partitionBy(self, n: int, partition_func=hash) -> "InProcessRDD":
-        return self.exact_shuffle(n, lambda index, position, pair: partition_func(pair[0]) % n)
-
     def coalesce(self, n: int, shuffle: bool = False) -> "InProcessRDD":
         previous = self._n
         if n >= previous:
@@ -205,9 +180,6 @@ class InProcessRDD:
         return InProcessRDD(self.ctx, [
             [record for j in range(i * previous // n, (i + 1) * previous // n)
              for record in self._partition(j)] for i in range(n)])
-
-    def repartition(self, n: int) -> "InProcessRDD":
-        return self.exact_shuffle(n, lambda index, position, record: (index + position) % n)
 
     # --- persistence -------------------------------------------------------------------------
     def persist(self, storage_level=None) -> "InProcessRDD":
