@@ -121,6 +121,34 @@ def test_the_next_level_is_predicted_from_the_sweeps_the_last_one_needed(gemm):
         predict_seconds([last], modelled_seconds(shape, plan.WARM_VISITS * visits)))
 
 
+def test_a_searched_fit_predicts_its_first_level_from_the_searchs_visits(gemm):
+    """After a search the first level's prior takes the visits of a row the chosen point
+    needed on the round's pieces nearest the level's partitions in size (log scale): counted
+    visits where the search counted them, else its sweeps times the active share; C ≥ 3
+    classes its joint sweeps times theirs. Without a search, the prior's."""
+    rounds = (plan.SearchedSolve(2_500, 25.0, 43), plan.SearchedSolve(10_000, 9.0, 21))
+    assert plan.searched_visits(rounds, 3_581) == 25.0
+    assert plan.searched_visits(rounds, 6_000) == 9.0  # nearer 10,000 than 2,500 in ratio
+    assert plan.searched_visits(rounds, 53_920) == 9.0
+    assert plan.searched_visits((plan.SearchedSolve(2_500, None, 40),), 3_000) == \
+        pytest.approx(plan.ACTIVE_SHARE * 40)
+    assert plan.searched_visits(rounds, 3_581, classes=10) == \
+        pytest.approx(plan.MULTICLASS_ACTIVE_SHARE * 43)
+    assert plan.searched_visits((), 3_581) is None
+    memory = ExecutorMemory(memory_mb=16000.0, cores=2)
+    params, sizes = SODMParams(levels=4), np.full(81, 3581)
+    searched = plan.plan_level(4, sizes, 36.0, params, memory, [], 2, 10_000, 0, rounds)
+    given = plan.plan_level(4, sizes, 36.0, params, memory, [], 2, 10_000)
+    shape = LevelShape(81, 3581, 36.0, 2, 1, "cached", searched.cache_mb, "int16", 10_000, 0)
+    assert searched.searched_visits == 25.0 and given.searched_visits is None
+    assert searched.predicted_seconds == pytest.approx(modelled_seconds(shape, 25.0))
+    assert given.predicted_seconds == pytest.approx(prior_seconds(shape))
+    # a measured level predicts the next one; the search's visits are the first level's only
+    after = plan.plan_level(3, np.full(27, 10_743), 36.0, params, memory,
+                            [_measured(81, 3581, 30.0, 47)], 2, 10_000, 0, rounds)
+    assert after.searched_visits is None and not after.estimated
+
+
 # --- the stored measurements -----------------------------------------------------------------
 
 

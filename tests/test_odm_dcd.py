@@ -157,6 +157,25 @@ def test_shrinking_reaches_the_same_optimum_and_max_iter_stops():
     assert not stopped.converged and stopped.n_sweeps == 2 and stopped.violation > 1e-8
 
 
+def test_the_visits_are_the_rows_each_sweep_left_active():
+    """The level cost model's visits (spark/sodm/plan.py): without shrinking every sweep but
+    the converged one visits every row; with shrinking, each sweep's active rows, as its
+    callback reports them, fewer than its sweeps times the rows."""
+    X, y = make_problem(m=300, d=3, seed=11, noise=0.0)
+    args = (X, y, Kernel.create("rbf", 1.0), ODMHyperparameters(5.0, 0.6, 0.5))
+    plain = solve_odm_dual(*args, settings=DCDSettings(violation_tol=1e-6, dtype=np.float64,
+                                                       shrinking=False))
+    assert plain.converged and plain.visits == 300 * (plain.n_sweeps - 1)
+    active = []
+    shrunk = solve_odm_dual(*args, settings=DCDSettings(
+        violation_tol=1e-6, dtype=np.float64, callback=lambda _, __, rows: active.append(rows)))
+    assert shrunk.converged and len(active) == shrunk.n_sweeps
+    assert shrunk.visits == sum(active[:-1]) < 300 * (shrunk.n_sweeps - 1)
+    stopped = solve_odm_dual(*args, settings=DCDSettings(violation_tol=1e-12, max_iter=2,
+                                                         shrinking=False))
+    assert not stopped.converged and stopped.visits == 600
+
+
 @pytest.mark.parametrize("kwargs,match", [
     (dict(lam=0.0), "lam"), (dict(lam=-1.0), "lam"), (dict(theta=1.0), "theta"),
     (dict(theta=-0.1), "theta"), (dict(v=0.0), "v "), (dict(v=1.5), "v "),

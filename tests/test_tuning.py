@@ -59,6 +59,8 @@ def test_one_partition_matches_cold_fits_point_by_point():
                                                                 max_iter=20000))
     assert points == SMALL_GRID.points() and len(points) == 8
     assert all(s["converged"] for s in stats)
+    # a row is visited at most once a sweep that ran (the last only measures the violation)
+    assert all(0.0 <= s["visits"] <= s["sweeps"] - 1 for s in stats)
     for point, share in zip(points, scores):
         model = ODMClassifier(gamma=0.4 * point.gamma_scale, lam=point.lam, theta=point.theta,
                               v=point.v, tol=TOL, max_iter=20000).fit(X, y)
@@ -192,6 +194,16 @@ def test_train_job_tunes_then_fits_the_best_point(spark, job_files, capsys):
     assert summary["test_accuracy"] > 0.7
     assert {p.name for p in report.iterdir()} == {"tuning.json", "tuning.txt", "tuning.png"}
     assert (report / "tuning.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the first level's estimate takes the visits the chosen point's solves needed
+    chosen = next(p for p in tuning["points"] if (p["lam"], p["gamma_scale"]) ==
+                  (best["lam"], best["gamma_scale"]))
+    final = tuning.get("final_round") or {"points": []}
+    rounds = [chosen] + [p for p in final["points"] if (p["lam"], p["gamma_scale"]) ==
+                         (best["lam"], best["gamma_scale"])]
+    assert 0.0 < chosen["visits_per_row"] < chosen["sweeps_max"]
+    plan_line = next(line for line in out.splitlines() if line.startswith("  -> level 1:"))
+    assert any(f"the search's {r['visits_per_row']:.1f} visits of a row" in plan_line
+               for r in rounds), plan_line
 
 
 def test_tune_searches_a_seeded_sample_of_many_partitions(spark, job_files, capsys,

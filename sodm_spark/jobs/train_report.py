@@ -109,8 +109,10 @@ def show_plan(plan):
     if isinstance(plan, GlobalPlan):
         print(f"  -> {plan.describe()}", flush=True)
         return
+    searched = ("" if plan.searched_visits is None else
+                f" and the search's {plan.searched_visits:.1f} visits of a row")
     predicted = (f"estimated {plan.predicted_seconds:,.1f} s from this machine's GEMM speed"
-                 if plan.estimated else f"predicted {plan.predicted_seconds:,.1f} s")
+                 f"{searched}" if plan.estimated else f"predicted {plan.predicted_seconds:,.1f} s")
     stored = f" in {plan.storage}" if plan.storage != "float32" else ""
     print(f"  -> level {plan.level}: {plan.partitions:,} partitions of up to {plan.rows:,} "
           f"rows, kernel {plan.kernel}{stored} "

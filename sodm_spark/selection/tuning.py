@@ -217,7 +217,8 @@ def search_partition(X, y, X_val, kernel: Kernel, grid: GridPoints, *, n_classes
     order) times ``row_weights`` (a weight column's, one per row of ``X``; None: unweighted).
     Returns (points, scores, stats): scores (n_points, n_val) or (n_points, n_val, C) in
     float64 — summed over partitions they are the top level's f — and per point a dict of
-    sweeps, objective, convergence and seconds.
+    sweeps, objective, convergence, seconds and visits of a row
+    (:attr:`~sodm_spark.solvers.local_solve.LocalSolution.visits_per_row`).
     """
     X = as_float_rows(X, np.float64)  # dense, or CSR (sparse_rows)
     X_val = as_float_rows(X_val, np.float64)
@@ -260,7 +261,8 @@ def search_partition(X, y, X_val, kernel: Kernel, grid: GridPoints, *, n_classes
             coefficients.append(expansion_coefficients(y, result.gamma))
             stats.append({"sweeps": int(result.n_sweeps), "objective": float(result.objective),
                           "converged": bool(result.converged),
-                          "seconds": time.perf_counter() - start})
+                          "seconds": time.perf_counter() - start,
+                          "visits": result.visits_per_row})
             index += 1
         if m and coefficients:  # every point's share of f in one float32 GEMM
             shares = np.tensordot(K_val, np.stack(coefficients, axis=1).astype(np.float32),

@@ -27,7 +27,7 @@ from ..core.sparse_rows import memory_width
 from .dcd_settings import (NO_GIVEN_KERNEL, DCDSettings, GivenKernel,
                            ODMHyperparameters)
 from .kernel_rows import FIXED_POINT, kernel_fits_cache
-from .odm_dcd import solve_odm_dual
+from .odm_dcd import DCDResult, solve_odm_dual
 from .odm_multiclass import one_vs_rest_signs, solve_odm_multiclass
 
 
@@ -66,6 +66,16 @@ class LocalSolution:
     def converged(self) -> bool:
         """Whether every solver call met ``violation_tol`` within ``max_iter`` sweeps."""
         return all(run.converged for run in self.runs)
+
+    @property
+    def visits_per_row(self) -> float | None:
+        """The rows the coordinate descent visited over its sweeps, per row and solver call
+        (shrinking visits only the active rows); None when a call counted none (the joint
+        multi-class solve, the device path)."""
+        counted = [run.visits for run in self.runs if isinstance(run, DCDResult)]
+        if not counted or len(counted) < len(self.runs):
+            return None
+        return float(np.mean(counted)) / max(1, self.gamma.shape[0])
 
     @property
     def warm_start_violation(self) -> float:

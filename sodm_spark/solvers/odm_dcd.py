@@ -133,6 +133,9 @@ class DCDResult:
     history: list = field(default_factory=list)
     kernel_rows_computed: int = 0  # rows of Q computed: m when cached, more when blocked
     storage: str = "float32"  # the dtype Q was kept in ('int16': fixed point, kernel_rows)
+    # rows visited over all sweeps (each sweep visits its active rows: shrinking); a row's
+    # visits are what a level's cost model counts (spark/sodm/plan.py: modelled_seconds)
+    visits: int = 0
 
     @property
     def n_sv(self) -> int:
@@ -167,8 +170,8 @@ def solve_odm_dual(X: np.ndarray, y: np.ndarray, kernel: Kernel, hyper: ODMHyper
     lam, theta, v = hyper.lam, hyper.theta, hyper.v
     problem = ODMProblem(lam, theta, v, m, None if weights is None else weights[shuffled])
     blocks = _kernel_blocks(kernel, X, y, storage, given, shuffled, settings.block_mb)
-    n_sweeps, violation, converged, history, u = _solve_blocks(blocks, problem, gamma, rng,
-                                                               settings, TILE_ROWS)
+    n_sweeps, violation, converged, history, u, visits = _solve_blocks(
+        blocks, problem, gamma, rng, settings, TILE_ROWS)
     original = np.empty(m, dtype=np.int64)  # the rows back in their given order
     original[shuffled] = np.arange(m)
     gamma, u = gamma[original], u[original]
@@ -176,7 +179,7 @@ def solve_odm_dual(X: np.ndarray, y: np.ndarray, kernel: Kernel, hyper: ODMHyper
     return DCDResult(gamma=gamma, u=u, objective=problem.objective(gamma, u), n_sweeps=n_sweeps,
                      violation=violation, converged=converged, kernel_mode=storage.mode,
                      history=history, kernel_rows_computed=blocks.computed_rows,
-                     storage=storage.dtype.name)
+                     storage=storage.dtype.name, visits=visits)
 
 
 def _checked_rows(X, y, gamma0, weights):
@@ -349,7 +352,8 @@ def _solve_blocks(blocks, problem, gamma, rng, settings: DCDSettings, tile_rows=
     visits only the points whose violation exceeds :data:`ACTIVE_SHARE_OF_TOL` ·
     ``violation_tol`` (with ``shrinking``), in blocks of ``blocks.block_size`` cut from the
     points in shuffled tiles of ``tile_rows`` (:data:`TILE_ROWS`; 1: every point shuffled),
-    each block solved with ``inner_sweeps`` sweeps over its sub-matrix.
+    each block solved with ``inner_sweeps`` sweeps over its sub-matrix. Returns (sweeps, the
+    violation left, converged, each sweep's violation, u, the rows visited in all).
     """
     violation_tol, shrinking, callback = settings.violation_tol, settings.shrinking, \
         settings.callback
@@ -362,7 +366,7 @@ def _solve_blocks(blocks, problem, gamma, rng, settings: DCDSettings, tile_rows=
         index = nonzero[start:start + block_size]
         blocks.add_rows(u, index, gamma[index])
     history = []
-    violation, converged, sweep = np.inf, False, 0
+    violation, converged, sweep, visits = np.inf, False, 0, 0
     everyone = np.arange(m)
     inverse_weight, band = problem.inverse_weight, problem.band
     for sweep in range(1, max_iter + 1):
@@ -387,6 +391,7 @@ def _solve_blocks(blocks, problem, gamma, rng, settings: DCDSettings, tile_rows=
             order = active[np.argsort(rank[active // tile_rows], kind="stable")]
         else:
             order = active[rng.permutation(active.size)]
+        visits += int(order.size)
         for start in range(0, order.size, block_size):
             index, q_bb, add_rows = blocks.block(order[start:start + block_size])
             gamma_b, u_b = gamma[index].copy(), u[index].copy()
@@ -396,4 +401,4 @@ def _solve_blocks(blocks, problem, gamma, rng, settings: DCDSettings, tile_rows=
                               0.5 * violation_tol)  # a block's inner bound
             add_rows(u, gamma_b - gamma[index])
             gamma[index] = gamma_b
-    return sweep, float(violation), converged, history, u
+    return sweep, float(violation), converged, history, u, visits

@@ -263,7 +263,7 @@ def train(sc, blocks, n_features: int, params: SODMParams | DSVRGParams | Checke
             params = default_point(params, result)
             assert not isinstance(params.gamma, str), "default_point sets γ to a number"
             prepared.kernel = replace(prepared.kernel, gamma=params.gamma)
-        options = replace(options, skip_levels=skipped)
+        options = replace(options, skip_levels=skipped, searched=result.searched_solves())
     _call(progress.on_fit, params)
     fit = fit_sodm(sc, blocks, params, classes, test=test, validation=validation,
                    prepared=prepared, options=replace(options, on_level=progress.on_level,

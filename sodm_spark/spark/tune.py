@@ -36,6 +36,7 @@ from ..selection.tuning import (MAX_SEARCH_TOL, SEARCH_PARTITION_ROWS, SEARCH_SA
 from .gpu import task_gpu_index
 from .partitioning import assemble, assembled_weights, partitions_by_key
 from .sodm.params import SODMParams
+from .sodm.plan import SearchedSolve
 from .sodm.prepare import PreparedData
 
 
@@ -49,6 +50,9 @@ class PointResult:
     correct: np.ndarray | None = field(default=None, repr=False)  # per validation row
     # judged by another metric than accuracy: its Evaluation of the point's scores
     evaluation: Evaluation | None = field(default=None, repr=False)
+    # the rows its solves visited, per row, on average over the pieces (None: not counted,
+    # LocalSolution.visits_per_row): the first level's prior visits (spark/sodm/plan.py)
+    visits_per_row: float | None = None
 
     @property
     def judged(self):
@@ -67,7 +71,7 @@ class PointResult:
             f"validation_{self.evaluation.metric}": self.evaluation.value}
         return {**self.point.to_dict(), "validation_accuracy": self.validation_accuracy,
                 **metric, "sweeps_max": self.sweeps_max, "converged": self.converged,
-                "task_seconds": self.seconds}
+                "task_seconds": self.seconds, "visits_per_row": self.visits_per_row}
 
 
 @dataclass
@@ -83,6 +87,7 @@ class TuneResult:
     # the second round (final_round): the finalists scored on pieces of final_piece_rows
     final_points: list = field(default_factory=list)  # PointResult of each finalist
     final_piece_rows: int = 0
+    piece_rows: int = 0  # the first round's rows a solve (a partition, or a piece of one)
     final_pieces: int = 0
     metric: str = "accuracy"  # what the points are ranked by (SODMParams.metric)
 
@@ -106,6 +111,15 @@ class TuneResult:
     @property
     def best(self) -> PointResult:
         return self.points[self.best_index]
+
+    def searched_solves(self) -> tuple[SearchedSolve, ...]:
+        """How the chosen point solved in each round (plan.searched_visits: the first
+        level's prior visits)."""
+        rounds = [(self.piece_rows, self.best)]
+        if self.best_final is not None:
+            rounds.append((self.final_piece_rows, self.best_final))
+        return tuple(SearchedSolve(rows, point.visits_per_row, point.sweeps_max)
+                     for rows, point in rounds if rows > 0)
 
     def best_params(self, params: SODMParams) -> SODMParams:
         """``params`` with the best point's γ (a number), λ, θ and v."""
@@ -176,9 +190,19 @@ def _search_task(records, X_val, kernel: Kernel, grid: ParamGrid,
 
 def _pieces_stats(a: dict, b: dict) -> dict:
     """One grid point's stats over two pieces of a partition: the most sweeps, both converged,
-    the objectives and seconds summed."""
+    the objectives and seconds summed, each piece's visits of a row."""
     return {"sweeps": max(a["sweeps"], b["sweeps"]), "objective": a["objective"] + b["objective"],
-            "converged": a["converged"] and b["converged"], "seconds": a["seconds"] + b["seconds"]}
+            "converged": a["converged"] and b["converged"], "seconds": a["seconds"] + b["seconds"],
+            "visits": _piece_visits(a) + _piece_visits(b)}
+
+
+def _piece_visits(stats: dict) -> list:
+    """The visits of a row each piece of ``stats`` counted (search_partition gives one number
+    or None, :func:`_pieces_stats` a list)."""
+    visits = stats.get("visits")
+    if visits is None:
+        return []
+    return list(visits) if isinstance(visits, list) else [float(visits)]
 
 
 def _task_settings(params: SODMParams, prepared: PreparedData, max_rows, pieces: int,
@@ -199,10 +223,12 @@ def _point_result(point, scores, stats, y_val, coded, params: SODMParams,
     (their class and row weights; None: unweighted)."""
     evaluation = None if params.metric == "accuracy" and weights is None else Evaluation(
         scores, y_val, weights, params.metric, params.seed)
+    visits = [v for s in stats for v in _piece_visits(s)]
     return PointResult(point, accuracy_of_scores(scores, y_val, coded),
                        max(s["sweeps"] for s in stats), all(s["converged"] for s in stats),
                        float(sum(s["seconds"] for s in stats)),
-                       correct_rows(scores, y_val, coded), evaluation)
+                       correct_rows(scores, y_val, coded), evaluation,
+                       float(np.mean(visits)) if visits else None)
 
 
 def tune_sodm(sc, prepared: PreparedData, params: SODMParams, grid: ParamGrid,
@@ -233,6 +259,8 @@ def tune_sodm(sc, prepared: PreparedData, params: SODMParams, grid: ParamGrid,
     result = TuneResult(grid=grid, base_gamma=prepared.kernel.gamma, kernel=prepared.kernel.name,
                         partitions=n_parts, validation_rows=int(len(y_val)), default=default,
                         metric=params.metric)
+    rows_each = -(-prepared.n_rows // max(1, prepared.parts.getNumPartitions()))
+    result.piece_rows = min(rows_each, max_rows) if max_rows else rows_each
     total = len(grid)
     try:
         sc.setJobDescription(f"SODM tune: {total} grid points on {n_parts} partitions")

@@ -74,6 +74,9 @@ class FitOptions:
     # (why, how the slice judged a searched point) when the search found only the majority
     # class: the global step fits every row instead of the levels (.global_only); None: levels
     skip_levels: tuple | None = None
+    # how the search's chosen point solved in each of its rounds (plan.SearchedSolve): the
+    # first level's prior visits of a row (plan.searched_visits); (): no search ran
+    searched: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -220,7 +223,7 @@ def _level_run(sc, prepared: PreparedData, params: SODMParams, options: FitOptio
                     width=width, memory=executor_memory(sc, params.memory_mb, params.device),
                     cores=max(1, sc.defaultParallelism), started=started,
                     command_started=None if options.timeline is None else options.timeline.origin,
-                    checkpoint=checkpoint, on_plan=options.on_plan,
+                    checkpoint=checkpoint, on_plan=options.on_plan, searched=options.searched,
                     on_level=_timed_levels(options.on_level, options.timeline, started))
 
 

@@ -81,6 +81,7 @@ class LevelRun:
     checkpoint: LevelCheckpoint | None = None
     on_plan: Callable | None = None  # called with each LevelPlan before its level runs
     on_level: Callable | None = None  # called with each LevelStats as its level finishes
+    searched: tuple = ()  # the search's rounds (plan.SearchedSolve): the first level's visits
 
 
 @dataclass
@@ -138,7 +139,8 @@ def first_level(sc, run: LevelRun, parts, sizes: np.ndarray) -> LevelsSoFar:
     """The top level planned and solved on its p^L partitions ``parts`` of ``sizes`` rows; a
     plan over the memory budget raises here, before any level runs."""
     plan = plan_level(run.params.levels, sizes, run.width, run.params, run.memory, [],
-                      run.cores, run.scoring.n_scored, run.task_settings.n_classes)
+                      run.cores, run.scoring.n_scored, run.task_settings.n_classes,
+                      run.searched)
     return solved_level(sc, run, parts, plan, [], KeptLevels())
 
 

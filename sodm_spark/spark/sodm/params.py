@@ -242,6 +242,9 @@ class LevelPlan:
     advice: str = ""  # what a blocked level costs, and the level count that would be cached
     tasks: int | None = None  # solves at once (fewer than the cores when that keeps it cached)
     storage: str = "float32"  # dtype of the cached kernel matrices ('int16': fixed point)
+    # the visits of a row an estimate took from the search's chosen point (plan.searched_visits);
+    # None: the prior's (plan.PRIOR_ACTIVE_SWEEPS) or a measured level's
+    searched_visits: float | None = None
 
 
 @dataclass

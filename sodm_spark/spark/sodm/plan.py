@@ -14,7 +14,9 @@ a solve) start at that cached level instead (:func:`auto_level_count`).
 matrix fits the kernel cache of a task (``cached``) or is computed on demand in every sweep
 (``blocked``), the memory of one task, and its predicted seconds: what the solver does, at this
 machine's measured GEMM speed (:func:`modelled_seconds`), with the visits of a solve from
-scratch before any level ran (:func:`prior_seconds`), then with the sweeps the last level
+scratch before any level ran (:func:`prior_seconds`: those the search's chosen point needed
+on its pieces nearest the level's partitions in size, :func:`searched_visits`, when a search
+ran), then with the sweeps the last level
 needed, scaled by how far its own seconds were from the model
 (:func:`~sodm_spark.selection.stopping.predict_seconds`). A blocked plan says what it costs and
 which level count would keep the kernels cached. On a GPU the driver sees, the cache is its
@@ -77,6 +79,12 @@ PRIOR_MULTICLASS_SECONDS_PER_ENTRY = 0.171e-9
 #: fewer on larger partitions); no one number is within 1.5 of them all. 40 makes the worst
 #: of the six data sets' first levels 3.2 times off, either way (docs/results/level_costs.json).
 #: Ten classes (joint plain sweeps): 172, Fashion-MNIST's ten classes at the default point.
+#: These are the prior of a fit given its hyperparameters; after a search the first level takes
+#: the visits its chosen point needed (:func:`searched_visits`): on pieces of about the level's
+#: partitions' size a solve needs about as many sweeps (New York flights at λ = 1e5: 43 on
+#: 2,500 rows and 21 on 10,000 in the search, 47 on the level's 3,581 and 21 on 10,743;
+#: 60,000 Fashion-MNIST rows: 34 on 10,000, 27 on one partition of 53,920), and only the
+#: search counts how many of a sweep's rows are active (0.44 of Fashion-MNIST's).
 PRIOR_ACTIVE_SWEEPS = 40.0
 PRIOR_MULTICLASS_SWEEPS = 172.0
 #: The share of a partition's rows active in a sweep, on average over its sweeps (shrinking):
@@ -193,10 +201,37 @@ class LevelShape:
     classes: int = 0
 
 
-def prior_seconds(shape: LevelShape) -> float:
+def prior_seconds(shape: LevelShape, visits: float | None = None) -> float:
     """A level's seconds before any level is measured: :func:`modelled_seconds` with the
-    visits of a solve from scratch (:data:`PRIOR_ACTIVE_SWEEPS`)."""
-    return modelled_seconds(shape)
+    visits of a row in a solve from scratch: ``visits`` (the search's,
+    :func:`searched_visits`), else :data:`PRIOR_ACTIVE_SWEEPS`'."""
+    return modelled_seconds(shape, visits)
+
+
+@dataclass(frozen=True)
+class SearchedSolve:
+    """How the search's chosen point solved in one round (spark/tune.py): on pieces of
+    ``rows`` rows, ``visits`` visits of a row on average (None: not counted:
+    :attr:`~sodm_spark.solvers.local_solve.LocalSolution.visits_per_row`) and at most
+    ``sweeps`` sweeps."""
+
+    rows: int
+    visits: float | None
+    sweeps: int
+
+
+def searched_visits(searched, rows: int, classes: int = 0) -> float | None:
+    """The visits of a row (:func:`modelled_seconds`' ``visits``) of a first level whose
+    partitions hold ``rows`` rows, from the search's rounds ``searched`` (SearchedSolve): the
+    round whose pieces are nearest that size on a log scale (a solve's sweeps depend on its
+    rows); its counted visits, else its sweeps times :data:`ACTIVE_SHARE`, or for C ≥ 3
+    classes :data:`MULTICLASS_ACTIVE_SHARE`. None: no search ran."""
+    if not searched:
+        return None
+    nearest = min(searched, key=lambda solve: abs(math.log(max(rows, 1) / max(solve.rows, 1))))
+    if classes >= 3:
+        return MULTICLASS_ACTIVE_SHARE * nearest.sweeps
+    return ACTIVE_SHARE * nearest.sweeps if nearest.visits is None else nearest.visits
 
 
 def modelled_seconds(shape: LevelShape, visits: float | None = None) -> float:
@@ -306,9 +341,11 @@ def level_storage(kernel_storage: str) -> str:
 
 
 def plan_level(level, sizes, n_features, params, memory, done, cores, scored_rows: int = 0,
-               classes: int = 0) -> LevelPlan:
+               classes: int = 0, searched: tuple = ()) -> LevelPlan:
     """Shape, kernel mode, memory and predicted seconds of the level about to run; its tasks
     score ``scored_rows`` rows, and solve ``classes`` one-vs-rest duals (0: one binary dual).
+    Before any level is measured (``done`` empty) the search's rounds ``searched``
+    (:class:`SearchedSolve`) give a row's visits (:func:`searched_visits`).
 
     The partitions' kernels are cached where they fit a task's cache, in the dtype of
     :func:`level_storage` (int16 fixed point by default: half float32's memory, faster sweeps),
@@ -345,12 +382,14 @@ def plan_level(level, sizes, n_features, params, memory, done, cores, scored_row
     tasks = running * executors
     shape = LevelShape(partitions, rows, n_features, tasks, max(1, memory.cores // running), mode,
                        cache_mb, storage, scored_rows, classes)
-    predicted = None
+    predicted = first_visits = None
     if done:  # the last level measured, with the sweeps it needed, scales the model
         last, visits = measured_cost(done[-1], shape, max(1, memory.cores))
         predicted = predict_seconds([last], modelled_seconds(shape, WARM_VISITS * visits))
+    else:
+        first_visits = searched_visits(searched, rows, classes)
     if predicted is None:
-        predicted = prior_seconds(shape)
+        predicted = prior_seconds(shape, first_visits)
     advice = ""
     if mode == "blocked":
         advice = (f"each partition's kernel ({kernel_mb(rows):,.0f} MB) exceeds the "
@@ -367,4 +406,5 @@ def plan_level(level, sizes, n_features, params, memory, done, cores, scored_row
                   f"partition's kernel ({kernel_mb(rows, storage_itemsize(storage)):,.0f} MB"
                   f"{' in int16' if storage == 'int16' else ''}) fits the cache")
     return LevelPlan(level, partitions, rows, mode, budget, cache_mb, predicted,
-                     estimated=not done, advice=advice, tasks=tasks, storage=storage)
+                     estimated=not done, advice=advice, tasks=tasks, storage=storage,
+                     searched_visits=first_visits)
