@@ -14,7 +14,7 @@ def main(data_dir: str, out: str) -> None:
     from pyspark.sql import SparkSession
 
     from sodm_spark.estimators.ml import SODMClassificationModel, SODMClassifier
-    from sodm_spark.spark.frames import is_connect
+    from sodm_spark.spark.engine import is_connect
     from tests.test_spark_connect import FITS
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

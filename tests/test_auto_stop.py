@@ -15,7 +15,7 @@ from sodm_spark.selection.stopping import (REACHED_STOP_LEVEL, SMALL_IMPROVEMENT
 from sodm_spark.solvers.kernel_rows import solver_memory_mb
 from sodm_spark.spark.memory import (ExecutorMemory, MemoryBudgetError, executor_memory,
                                      level_cache_mb)
-from sodm_spark.spark.session import numpy_to_blocks
+from sodm_spark.spark.io import numpy_to_blocks
 from sodm_spark.spark.sodm.fit import fit_sodm
 from sodm_spark.spark.sodm.params import SODMParams
 

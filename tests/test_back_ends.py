@@ -2,15 +2,17 @@
 where the RDD operations put them, and the same seeded fits (the levels of two and three
 classes, weights, a search, the global step, DSVRG for the linear kernel) give the same models,
 bit for bit, as on a local[2] SparkContext."""
+import subprocess
+import sys
 from dataclasses import fields, is_dataclass
 
 import numpy as np
 import pytest
 from sklearn.datasets import make_classification
 
-from sodm_spark.spark.frames import map_with_reports, ordered_sum
+from sodm_spark.spark.io import numpy_to_blocks
+from sodm_spark.spark.engine import map_with_reports, ordered_sum
 from sodm_spark.spark.in_process import InProcessContext, in_process_context
-from sodm_spark.spark.session import numpy_to_blocks
 from sodm_spark.spark.train import ScoredRows, Search, fit_in_process, fit_params, train
 
 #: name: (classes, with weights, the fit's settings)
@@ -144,3 +146,36 @@ def test_the_public_in_process_fit_searches_as_the_job_does():
     np.testing.assert_array_equal(trained.fit.model.coef, again.fit.model.coef)
     given = fit_in_process(X, y, cores=2, test=test, levels=2, seed=3, gamma=0.2, lam=100.0)
     assert given.search is None
+
+
+NO_PYSPARK = '''
+import importlib.abc, sys
+class Refused(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] in ("pyspark", "py4j"):
+            raise ImportError(f"No module named {name!r}")
+sys.meta_path.insert(0, Refused())
+import numpy as np
+from sodm_spark.spark.train import fit_in_process
+data = np.load(sys.argv[1])
+trained = fit_in_process(data["X"], data["y"], cores=2, test=(data["Xt"], data["yt"]),
+                         levels=2, seed=3, gamma=0.2, lam=100.0)
+assert not any(name.split(".")[0] in ("pyspark", "py4j") for name in sys.modules)
+np.save(sys.argv[2], trained.fit.model.coef)
+'''
+
+
+def test_the_in_process_fit_needs_no_pyspark(tmp_path):
+    """A machine without Spark (one GPU, no Java: benchmarks/bench_gpu.py) fits the levels:
+    with pyspark and py4j unimportable, fit_in_process imports neither and gives the model it
+    gives here."""
+    X, y, _, test = _data(2, False)
+    np.savez(tmp_path / "rows.npz", X=X, y=y, Xt=test[0], yt=test[1])
+    script = tmp_path / "no_pyspark.py"
+    script.write_text(NO_PYSPARK)
+    done = subprocess.run([sys.executable, str(script), str(tmp_path / "rows.npz"),
+                           str(tmp_path / "coef.npy")], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    here = fit_in_process(X, y, cores=2, test=test, levels=2, seed=3, gamma=0.2, lam=100.0)
+    np.testing.assert_array_equal(np.load(tmp_path / "coef.npy"), here.fit.model.coef)

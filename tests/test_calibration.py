@@ -351,7 +351,7 @@ def test_the_linear_kernel_holds_out_the_levels_slice_and_calibrates_on_it(spark
     from sodm_spark.estimators.ml import SODMClassifier
     from sodm_spark.data.datasets import make_linear
     from sodm_spark.selection.stopping import holdout_mask
-    from sodm_spark.spark.session import numpy_to_blocks
+    from sodm_spark.spark.io import numpy_to_blocks
     from sodm_spark.spark.train import fit_params, train
 
     X, y = make_linear(1000, 6, seed=9, centred=False)

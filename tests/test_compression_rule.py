@@ -134,7 +134,7 @@ def _fit(engine, monkeypatch, first, max_sv="auto", budget_share=None):
     """A one-level fit of 1,200 rows (about 1,180 support vectors) judged on 600 validation
     rows, compressing above 300 support vectors from ``first`` points."""
     from sodm_spark.models import compression
-    from sodm_spark.spark.session import numpy_to_blocks
+    from sodm_spark.spark.io import numpy_to_blocks
     from sodm_spark.spark.sodm import fit as sodm_fit
     from sodm_spark.spark.sodm.fit import fit_sodm
     from sodm_spark.spark.sodm.params import SODMParams

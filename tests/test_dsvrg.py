@@ -10,7 +10,7 @@ from sodm_spark.solvers.odm_primal import newton_primal
 from sodm_spark.solvers.svrg import SVRGSchedule, primal_objective, svrg
 from sodm_spark.spark.dsvrg.fit import DSVRGParams, fit_dsvrg
 from sodm_spark.spark.io import Block
-from sodm_spark.spark.session import numpy_to_blocks
+from sodm_spark.spark.io import numpy_to_blocks
 
 from conftest import make_problem
 

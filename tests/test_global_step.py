@@ -13,7 +13,7 @@ from conftest import make_problem
 from jobs import train_sodm
 from sodm_spark.core.kernels import Kernel, kernel_matrix
 from sodm_spark.models import nystroem_cg, nystroem_odm
-from sodm_spark.spark.session import numpy_to_blocks
+from sodm_spark.spark.io import numpy_to_blocks
 from sodm_spark.spark.sodm import global_step
 from sodm_spark.spark.sodm.fit import fit_sodm
 from sodm_spark.spark.sodm.params import SODMParams

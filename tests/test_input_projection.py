@@ -104,7 +104,7 @@ def test_a_projection_followed_by_another_is_one_projection():
 def test_a_fit_on_wide_rows_is_the_exact_odm_of_their_principal_components(engine):
     from sodm_spark.solvers import solve_odm_dual
     from sodm_spark.solvers.dcd_settings import DCDSettings, ODMHyperparameters
-    from sodm_spark.spark.session import numpy_to_blocks
+    from sodm_spark.spark.io import numpy_to_blocks
     from sodm_spark.spark.sodm.fit import fit_sodm
     from sodm_spark.spark.sodm.params import SODMParams
 

@@ -171,6 +171,65 @@ def test_sodm_and_dsvrg_stand_apart_on_the_shared_spark_modules(path):
     assert not wrong, f"{_relative(path)} imports {wrong}"
 
 
+def _import_graph(folder: str) -> dict:
+    """The modules under ``folder`` (sodm_spark.spark...) and those of them each imports,
+    lazily or not (a package counts as its ``__init__``)."""
+    names = {}
+    for path in MODULES:
+        relative = _relative(path)
+        if relative.startswith(folder + "/"):
+            name = "sodm_spark." + relative.removesuffix(".py").replace("/", ".")
+            names[name.removesuffix(".__init__")] = path
+    return {name: {other for other in _imports(path) if other in names and other != name}
+            for name, path in names.items()}
+
+
+def _circles(graph: dict) -> list:
+    """The strongly connected groups of more than one module (Tarjan's algorithm)."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(node):
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for other in graph[node]:
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in on_stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for node in graph:
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_the_engine_session_frames_and_readers_import_no_circle():
+    """The back ends' modules (engine.py chooses, frames.py and in_process.py implement,
+    session.py starts sessions, io/ reads) import one another one way only, lazy imports
+    counted: the eight-module circle they formed (frames, session and io/) is gone, and a
+    check that finds one on a planted import is a real check."""
+    graph = _import_graph("spark")
+    shared = [group for group in _circles(graph)
+              if any(name.split(".")[2] in ("engine", "frames", "frame_rdd", "session", "io",
+                                            "in_process") for name in group)]
+    assert shared == []
+    planted = {name: set(edges) for name, edges in graph.items()}
+    planted["sodm_spark.spark.engine"].add("sodm_spark.spark.io.arrow")
+    assert ["sodm_spark.spark.engine", "sodm_spark.spark.io.arrow"] in _circles(planted)
+
+
 def test_what_spark_workers_import_loads_neither_scikit_learn_nor_pyspark_ml():
     code = ("import sys\n" + "".join(f"import {name}\n" for name in WORKER_IMPORTS)
             + "print(' '.join(sorted(m for m in sys.modules\n"

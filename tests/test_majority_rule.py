@@ -72,7 +72,7 @@ def _imbalanced_noise(n, seed):
 
 
 def _fit(sc, X, y, params, **options):
-    from sodm_spark.spark.session import numpy_to_blocks
+    from sodm_spark.spark.io import numpy_to_blocks
     from sodm_spark.spark.sodm.fit import FitOptions
     from sodm_spark.spark.train import Progress, Search, train
 

@@ -20,13 +20,13 @@ from sodm_spark.solvers.local_solve import LocalSolve
 from sodm_spark.spark.io import MAX_BLOCK_BYTES, read_blocks
 from sodm_spark.spark.memory import ExecutorMemory, MemoryBudgetError, check_fit_resources
 from sodm_spark.spark.partitioning import CHUNK_BYTES, Chunk, as_chunks, assemble
-from sodm_spark.spark.session import numpy_to_blocks
+from sodm_spark.spark.io import numpy_to_blocks
 from sodm_spark.spark.sodm import level_model
 from sodm_spark.spark.sodm.fit import fit_sodm
 from sodm_spark.spark.sodm.params import SODMParams
 from sodm_spark.spark.sodm.plan import (KERNEL_BOUND_FEATURES, auto_level_count, auto_levels,
                                         cached_level_count, largest_levels)
-from sodm_spark.spark.frames import ReportsParam
+from sodm_spark.spark.engine import ReportsParam
 from sodm_spark.spark.sodm.tasks import FitTargets, LevelTaskSettings, solve_partitions
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,7 +10,7 @@ import pytest
 from sodm_spark.core.kernels import Kernel
 from sodm_spark.solvers import solve_odm_dual
 from sodm_spark.solvers.dcd_settings import DCDSettings, ODMHyperparameters
-from sodm_spark.spark.session import numpy_to_blocks
+from sodm_spark.spark.io import numpy_to_blocks
 from sodm_spark.spark.sodm.fit import fit_sodm
 from sodm_spark.spark.sodm.params import SODMParams
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sodm_spark.spark.frames import FrameContext, FrameRDD, map_with_reports
+from sodm_spark.spark.frames import FrameContext, FrameRDD
+from sodm_spark.spark.engine import map_with_reports
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -180,7 +180,7 @@ def test_exact_odm_on_sparse_rows_is_the_dense_fit(kernel):
 
 @pytest.mark.parametrize("kernel", ["rbf", "linear"])
 def test_sodm_on_sparse_rows_is_the_dense_fit(spark, kernel):
-    from sodm_spark.spark.session import numpy_to_blocks
+    from sodm_spark.spark.io import numpy_to_blocks
     from sodm_spark.spark.sodm.fit import fit_sodm
     from sodm_spark.spark.sodm.params import SODMParams
 
@@ -213,7 +213,7 @@ def test_sodm_on_sparse_rows_is_the_dense_fit(spark, kernel):
 def test_a_sparse_fit_resumed_from_its_checkpoint_is_the_uninterrupted_fit(spark, tmp_path):
     from dataclasses import replace
 
-    from sodm_spark.spark.session import numpy_to_blocks
+    from sodm_spark.spark.io import numpy_to_blocks
     from sodm_spark.spark.sodm.fit import fit_sodm
     from sodm_spark.spark.sodm.params import SODMParams
 
@@ -232,7 +232,7 @@ def test_a_sparse_fit_resumed_from_its_checkpoint_is_the_uninterrupted_fit(spark
 
 
 def test_sparse_models_compress_among_their_sparse_support_vectors(spark):
-    from sodm_spark.spark.session import numpy_to_blocks
+    from sodm_spark.spark.io import numpy_to_blocks
     from sodm_spark.spark.sodm.fit import fit_sodm
     from sodm_spark.spark.sodm.params import SODMParams
 

@@ -18,7 +18,7 @@ from sodm_spark.selection.tuning import (SEARCH_PARTITION_ROWS, SEARCH_SAMPLE_RO
                                          PointSolve, best_point, search_partition,
                                          search_pieces, search_sample, search_subsets)
 from sodm_spark.spark.partitioning import whole_partitions
-from sodm_spark.spark.session import numpy_to_blocks
+from sodm_spark.spark.io import numpy_to_blocks
 from sodm_spark.spark.sodm.params import SODMParams
 from sodm_spark.spark.sodm.prepare import prepare_sodm
 from sodm_spark.spark.tune import tune_sodm

@@ -191,7 +191,7 @@ def test_class_weight_balanced_is_sample_weights_of_n_over_c_n_c():
 def test_sodm_levels_with_class_weights_merge_to_the_exact_weighted_objective(spark):
     """SODM on Spark with class weights: every partition solves its weighted dual, and the
     last level (one partition of every row) is the exact weighted ODM of the rows."""
-    from sodm_spark.spark.session import numpy_to_blocks
+    from sodm_spark.spark.io import numpy_to_blocks
     from sodm_spark.spark.sodm.fit import fit_sodm
     from sodm_spark.spark.sodm.params import SODMParams
 
@@ -216,7 +216,7 @@ def test_sodm_levels_with_class_weights_merge_to_the_exact_weighted_objective(sp
 def test_dsvrg_with_balanced_class_weights_reaches_the_weighted_newton_optimum(spark):
     from sodm_spark.solvers.odm_primal import newton_primal
     from sodm_spark.spark.dsvrg.fit import DSVRGParams, fit_dsvrg
-    from sodm_spark.spark.session import numpy_to_blocks
+    from sodm_spark.spark.io import numpy_to_blocks
 
     rng = np.random.default_rng(15)
     X = rng.normal(size=(600, 6))
@@ -263,7 +263,7 @@ def test_a_weight_column_through_the_levels_is_the_exact_weighted_odm(spark, tmp
 def test_dsvrg_with_a_weight_column_reaches_the_weighted_newton_optimum(spark):
     from sodm_spark.solvers.odm_primal import newton_primal
     from sodm_spark.spark.dsvrg.fit import DSVRGParams, fit_dsvrg
-    from sodm_spark.spark.session import numpy_to_blocks
+    from sodm_spark.spark.io import numpy_to_blocks
 
     rng = np.random.default_rng(19)
     X = rng.normal(size=(500, 5))

@@ -73,7 +73,7 @@ def load_files(spark, data: str, test_data: str | None, fmt: str, test_fraction:
     Without ``test_data`` a seeded ``test_fraction`` of the rows is held out.
     """
     from ..spark.io import read_blocks, read_libsvm_local
-    from ..spark.session import collect_blocks
+    from ..spark.io import collect_blocks
 
     blocks, n_features = read_blocks(spark, data, fmt)
     X, y = collect_blocks(blocks)
@@ -207,7 +207,7 @@ def rewrite_reports(out_dir, readme=None, region=report.DEFAULT_REGION) -> dict:
 
 
 def _table_context(spark, data, settings, budget, log):
-    from ..spark.session import numpy_to_blocks
+    from ..spark.io import numpy_to_blocks
 
     blocks = numpy_to_blocks(spark.sparkContext, data.X_train, data.y_train).persist()
     blocks.count()  # the rows are in Spark before any clock starts

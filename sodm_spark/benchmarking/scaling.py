@@ -36,7 +36,7 @@ def levels_for_rows(rows: int, p: int, target_rows: int, solved_levels: int) -> 
 
 
 def _context(spark, data, settings, budget, log):
-    from ..spark.session import numpy_to_blocks
+    from ..spark.io import numpy_to_blocks
 
     sc = spark.sparkContext
     # enough input slices that no single task holds a large share of 10^6 rows; a function

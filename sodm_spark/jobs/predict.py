@@ -31,7 +31,7 @@ from sodm_spark.ops.jobconf import (check_output_paths, parse_with_defaults,
                                      use_packaged_spark_conf, write_outputs)
 from sodm_spark.spark.io import check_csv_cells, input_statuses, read_blocks, spark_read
 from sodm_spark.spark.predict import python_workers_started, score_dataframe
-from sodm_spark.spark.frames import context_of, is_connect, uses_frames
+from sodm_spark.spark.engine import context_of, is_connect, uses_frames
 from sodm_spark.spark.session import job_session
 
 

@@ -27,10 +27,11 @@ from sodm_spark.models.expansion import KernelExpansion
 from sodm_spark.ops.jobconf import (check_output_paths, gamma_arg, parse_with_defaults,
                                      use_packaged_spark_conf, write_outputs)
 from sodm_spark.spark.io import read_blocks, read_libsvm_local
-from sodm_spark.spark.session import collect_checked, job_session, numpy_to_blocks
+from sodm_spark.spark.session import collect_checked, job_session
+from sodm_spark.spark.io import numpy_to_blocks
 from sodm_spark.spark.single import ESTIMATORS, fit_coreset_svm_partitioned, fit_in_one_task
 from sodm_spark.spark.sodm.prepare import checked_classes, row_count_and_variance
-from sodm_spark.spark.frames import context_of
+from sodm_spark.spark.engine import context_of
 
 # flag (argparse dest) -> estimator parameter, per method; flags left at None are not passed
 METHOD_PARAMS = {

@@ -19,9 +19,10 @@ from sodm_spark.data.datasets import make_linear, make_nonlinear
 from sodm_spark.jobs.train_args import DEFAULT_TEST_ROWS
 from sodm_spark.spark.io import TableColumns, check_blocks, read_blocks, read_libsvm_local
 from sodm_spark.spark.memory import check_collectable
-from sodm_spark.spark.session import PERSIST, collect_blocks, numpy_to_blocks
+from sodm_spark.spark.engine import PERSIST
+from sodm_spark.spark.io import collect_blocks, numpy_to_blocks
 from sodm_spark.spark.train import check_rows
-from sodm_spark.spark.frames import context_of
+from sodm_spark.spark.engine import context_of
 
 #: What to do when --kernel laplacian meets LIBSVM rows too wide to be dense.
 LAPLACIAN_ADVICE = ("use --kernel rbf or linear, which keep sparse LIBSVM rows sparse (the "

@@ -42,7 +42,7 @@ from sodm_spark.spark.sodm.fit import FitOptions
 from sodm_spark.spark.sodm.plan import check_levels_fit_rows
 from sodm_spark.spark.train import (ScoredRows, Search, check_request, fit_params,
                                     train as train_on_spark)
-from sodm_spark.spark.frames import context_of
+from sodm_spark.spark.engine import context_of
 
 HYPERPARAMETERS = ("gamma", "lam", "theta", "v")
 

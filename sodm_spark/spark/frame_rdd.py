@@ -7,9 +7,10 @@ from __future__ import annotations
 import functools
 import itertools
 import pickle
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from pyspark import StorageLevel
+if TYPE_CHECKING:
+    from pyspark import StorageLevel
 
 from ..core.errors import InputError
 
@@ -104,6 +105,14 @@ class RecordOperations:
         return self.exact_shuffle(n, lambda index, position, record: (index + position) % n)
 
 
+def _disk_only():
+    """Spark's ``StorageLevel.DISK_ONLY``, imported where a DataFrame is (the in-process back
+    end shares this module's :class:`RecordOperations` without pyspark: :mod:`.engine`)."""
+    from pyspark import StorageLevel
+
+    return StorageLevel.DISK_ONLY
+
+
 class FrameRDD(RecordOperations):
     """The subset of the RDD API the Spark layer uses, over a DataFrame of :data:`SCHEMA`
     (docstring of :mod:`.frames`), for a :class:`~.frames.FrameContext` ``ctx``. ``pending``: record functions (index, iterator) → iterator
@@ -154,8 +163,9 @@ class FrameRDD(RecordOperations):
         return self.exact_shuffle(n, lambda index, position, record: group[index])
 
     # --- persistence -------------------------------------------------------------------------
-    def persist(self, storage_level=StorageLevel.DISK_ONLY) -> "FrameRDD":
-        self._persist = storage_level
+    def persist(self, storage_level=None) -> "FrameRDD":
+        """Keep the records once computed (None: ``DISK_ONLY``, what a checkpoint is)."""
+        self._persist = _disk_only() if storage_level is None else storage_level
         return self
 
     @property
@@ -165,7 +175,7 @@ class FrameRDD(RecordOperations):
     def materialize(self) -> None:
         """Compute and keep a persisted DataFrame of records (``store``)."""
         if self._persist is None:
-            self._persist = StorageLevel.DISK_ONLY
+            self._persist = _disk_only()
         self._base()
 
     def unpersist(self, blocking: bool = False) -> "FrameRDD":

@@ -2,7 +2,7 @@
 without the RDD API (Spark Connect: Spark 4's thin client, Databricks shared and serverless
 compute), which has no SparkContext, broadcast variables, accumulators or py4j gateway.
 
-:func:`context_of` hands the Spark layer what it calls ``sc``: a classic session's
+:func:`~.engine.context_of` hands the Spark layer what it calls ``sc``: a classic session's
 SparkContext, or a :class:`FrameContext` over a Connect session. A :class:`FrameRDD` holds its
 records as pickled payloads in a DataFrame of :data:`SCHEMA` (one row per record: a chunk of a
 partition, a block of input rows, a partial sum), so every function the layer ships to its
@@ -20,57 +20,23 @@ per stage. What the RDD API promised and a DataFrame does not by itself is kept:
   executors' disks, as the RDDs' ``DISK_ONLY``): the plan of the next level starts from it, so
   a Connect plan never grows with the levels' closures.
 * **Broadcasts** are values shipped in the task's closure; **accumulators** are replaced by
-  records returned beside the data (:func:`map_with_reports`); ``runJob`` on some partitions
+  records returned beside the data (:func:`~.engine.map_with_reports`); ``runJob`` on some partitions
   filters the others out in the JVM before any row reaches Python.
 
-A classic session takes this path too when asked (``SODM_SPARK_RECORDS=frames``), which is how
+A classic session takes this path too when asked (``SODM_SPARK_RECORDS=frames``,
+:data:`~.engine.RECORDS_ENV`), which is how
 the tests hold both paths to the same models; it keeps RDDs by default.
 """
 from __future__ import annotations
 
 import atexit
-import functools
 import os
 import pickle
 import tempfile
 import uuid
 from contextlib import suppress
 
-from pyspark import StorageLevel
-from pyspark.accumulators import AccumulatorParam
-
-from ..core.errors import InputError
-from .frame_rdd import REPORT_PART, SCHEMA, FrameRDD, Report
-
-#: The environment variable that sends a classic session through DataFrames too.
-RECORDS_ENV = "SODM_SPARK_RECORDS"
-
-
-def is_connect(spark) -> bool:
-    """Whether ``spark`` is a Spark Connect session (no SparkContext behind it)."""
-    return type(spark).__module__.startswith("pyspark.sql.connect")
-
-
-def context_of(spark):
-    """What the Spark layer calls ``sc``: the SparkContext of a classic session (unless
-    :data:`RECORDS_ENV` is ``frames``), else a :class:`FrameContext`."""
-    if is_connect(spark) or os.environ.get(RECORDS_ENV, "rdd") == "frames":
-        return FrameContext(spark)
-    return spark.sparkContext
-
-
-def uses_frames(sc) -> bool:
-    """Whether ``sc`` (:func:`context_of`'s) moves records through DataFrames."""
-    return isinstance(sc, FrameContext)
-
-
-def partition_count(df) -> int:
-    """How many partitions ``df`` has, empty ones included: one probe job on a Connect
-    session, where a DataFrame has no ``rdd`` to ask (every task of ``mapInArrow`` runs, even
-    over an empty partition, and answers with its index)."""
-    if not is_connect(df.sparkSession):
-        return df.rdd.getNumPartitions()
-    return _probed_partitions(df)
+from .frame_rdd import SCHEMA, FrameRDD
 
 
 def _probed_partitions(df) -> int:
@@ -83,16 +49,6 @@ def _probed_partitions(df) -> int:
         yield pa.RecordBatch.from_pydict({"index": [TaskContext.get().partitionId()]})
 
     return 1 + int(df.mapInArrow(index, "index long").agg({"index": "max"}).first()[0])
-
-
-def rows_of(df, sc):
-    """The rows of a DataFrame whose first column is binary, each as a 1-tuple of bytes (as
-    ``df.rdd`` hands them to Python): ``df.rdd`` on a SparkContext, a :class:`FrameRDD` over
-    ``df`` on a :class:`FrameContext`."""
-    if not uses_frames(sc):
-        return df.rdd
-    return FrameRDD(sc, df.select(df.columns[0]).withColumnRenamed(df.columns[0], "payload"),
-                    partition_count(df), raw=True)
 
 
 class Shared:
@@ -189,83 +145,6 @@ class FrameContext:
                     found.setdefault(int(row["k"]), int(row["id"]))
             self._salts[key] = [found[k] for k in range(n)]
         return self._salts[key]
-
-
-class ReportsParam(AccumulatorParam):
-    """An accumulator of ``{key: report}``: a retried task's reports replace its first
-    attempt's."""
-
-    def zero(self, value):
-        return {}
-
-    def addInPlace(self, value1, value2):
-        value1.update(value2)
-        return value1
-
-
-def map_with_reports(sc, rdd, fn):
-    """``rdd.mapPartitions(lambda records: fn(records, report))``, persisted and computed, and
-    everything the tasks passed to ``report`` (dicts, merged; a retried task's replace its
-    first attempt's): an accumulator's work on a SparkContext; on DataFrames, the reports
-    are rows beside the data (``part`` :data:`REPORT_PART`), read back by a filter in the JVM
-    that leaves the data where it is stored."""
-    if not uses_frames(sc):
-        from .session import PERSIST, store
-
-        sink = sc.accumulator({}, ReportsParam())
-        out = rdd.mapPartitions(lambda records: fn(records, sink.add),
-                                preservesPartitioning=True).persist(PERSIST)
-        store(out)
-        return out, dict(sink.value)
-
-    def with_reports(records):
-        reports = []
-        yield from fn(records, reports.append)
-        yield from map(Report, reports)
-
-    both = rdd.mapPartitions(with_reports).persist(StorageLevel.DISK_ONLY)
-    both.materialize()
-    merged: dict = {}
-    for row in both.base.where(f"part = {REPORT_PART}").select("payload").collect():
-        merged.update(pickle.loads(row["payload"]))
-    data = FrameRDD(sc, both.base.where(f"part <> {REPORT_PART}"), both.n)
-    data._persist, data._stored = StorageLevel.DISK_ONLY, True
-    return data, merged
-
-
-#: Partial results combined on the driver at once; more are first combined in groups of this
-#: many by tasks (a tree, as ``treeReduce``'s, but in a fixed order).
-TREE_FAN_IN = 16
-
-
-def ordered_sum(rdd, value, op, order=None):
-    """``op`` over ``value(record)`` of every record of ``rdd``, always in the same order:
-    within a partition by ``order(record)`` (as stored when None), then partitions by index,
-    in groups of :data:`TREE_FAN_IN`. ``treeReduce`` combines partitions in the order a
-    shuffle delivers them, so float sums differed in their last bits from run to run, and
-    between a SparkContext and a :class:`FrameContext`; this gives the same bits on both."""
-    def partial(index, records):
-        pairs = [(None if order is None else order(r), value(r)) for r in records]
-        if order is not None:
-            pairs.sort(key=lambda pair: pair[0])
-        if pairs:
-            yield index, functools.reduce(op, (v for _, v in pairs))
-
-    def group(records):
-        records = sorted(records, key=lambda pair: pair[1][0])
-        if records:
-            yield records[0][1][0], functools.reduce(op, (v for _, (_, v) in records))
-
-    partials = rdd.mapPartitionsWithIndex(partial)
-    n = rdd.getNumPartitions()
-    if n > TREE_FAN_IN:
-        groups = -(-n // TREE_FAN_IN)
-        partials = partials.map(lambda pair: (pair[0] // TREE_FAN_IN, pair)) \
-            .partitionBy(groups, lambda key: key).mapPartitions(group)
-    found = sorted(partials.collect(), key=lambda pair: pair[0])
-    if not found:
-        raise InputError("ordered_sum of no records")
-    return functools.reduce(op, (v for _, v in found))
 
 
 def inline_file(files: dict, name: str) -> str:

@@ -22,8 +22,12 @@ GPU_AMOUNTS = ("spark.executor.resource.gpu.amount", "spark.task.resource.gpu.am
 
 def task_gpu_index() -> int | None:
     """The first address of the GPU Spark assigned the running task, as a CUDA device number;
-    None outside a task or when Spark assigned it none."""
-    from pyspark import TaskContext
+    None outside a task, when Spark assigned it none, or where pyspark is not installed (the
+    in-process back end: :mod:`.engine`)."""
+    try:
+        from pyspark import TaskContext
+    except ImportError:
+        return None
 
     context = TaskContext.get()
     if context is None:

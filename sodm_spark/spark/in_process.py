@@ -14,7 +14,7 @@ them: ``runJob`` on some partitions computes those alone), partition by partitio
 order, on the calling thread: the task functions already spread their own work over the cores (BLAS threads, numba's
 threads) as the plan gives them (:attr:`InProcessContext.defaultParallelism` is the cores the
 plan is made for), and a fixed order keeps every float sum's bits as a Spark run's, whose
-order :func:`~.frames.ordered_sum` fixes. Records are never pickled: a task sees the driver's
+order :func:`~.engine.ordered_sum` fixes. Records are never pickled: a task sees the driver's
 objects, so a function must not change the records it is given (none of the Spark layer's
 does; on Spark they would be copies).
 """
@@ -190,7 +190,7 @@ class InProcessRDD(RecordOperations):
     cache = persist
 
     def materialize(self) -> None:
-        """Compute every partition and keep it (``session.store``)."""
+        """Compute every partition and keep it (``engine.store``)."""
         self.persist()
         self._all()
 

@@ -28,7 +28,7 @@ from ..core.validation import check_positive_int
 from ..partition import (deal_positions, kmeans, nearest_center, nearest_landmark,
                          select_landmarks, stratum_offsets)
 from .io import MAX_BLOCK_BYTES, feature_bytes
-from .session import PERSIST, store
+from .engine import PERSIST, store
 
 #: The partitioners :func:`partition_blocks` knows (its docstring says how each deals the rows).
 PARTITIONERS = ("stratified", "random", "kmeans", "dip", "cascade")

@@ -47,7 +47,8 @@ from ..models.expansion import KernelExpansion
 from .io import ROW_ID_SHIFT, numeric_array_column
 from .io.arrow import is_vector_type
 from .memory import executor_cores
-from .frames import context_of, inline_file, partition_count, uses_frames
+from .engine import context_of, partition_count, uses_frames
+from .frames import inline_file
 from .scoring_rows import BatchLayout, checked_rows
 from .session import background_job
 

@@ -10,13 +10,10 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import numpy as np
-import scipy.sparse
-from pyspark import SparkConf, SparkContext, StorageLevel
+from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
-from ..core.sparse_rows import Rows, stack_rows
-from .frames import is_connect
-from .io import Block
+from .engine import is_connect
 
 #: The jobs' logging (conf/log4j2.properties beside the package when it runs from the
 #: repository or the image, else the copy the package ships in conf_defaults/): failed tasks'
@@ -215,67 +212,13 @@ def background_job(spark, action, name: str):
         job.stop()
 
 
-#: Persisted rows (the input, every solved level) go to the executors' local disks, never to the
-#: JVM heap: at 10^6 rows they are gigabytes (600,000 × 784 rows killed a 4 GB driver heap cached
-#: in memory), and the operating system's page cache serves them as fast as memory while it has
-#: room. Solved levels are expensive to recompute, so they are persisted, not dropped.
-PERSIST = StorageLevel.DISK_ONLY
-
-
-def store(rdd) -> None:
-    """Compute a persisted RDD and keep it, counted by the JVM alone: PySpark's ``count``
-    would read every record back into a Python worker, a pass over all the rows (8-10 s at
-    600,000 × 784) just to count them. Records over DataFrames
-    (:class:`~sodm_spark.spark.frames.FrameRDD`) are checkpointed instead."""
-    materialize = getattr(rdd, "materialize", None)
-    if materialize is not None:
-        materialize()
-    else:
-        rdd._jrdd.count()
-
-
-def numpy_to_blocks(sc, X: Rows, y: np.ndarray, n_slices: int | None = None,
-                    first_row_id: int = 0, weights=None):
-    """An RDD of Blocks holding ``X``/``y`` (row ids = row numbers; ``weights``: each row's
-    weight, positive, or None), for driver-side data; ``X`` dense (blocks of float64) or a
-    scipy sparse matrix (blocks of float64 CSR).
-
-    By default one slice per 5,000 rows (at least 2, at most 64): a function of the data only,
-    not of how many executors have registered yet, so the partitioning seeded from these
-    blocks is the same on every run.
-    """
-    n_slices = n_slices or int(np.clip(-(-X.shape[0] // 5000), 2, 64))
-    bounds = np.linspace(0, X.shape[0], n_slices + 1).astype(int)
-    if scipy.sparse.issparse(X):
-        X = X.tocsr().astype(np.float64)
-        X.sum_duplicates()
-
-    def rows(a, b):
-        return X[a:b] if scipy.sparse.issparse(X) else \
-            np.ascontiguousarray(X[a:b], dtype=np.float64)
-
-    pieces = [Block(rows(a, b), np.asarray(y[a:b], np.float64),
-                    np.arange(a, b, dtype=np.int64) + first_row_id,
-                    None if weights is None else np.asarray(weights[a:b], np.float64))
-              for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
-    return sc.parallelize(pieces, len(pieces))
-
-
 def collect_checked(spark, path, fmt, where) -> tuple[np.ndarray, np.ndarray]:
     """All rows of a small CSV or Parquet input on the driver (:func:`collect_blocks`), checked
     first: a NaN, ±inf or too large value is refused naming its file and line (CSV) or its
     partition and row (Parquet), after ``where``."""
+    from .io import collect_blocks
     from .io import check_blocks, read_blocks
 
     blocks, d = read_blocks(spark, path, fmt)
     check_blocks(blocks, d, where=where)
     return collect_blocks(blocks)
-
-
-def collect_blocks(blocks) -> tuple[np.ndarray, np.ndarray]:
-    """All rows of a Block RDD on the driver, in row-id order (small data only)."""
-    pieces = blocks.collect()
-    ids = np.concatenate([b.row_ids for b in pieces])
-    order = np.argsort(ids, kind="stable")
-    return (stack_rows([b.X for b in pieces])[order],
-            np.concatenate([b.y for b in pieces])[order])

@@ -29,6 +29,7 @@ from ..selection.tuning import (DEFAULT_SEARCH_GRID_TEXT, DEFAULT_SEARCH_POINT,
                                 search_sample)
 from .dsvrg.fit import DSVRGFit, DSVRGParams
 from .dsvrg.holdout import fit_calibrated
+from .engine import Engine
 from .gpu import check_gpu_request
 from .memory import check_fit_resources, executor_memory
 from .sodm.fit import FitOptions, fit_sodm
@@ -105,7 +106,7 @@ class Checked:
     row_width: int | float
 
 
-def check_request(sc, params: SODMParams | DSVRGParams) -> None:
+def check_request(sc: Engine, params: SODMParams | DSVRGParams) -> None:
     """What is refused before any row is read: ``device="gpu"`` where neither the driver sees a
     GPU nor the conf asks for executor GPUs (the levels'; DSVRG runs on the CPU whatever it
     says)."""
@@ -113,7 +114,7 @@ def check_request(sc, params: SODMParams | DSVRGParams) -> None:
         check_gpu_request(sc, params.device)
 
 
-def check_rows(sc, blocks, n_features: int, params: SODMParams | DSVRGParams, classes=None, *,
+def check_rows(sc: Engine, blocks, n_features: int, params: SODMParams | DSVRGParams, classes=None, *,
                where: str | None = None, refuse_classes: Callable | None = None,
                dense_itemsize: int = 8) -> Checked:
     """The checks of ``blocks`` before a fit of ``params``, made once whoever fits (the job,
@@ -200,7 +201,7 @@ class ScoredRows:
     validation: tuple | None = None
 
 
-def train(sc, blocks, n_features: int, params: SODMParams | DSVRGParams | Checked,
+def train(sc: Engine, blocks, n_features: int, params: SODMParams | DSVRGParams | Checked,
           classes=None, *, rows: ScoredRows = ScoredRows(), search: Search | None = None,
           progress: Progress = Progress(), refuse_classes: Callable | None = None,
           level_options: FitOptions | None = None) -> Trained:
@@ -272,7 +273,7 @@ def train(sc, blocks, n_features: int, params: SODMParams | DSVRGParams | Checke
                    0.0 if prepared is None else prepared.partition_seconds)
 
 
-def _fit_dsvrg(sc, blocks, params: DSVRGParams, classes, n_features: int, rows: ScoredRows,
+def _fit_dsvrg(sc: Engine, blocks, params: DSVRGParams, classes, n_features: int, rows: ScoredRows,
                on_epoch: Callable | None, timeline: Timeline | None) -> DSVRGFit:
     """DSVRG (SODM paper, Algorithm 2) calibrated on ``rows.validation``, else on a slice held
     out as the levels hold theirs; with a ``timeline``, its stages: ``partitioning`` (until
@@ -297,7 +298,7 @@ def _fit_dsvrg(sc, blocks, params: DSVRGParams, classes, n_features: int, rows: 
     return fit
 
 
-def _search(sc, prepared, params: SODMParams, search: Search, progress: Progress) -> TuneResult:
+def _search(sc: Engine, prepared, params: SODMParams, search: Search, progress: Progress) -> TuneResult:
     """The grid search on the prepared (partitioned) top level, or on a sample of it."""
     n_parts = prepared.parts.getNumPartitions()
     rows = -(-prepared.n_rows // n_parts)
@@ -319,7 +320,8 @@ def _call(callback, *args) -> None:
 
 
 def fit_in_process(X, y, sample_weight=None, *, cores: int | None = None, test=None,
-                   validation=None, **settings):
+                   validation=None, progress: Progress = Progress(),
+                   level_options: FitOptions | None = None, **settings):
     """SODM's levels (DSVRG with ``kernel="linear"``) on rows in memory, without Spark: the
     job's fit (:func:`train`) on :func:`~.in_process.in_process_context`'s back end. ``settings``
     are the job's and ``SODMClassifier``'s parameters by their snake-case names (``levels``,
@@ -327,18 +329,21 @@ def fit_in_process(X, y, sample_weight=None, *, cores: int | None = None, test=N
     same defaults; as the job, a fit given none of γ, λ, θ, v searches them first
     (:meth:`Search.of_defaults`). ``sample_weight``: each row's weight; ``test``,
     ``validation``: (X, y) on the driver (:class:`ScoredRows`); ``cores``: the cores the plan
-    is made for (all by default). Returns the :class:`Trained` (its ``fit`` holds the
+    is made for (all by default); ``progress`` and ``level_options`` as :func:`train` takes
+    them (benchmarks/bench_gpu.py prints the job's lines and records the fit's timeline).
+    Needs no pyspark (:mod:`.engine`). Returns the :class:`Trained` (its ``fit`` holds the
     model)."""
-    from .in_process import in_process_context
-    from .session import numpy_to_blocks
+    from .engine import context_of
+    from .io import numpy_to_blocks
 
     params = fit_params(settings)
     search = None
     if settings.get("kernel") != "linear" and \
             all(settings.get(name) is None for name in ("gamma", "lam", "theta", "v")):
         search = Search.of_defaults()
-    sc = in_process_context(cores)
+    sc = context_of(None, cores)  # no session: the in-process back end
     X = np.asarray(X) if not hasattr(X, "tocsr") else X
     blocks = numpy_to_blocks(sc, X, np.asarray(y, dtype=np.float64), weights=sample_weight)
     return train(sc, blocks, X.shape[1], params, search=search,
-                 rows=ScoredRows(test=test, validation=validation))
+                 rows=ScoredRows(test=test, validation=validation), progress=progress,
+                 level_options=level_options)

@@ -33,6 +33,7 @@ from ..selection.metrics import Evaluation, oriented
 from ..selection.tuning import (MAX_SEARCH_TOL, SEARCH_PARTITION_ROWS, SEARCH_SAMPLE_ROWS,
                                 SEARCH_TOL_FACTOR, GridPoint, ParamGrid, PointSolve,
                                 choose_point, search_partition, search_subsets)
+from .engine import Engine
 from .gpu import task_gpu_index
 from .partitioning import assemble, assembled_weights, partitions_by_key
 from .sodm.params import SODMParams
@@ -231,7 +232,7 @@ def _point_result(point, scores, stats, y_val, coded, params: SODMParams,
                        float(np.mean(visits)) if visits else None)
 
 
-def tune_sodm(sc, prepared: PreparedData, params: SODMParams, grid: ParamGrid,
+def tune_sodm(sc: Engine, prepared: PreparedData, params: SODMParams, grid: ParamGrid,
               on_point=None, keys=None, default: GridPoint | None = None,
               max_rows: int | None = None, pieces: int = 1) -> TuneResult:
     """Score every point of ``grid`` on the prepared top level's partitions (see the module
@@ -345,7 +346,7 @@ def _final_task(pieces, X_val, kernel: Kernel, points: PointList,
         yield scores, stats
 
 
-def final_round(sc, prepared: PreparedData, params: SODMParams, result: TuneResult, keys,
+def final_round(sc: Engine, prepared: PreparedData, params: SODMParams, result: TuneResult, keys,
                 pieces: int) -> TuneResult:
     """The search's second round, in place on ``result``: the :func:`finalists` of the first
     scored again on the same sampled rows cut into pieces of p × SEARCH_PARTITION_ROWS, the

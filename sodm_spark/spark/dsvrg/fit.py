@@ -29,8 +29,6 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import scipy.sparse
-from py4j.protocol import Py4JError
-from pyspark.errors import PySparkException
 
 from ...core import defaults
 from ...core.array_namespace import check_device
@@ -45,7 +43,7 @@ from ...partition import nearest_landmark, partitions_look_like_whole, select_la
 from ...solvers.svrg import row_sq_norms
 from ..partitioning import (LANDMARK_CANDIDATES, Partitioning, partition_blocks,
                             whole_partitions)
-from ..session import PERSIST
+from ..engine import ENGINE_ERRORS, PERSIST
 from .blocks import (ResidentBlocks, drop_everywhere, first_read, input_chunks,
                      keyed_by_first_row, partition_chunks)
 from .epochs import DSVRGTaskSettings, EpochStats, PrimalSetup, initial_w, run_epochs
@@ -348,7 +346,7 @@ def _release(sc, held: _FitResources, resident: bool) -> None:
         try:
             drop_everywhere(sc, held.stores, sorted(set(sum(written, []))),
                             max(sc.defaultParallelism, 1))
-        except (Py4JError, PySparkException) as error:
+        except ENGINE_ERRORS as error:
             # a failed or cancelled cleanup job (classic: a Py4J error; Spark Connect: a
             # PySparkException) must not replace the error the fit may be raising; the files
             # left go with each executor's local directory when it stops

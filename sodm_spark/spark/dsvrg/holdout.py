@@ -19,7 +19,7 @@ from ...core.errors import SettingsError
 from ...core.sparse_rows import stack_rows
 from ...selection.stopping import (exact_share, holdout_mask, holdout_values,
                                    oversampled_share, validation_share)
-from ..session import PERSIST
+from ..engine import PERSIST
 from .fit import DSVRGFit, DSVRGParams, fit_dsvrg
 
 

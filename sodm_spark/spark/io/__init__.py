@@ -37,15 +37,16 @@ from ...data.formats.libsvm import parse_libsvm_line
 from .arrow import (CHUNK_ROWS, batch_matrix, dataframe_to_blocks, numbered_batches,
                     numeric_array_column)
 from .blocks import (DENSE_FROM_DENSITY, MAX_BLOCK_BYTES, ROW_ID_SHIFT, Block, BlockStats,
-                     DataFormatError, DataPathError, bounded_blocks, check_blocks, dense_enough,
-                     error_text, feature_bytes, spark_read)
+                     DataFormatError, DataPathError, bounded_blocks, check_blocks,
+                     collect_blocks, dense_enough, error_text, feature_bytes, numpy_to_blocks,
+                     spark_read)
 from .libsvm import read_libsvm_local
 from .read import (FORMATS, INPUT_SPLIT_BYTES, TableColumns, input_slices, input_statuses,
                    read_blocks)
 from .text_lines import check_csv_cells
 
 __all__ = [
-    "Block", "BlockStats", "DataFormatError", "DataPathError", "FORMATS",
+    "numpy_to_blocks", "collect_blocks", "Block", "BlockStats", "DataFormatError", "DataPathError", "FORMATS",
     "parse_libsvm_line", "read_libsvm_local", "read_blocks", "dataframe_to_blocks",
     "check_blocks", "error_text", "spark_read", "dense_enough", "DENSE_FROM_DENSITY",
     "ROW_ID_SHIFT", "CHUNK_ROWS", "INPUT_SPLIT_BYTES", "input_slices", "batch_matrix",

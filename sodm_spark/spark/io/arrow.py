@@ -15,7 +15,7 @@ import numpy as np
 import scipy.sparse
 
 from ...core.errors import InputError
-from ..frames import context_of, partition_count, rows_of
+from ..engine import context_of, partition_count, rows_of
 from .blocks import (MAX_BLOCK_BYTES, ROW_ID_SHIFT, Block, DataFormatError, feature_bytes,
                      to_feature_dtype)
 

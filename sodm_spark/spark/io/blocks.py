@@ -16,6 +16,7 @@ import scipy.sparse
 from ...core.errors import InputError, SettingsError, error_text
 # DENSE_FROM_DENSITY unused here: spark.io re-exports it from this module
 from ...core.sparse_rows import DENSE_FROM_DENSITY, dense_enough  # noqa: F401
+from ...core.sparse_rows import Rows, stack_rows
 from ...core.validation import max_abs_value
 from ...data.formats.libsvm import csr_to_dense
 
@@ -324,3 +325,39 @@ def check_blocks(blocks_rdd, n_features, max_labels=1000, where=None):
     width = int(n_features) if not any(s[10] for s in summaries) else \
         1.5 * sum(s[9] for s in summaries) / n_rows + 1.0
     return BlockStats(counts, n_rows, width)
+
+
+def numpy_to_blocks(sc, X: Rows, y: np.ndarray, n_slices: int | None = None,
+                    first_row_id: int = 0, weights=None):
+    """An RDD of Blocks holding ``X``/``y`` (row ids = row numbers; ``weights``: each row's
+    weight, positive, or None), for driver-side data; ``X`` dense (blocks of float64) or a
+    scipy sparse matrix (blocks of float64 CSR).
+
+    By default one slice per 5,000 rows (at least 2, at most 64): a function of the data only,
+    not of how many executors have registered yet, so the partitioning seeded from these
+    blocks is the same on every run.
+    """
+    n_slices = n_slices or int(np.clip(-(-X.shape[0] // 5000), 2, 64))
+    bounds = np.linspace(0, X.shape[0], n_slices + 1).astype(int)
+    if scipy.sparse.issparse(X):
+        X = X.tocsr().astype(np.float64)
+        X.sum_duplicates()
+
+    def rows(a, b):
+        return X[a:b] if scipy.sparse.issparse(X) else \
+            np.ascontiguousarray(X[a:b], dtype=np.float64)
+
+    pieces = [Block(rows(a, b), np.asarray(y[a:b], np.float64),
+                    np.arange(a, b, dtype=np.int64) + first_row_id,
+                    None if weights is None else np.asarray(weights[a:b], np.float64))
+              for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+    return sc.parallelize(pieces, len(pieces))
+
+
+def collect_blocks(blocks) -> tuple[np.ndarray, np.ndarray]:
+    """All rows of a Block RDD on the driver, in row-id order (small data only)."""
+    pieces = blocks.collect()
+    ids = np.concatenate([b.row_ids for b in pieces])
+    order = np.argsort(ids, kind="stable")
+    return (stack_rows([b.X for b in pieces])[order],
+            np.concatenate([b.y for b in pieces])[order])

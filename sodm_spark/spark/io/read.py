@@ -14,7 +14,7 @@ import numpy as np
 
 from ...core.errors import SettingsError
 from ...core.validation import max_abs_value
-from ..frames import context_of, is_connect
+from ..engine import context_of, is_connect
 from .arrow import dataframe_to_blocks
 from .blocks import (DataFormatError, DataPathError, check_n_features, check_positive,
                      empty_message, error_text, spark_read)

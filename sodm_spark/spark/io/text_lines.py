@@ -17,7 +17,7 @@ import warnings
 import numpy as np
 
 from ...core.validation import bad_value_rows
-from ..frames import is_connect
+from ..engine import is_connect
 from .blocks import DataFormatError
 
 #: Lines named in a refusal besides the first.

@@ -29,7 +29,7 @@ from ...core.timeline import Timeline, add_stage, timed
 from ...models.compression import SPARSE_KMEANS, local_fit_share, most_points
 from ...selection.compression_choice import BUDGET_SHARE
 from ...selection.stopping import choose_level
-from ..frames import ordered_sum
+from ..engine import Engine, ordered_sum
 from ..memory import executor_memory
 from .checkpoint import LevelCheckpoint, block_fingerprint, merge_fingerprints
 from .global_only import fit_without_levels
@@ -91,7 +91,7 @@ class ChosenLevel:
     # global step
 
 
-def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, validation=None,
+def fit_sodm(sc: Engine, blocks, params: SODMParams, classes, test=None, validation=None,
              prepared: PreparedData | None = None, options: FitOptions | None = None,
              **keywords) -> SODMFit:
     """Fit SODM on ``blocks`` (RDD of (X, y, row_ids) with raw labels from ``classes``), stage
@@ -154,7 +154,7 @@ def fit_sodm(sc, blocks, params: SODMParams, classes, test=None, validation=None
 
 # --- prepare and plan ------------------------------------------------------------------------
 
-def _prepared(sc, blocks, params: SODMParams, classes, test, validation,
+def _prepared(sc: Engine, blocks, params: SODMParams, classes, test, validation,
               prepared: PreparedData | None, options: FitOptions):
     """(the rows prepared, unless a search prepared them: docs/design.md §6, step 3; the
     parameters with the levels the preparation resolved from the rows)."""
@@ -174,7 +174,7 @@ def _prepared(sc, blocks, params: SODMParams, classes, test, validation,
     return prepared, params
 
 
-def _level_checkpoint(sc, prepared: PreparedData, params: SODMParams,
+def _level_checkpoint(sc: Engine, prepared: PreparedData, params: SODMParams,
                       options: FitOptions) -> LevelCheckpoint | None:
     """The checkpoint of the fit's levels (docs/design.md §2.4), or None; one that already
     exists is refused unless the fit resumes it."""
@@ -194,7 +194,7 @@ def _level_checkpoint(sc, prepared: PreparedData, params: SODMParams,
     return checkpoint
 
 
-def _restored_or_partitioned(sc, prepared: PreparedData, params: SODMParams,
+def _restored_or_partitioned(sc: Engine, prepared: PreparedData, params: SODMParams,
                              checkpoint: LevelCheckpoint | None, resume: bool,
                              timeline: Timeline | None = None) -> LevelsSoFar | None:
     """The levels a checkpoint holds, when the fit resumes one (the training rows are then
@@ -212,7 +212,7 @@ def _restored_or_partitioned(sc, prepared: PreparedData, params: SODMParams,
     return None
 
 
-def _level_run(sc, prepared: PreparedData, params: SODMParams, options: FitOptions,
+def _level_run(sc: Engine, prepared: PreparedData, params: SODMParams, options: FitOptions,
                checkpoint: LevelCheckpoint | None, started: float) -> LevelRun:
     """What every level of the fit reads (docs/design.md §6, step 6)."""
     # what a row costs in memory and per kernel entry: its width, or for sparse rows its values

@@ -27,8 +27,8 @@ from ...models.expansion import KernelExpansion
 from ...models.nystroem_passes import RowPasses
 from ...selection.metrics import Evaluation, correct_of, metric_of, paired_difference
 from ...selection.stopping import holdout_values, oversampled_share
-from ..frames import ordered_sum
-from ..session import PERSIST
+from ..engine import ordered_sum
+from ..engine import PERSIST
 from .global_plan import GlobalPlan, plan_global
 from .params import GLOBAL_STEPS
 from .tasks import chunk_order

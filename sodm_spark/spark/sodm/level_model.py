@@ -26,7 +26,7 @@ from ...models.compression import (LOCAL_FIT_ROWS_PER_POINT, candidates_wanted, 
                                    fit_rows_wanted, fitted_model, principal_projection)
 from ...models.expansion import KernelExpansion
 from ..memory import result_limit_mb
-from ..frames import ordered_sum
+from ..engine import ordered_sum
 from .tasks import chunk_order, chunk_support_vectors, partial_scores
 
 if TYPE_CHECKING:

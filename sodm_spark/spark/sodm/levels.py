@@ -25,9 +25,9 @@ from ...core.sparse_rows import stack_rows
 from ...selection.stopping import (NEXT_LEVEL_BLOCKED, REACHED_STOP_LEVEL, WARM_START_OPTIMAL,
                                    level_evaluations, next_level_blocked, seconds_before_fit,
                                    unbeaten_levels, validation_fields)
-from ..frames import map_with_reports
+from ..engine import map_with_reports
 from ..memory import MemoryBudgetError
-from ..session import PERSIST
+from ..engine import PERSIST
 from .checkpoint import LevelCheckpoint, assemble_partition, deal_by_layout
 from .level_model import LocalFit
 from .params import LevelPlan, LevelStats, SODMParams

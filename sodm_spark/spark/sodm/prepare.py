@@ -31,11 +31,11 @@ from ...core.sparse_rows import DENSE_PRODUCT_DENSITY, as_float_rows, dense_enou
 from ...core.weights import BALANCED, class_weights_for, combined_weights
 from ...models import input_projection
 from ...selection.stopping import exact_share, oversampled_share, validation_share
-from ..frames import ordered_sum
+from ..engine import ordered_sum
 from ..io import check_blocks
 from ..memory import executor_memory
 from ..partitioning import landmark_candidates_wanted, partition_blocks
-from ..session import PERSIST
+from ..engine import PERSIST
 from .checkpoint import block_fingerprint, merge_fingerprints
 from .params import SODMParams
 from .plan import auto_level_count, check_levels_fit_rows

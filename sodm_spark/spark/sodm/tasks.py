@@ -8,7 +8,7 @@ most :data:`~sodm_spark.spark.partitioning.CHUNK_BYTES` of rows; y is ±1, or cl
 :func:`solve_partitions` solves each partition's local ODM (Eqn 1 with the partition's own m·c,
 i.e. the block-diagonal problem of Eqn 4) warm-started from its current γ and writes it back as
 chunks, the first carrying the solve's :class:`PartitionStats` (or a report function takes
-them: :func:`~sodm_spark.spark.frames.map_with_reports`); :func:`merge_key`
+them: :func:`~sodm_spark.spark.engine.map_with_reports`); :func:`merge_key`
 merges every p consecutive partitions (k → k // p) by re-keying their chunks and scaling γ, so
 a merge moves chunks and never concatenates them; the rest give a chunk's share of f and its
 support vectors. What every task of a level reads is one frozen :class:`LevelTaskSettings`
@@ -107,7 +107,7 @@ def solve_partitions(records, kernel: Kernel, settings: LevelTaskSettings, level
     """``mapPartitions`` function: every partition of the records solved
     (:func:`solve_partition`) and written back as chunks, its :class:`PartitionStats` on the
     first — or, with ``report``, handed to ``report({key: stats})`` (an accumulator's ``add``,
-    or a report row beside the chunks: :func:`~sodm_spark.spark.frames.map_with_reports`; the
+    or a report row beside the chunks: :func:`~sodm_spark.spark.engine.map_with_reports`; the
     stats then reach the driver without a pass over the solved chunks)."""
     for key, chunks in partitions_by_key(records):
         X, y, ids, gamma = assemble(chunks)
@@ -227,7 +227,7 @@ def chunk_support_vectors(item):
 def chunk_order(item):
     """(partition, order) of a chunk record: its place in the level, however a shuffle
     delivered it (sums over chunks are taken in this order:
-    :func:`~sodm_spark.spark.frames.ordered_sum`)."""
+    :func:`~sodm_spark.spark.engine.ordered_sum`)."""
     return item[0], item[1].order
 
 
