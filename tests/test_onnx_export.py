@@ -146,8 +146,6 @@ def test_binary_probabilities_and_a_model_left_uncalibrated():
     _agrees(model, X)
 
 
-@pytest.mark.skipif(not hasattr(calibration, "IsotonicCalibration"),
-                    reason="this calibration module has no isotonic maps")
 @pytest.mark.parametrize("outputs", [1, 3])
 def test_isotonic_probabilities(outputs):
     X = _rows(8, d=5, shift=0.0, spread=1.0)
@@ -340,8 +338,6 @@ def test_save_onnx_writes_the_file_and_returns_the_outputs(tmp_path):
     assert path.read_bytes() == to_onnx(model).SerializeToString()
 
 
-@pytest.mark.skipif(not hasattr(calibration, "IsotonicCalibration"),
-                    reason="this calibration module has no isotonic maps")
 def test_isotonic_maps_with_one_point_and_a_repeated_last_threshold():
     rng = np.random.default_rng(20)
     model = KernelExpansion(rng.normal(size=(50, 3)), rng.normal(size=(50, 3)),

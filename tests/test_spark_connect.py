@@ -2,6 +2,7 @@
 DataFrames (sodm_spark.spark.frames) against the RDD operations they stand in for, and the
 estimator's fit and transform through a local Spark Connect server against the same fits on
 classic Spark, bit for bit (binary and multi-class levels, DSVRG for the linear kernel)."""
+import importlib.util
 import os
 import subprocess
 import sys
@@ -10,8 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sodm_spark.spark.frames import FrameContext, FrameRDD
 from sodm_spark.spark.engine import map_with_reports
+from sodm_spark.spark.frames import FrameContext, FrameRDD
+
+# The Connect server's tests need grpc (pyspark[connect], which the test extra installs); the
+# DataFrame path's tests need none, and run without it.
+GRPC_MISSING = importlib.util.find_spec("grpc") is None
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -84,8 +89,7 @@ def _write_data(spark, folder: Path) -> None:
             .repartition(3).write.parquet(str(folder / name))
 
 
-@pytest.mark.skipif(pytest.importorskip("grpc", reason="pyspark[connect] is not installed")
-                    is None, reason="pyspark[connect] is not installed")
+@pytest.mark.skipif(GRPC_MISSING, reason="pyspark[connect] is not installed")
 def test_the_estimator_fits_and_transforms_the_same_through_spark_connect(spark, tmp_path):
     """SODMClassifier on a local Spark Connect server: the same support vectors,
     coefficients, raw predictions and predictions as on classic Spark for the levels (two
@@ -132,8 +136,7 @@ def _connect_job(module: str, argv: list[str], cwd: Path) -> str:
     return done.stdout
 
 
-@pytest.mark.skipif(pytest.importorskip("grpc", reason="pyspark[connect] is not installed")
-                    is None, reason="pyspark[connect] is not installed")
+@pytest.mark.skipif(GRPC_MISSING, reason="pyspark[connect] is not installed")
 def test_the_train_and_predict_jobs_give_the_same_model_and_predictions_on_spark_connect(
         spark, tmp_path):
     """sodm-train (its default search first, then the levels) and sodm-predict with
