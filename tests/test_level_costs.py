@@ -208,3 +208,52 @@ def test_the_later_levels_are_within_the_claimed_factor_of_their_measured_second
             if run["case"] in claims["later_levels_within_1.5"]:
                 assert _within(predicted / entry["seconds"], 1.5), (run["case"], entry)
     assert max(abs(math.log(r)) for r in ratios) <= math.log(claims["later_levels_worst_factor"])
+
+
+def test_the_gemm_speed_is_the_fastest_probe(monkeypatch):
+    """A core another process holds for a moment slows one product, not the machine: the
+    speed the plan scales its constants by is the fastest of the probes, timed one by one."""
+    durations = iter([0.40, 0.02, 0.35, 0.50, 0.03, 0.30, 0.45])
+    clock = [0.0]
+
+    def perf_counter():
+        return clock[0]
+
+    def product_done(*_):
+        clock[0] += next(durations)
+
+    class Timed:
+        def __matmul__(self, other):
+            return self
+
+        @property
+        def T(self):
+            return self
+
+    monkeypatch.setattr(plan.time, "perf_counter", perf_counter)
+    monkeypatch.setattr(plan.time, "sleep", lambda seconds: None)
+    calls = []
+    real_random = np.random.default_rng
+
+    class Rng:
+        def __init__(self, seed):
+            self.rng = real_random(seed)
+
+        def random(self, shape, dtype):
+            return Probe(calls)
+
+    class Probe(Timed):
+        def __init__(self, log):
+            self.log = log
+
+        def __matmul__(self, other):
+            self.log.append(1)
+            if len(self.log) > 1:  # the first product warms up, untimed
+                product_done()
+            return self
+
+    monkeypatch.setattr(plan.np.random, "default_rng", Rng)
+    speed = plan.measure_gemm()
+    assert len(calls) == 1 + plan.GEMM_PROBES
+    assert speed == pytest.approx(2 * 512 * 1024 * 784 / 0.02)
+    assert plan.gemm_flops_per_second() == speed
