@@ -143,3 +143,56 @@ def test_the_shipped_job_config_repeats_no_other_default(path):
     flags default to anyway: a run with it and one without fit the same."""
     for key, value in tomllib.loads((ROOT / path).read_text())["train_sodm"].items():
         assert getattr(SODMParams(), key.replace("-", "_")) == value, key
+
+
+def test_the_compression_and_the_search_point_default_alike_everywhere(places):
+    """The compression the job's --max-sv and --compress-method leave unset is the fit's
+    (FitOptions, what fit_in_process and the Spark fits take) and SODMClassifier's Params';
+    the point a search keeps unless beaten is the same in the job, the estimator's tune and
+    fit_in_process (Search.of_defaults), and it is the default grid's."""
+    from sodm_spark.selection.tuning import DEFAULT_SEARCH_GRID_TEXT, DEFAULT_SEARCH_POINT, ParamGrid
+    from sodm_spark.spark.sodm.fit import FitOptions
+    from sodm_spark.spark.train import Search
+
+    options = FitOptions()
+    found = {"job flags": (places["train job flags"]["max_sv"],
+                           places["train job flags"]["compress_method"]),
+             "FitOptions": (options.max_sv, options.compress_method),
+             "SODMClassifier Params": (places["SODMClassifier Params"]["maxSV"],
+                                       places["SODMClassifier Params"]["compressMethod"]),
+             "SODMClassifier keywords": (places["SODMClassifier keywords"]["maxSV"],
+                                         places["SODMClassifier keywords"]["compressMethod"])}
+    assert len(set(found.values())) == 1, found
+    assert SODMClassifier()._level_options() == options
+    assert Search.of_defaults().default == DEFAULT_SEARCH_POINT
+    assert DEFAULT_SEARCH_POINT in ParamGrid.parse(DEFAULT_SEARCH_GRID_TEXT).points()
+    # θ and v are not searched: the point keeps the fit's own
+    assert (DEFAULT_SEARCH_POINT.theta, DEFAULT_SEARCH_POINT.v) == \
+        (places["SODMParams"]["theta"], places["SODMParams"]["v"])
+
+
+#: The solvers' own violation bounds, kept on purpose: a solver called directly (the tests'
+#: brute-force comparisons, the baselines, ODMClassifier's exact path through its own tol)
+#: solves to 1e-3, ten times tighter than the fit's TOL = 1e-2, which the Spark fit, the
+#: search (ten times TOL, at most 1e-2) and the estimators always pass explicitly.
+SOLVER_BOUNDS = {
+    "LocalSolve.violation_tol": ("sodm_spark.solvers.local_solve", "LocalSolve", "violation_tol"),
+    "DCDSettings.violation_tol": ("sodm_spark.solvers.dcd_settings", "DCDSettings",
+                                  "violation_tol"),
+    "PointSolve.violation_tol": ("sodm_spark.selection.tuning", "PointSolve", "violation_tol"),
+    "NewtonSettings.violation_tol": ("sodm_spark.solvers.odm_newton", "NewtonSettings",
+                                     "violation_tol"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SOLVER_BOUNDS))
+def test_a_solver_keeps_its_own_bound_and_the_fit_passes_the_shared_one(name, places):
+    import dataclasses
+    import importlib
+
+    module, cls, field = SOLVER_BOUNDS[name]
+    found = {f.name: f.default for f in dataclasses.fields(getattr(importlib.import_module(module),
+                                                                   cls))}[field]
+    assert found == 1e-3 and found < places["SODMParams"]["tol"]
+    # the fit's solves take SODMParams' tol, not the solver's default
+    assert SODMParams().local_solve.violation_tol == places["SODMParams"]["tol"]

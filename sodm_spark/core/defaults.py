@@ -34,3 +34,17 @@ FIT_INTERCEPT = True
 CLASS_WEIGHT = None  # every row weighs 1 (docs/design.md §1.4)
 CALIBRATION = "sigmoid"  # Platt's: two numbers, fitted well from a few hundred held-out rows
 DEVICE = "auto"  # a GPU where one is visible, else the CPU's numba solvers (§2.10)
+# A fit given none of γ, λ, θ, v (the job without them, SODMClassifier without them,
+# fit_in_process) searches γ and λ first and keeps this point unless another beats it
+# significantly on the validation rows (selection/tuning.py: DEFAULT_SEARCH_POINT): γ twice
+# 'scale' and λ = 1e6, where the search's pieces of 2,500 rows agreed across the data sets
+# measured (docs/jobs.md, "Default hyperparameters"); LAM above is the default of a fit given
+# some of them (and of ODMClassifier), where no search runs.
+SEARCH_GAMMA_SCALE = 2.0
+SEARCH_LAM = 1e6
+# the compression of a levels model (models/compression.py: resolve_max_sv, the validated rule
+# of docs/design.md §2.6): "auto" compresses a model of more than AUTO_ABOVE support vectors,
+# "none" never; a random sample of the support vectors as the candidates' points (k-means
+# kept no more accuracy on the 338,829-SV model measured and took 124 s)
+MAX_SV = "auto"
+COMPRESS_METHOD = "random"

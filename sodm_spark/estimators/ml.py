@@ -22,7 +22,7 @@ from pyspark.ml.linalg import VectorUDT
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DoubleType
 
-from ..core.defaults import FIT_INTERCEPT
+from ..core.defaults import COMPRESS_METHOD, FIT_INTERCEPT, MAX_SV
 from ..core.errors import InputError, SettingsError
 from ..core.validation import shown_classes
 from ..data.storage import join
@@ -30,8 +30,8 @@ from ..models.expansion import KernelExpansion
 from ..selection.tuning import ParamGrid
 from ..spark.dsvrg.fit import DSVRGFit
 from ..spark.io import dataframe_to_blocks
-from ..spark.sodm.params import SODMParams as _D  # its fields' defaults: the keywords'
 from ..spark.engine import context_of
+from ..spark.sodm.params import SODMParams as _D  # its fields' defaults: the keywords'
 from ..spark.train import Search, fit_params, train
 from .ml_params import _make_setters_and_getters, _SODMParams
 from .ml_persistence import ModelWriter, VersionedReadWrite
@@ -85,6 +85,12 @@ class SODMClassifier(Estimator, _SODMParams, VersionedReadWrite):
         (docs/design.md §7; the linear kernel holds its slice out of the rows too).
     fitIntercept : Param
         Linear kernel: fit an unpenalized intercept.
+    maxSV, compressMethod : Param
+        The compression of the levels' model, as the job's ``--max-sv`` and
+        ``--compress-method``: ``auto`` (the default) compresses a model of more than 100,000
+        support vectors where the validation slice keeps its accuracy, ``none`` never, N to at
+        most N points; the points a random sample of the support vectors (``random``), or
+        ``kmeans``, ``landmarks``, ``largest`` (docs/design.md §2.6).
     classWeight, weightCol : Param
         ``balanced`` or ``label:weight`` pairs: each class's rows weighted in every solve
         (levels, search, global step, DSVRG) and in the validation scores (docs/design.md
@@ -130,7 +136,7 @@ class SODMClassifier(Estimator, _SODMParams, VersionedReadWrite):
                  minImprovement=_D.min_improvement, timeBudget=_D.time_budget,
                  globalStep=_D.global_step, globalCentres=_D.global_centres,
                  calibration=_D.calibration, classWeight=_D.class_weight, metric=_D.metric,
-                 weightCol=None):
+                 weightCol=None, maxSV=MAX_SV, compressMethod=COMPRESS_METHOD):
         super().__init__()
         self._set(**self._input_kwargs)
 
@@ -164,8 +170,12 @@ class SODMClassifier(Estimator, _SODMParams, VersionedReadWrite):
         weight_col = self.getOrDefault("weightCol") if self.isDefined("weightCol") else None
         blocks, n_features = dataframe_to_blocks(dataset, self.getFeaturesCol(),
                                                  self.getLabelCol(), weight_col=weight_col or None)
+        # the linear path has no levels to compress: their options reach it only when set,
+        # to be refused in one line
+        options = self._level_options() if isinstance(params, _D) or any(
+            self.isSet(name) for name in ("maxSV", "compressMethod")) else None
         return train(context_of(dataset.sparkSession), blocks, n_features, params,
-                     search=search, refuse_classes=self._refuse_classes)
+                     search=search, refuse_classes=self._refuse_classes, level_options=options)
 
     def _refuse_classes(self, classes):
         """Label values the fit cannot take, refused in the estimator's words."""

@@ -11,7 +11,8 @@ from pyspark.ml.param.shared import (HasFeaturesCol, HasLabelCol, HasMaxIter, Ha
                                      HasProbabilityCol, HasRawPredictionCol, HasSeed, HasTol,
                                      HasWeightCol)
 
-from ..core.defaults import FIT_INTERCEPT
+from ..core.defaults import COMPRESS_METHOD, FIT_INTERCEPT, MAX_SV
+from ..spark.sodm.fit import FitOptions
 from ..spark.sodm.params import SODMParams
 from ..spark.train import sodm_params
 
@@ -22,13 +23,23 @@ def _gamma_converter(value):
     return TypeConverters.toFloat(value)
 
 
+def _max_sv_converter(value):
+    """maxSV: 'auto', 'none' or a number of points (at least 1)."""
+    if isinstance(value, str) and value in ("auto", "none"):
+        return value
+    points = TypeConverters.toInt(value)
+    if points < 1:
+        raise TypeError(f"maxSV must be 'auto', 'none' or a number of points >= 1, got {value!r}")
+    return points
+
+
 def _param(name, converter, doc):
     return Param(Params._dummy(), name, doc, typeConverter=converter)
 
 
 _CONVERTERS = {"text": TypeConverters.toString, "int": TypeConverters.toInt,
                "float": TypeConverters.toFloat, "bool": TypeConverters.toBoolean,
-               "gamma": _gamma_converter}
+               "gamma": _gamma_converter, "maxsv": _max_sv_converter}
 
 # Every ODM/SODM param: its name, its type (a key of _CONVERTERS) and its doc, continued on
 # indented lines; the shared mixins add the columns, tol, maxIter and seed.
@@ -84,6 +95,11 @@ classWeight        text   balanced (each class the same total weight, n / (C·n_
 calibration        text   sigmoid (default: Platt's sigmoid of the decision values), isotonic
                           (a monotone map; needs more rows) or none: class probabilities
                           fitted on the validation slice, the model's probabilityCol
+maxSV              maxsv  auto (default: a model of more than 100,000 support vectors
+                          compressed where the validation slice keeps its accuracy, as the
+                          job's --max-sv), none (every support vector) or N points at most
+compressMethod     text   random (default), kmeans, landmarks or largest: how maxSV chooses a
+                          compression's points
 """
 
 
@@ -112,8 +128,8 @@ class _SODMParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasRawPredictio
     def __init__(self):
         super().__init__()
         defaults = SODMParams()
-        self._setDefault(fitIntercept=FIT_INTERCEPT, **{name: getattr(defaults, _field(name))
-                                               for name in _SODM_PARAM_NAMES})
+        self._setDefault(fitIntercept=FIT_INTERCEPT, maxSV=MAX_SV, compressMethod=COMPRESS_METHOD,
+                         **{name: getattr(defaults, _field(name)) for name in _SODM_PARAM_NAMES})
 
     def _settings(self) -> dict:
         """The Params as :func:`~sodm_spark.spark.train.fit_params` reads them."""
@@ -130,6 +146,11 @@ class _SODMParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasRawPredictio
     def _sodm_params(self) -> SODMParams:
         return sodm_params(self._settings())
 
+    def _level_options(self) -> FitOptions:
+        """The fit's options the Params set: the compression's (maxSV, compressMethod)."""
+        return FitOptions(max_sv=self.getOrDefault("maxSV"),
+                          compress_method=self.getOrDefault("compressMethod"))
+
 
 # pyspark.ml finds Params as class attributes (Params._copy_params reads dir(cls))
 for _name, (_converter, _doc) in _PARAMS.items():
@@ -137,8 +158,11 @@ for _name, (_converter, _doc) in _PARAMS.items():
 del _name, _converter, _doc
 
 # The Params that map one to one onto SODMParams fields (camelCase -> snake_case);
-# fitIntercept belongs to the linear path (DSVRGParams) and is added by _settings.
-_SODM_PARAM_NAMES = tuple(name for name in _PARAMS if name != "fitIntercept") + (
+# fitIntercept belongs to the linear path (DSVRGParams) and is added by _settings; maxSV and
+# compressMethod are the fit's options (_level_options).
+_OPTION_PARAM_NAMES = ("maxSV", "compressMethod")
+_SODM_PARAM_NAMES = tuple(name for name in _PARAMS
+                          if name != "fitIntercept" and name not in _OPTION_PARAM_NAMES) + (
     "tol", "maxIter", "seed")
 
 
@@ -149,8 +173,9 @@ def _field(param_name: str) -> str:
 def _make_setters_and_getters(cls):
     """setX/getX for every param (the shared column, tol, maxIter and seed params included), as
     pyspark.ml classes spell them out by hand; the shared mixins' own getters are kept."""
-    for name in _SODM_PARAM_NAMES + ("fitIntercept", "featuresCol", "labelCol", "predictionCol",
-                                     "rawPredictionCol", "weightCol"):
+    for name in _SODM_PARAM_NAMES + _OPTION_PARAM_NAMES + (
+            "fitIntercept", "featuresCol", "labelCol", "predictionCol", "rawPredictionCol",
+            "weightCol"):
         title = name[0].upper() + name[1:]
 
         def setter(self, value, _name=name):

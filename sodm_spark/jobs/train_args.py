@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 
 from sodm_spark.core.array_namespace import DEVICE_CHOICES
+from sodm_spark.core import defaults
 from sodm_spark.core.defaults import FIT_INTERCEPT
 from sodm_spark.core.weights import canonical_class_weight, parse_class_weight
 from sodm_spark.jobs.train_mlflow import add_mlflow_arguments
@@ -214,12 +215,13 @@ def _tuning_arguments(parser) -> None:
 
 def _output_arguments(parser) -> None:
     """What the job writes, and where it runs."""
-    parser.add_argument("--max-sv", type=max_sv_arg, default="auto", metavar="N|auto|none",
+    parser.add_argument("--max-sv", type=max_sv_arg, default=defaults.MAX_SV, metavar="N|auto|none",
                         help="compress the model to at most N points (reduced-set projection "
                         "of f, before it reaches the driver; reported on the validation and "
                         f"test rows before and after). Default 'auto': above {AUTO_ABOVE:,} "
                         f"support vectors, {AUTO_POINTS:,} points; 'none' keeps every one")
-    parser.add_argument("--compress-method", choices=COMPRESSION_METHODS, default="random",
+    parser.add_argument("--compress-method", choices=COMPRESSION_METHODS,
+                        default=defaults.COMPRESS_METHOD,
                         help="how --max-sv chooses its points: a random sample of the support "
                         "vectors (default), k-means centres of them, Eqn 8 landmarks, or the "
                         "largest |coefficients|")

@@ -29,6 +29,7 @@ from typing import Protocol
 import numpy as np
 import scipy.sparse
 
+from ..core import defaults
 from ..core.kernels import Kernel, operand_rows
 from ..core.sparse_rows import as_float_rows
 from ..core.validation import check_odm_params
@@ -81,7 +82,8 @@ class GridPoint:
                 "v": self.v}
 
 
-DEFAULT_SEARCH_POINT = GridPoint(gamma_scale=2.0, lam=1e6, theta=0.1, v=0.2)
+DEFAULT_SEARCH_POINT = GridPoint(gamma_scale=defaults.SEARCH_GAMMA_SCALE, lam=defaults.SEARCH_LAM,
+                                 theta=defaults.THETA, v=defaults.V)
 
 
 @dataclass(frozen=True)

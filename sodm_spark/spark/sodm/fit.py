@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
+from ...core import defaults
 from ...core.errors import SettingsError
 from ...core.labels import coded_classes
 from ...core.sparse_rows import as_float_rows, stack_rows
@@ -65,8 +66,9 @@ class FitOptions:
     on_plan: Callable | None = None  # called with each plan (LevelPlan, GlobalPlan) before
     checkpoint_dir: object = None  # where every finished level is recorded; None: nowhere
     resume: bool = False  # continue from the last level checkpoint_dir holds
-    max_sv: object = None  # "auto", "none"/None or N (models.compression.resolve_max_sv)
-    compress_method: str = "random"  # how a compression chooses its points
+    # "auto", "none"/None or N (models.compression.resolve_max_sv); the job's default
+    max_sv: object = defaults.MAX_SV
+    compress_method: str = defaults.COMPRESS_METHOD  # how a compression chooses its points
     test_every_level: bool | None = None  # None: when cheap (TEST_EVERY_LEVEL_WORK)
     # records the fit's stages (docs/design.md §6: the preparation's, the partitioning, each
     # level, the global step, the compression, the test scoring, the calibration); None: none
