@@ -185,3 +185,29 @@ def test_multi_class_columns_evaluator_cross_validator_and_save_load(spark, tmp_
     assert len(cv_model.avgMetrics) == 2 and all(0.25 < m <= 1.0 for m in cv_model.avgMetrics)
     with pytest.raises(ValueError, match="DSVRG, a binary classifier"):
         SODMClassifier(kernel="linear").fit(train)
+
+
+def test_max_sv_compresses_the_fit_as_the_jobs_flag_does(spark, frames):
+    """maxSV and compressMethod reach the fit as the job's --max-sv and --compress-method: the
+    same seeded fit through fit_sodm's options gives the same model, and an invalid value is
+    refused when it is set."""
+    from sodm_spark.spark.engine import context_of
+    from sodm_spark.spark.io import dataframe_to_blocks
+    from sodm_spark.spark.sodm.fit import FitOptions
+    from sodm_spark.spark.train import fit_params, train
+
+    train_df, _, X_test, _ = frames
+    estimator = SODMClassifier(levels=1, gamma=0.5, lam=100.0, seed=2, maxSV=12,
+                               compressMethod="largest")
+    assert estimator.getMaxSV() == 12 and estimator.getCompressMethod() == "largest"
+    model = estimator.fit(train_df)
+    blocks, d = dataframe_to_blocks(train_df, "features", "label")
+    direct = train(context_of(spark), blocks, d, fit_params(estimator._settings()),
+                   level_options=FitOptions(max_sv=12, compress_method="largest")).fit
+    np.testing.assert_array_equal(model.expansion.coef, direct.model.coef)
+    assert direct.compression is not None and direct.compression["max_sv"] == 12
+    uncompressed = SODMClassifier(levels=1, gamma=0.5, lam=100.0, seed=2, maxSV="none").fit(train_df)
+    assert model.expansion.support_vectors.shape[0] <= \
+        uncompressed.expansion.support_vectors.shape[0]
+    with pytest.raises(TypeError, match="maxSV"):
+        SODMClassifier(maxSV=0)

@@ -83,7 +83,7 @@ def test_the_linear_kernel_takes_no_search_nor_level_options():
     with pytest.raises(ValueError, match="a search cannot apply"):
         train(None, None, 3, DSVRGParams(), search=Search())
     with pytest.raises(ValueError, match="max_sv cannot apply"):
-        train(None, None, 3, DSVRGParams(), level_options=FitOptions(max_sv="auto"))
+        train(None, None, 3, DSVRGParams(), level_options=FitOptions(max_sv=5000))
 
 
 def test_the_classes_a_fit_takes():

@@ -79,12 +79,10 @@ PRIOR_MULTICLASS_SECONDS_PER_ENTRY = 0.171e-9
 #: fewer on larger partitions); no one number is within 1.5 of them all. 40 makes the worst
 #: of the six data sets' first levels 3.2 times off, either way (docs/results/level_costs.json).
 #: Ten classes (joint plain sweeps): 172, Fashion-MNIST's ten classes at the default point.
-#: These are the prior of a fit given its hyperparameters; after a search the first level takes
-#: the visits its chosen point needed (:func:`searched_visits`): on pieces of about the level's
-#: partitions' size a solve needs about as many sweeps (New York flights at λ = 1e5: 43 on
-#: 2,500 rows and 21 on 10,000 in the search, 47 on the level's 3,581 and 21 on 10,743;
-#: 60,000 Fashion-MNIST rows: 34 on 10,000, 27 on one partition of 53,920), and only the
-#: search counts how many of a sweep's rows are active (0.44 of Fashion-MNIST's).
+#: The prior of a fit given its hyperparameters; after a search the first level takes the
+#: visits its chosen point needed (:func:`searched_visits`): pieces near the partitions' size
+#: need about as many sweeps (New York flights, λ = 1e5: 43 on 2,500 rows and 21 on 10,000 in
+#: the search, 47 on 3,581 and 21 on 10,743 in the levels), and the search counts them.
 PRIOR_ACTIVE_SWEEPS = 40.0
 PRIOR_MULTICLASS_SWEEPS = 172.0
 #: The share of a partition's rows active in a sweep, on average over its sweeps (shrinking):
