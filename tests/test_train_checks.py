@@ -18,7 +18,7 @@ from sodm_spark.data.datasets import make_nonlinear  # noqa: E402
 from sodm_spark.spark import train as entry  # noqa: E402
 from sodm_spark.spark.dsvrg.fit import DSVRGParams  # noqa: E402
 from sodm_spark.spark.memory import MemoryBudgetError  # noqa: E402
-from sodm_spark.spark.session import numpy_to_blocks  # noqa: E402
+from sodm_spark.spark.io import numpy_to_blocks  # noqa: E402
 from sodm_spark.spark.sodm.params import SODMParams  # noqa: E402
 from sodm_spark.spark.sodm.plan import auto_level_count  # noqa: E402
 
