@@ -21,8 +21,6 @@ import argparse
 import json
 import multiprocessing
 import os
-import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -34,6 +32,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from sodm_spark.core.array_namespace import resolve_device  # noqa: E402
 from sodm_spark.core.errors import InputError, SettingsError  # noqa: E402
+from sodm_spark.benchmarking.records import git_state, machine_record  # noqa: E402
 from sodm_spark.core.timeline import Timeline  # noqa: E402
 from sodm_spark.data.big_data import DEFORM_CHUNK, deformed_fashion_mnist  # noqa: E402
 from sodm_spark.data.datasets import FASHION_MNIST_DIR, load_fashion_mnist  # noqa: E402
@@ -60,14 +59,6 @@ def generate(rows: int, root, workers: int):
             parts = pool.map(_chunk, ranges)
     return (np.concatenate([part[0] for part in parts]),
             np.concatenate([part[1] for part in parts]).astype(np.float64))
-
-
-def _commit() -> str | None:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                              cwd=Path(__file__).resolve().parents[1], check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
 
 
 def parse_args(argv=None):
@@ -119,9 +110,9 @@ def main(argv=None) -> int:
     show_timeline(timeline)
     described = device.describe() if device is not None else "the numba solvers (CPU)"
     record = {
-        "command": " ".join([sys.executable, *sys.argv]), "commit": _commit(),
-        "machine": {"device": described, "cpus": os.cpu_count(),
-                    "platform": platform.platform()},
+        "command": " ".join([sys.executable, *sys.argv]),
+        "git": git_state(Path(__file__).resolve().parents[1]),
+        "machine": {**machine_record(), "device": described},
         "rows": int(X.shape[0]), "features": int(X.shape[1]), "test_rows": int(X_test.shape[0]),
         "generate_seconds": generated, "work_seconds": fit.train_seconds,
         "test_accuracy": fit.test_accuracy,

@@ -44,4 +44,4 @@ def test_the_gpu_benchmark_runs_the_jobs_fit_on_the_device_path(tmp_path, capsys
     assert record["test_rows"] == 10_000 and 0.85 < record["test_accuracy"] <= 1.0
     stages = [stage["stage"] for stage in record["timeline"]["stages"]]
     assert "search" in stages and "level 1" in stages
-    assert record["work_seconds"] > 0 and record["machine"]["device"]
+    assert "work_seconds" in record and record["machine"]["device"] and record["git"]["commit"]

@@ -105,9 +105,9 @@ def context_of(spark=None, cores: int | None = None):
     SparkContext of a classic session (unless :data:`RECORDS_ENV` is ``frames``); else a
     :class:`~.frames.FrameContext` (Spark Connect)."""
     if spark is None:
-        from .in_process import InProcessContext
+        from .in_process import in_process_context
 
-        return InProcessContext(cores, {})
+        return in_process_context(cores)
     if is_connect(spark) or os.environ.get(RECORDS_ENV, "rdd") == "frames":
         from .frames import FrameContext
 
