@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -33,8 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "jobs"))
 from bench_defaults import files_for  # noqa: E402
 from job_runs import submit  # noqa: E402
 
+from sodm_spark.benchmarking.stopping_report import judge, totals  # noqa: E402
 from sodm_spark.data.datasets import DatasetUnavailable  # noqa: E402
-from sodm_spark.selection.stopping import StopRule, replay  # noqa: E402
+from sodm_spark.selection.stopping import StopRule  # noqa: E402
 from sodm_spark.spark.sodm.params import SODMParams  # noqa: E402
 
 DATASETS = ("fashion-mnist", "fashion-mnist-10", "letter", "satellite", "shuttle", "nonlinear")
@@ -71,22 +71,6 @@ def run_every_level(name: str, seed: int, work_dir: Path, master: str) -> dict:
             "whole_seconds": timeline.get("whole"), "wall_seconds": wall}
 
 
-def judge(run: dict, rule: StopRule, cores: int) -> dict:
-    """The rule replayed on one run: the levels it solves, its model, and what that costs."""
-    levels = run["levels"]
-    solved, chosen, reason = replay(levels, run["validation_rows"], rule, cores)
-    test = {entry["level"]: entry["test_accuracy"] for entry in levels}
-    hindsight = max(test, key=lambda level: (test[level], -level))  # ties: the cheaper level
-    fixed = run["tuning_seconds"] + run["partition_seconds"]
-    every = fixed + sum(entry["seconds"] for entry in levels)
-    spent = fixed + sum(entry["seconds"] for entry in levels[:len(solved)])
-    return {"dataset": run["dataset"], "seed": run["seed"], "stopped_after": solved[-1],
-            "chosen": chosen, "reason": reason, "best": hindsight,
-            "accuracy": test[chosen], "best_accuracy": test[hindsight],
-            "lost_points": 100 * (test[hindsight] - test[chosen]),
-            "seconds": spent, "every_level_seconds": every}
-
-
 def report(judged: list[dict]) -> dict:
     """The table per data set (seeds pooled) and the totals; returns the totals."""
     print(f"{'data set':<18} {'seeds':>5} {'stop after':>10} {'model':>6} {'best':>5} "
@@ -95,25 +79,20 @@ def report(judged: list[dict]) -> dict:
     for row in judged:
         by_set.setdefault(row["dataset"], []).append(row)
     for name, rows in by_set.items():
-        spent = sum(r["seconds"] for r in rows)
-        every = sum(r["every_level_seconds"] for r in rows)
+        part = totals(rows)
         print(f"{name:<18} {len(rows):>5} "
               f"{','.join(str(r['stopped_after']) for r in rows):>10} "
               f"{','.join(str(r['chosen']) for r in rows):>6} "
               f"{','.join(str(r['best']) for r in rows):>5} "
-              f"{max(r['lost_points'] for r in rows):>8.2f} "
-              f"{statistics.mean(r['lost_points'] for r in rows):>9.3f} "
-              f"{spent:>7.1f} {every:>8.1f} {spent / every:>6.2f}")
-    totals = {"lost_points_max": max(r["lost_points"] for r in judged),
-              "lost_points_mean": statistics.mean(r["lost_points"] for r in judged),
-              "seconds": sum(r["seconds"] for r in judged),
-              "every_level_seconds": sum(r["every_level_seconds"] for r in judged)}
-    totals["share"] = totals["seconds"] / totals["every_level_seconds"]
+              f"{part['lost_points_max']:>8.2f} {part['lost_points_mean']:>9.3f} "
+              f"{part['seconds']:>7.1f} {part['every_level_seconds']:>8.1f} "
+              f"{part['share']:>6.2f}")
+    whole = totals(judged)
     print(f"{'all':<18} {len(judged):>5} {'':>10} {'':>6} {'':>5} "
-          f"{totals['lost_points_max']:>8.2f} {totals['lost_points_mean']:>9.3f} "
-          f"{totals['seconds']:>7.1f} {totals['every_level_seconds']:>8.1f} "
-          f"{totals['share']:>6.2f}")
-    return totals
+          f"{whole['lost_points_max']:>8.2f} {whole['lost_points_mean']:>9.3f} "
+          f"{whole['seconds']:>7.1f} {whole['every_level_seconds']:>8.1f} "
+          f"{whole['share']:>6.2f}")
+    return whole
 
 
 def main(argv=None) -> int:
