@@ -219,3 +219,19 @@ def summary_row(record: dict, label: str, peer: str, job: str = "job") -> str:
 SUMMARY_HEADER = ("| data | SODM job: test accuracy | whole s | peer | peer: test accuracy | "
                   "fit s | job whole / peer fit | wins |\n| --- | --- | --- | --- | --- | --- "
                   "| --- | --- |")
+
+
+def input_map_values(record: dict, prefix: str, method: str = "job") -> dict[str, str]:
+    """The input map of ``method``'s median run: the features it read, the principal
+    components it kept, their share of the variance and how far the projected kernel was from
+    the raw one on sample pairs (``PREFIX.features``, ``.components``, ``.variance``,
+    ``.difference``); none where the run had no map."""
+    run = median_run(_size(record), method)
+    mapped = None if run is None else run.get("input_map")
+    if not mapped:
+        return {}
+    return {f"{prefix}.rows": f"{_size(record)['rows']:,}",
+            f"{prefix}.features": f"{mapped['features']:,}",
+            f"{prefix}.components": f"{mapped['components']:,}",
+            f"{prefix}.variance": f"{100 * mapped['variance_kept']:.1f}%",
+            f"{prefix}.difference": f"{100 * mapped['mean_relative_difference']:.1f}%"}
