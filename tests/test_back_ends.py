@@ -1,7 +1,10 @@
-"""The in-process back end (sodm_spark.spark.in_process) against classic Spark: its records land
-where the RDD operations put them, and the same seeded fits (the levels of two and three
-classes, weights, a search, the global step, DSVRG for the linear kernel) give the same models,
-bit for bit, as on a local[2] SparkContext."""
+"""The three back ends of the fit (sodm_spark.spark.engine.context_of): classic Spark (RDDs),
+DataFrames (sodm_spark.spark.frames, the path of a Spark Connect session, here over the local
+session's DataFrames) and in-process (sodm_spark.spark.in_process). Their records land where
+the RDD operations put them, and the same seeded fits (the levels of two and three classes,
+weights, a search, the global step, DSVRG for the linear kernel, a fit resumed from the
+checkpoint of an interrupted level) give the same models, bit for bit, on all three.
+tests/test_spark_connect.py runs the estimator and the jobs through a real Connect server."""
 import subprocess
 import sys
 from dataclasses import fields, is_dataclass
@@ -12,7 +15,9 @@ from sklearn.datasets import make_classification
 
 from sodm_spark.spark.io import numpy_to_blocks
 from sodm_spark.spark.engine import map_with_reports, ordered_sum
+from sodm_spark.spark.frames import FrameContext
 from sodm_spark.spark.in_process import InProcessContext, in_process_context
+from sodm_spark.spark.sodm.fit import FitOptions
 from sodm_spark.spark.train import ScoredRows, Search, fit_in_process, fit_params, train
 
 #: name: (classes, with weights, the fit's settings)
@@ -24,6 +29,10 @@ FITS = {
     "global step": (2, False, {"levels": 2, "seed": 3, "gamma": 0.2, "lam": 100.0,
                                "global_step": "always", "stop_level": 1}),
     "linear": (2, False, {"kernel": "linear", "seed": 3}),
+    # interrupted after level 2 (stop_level=2 stands for the killed driver), then resumed from
+    # its checkpoint: tests/test_faults.py kills a real driver
+    "resume": (2, True, {"levels": 2, "seed": 3, "gamma": 0.2, "lam": 100.0,
+                         "auto_stop": False}),
 }
 
 
@@ -84,12 +93,21 @@ def _data(classes: int, weighted: bool):
     return X, y, weights, (X_test, y_test)
 
 
-def _fit(sc, name):
+def _fit(sc, name, checkpoint=None, interrupted=True):
     classes, weighted, settings = FITS[name]
     X, y, weights, test = _data(classes, weighted)
-    blocks = numpy_to_blocks(sc, X, y, weights=weights)
-    return train(sc, blocks, X.shape[1], fit_params(settings), rows=ScoredRows(test=test),
-                 search=Search.of_defaults() if name == "search" else None)
+
+    def run(settings, options=None):
+        return train(sc, numpy_to_blocks(sc, X, y, weights=weights), X.shape[1],
+                     fit_params(settings), rows=ScoredRows(test=test),
+                     search=Search.of_defaults() if name == "search" else None,
+                     level_options=options)
+
+    if name != "resume" or not interrupted:
+        return run(settings)
+    interrupted = run(dict(settings, stop_level=2), FitOptions(checkpoint_dir=checkpoint))
+    assert [entry.level for entry in interrupted.fit.levels] == [2]
+    return run(settings, FitOptions(checkpoint_dir=checkpoint, resume=True))
 
 
 def _arrays(value, path="model"):
@@ -109,12 +127,28 @@ def _arrays(value, path="model"):
         yield path, value
 
 
+#: the back ends against classic Spark: what context_of gives without a session, and the
+#: DataFrame path a Connect session takes
+BACK_ENDS = {"in-process": lambda spark: in_process_context(2),
+             "frames": lambda spark: FrameContext(spark)}
+
+
 @pytest.mark.parametrize("name", list(FITS))
-def test_the_in_process_fit_is_the_classic_fit_bit_for_bit(spark, name):
-    classic = _fit(spark.sparkContext, name)
-    local = _fit(in_process_context(2), name)
-    assert local.params == classic.params
-    expected, found = dict(_arrays(classic.fit.model)), dict(_arrays(local.fit.model))
+def test_the_back_ends_fit_the_classic_model_bit_for_bit(spark, name, tmp_path):
+    classic = _fit(spark.sparkContext, name, tmp_path / "classic")
+    if name == "resume":  # the resumed fit is the uninterrupted one
+        whole = _fit(spark.sparkContext, name, interrupted=False)
+        assert [e.level for e in classic.fit.levels] == [e.level for e in whole.fit.levels] \
+            == [2, 1, 0]
+        _assert_same(whole, classic, name)
+    for back_end, context in BACK_ENDS.items():
+        other = _fit(context(spark), name, tmp_path / back_end)
+        _assert_same(classic, other, name)
+
+
+def _assert_same(classic, other, name):
+    assert other.params == classic.params
+    expected, found = dict(_arrays(classic.fit.model)), dict(_arrays(other.fit.model))
     assert found.keys() == expected.keys()
     for path, value in expected.items():
         if isinstance(value, np.ndarray):
@@ -122,17 +156,17 @@ def test_the_in_process_fit_is_the_classic_fit_bit_for_bit(spark, name):
         else:
             assert found[path] == value, path
     if name == "linear":  # DSVRG's primal
-        assert np.array_equal(local.fit.w, classic.fit.w)
-        assert local.fit.intercept == classic.fit.intercept
-        assert [e.objective for e in local.fit.epochs] == [e.objective for e in classic.fit.epochs]
+        assert np.array_equal(other.fit.w, classic.fit.w)
+        assert other.fit.intercept == classic.fit.intercept
+        assert [e.objective for e in other.fit.epochs] == [e.objective for e in classic.fit.epochs]
     else:
-        assert local.fit.test_accuracy == classic.fit.test_accuracy
+        assert other.fit.test_accuracy == classic.fit.test_accuracy
     if name == "global step":
-        assert local.fit.global_step["ran"] and \
-            local.fit.global_step["validation_accuracy"] == \
+        assert other.fit.global_step["ran"] and \
+            other.fit.global_step["validation_accuracy"] == \
             classic.fit.global_step["validation_accuracy"]
     if name == "search":
-        assert [p.validation_accuracy for p in local.search.points] == \
+        assert [p.validation_accuracy for p in other.search.points] == \
             [p.validation_accuracy for p in classic.search.points]
 
 
