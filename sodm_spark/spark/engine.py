@@ -178,7 +178,7 @@ def map_with_reports(sc, rdd, fn):
     from .frame_rdd import REPORT_PART, FrameRDD, Report
 
     def with_reports(records):
-        reports = []
+        reports: list = []
         yield from fn(records, reports.append)
         yield from map(Report, reports)
 
@@ -208,7 +208,7 @@ def ordered_sum(rdd, value, op, order=None):
     def partial(index, records):
         pairs = [(None if order is None else order(r), value(r)) for r in records]
         if order is not None:
-            pairs.sort(key=lambda pair: pair[0])
+            pairs.sort(key=lambda pair: pair[0])  # type: ignore[arg-type,return-value]
         if pairs:
             yield index, functools.reduce(op, (v for _, v in pairs))
 

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from pyspark import StorageLevel
 
 from ..core.errors import InputError
+from .task import task_partition
 
 #: One record a row: ``part`` the partition it belongs to after an exact shuffle (``salt`` the
 #: value hashed to reach it), ``src`` and ``seq`` where it came from (the order kept within).
@@ -34,9 +35,8 @@ def _task(pending, assign=None, salts=None, raw=False):
     partition's records, each output record one row (its ``part`` from ``assign``)."""
     def run(batches):
         import pyarrow as pa
-        from pyspark import TaskContext
 
-        index = TaskContext.get().partitionId()
+        index = task_partition()
         records = _records(batches, raw)
         out = records if pending is None else pending(index, records)
         for position, record in enumerate(out):

@@ -36,17 +36,17 @@ import tempfile
 import uuid
 from contextlib import suppress
 
+from .task import task_partition
 from .frame_rdd import SCHEMA, FrameRDD
 
 
 def _probed_partitions(df) -> int:
     def index(batches):
         import pyarrow as pa
-        from pyspark import TaskContext
 
         for _ in batches:
             pass
-        yield pa.RecordBatch.from_pydict({"index": [TaskContext.get().partitionId()]})
+        yield pa.RecordBatch.from_pydict({"index": [task_partition()]})
 
     return 1 + int(df.mapInArrow(index, "index long").agg({"index": "max"}).first()[0])
 

@@ -48,6 +48,7 @@ from .io import ROW_ID_SHIFT, numeric_array_column
 from .io.arrow import is_vector_type
 from .memory import executor_cores
 from .engine import context_of, partition_count, uses_frames
+from .task import task_partition
 from .frames import inline_file
 from .scoring_rows import BatchLayout, checked_rows
 from .session import background_job
@@ -221,10 +222,9 @@ def _score_batches(spec, layout: BatchLayout, precision, classes, block_bytes, t
     """
     @reported_to_driver  # a refused row fails the job with its own message
     def score(batches):
-        from pyspark import TaskContext
         from threadpoolctl import threadpool_limits
 
-        with threadpool_limits(threads[TaskContext.get().partitionId()]):
+        with threadpool_limits(threads[task_partition()]):
             yield from score_limited(batches)
 
     def score_limited(batches):

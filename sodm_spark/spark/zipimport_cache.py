@@ -38,7 +38,7 @@ def _make_invalidate(reread):
         reread(self)
         self.__dict__[_STAMP] = stamp
 
-    invalidate_caches.sodm_rereads_changed_archives_only = True
+    setattr(invalidate_caches, "sodm_rereads_changed_archives_only", True)  # noqa: B010 (a function's own mark)
     return invalidate_caches
 
 

@@ -16,6 +16,7 @@ import scipy.sparse
 
 from ...core.errors import InputError
 from ..engine import context_of, partition_count, rows_of
+from ..task import task_partition
 from .blocks import (MAX_BLOCK_BYTES, ROW_ID_SHIFT, Block, DataFormatError, feature_bytes,
                      to_feature_dtype)
 
@@ -105,9 +106,8 @@ def numbered_batches(batches):
     """This ``mapInArrow`` task's non-empty record batches as ``(batch, first_id, first_row)``:
     the row id of the batch's first row, ``(partition << ROW_ID_SHIFT) + row``, and that row's
     number within the partition."""
-    from pyspark import TaskContext
 
-    base = TaskContext.get().partitionId() << ROW_ID_SHIFT
+    base = task_partition() << ROW_ID_SHIFT
     local = 0
     for batch in batches:
         n = batch.num_rows
@@ -163,7 +163,8 @@ def _arrow_to_payloads(kind, d, chunk_rows, dtype=np.float64, weighted=False):
 def _payloads_to_blocks(rows):
     """One partition's payload rows -> Blocks of at most MAX_BLOCK_BYTES (consecutive payloads
     joined while they fit)."""
-    pending, size = [], 0
+    pending: list = []
+    size = 0
     for row in rows:
         part = _deserialize_block(row[0])
         nbytes = feature_bytes(part.X)

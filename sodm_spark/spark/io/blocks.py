@@ -202,8 +202,11 @@ def too_wide_error(where, index, problem, advice=None, path=None, line=None):
 
 def _summarize_blocks(n_features, max_labels):
     def summarize(index, blocks):
-        n_rows, n_bad, bad_ids, counts, problem = 0, 0, [], {}, None
-        n_huge, huge_ids, largest = 0, [], 0.0
+        n_rows, n_bad, problem = 0, 0, None
+        bad_ids: list = []
+        counts: dict | None = {}  # None once there are more label values than max_labels
+        n_huge, largest = 0, 0.0
+        huge_ids: list = []
         n_values, any_sparse = 0, False
         for block in blocks:
             X, y, ids = block[:3]
@@ -311,7 +314,7 @@ def check_blocks(blocks_rdd, n_features, max_labels=1000, where=None):
             f", whose squares overflow the kernels to NaN: {_shown_ids(summaries, 7, n_huge)} "
             "(0-based). Rescale those features (e.g. divide each column by its largest "
             "magnitude), or, if they are placeholders for missing values, remove those rows.")
-    counts = {}
+    counts: dict | None = {}
     for summary in summaries:
         if summary[4] is None or counts is None:
             counts = None

@@ -47,7 +47,8 @@ def line_locations(text_rdd, path, statuses, line_counts):
         files = [path] * len(line_counts)  # one file: partitions are its consecutive ranges
     else:
         files = split_files(text_rdd)
-    locations, seen_in_file, global_offset = [], {}, 0
+    locations, global_offset = [], 0
+    seen_in_file: dict = {}
     for i, n_lines in enumerate(line_counts):
         if files is None:
             locations.append((path, None, global_offset))

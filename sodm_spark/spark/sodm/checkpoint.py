@@ -241,7 +241,7 @@ def deal_by_layout(item, lookup_ids, lookup_keys, lookup_positions):
 
 def assemble_partition(records, gammas):
     """The (key, Chunk) records of each key's rows in checkpointed order, with its γ."""
-    groups = {}
+    groups: dict = {}
     for key, piece in records:
         groups.setdefault(key, []).append(piece)
     for key in sorted(groups):
