@@ -144,12 +144,13 @@ class Kernel:
     uses_gamma: ClassVar[bool] = True
     #: A function of the squared distance ‖x − z‖² = ‖x‖² + ‖z‖² − 2 x·z: its block needs the
     #: rows' squared norms, and it is unchanged by a translation or a rotation of the rows (so
-    #: the fits may centre the rows and project them onto principal directions, §2.8).
+    #: the fits may centre the rows and project them onto principal directions: docs/design.md
+    #: §2.8).
     radial: ClassVar[bool] = False
     #: A positive function of x − z with k(x, x) = 1: every value in (0, 1] (before the offset).
     stationary: ClassVar[bool] = False
     #: The kernel at s·γ is the elementwise s-th power of the kernel at γ (γ scales an exponent):
-    #: the hyperparameter search computes one matrix for every γ multiple.
+    #: the hyperparameter search computes one matrix for all its γ multiples.
     gamma_scales_as_power: ClassVar[bool] = False
     #: Positive semi-definite for every parameter value: |k(x, z)| ≤ √(k(x, x) k(z, z)).
     positive_semidefinite: ClassVar[bool] = False
@@ -209,7 +210,7 @@ class Kernel:
         ``degree`` and ``coef0``."""
 
     def to_dict(self) -> dict[str, Any]:
-        """The kernel on disk: its name and the five parameters (saved models, ONNX metadata)."""
+        """The kernel on disk: its five fields by name (saved models, the ONNX metadata)."""
         return {"name": self.name, "gamma": self.gamma, "degree": self.degree, "coef0": self.coef0,
                 "offset": self.offset}
 

@@ -91,8 +91,7 @@ def _problem_arguments(parser) -> None:
     parser.add_argument("--input-map", choices=INPUT_MAPS, default=DEFAULTS.input_map,
                         help="auto (default): dense rows of at least "
                         f"{input_projection.MIN_FEATURES} features and a radial kernel (rbf, "
-                        "matern) are "
-                        "fitted on the principal components that keep "
+                        "matern) are fitted on the principal components that keep "
                         f"{input_projection.VARIANCE_KEPT * 100:.0f}%% of the variance when they are "
                         "at most a third of the features (the model stores the map); none: "
                         "always the features themselves")

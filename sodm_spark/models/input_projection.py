@@ -8,7 +8,7 @@ products. Wide image-like rows lie close to a subspace: on Fashion-MNIST 175 pri
 directions of 4,000 rows keep 95% of the variance, and ``‖P(x − z)‖² ≤ ‖x − z‖²`` with P the projection onto them, so the
 projected RBF kernel ``k(Px, Pz) = k(x, z) · exp(γ‖(I − P)(x − z)‖²)`` differs from the raw one
 by the part of each distance that the dropped directions carry (so does any radial kernel, a
-function of ‖x − z‖²: :attr:`Kernel.radial <sodm_spark.core.kernels.Kernel.radial>`). The fit then runs on the r
+function of ‖x − z‖²: ``Kernel.radial``). The fit then runs on the r
 projected inputs instead of the d raw ones (the kernel's γ stays the raw rows'), and the model
 stores the map (:class:`~sodm_spark.models.expansion.InputMap`), so it scores raw rows.
 
