@@ -28,6 +28,14 @@ def jobs_log_file(tmp_path_factory):
                           str(tmp_path_factory.mktemp("jobs-log") / "sodm-spark.log"))
 
 
+@pytest.fixture(scope="module")
+def no_config(tmp_path_factory):
+    """An empty job config: the flags' own defaults, not conf/sodm-jobs.toml's values."""
+    path = tmp_path_factory.mktemp("conf") / "empty.toml"
+    path.write_text("")
+    return ["--config", str(path)]
+
+
 @pytest.fixture
 def problem():
     return make_problem()

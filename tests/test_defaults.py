@@ -59,14 +59,6 @@ SHARED = [
 
 
 @pytest.fixture(scope="module")
-def no_config(tmp_path_factory):
-    """An empty job config: the flags' own defaults, not conf/sodm-jobs.toml's values."""
-    path = tmp_path_factory.mktemp("conf") / "empty.toml"
-    path.write_text("")
-    return ["--config", str(path)]
-
-
-@pytest.fixture(scope="module")
 def places(no_config):
     """Each place's unset values, read as a user of that place meets them."""
     job_args = train_args.parse_args(no_config)

@@ -50,6 +50,51 @@ def _same(a, b):
     return np.array_equal(a.support_vectors, b.support_vectors) and np.array_equal(a.coef, b.coef)
 
 
+# metadata.json of models written before the kernels were classes, as KernelExpansion.save
+# wrote it (and, the poly one, before the kernel offset existed)
+SAVED_METADATA = {
+    "rbf": """{
+  "format": "sodm_spark.KernelExpansion",
+  "format_version": 1,
+  "kernel": {
+    "name": "rbf",
+    "gamma": 0.5,
+    "degree": 3,
+    "coef0": 0.0,
+    "offset": 1.5
+  },
+  "n_support": 4,
+  "n_features": 3
+}""",
+    "poly": """{
+  "format": "sodm_spark.KernelExpansion",
+  "format_version": 1,
+  "kernel": {"name": "poly", "gamma": 0.25, "degree": 2, "coef0": 1.0},
+  "n_support": 4,
+  "n_features": 3
+}""",
+}
+
+
+@pytest.mark.parametrize("name", sorted(SAVED_METADATA))
+def test_a_model_folder_written_before_the_kernel_classes_loads_and_scores(tmp_path, name):
+    rng = np.random.default_rng(3)
+    vectors, coef, X = rng.normal(size=(4, 3)), rng.normal(size=(4, 1)), rng.normal(size=(6, 3))
+    (tmp_path / "metadata.json").write_text(SAVED_METADATA[name])
+    np.savez(tmp_path / "arrays.npz", support_vectors=vectors, coef=coef,
+             classes=np.array([-1.0, 1.0]))
+    model = KernelExpansion.load(tmp_path)
+    assert model.kernel.name == name
+    # the decision values by the kernels' formulas, written out here
+    if name == "rbf":
+        expected = np.exp(-0.5 * ((X[:, None, :] - vectors[None]) ** 2).sum(axis=2)) + 1.5
+    else:
+        expected = (0.25 * X @ vectors.T + 1.0) ** 2
+    np.testing.assert_allclose(model.decision_function(X), expected @ coef[:, 0], rtol=1e-12)
+    model.save(tmp_path / "again")  # and written back as it was read
+    assert KernelExpansion.load(tmp_path / "again").kernel == model.kernel
+
+
 def _steps_of_a_save(tmp_path, model):
     counter = DyingStore(LocalStore(), die_at=10**9)
     replace_versioned(str(tmp_path / "count"), model.write_files, MODEL_FILES, store=counter)

@@ -3,7 +3,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from sodm_spark.core.kernels import Kernel, kernel_matrix
+from sodm_spark.core.kernels import Kernel, kernel_matrix, kernel_names
 from sodm_spark.solvers import solve_odm_dual
 from sodm_spark.solvers.dcd_settings import DCDSettings, GivenKernel, ODMHyperparameters
 
@@ -237,7 +237,7 @@ def test_row_cache_serves_its_capacity_every_sweep_and_returns_exact_rows():
 # Fixed-point (int16) kernel storage: Q at half float32's memory (kernel_rows.FIXED_POINT)
 
 
-@pytest.mark.parametrize("name", ["rbf", "laplacian", "poly", "linear"])
+@pytest.mark.parametrize("name", kernel_names())
 def test_a_fixed_point_q_is_within_half_a_step_of_the_exact_one(name):
     from sodm_spark.solvers.kernel_rows import FIXED_POINT, fixed_point_scale, full_q_matrix
     X, y = make_problem(m=300, d=7, seed=9)

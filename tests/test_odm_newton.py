@@ -8,7 +8,7 @@ from sklearn.datasets import make_classification
 from sodm_spark.core.array_namespace import CPU, ArrayDevice, check_device, resolve_device
 from sodm_spark.core.errors import ResourceError, SettingsError
 from sodm_spark.core import kernel_blocks
-from sodm_spark.core.kernels import Kernel, decision_values, kernel_matrix
+from sodm_spark.core.kernels import Kernel, decision_values, kernel_matrix, kernel_names
 from sodm_spark.solvers.local_solve import LocalSolve
 from sodm_spark.solvers.odm_dcd import solve_odm_dual
 from sodm_spark.solvers.dcd_settings import DCDSettings, ODMHyperparameters
@@ -17,8 +17,9 @@ from tests.reference import kkt_residual, odm_dual_reference
 
 STRICT = ArrayDevice("cpu", "array_api_strict")
 DEVICES = [pytest.param(CPU, id="numpy"), pytest.param(STRICT, id="array_api_strict")]
-KERNELS = [Kernel("rbf", 0.1), Kernel("linear"), Kernel("poly", 0.2, 3, 1.0),
-           Kernel("laplacian", 0.3, offset=0.5)]
+# every registered kernel (sodm_spark.core.kernels.kernel_names), with the polynomial's
+# degree and coef0 and an offset
+KERNELS = [Kernel.create(name, 0.2, degree=3, coef0=1.0, offset=0.5) for name in kernel_names()]
 
 
 def _data(n=300, d=10, seed=0):

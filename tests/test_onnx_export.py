@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse
+from sklearn.gaussian_process.kernels import Matern
 
 ort = pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
@@ -235,6 +236,25 @@ def test_laplacian_kernel_in_blocks_with_an_offset_and_padding():
     _agrees(replace(model, classes=np.array([0, 1])), X)
     # a regression model: its scores alone
     _agrees(replace(model, coef=model.coef[:, :1], intercept=None, classes=np.array([])), X)
+
+
+def test_matern_kernel_with_an_offset_is_scikit_learn_s_kernel_sum():
+    X = _rows(19, d=6, shift=0.0, spread=1.0)
+    rng = np.random.default_rng(20)
+    # support vectors among the rows: x = z, where the graph clamps the rounded t² at 0
+    support, coef = X[rng.choice(ROWS, 300, replace=False)], rng.normal(size=(300, 1))
+    model = KernelExpansion(support, coef, Kernel.create("matern", 0.3, offset=0.5),
+                            np.array([0, 1]))
+    model = replace(model, intercept=-np.median(model.decision_function(X), keepdims=True))
+    out = _agrees(model, X)
+    # independent of sodm_spark.core.kernels: scikit-learn's Matérn kernel, ℓ = 1/√γ
+    brute = Matern(length_scale=0.3 ** -0.5, nu=1.5)(X, support) @ coef[:, 0] \
+        + 0.5 * coef.sum() + model.intercept
+    assert relative_difference(out["scores"], brute) < 1e-12
+    assert np.isfinite(out["scores"]).all() and set(out["label"]) == {0, 1}
+    out = _outputs(model, X, input_type="float")
+    float_rows = X.astype(np.float32).astype(np.float64)
+    assert relative_difference(out["scores"], model.decision_function(float_rows)) < TOLERANCE
 
 
 def test_a_model_without_support_vectors_is_its_intercept():

@@ -320,19 +320,20 @@ def test_large_coefficients_keep_most_rows_in_float32_and_the_float64_prediction
     np.testing.assert_allclose(fast, exact, rtol=0, atol=1e-3)
 
 
+@pytest.mark.parametrize("name", ["rbf", "matern"])  # the radial kernels
 @pytest.mark.parametrize("d", [4, 100, 784])
-def test_the_rbf_slack_bounds_the_float32_error_of_every_row(d):
+def test_the_radial_slack_bounds_the_float32_error_of_every_row(d, name):
     # the error of f in float32 against float64, row by row, for cancelling coefficients (a
     # compressed model's), within the row's slack times Σ|α|k; the fixed slack is far looser
     # for few features
     rng = np.random.default_rng(d)
     vectors, X = rng.uniform(size=(1500, d)), rng.uniform(size=(400, d))
     coef = rng.normal(scale=1e4, size=(1500, 1))
-    kernel = Kernel.create("rbf", 1.0 / d)
+    kernel = Kernel.create(name, 1.0 / d)
     support = SupportSet.from_arrays(vectors, coef, kernel)
     exact, _ = support._sum(X, np.dtype(np.float64), scoring.SV_BLOCK_BYTES)
     fast, weights = support._sum(X, np.dtype(np.float32), scoring.SV_BLOCK_BYTES, weighted=True)
-    slack = scoring.rbf_slack(X, kernel.gamma, support.sq_norm_max)
+    slack = scoring.radial_slack(X, kernel.distance_sensitivity, support.sq_norm_max)
     assert np.all(np.abs(fast[:, 0] - exact[:, 0]) <= slack * weights)
     if d <= 100:
         assert np.all(slack < 0.2 * scoring.FLOAT32_SLACK)

@@ -2,7 +2,8 @@ import warnings
 
 import numpy as np
 import pytest
-from sklearn.datasets import load_breast_cancer, load_iris
+from sklearn.datasets import load_breast_cancer, load_iris, make_circles
+from sklearn.gaussian_process.kernels import Matern
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
@@ -10,6 +11,7 @@ from sklearn.svm import SVC
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from sodm_spark import ODMClassifier
+from sodm_spark.core.distance_kernels import MaternKernel
 from sodm_spark.models.expansion import KernelExpansion
 
 from conftest import make_problem, model_files
@@ -107,6 +109,26 @@ def test_a_small_dual_the_sweeps_leave_unconverged_is_finished_by_newton_steps()
     assert (model.predict(X) == long.predict(X)).mean() >= 0.99
 
 
+def test_the_matern_kernel_fits_a_nonlinear_problem_and_its_model_round_trips(tmp_path):
+    X, y = make_circles(400, noise=0.1, factor=0.5, random_state=0)
+    X_train, X_test, y_train, y_test = train_test_split(X, y, test_size=0.5, random_state=0)
+    matern = ODMClassifier(kernel="matern", lam=1000.0).fit(X_train, y_train)
+    assert isinstance(matern.kernel_, MaternKernel)
+    # scikit-learn's SVC on the same kernel (ℓ = 1/√γ), and the linear model, which cannot
+    # separate two circles
+    svc = SVC(kernel=Matern(length_scale=matern.kernel_.gamma ** -0.5, nu=1.5))
+    svc_accuracy = svc.fit(X_train, y_train).score(X_test, y_test)
+    accuracy = matern.score(X_test, y_test)
+    assert accuracy >= 0.9 and accuracy >= svc_accuracy - 0.03
+    assert ODMClassifier(kernel="linear").fit(X_train, y_train).score(X_test, y_test) < 0.7
+    matern.model_.save(tmp_path / "model")
+    loaded = ODMClassifier.from_expansion(KernelExpansion.load(tmp_path / "model"))
+    assert loaded.kernel_ == matern.kernel_
+    np.testing.assert_array_equal(loaded.decision_function(X_test),
+                                  matern.decision_function(X_test))
+    np.testing.assert_array_equal(loaded.predict(X_test), matern.predict(X_test))
+
+
 def test_model_save_and_load_round_trip(tmp_path):
     X, y = load_iris(return_X_y=True)
     labels = np.array(["setosa", "versicolor", "virginica"])[y]
@@ -162,7 +184,7 @@ def test_feature_count_mismatch_at_predict():
 @pytest.mark.parametrize("params,match", [
     (dict(lam=0), "lam"), (dict(lam=-5.0), "lam"), (dict(theta=1.0), r"theta .* \[0, 1\)"),
     (dict(theta=-0.2), "theta"), (dict(v=0.0), r"v .* \(0, 1\]"), (dict(v=2.0), "v "),
-    (dict(kernel="sigmoid"), "known kernels are linear, rbf, poly, laplacian"),
+    (dict(kernel="sigmoid"), "known kernels are linear, poly, rbf, laplacian, matern"),
     (dict(dtype="float16"), "dtype"), (dict(random_state="x"), "random_state"),
     (dict(tol=0.0), r"tol \(the violation bound\) must be a positive number"),
     (dict(max_iter=0), "max_iter must be a positive integer"),
@@ -188,17 +210,18 @@ def test_zero_variance_data_with_gamma_scale():
     ODMClassifier(gamma=1.0).fit(np.ones((10, 3)), np.arange(10) % 2)  # works with a number
 
 
-def test_rows_far_from_the_origin_are_solved_as_rows_near_it(tmp_path):
-    """The rbf kernel is translation invariant, so shifting every row by 100 (as scikit-learn's
+@pytest.mark.parametrize("kernel", ["rbf", "matern"])  # the radial kernels
+def test_rows_far_from_the_origin_are_solved_as_rows_near_it(tmp_path, kernel):
+    """A radial kernel is translation invariant, so shifting every row by 100 (as scikit-learn's
     estimator checks do) must leave the float32 fit what the float64 fit near the origin is;
     in float32 the kernel's GEMM form lost the distances' digits and the dual diverged."""
     rng = np.random.RandomState(0)
     X = rng.normal(size=(100, 2))
     y = rng.randint(low=0, high=2, size=100)
-    near = ODMClassifier(dtype="float64", tol=1e-6, max_iter=20_000).fit(X, y)
+    near = ODMClassifier(kernel, dtype="float64", tol=1e-6, max_iter=20_000).fit(X, y)
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)
-        far = ODMClassifier().fit(X + 100.0, y)
+        far = ODMClassifier(kernel).fit(X + 100.0, y)
     assert far.converged_ and far.objective_[0] == pytest.approx(near.objective_[0], rel=1e-3)
     np.testing.assert_allclose(far.decision_function(X + 100.0), near.decision_function(X),
                                atol=2e-2)

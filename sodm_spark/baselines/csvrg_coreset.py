@@ -23,6 +23,7 @@ import numpy as np
 from numba import njit
 from threadpoolctl import threadpool_limits
 
+from ..core.distance_kernels import RBFKernel
 from ..core.kernels import Kernel, iter_kernel_blocks
 
 METRICS = ("kernel", "input")
@@ -71,7 +72,7 @@ class _Metric:
     grows with ‖x-c‖², so scans use input distances (no exp) and map thresholds/reports."""
 
     def __init__(self, kernel: Kernel, metric: str):
-        self.mapped = metric == "kernel" and kernel.name == "rbf"
+        self.mapped = metric == "kernel" and isinstance(kernel, RBFKernel)
         self.base = kernel if metric == "kernel" and not self.mapped else _LINEAR
         self.gamma = kernel.gamma
 

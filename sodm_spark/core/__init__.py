@@ -1,4 +1,5 @@
-"""Foundations, free of Spark: kernel blocks (``kernels.py``), dense or CSR rows and their sparse
+"""Foundations, free of Spark: the kernels and their blocks (``kernels.py``, one class each in
+``product_kernels.py`` and ``distance_kernels.py``), dense or CSR rows and their sparse
 products (``sparse_rows.py``), per-column statistics and the feature scaling
 (``column_stats.py``), labels coded for the solvers and back, labels and accuracy from
 decision values (``labels.py``), input checks and their messages (``validation.py``;

@@ -1,12 +1,13 @@
 """Kernel blocks and decision values in any array namespace (numpy, PyTorch, CuPy).
 
 The device path's kernels (docs/design.md §2.10): every block is one matrix product ``X Zᵀ``
-(GEMM) finished elementwise, for the RBF kernel through ``‖x‖² + ‖z‖² − 2 x·z``; the
+(GEMM) finished elementwise, for the radial kernels through ``‖x‖² + ‖z‖² − 2 x·z``; the
 laplacian's L1 distances have no product form and are summed over the features of a row
-block at a time. The kernel parameters are :class:`~sodm_spark.core.kernels.Kernel`'s, and a
-block equals :meth:`Kernel.block` on the same rows (tests/test_device_path.py). Arrays are
-created with ``device``'s library (:class:`~sodm_spark.core.array_namespace.ArrayDevice`):
-on a GPU the rows are copied there once and every block stays there.
+block at a time. Each kernel computes its own block (:meth:`Kernel.array_block
+<sodm_spark.core.kernels.Kernel.array_block>`), which equals :meth:`Kernel.block` on the same
+rows (tests/test_odm_newton.py). Arrays are created with ``device``'s library
+(:class:`~sodm_spark.core.array_namespace.ArrayDevice`): on a GPU the rows are copied there
+once and every block stays there.
 """
 from __future__ import annotations
 
@@ -23,8 +24,6 @@ from .kernels import Kernel
 #: same size) stays within this many bytes; on a GPU that is a few of its 132 SMs' worth of
 #: work per GEMM, large enough to reach its matrix throughput.
 BLOCK_BYTES = 1 << 30
-#: The laplacian's block holds rows × centres × features differences at once.
-LAPLACIAN_BLOCK_BYTES = 1 << 27
 
 
 def rows_per_block(n_columns: int, itemsize: int, block_bytes: int = BLOCK_BYTES) -> int:
@@ -41,26 +40,13 @@ def squared_norms(xp: ModuleType, X: Array) -> Array:
 
 def kernel_block(xp: ModuleType, kernel: Kernel, X: Array, Z: Array, x_sq: Array | None = None,
                  z_sq: Array | None = None) -> Array:
-    """``k(X, Z)`` (len(X) × len(Z)) in X's dtype: one GEMM finished elementwise (laplacian:
-    L1 distances). ``x_sq`` and ``z_sq``: the rows' squared norms, computed if not given."""
-    if kernel.name == "laplacian":
-        step = max(1, LAPLACIAN_BLOCK_BYTES // max(1, Z.shape[0] * Z.shape[1] * 8))
-        parts = [xp.sum(xp.abs(xp.expand_dims(X[start:min(start + step, X.shape[0]), :], axis=1) - xp.expand_dims(Z, axis=0)), axis=2)
-                 for start in range(0, X.shape[0], step)]
-        out = xp.exp(-kernel.gamma * (xp.concat(parts, axis=0) if len(parts) > 1 else parts[0]))
-        return out + kernel.offset if kernel.offset else out
-    out = X @ Z.T
-    if kernel.name == "rbf":
+    """``k(X, Z)`` (len(X) × len(Z)) in X's dtype: :meth:`Kernel.array_block`, one GEMM
+    finished elementwise (laplacian: L1 distances). ``x_sq`` and ``z_sq``: the rows' squared
+    norms, which a radial kernel reads, computed if not given."""
+    if kernel.radial:
         x_sq = squared_norms(xp, X) if x_sq is None else x_sq
         z_sq = squared_norms(xp, Z) if z_sq is None else z_sq
-        distances = xp.maximum(x_sq[:, None] + z_sq[None, :] - 2.0 * out,
-                               xp.zeros((), dtype=out.dtype))
-        out = xp.exp(-kernel.gamma * distances)
-    elif kernel.name == "poly":
-        out = (kernel.gamma * out + kernel.coef0) ** kernel.degree
-    elif kernel.name != "linear":
-        raise ValueError(f"unknown kernel {kernel.name!r}.")
-    return out + kernel.offset if kernel.offset else out
+    return kernel.array_block(xp, X, Z, x_sq, z_sq)
 
 
 def kernel_matrix(device: ArrayDevice, kernel: Kernel, X: Array, Z: Array | None = None,

@@ -60,9 +60,10 @@ class SODMClassifier(Estimator, _SODMParams, VersionedReadWrite):
         Output columns of ``transform``: the label, and ``[-f(x), f(x)]`` for two classes or
         one score per class.
     kernel, gamma, degree, coef0, kernelOffset, scale : Param
-        The kernel (``rbf``, ``linear``, ``poly``, ``laplacian``), its width (``"scale"``,
-        ``"auto"`` or a number), a penalized bias k + c, and the per-column scaling the model
-        stores (``minmax``: dense rows onto [0, 1], sparse rows by their largest magnitude).
+        The kernel (``rbf``, ``linear``, ``poly``, ``laplacian``, ``matern``: the names of
+        :func:`sodm_spark.core.kernels.kernel_names`), its width (``"scale"``, ``"auto"`` or a
+        number), a penalized bias k + c, and the per-column scaling the model stores
+        (``minmax``: dense rows onto [0, 1], sparse rows by their largest magnitude).
     lam, theta, v, tol, maxIter : Param
         The ODM problem (λ, θ, v of docs/design.md §1) and each local solve's tolerance and
         most sweeps; with ``kernel="linear"``, DSVRG's relative objective change and most

@@ -12,6 +12,7 @@ from pyspark.ml.param.shared import (HasFeaturesCol, HasLabelCol, HasMaxIter, Ha
                                      HasWeightCol)
 
 from ..core.defaults import COMPRESS_METHOD, FIT_INTERCEPT, MAX_SV
+from ..core.kernels import kernel_names
 from ..spark.sodm.fit import FitOptions
 from ..spark.sodm.params import SODMParams
 from ..spark.train import sodm_params
@@ -44,13 +45,13 @@ _CONVERTERS = {"text": TypeConverters.toString, "int": TypeConverters.toInt,
 # Every ODM/SODM param: its name, its type (a key of _CONVERTERS) and its doc, continued on
 # indented lines; the shared mixins add the columns, tol, maxIter and seed.
 _PARAM_TABLE = """\
-kernel             text   rbf, linear, poly or laplacian
+kernel             text   KERNELS
 gamma              gamma  'scale' (1/(d·Var X)), 'auto' (1/d) or a number
 degree             int    polynomial degree
 coef0              float  polynomial offset
 fitIntercept       bool   linear kernel: fit an unpenalized intercept (as MLlib's LinearSVC)
 kernelOffset       float  other kernels: solve with k + c, a penalized bias (default 0)
-inputMap           text   auto (dense rows of 256+ features, rbf kernel: fitted on the
+inputMap           text   auto (dense rows of 256+ features, rbf or matern kernel: fitted on the
                           principal components that keep 95% of the variance when they are at
                           most a third of the features; stored in the model) or none
 scale              text   minmax (every column onto [0, 1] before the kernel, stored in the
@@ -118,7 +119,9 @@ def _read_param_table(table: str) -> dict:
     return params
 
 
-_PARAMS = _read_param_table(_PARAM_TABLE)
+# the kernels as the registry names them (sodm_spark.core.kernels), not a copy of its list
+_PARAMS = _read_param_table(_PARAM_TABLE.replace(
+    "KERNELS", f"{', '.join(kernel_names()[:-1])} or {kernel_names()[-1]}"))
 
 
 class _SODMParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasRawPredictionCol,

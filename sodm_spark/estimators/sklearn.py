@@ -18,7 +18,7 @@ from ..core.column_stats import centring_offset
 from ..core.errors import SettingsError
 from ..core.estimator_inputs import (check_fit_data, check_predict_data, encode_classes,
                                      keep_params, predict_labels)
-from ..core.kernels import LAPLACIAN_SPARSE, Kernel
+from ..core.kernels import Kernel, kernel_class
 from ..core.labels import plus_minus
 from ..core.validation import check_odm_params, seed_from
 from ..core.weights import estimator_weights
@@ -50,10 +50,11 @@ def _finish_by_newton(solve: LocalSolve, solution, n_rows: int) -> bool:
 
 def _translation(kernel: Kernel, X) -> np.ndarray | None:
     """The rows' column means when the dual is solved on the rows less them
-    (:func:`~sodm_spark.core.column_stats.centring_offset`: dense rbf rows farther from the
+    (:func:`~sodm_spark.core.column_stats.centring_offset`: dense rows of a radial kernel,
+    whose squared distances ‖x‖² + ‖z‖² − 2x·z lose digits when the rows lie farther from the
     origin than they spread), else None (CSR rows keep their zeros; the laplacian's L1
     distances are taken directly; the other kernels are not translation invariant)."""
-    if kernel.name != "rbf" or scipy.sparse.issparse(X) or X.shape[0] < 2:
+    if not kernel.radial or scipy.sparse.issparse(X) or X.shape[0] < 2:
         return None
     rows = np.asarray(X, dtype=np.float64)
     return centring_offset(rows.mean(axis=0), rows.var(axis=0))
@@ -70,7 +71,8 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
 
     Parameters
     ----------
-    kernel : {'rbf', 'linear', 'poly', 'laplacian'}
+    kernel : {'rbf', 'linear', 'poly', 'laplacian', 'matern'} (sodm_spark.core.kernels:
+        ``kernel_names()``; 'matern' is the Matérn kernel of ν = 3/2 whose γ is 1/ℓ²)
     gamma : 'scale' (1/(d·Var X)), 'auto' (1/d) or a positive float
     degree, coef0 : polynomial kernel ``(gamma x·z + coef0) ** degree``
     lam : λ > 0, weight of the margin loss (λ here = 2 × libodm's λ); default 1e5
@@ -200,7 +202,10 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
-        tags.input_tags.sparse = self.kernel != "laplacian"  # L1 distances need dense rows
+        try:  # the laplacian's L1 distances need dense rows
+            tags.input_tags.sparse = kernel_class(self.kernel).sparse_refusal is None
+        except ValueError:  # an unknown kernel, refused by fit
+            pass
         return tags
 
     def fit(self, X, y, sample_weight=None):
@@ -230,8 +235,9 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
                                 f"solver={solver!r} fits an unpenalized intercept instead "
                                 "(fit_intercept). Pass kernel_offset=0.")
         X, y = check_fit_data(self, X, y, accept_sparse=self._accept_sparse())
-        if self.kernel == "laplacian" and scipy.sparse.issparse(X):
-            raise SettingsError(f"X is sparse: {LAPLACIAN_SPARSE}.")
+        refusal = kernel_class(self.kernel).sparse_refusal
+        if refusal is not None and scipy.sparse.issparse(X):
+            raise SettingsError(f"X is sparse: {refusal}.")
         if solver in PRIMAL_SOLVERS:  # whose tol bounds the objective's change or gradient
             check_odm_params(self.lam, self.theta, self.v)
         else:  # validates λ, θ, v, tol, max_iter, cache_mb and dtype before any work on the rows

@@ -12,6 +12,7 @@ import argparse
 from sodm_spark.core.array_namespace import DEVICE_CHOICES
 from sodm_spark.core import defaults
 from sodm_spark.core.defaults import FIT_INTERCEPT
+from sodm_spark.core.kernels import kernel_names
 from sodm_spark.core.weights import canonical_class_weight, parse_class_weight
 from sodm_spark.jobs.train_mlflow import add_mlflow_arguments
 from sodm_spark.models import input_projection
@@ -77,7 +78,9 @@ def _data_arguments(parser) -> None:
 
 def _problem_arguments(parser) -> None:
     """The kernel and the ODM problem each partition solves."""
-    parser.add_argument("--kernel", default=DEFAULTS.kernel)
+    parser.add_argument("--kernel", default=DEFAULTS.kernel,
+                        help=f"{', '.join(kernel_names())} (default {DEFAULTS.kernel}; "
+                        "matern: the Matérn kernel of ν = 3/2, gamma = 1/length scale²)")
     parser.add_argument("--gamma", type=gamma_arg, help="'scale', 'auto' or a number (default "
                         f"{DEFAULTS.gamma!r}; without --gamma, --lam, --theta and --v the job "
                         "searches gamma and lam first (theta 0.1, v 0.2), on a sample of the "
@@ -87,8 +90,8 @@ def _problem_arguments(parser) -> None:
                         "model stores the map) or use the rows as they are")
     parser.add_argument("--input-map", choices=INPUT_MAPS, default=DEFAULTS.input_map,
                         help="auto (default): dense rows of at least "
-                        f"{input_projection.MIN_FEATURES} features and the rbf kernel are "
-                        "fitted on the principal components that keep "
+                        f"{input_projection.MIN_FEATURES} features and a radial kernel (rbf, "
+                        "matern) are fitted on the principal components that keep "
                         f"{input_projection.VARIANCE_KEPT * 100:.0f}%% of the variance when they are "
                         "at most a third of the features (the model stores the map); none: "
                         "always the features themselves")

@@ -20,7 +20,7 @@ import numpy as np
 from sklearn.datasets import make_friedman1
 
 from sodm_spark.core.errors import SETTINGS, InputError, reported, run_job
-from sodm_spark.core.kernels import Kernel, gamma_value
+from sodm_spark.core.kernels import Kernel, gamma_value, kernel_names
 from sodm_spark.core.validation import check_two_classes
 from sodm_spark.data.datasets import make_nonlinear
 from sodm_spark.models.expansion import KernelExpansion
@@ -55,7 +55,8 @@ def parse_args(argv=None, prog="train_baseline.py"):
     parser.add_argument("--test-data", help="test data in the same format")
     parser.add_argument("--format", choices=("libsvm", "csv", "parquet"), default="libsvm")
     parser.add_argument("--rows", type=int, default=DEFAULT_ROWS, help="built-in data: rows")
-    parser.add_argument("--kernel", help="rbf, linear, poly or laplacian (cvm/cvr)")
+    parser.add_argument("--kernel", help=f"{', '.join(kernel_names())} (coreset-svm: libsvm's "
+                        "linear, rbf or poly)")
     parser.add_argument("--gamma", type=gamma_arg, help="'scale', 'auto' or a number")
     parser.add_argument("--lam", type=float, help="csvrg: λ of the ODM/SVM loss")
     parser.add_argument("--theta", type=float, help="csvrg: ODM θ")

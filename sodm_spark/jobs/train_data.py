@@ -13,6 +13,7 @@ import numpy as np
 import scipy.sparse
 
 from sodm_spark.core.errors import InputError, SettingsError
+from sodm_spark.core.kernels import kernel_class
 from sodm_spark.core.timeline import Timeline, timed
 from sodm_spark.core.validation import check_two_classes, shown_classes
 from sodm_spark.data.datasets import make_linear, make_nonlinear
@@ -24,18 +25,22 @@ from sodm_spark.spark.io import collect_blocks, numpy_to_blocks
 from sodm_spark.spark.train import check_rows
 from sodm_spark.spark.engine import context_of
 
-#: What to do when --kernel laplacian meets LIBSVM rows too wide to be dense.
-LAPLACIAN_ADVICE = ("use --kernel rbf or linear, which keep sparse LIBSVM rows sparse (the "
-                    "laplacian kernel's L1 distances need dense rows)")
+def dense_rows_advice(kernel_name: str) -> str:
+    """What to do when ``--kernel kernel_name``, which needs dense rows, meets LIBSVM rows too
+    wide to be dense."""
+    return (f"use --kernel rbf or linear, which keep sparse LIBSVM rows sparse (the "
+            f"{kernel_class(kernel_name).name} kernel needs dense rows)")
 
 
 def row_layout(args):
     """(``sparse`` for the readers, what to do when rows are too wide to be dense): LIBSVM rows
-    stay CSR unless at least half the cells hold a value, except for the laplacian kernel."""
+    stay CSR unless at least half the cells hold a value, except for a kernel that refuses
+    sparse rows (laplacian: :attr:`Kernel.sparse_refusal
+    <sodm_spark.core.kernels.Kernel.sparse_refusal>`)."""
     if args.format != "libsvm":
         return False, None
-    if args.kernel == "laplacian":
-        return False, LAPLACIAN_ADVICE
+    if kernel_class(args.kernel).sparse_refusal is not None:
+        return False, dense_rows_advice(args.kernel)
     return "auto", None
 
 

@@ -6,12 +6,13 @@ an entry on one core; 10,063 rows against 1,833,118 of 12 features: 3.2 ns), so 
 most of a level's kernel time, and most of scoring the validation and test rows, goes to the
 products. Wide image-like rows lie close to a subspace: on Fashion-MNIST 175 principal
 directions of 4,000 rows keep 95% of the variance, and ``‖P(x − z)‖² ≤ ‖x − z‖²`` with P the projection onto them, so the
-projected kernel ``k(Px, Pz) = k(x, z) · exp(γ‖(I − P)(x − z)‖²)`` differs from the raw one by
-the part of each distance that the dropped directions carry. The fit then runs on the r
+projected RBF kernel ``k(Px, Pz) = k(x, z) · exp(γ‖(I − P)(x − z)‖²)`` differs from the raw one
+by the part of each distance that the dropped directions carry (so does any radial kernel, a
+function of ‖x − z‖²: ``Kernel.radial``). The fit then runs on the r
 projected inputs instead of the d raw ones (the kernel's γ stays the raw rows'), and the model
 stores the map (:class:`~sodm_spark.models.expansion.InputMap`), so it scores raw rows.
 
-The rule (:func:`fit_input_projection`), applied by default to the RBF kernel's dense rows, and
+The rule (:func:`fit_input_projection`), applied by default to a radial kernel's dense rows, and
 to CSR rows full enough to be multiplied as dense ones (at least
 :data:`~sodm_spark.core.sparse_rows.DENSE_PRODUCT_DENSITY` of their cells stored, as LIBSVM
 pixels are; the projected rows are dense):
@@ -89,8 +90,9 @@ def fit_input_projection(sample, kernel, n_features: int,
     :func:`kernel_agreement` of the sample, or the ``reason`` the rows keep their features).
     ``sample`` holds rows as the kernel takes them (scaled)."""
     report: dict[str, Any] = {"features": int(n_features)}
-    if kernel.name != "rbf":
-        return None, {**report, "reason": f"the {kernel.name} kernel is not a distance's"}
+    if not kernel.radial:
+        return None, {**report, "reason": f"the {kernel.name} kernel is not a function of "
+                      "the Euclidean distance"}
     if sample is None or scipy.sparse.issparse(sample):
         return None, {**report, "reason": "sparse rows keep their features"}
     if n_features < MIN_FEATURES:

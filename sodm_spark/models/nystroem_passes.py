@@ -27,6 +27,7 @@ import numpy as np
 
 from ..core.array_namespace import Array, device_of, namespace_of
 from ..core.kernel_blocks import kernel_block, squared_norms
+from ..core.distance_kernels import RBFKernel
 from ..core.kernels import Kernel
 from ..solvers import kernel_products
 
@@ -58,7 +59,7 @@ class HessianSums(NamedTuple):
 
 def fused(kernel: Kernel, X) -> bool:
     """Whether rows ``X`` take the fused numba loops: dense numpy, RBF, narrow."""
-    return (kernel.name == "rbf" and isinstance(X, np.ndarray) and X.ndim == 2
+    return (isinstance(kernel, RBFKernel) and isinstance(X, np.ndarray) and X.ndim == 2
             and -(-X.shape[1] // 8) * 8 <= kernel_products.NARROW_FEATURES)
 
 

@@ -7,12 +7,14 @@ The graph takes raw rows, ``features`` (batch, features): float64, or float32 wi
 * the input map (:class:`~sodm_spark.models.expansion.InputMap`): min-max scaling
   ``(x − offset) · scale``, max-abs scaling of some columns, and a projection folded with the
   scaling into one product ``x (s V) − (o·s + c) V``, as ``InputMap.__call__`` does;
-* the kernel against the support vectors as matrix products, as :mod:`sodm_spark.core.kernels`
-  builds its blocks: linear as one weight matrix ``Zᵀα``; poly ``(γ xZᵀ + coef0)^degree`` by
-  repeated products; rbf ``exp(2γ xZᵀ − γ‖z‖² − γ‖x‖²)`` as one product of ``[x, 1, ‖x‖²]``;
+* the kernel against the support vectors, each kernel's own graph
+  (:meth:`Kernel.onnx_sums <sodm_spark.core.kernels.Kernel.onnx_sums>`), as matrix products as
+  :mod:`sodm_spark.core.kernels` builds its blocks: linear as one weight matrix ``Zᵀα``; poly
+  ``(γ xZᵀ + coef0)^degree`` by repeated products; rbf ``exp(2γ xZᵀ − γ‖z‖² − γ‖x‖²)`` and
+  matern ``(1 + t) exp(−t)``, ``t² = 3γ‖x − z‖²``, from one product of ``[x, 1, ‖x‖²]``;
   laplacian ``exp(−γ Σ_j |x_j − z_j|)`` in a ``Scan`` over blocks of support vectors (L1
-  distances have no product form; a step's scratch is :data:`LAPLACIAN_BLOCK_CELLS` numbers a
-  row, whatever the model's size);
+  distances have no product form; a step's scratch is a fixed number of values a row,
+  whatever the model's size);
 * the kernel offset c (k + c adds c·Σ_i α_i to each output) folded into the intercept.
 
 Outputs: ``scores``, the decision values shaped as ``decision_function``'s ((batch,) for one
@@ -56,11 +58,6 @@ INPUT_TYPES = ("double", "float")
 MAX_DENSE_CELLS = 2 ** 26
 #: Largest graph (its arrays' bytes) written: protobuf refuses messages of 2 GiB or more.
 MAX_MODEL_BYTES = 1_900_000_000
-#: Support vectors × features per step of the laplacian kernel's Scan (its scratch per row: 8 KiB,
-#: 82 MB for a batch of 10,000 rows). 10,000 rows against 1,000 vectors of 7 features took
-#: 0.23 s with 256, 0.16 s with 1,024 and 0.11 s with 4,096; 3,000 of 50 features 0.68, 0.86
-#: and 1.07 s (the package's cdist blocks: 0.45 and 1.31 s).
-LAPLACIAN_BLOCK_CELLS = 1024
 #: The calibrations (``to_dict()["method"]``) whose probabilities the graph computes.
 CALIBRATIONS = ("sigmoid", "isotonic")
 #: What to run when onnx is missing.
@@ -100,6 +97,30 @@ class _Graph:
     def axes(self, *values: int) -> str:
         self.count += 1
         return self.constant(f"axes_{self.count}", np.asarray(values, dtype=np.int64))
+
+    def power(self, base: str, degree: int) -> str:
+        """``base ** degree`` elementwise by squaring and multiplying (exact integer powers, as
+        numpy's ``power`` of float64 with an integer exponent, for any sign of the base)."""
+        result, square = None, base
+        while degree:
+            if degree & 1:
+                result = square if result is None else self.op("Mul", result, square)
+            degree >>= 1
+            if degree:
+                square = self.op("Mul", square, square)
+        assert result is not None  # a degree >= 1 (Kernel.create)
+        return result
+
+    def nested(self) -> "_Graph":
+        """An empty graph for the body of a control-flow node (``Scan``), naming its nodes
+        after this graph's (:meth:`absorb` takes the count back once it is built)."""
+        body = _Graph(self.onnx)
+        body.count = self.count
+        return body
+
+    def absorb(self, body: "_Graph") -> None:
+        """Name this graph's next nodes after those of ``body`` (:meth:`nested`)."""
+        self.count = body.count
 
 
 def _dense_support_vectors(model: KernelExpansion) -> np.ndarray:
@@ -152,92 +173,12 @@ def _kernel_inputs(graph: _Graph, model: KernelExpansion, rows: str) -> str:
     return graph.op("Mul", rows, graph.constant("feature_scale", scale[None, :]))
 
 
-def _power(graph: _Graph, base: str, degree: int) -> str:
-    """``base ** degree`` elementwise by squaring and multiplying (exact integer powers, as
-    numpy's ``power`` of float64 with an integer exponent, for any sign of the base)."""
-    result, square = None, base
-    while degree:
-        if degree & 1:
-            result = square if result is None else graph.op("Mul", result, square)
-        degree >>= 1
-        if degree:
-            square = graph.op("Mul", square, square)
-    assert result is not None  # a degree >= 1 (Kernel.create)
-    return result
-
-
-def _laplacian_sums(graph: _Graph, onnx, inputs: str, vectors, coef, gamma: float) -> str:
-    """Σ_i α_i exp(−γ‖x − z_i‖₁) (batch, outputs) in a Scan over blocks of support vectors;
-    padded vectors get α = 0."""
-    helper, double = onnx.helper, onnx.TensorProto.DOUBLE
-    count, width = vectors.shape
-    outputs = coef.shape[1]
-    block = max(1, LAPLACIAN_BLOCK_CELLS // max(1, width))
-    blocks = -(-count // block)
-    padded_vectors = np.zeros((blocks * block, width))
-    padded_vectors[:count] = vectors
-    padded_coef = np.zeros((blocks * block, outputs))
-    padded_coef[:count] = coef
-    rows3 = graph.op("Unsqueeze", inputs, graph.axes(1))  # (batch, 1, width)
-    batch = graph.op("Slice", graph.op("Shape", inputs), graph.axes(0), graph.axes(1))
-    start = graph.op("ConstantOfShape", graph.op(
-        "Concat", batch, graph.constant("outputs_count", np.asarray([outputs], np.int64)),
-        axis=0), value=onnx.numpy_helper.from_array(np.zeros(1)))
-    body = _Graph(onnx)
-    body.count = graph.count  # names unique across the graph and its body
-    block_vectors, block_coef = "block_vectors", "block_coef"
-    distances = body.op("ReduceSum", body.op("Abs", body.op("Sub", rows3, block_vectors)),
-                        body.axes(2), keepdims=0)  # (batch, block)
-    entries = body.op("Exp", body.op("Mul", distances,
-                                     body.constant("minus_gamma", np.asarray(-gamma))))
-    body.op("Add", "sums_in", body.op("MatMul", entries, block_coef), output="sums_out")
-    graph.count = body.count
-    body_graph = helper.make_graph(
-        body.nodes, "laplacian_block",
-        [helper.make_tensor_value_info("sums_in", double, None),
-         helper.make_tensor_value_info(block_vectors, double, [block, width]),
-         helper.make_tensor_value_info(block_coef, double, [block, outputs])],
-        [helper.make_tensor_value_info("sums_out", double, None)], initializer=body.arrays)
-    return graph.op("Scan", start,
-                    graph.constant("laplacian_vectors", padded_vectors.reshape(blocks, block,
-                                                                               width)),
-                    graph.constant("laplacian_coef", padded_coef.reshape(blocks, block, outputs)),
-                    body=body_graph, num_scan_inputs=2)
-
-
-def _kernel_sums(graph: _Graph, onnx, kernel, inputs: str, vectors, coef) -> str:
+def _kernel_sums(graph: _Graph, kernel, inputs: str, vectors, coef) -> str:
     """Σ_i α_i k(x, z_i) for every output, (batch, outputs), without the offset."""
     if vectors.shape[0] == 0:  # no support vectors: f is the intercept
         return graph.op("MatMul", inputs, graph.constant(
             "zero_weights", np.zeros((vectors.shape[1], coef.shape[1]))))
-    if kernel.name == "linear":
-        return graph.op("MatMul", inputs, graph.constant("weights", vectors.T @ coef))
-    if kernel.name == "laplacian":
-        return _laplacian_sums(graph, onnx, inputs, vectors, coef, kernel.gamma)
-    coefficients = graph.constant("coefficients", coef)
-    if kernel.name == "poly":
-        products = graph.op("MatMul", inputs,
-                            graph.constant("gamma_support_vectors_t", kernel.gamma * vectors.T))
-        base = graph.op("Add", products, graph.constant("coef0", np.asarray(kernel.coef0)))
-        return graph.op("MatMul", _power(graph, base, kernel.degree), coefficients)
-    if kernel.name != "rbf":
-        raise ValueError(f"the {kernel.name!r} kernel has no ONNX export; known: linear, "
-                         "rbf, poly, laplacian.")
-    # −γ‖x − z‖² = [x, 1, ‖x‖²] · [2γz, −γ‖z‖², −γ]: the exponent of every entry from one
-    # product, where subtracting the norms afterwards took two more passes over the block
-    # (as long as the product itself in onnxruntime). Rounding may leave it a few units above
-    # 0 where x = z; exp then errs by as few units, so no clamp (another pass) is needed.
-    row_norms = graph.op("ReduceSum", graph.op("Mul", inputs, inputs), graph.axes(1),
-                         keepdims=1)
-    ones = graph.op("ConstantOfShape", graph.op("Shape", row_norms),
-                    value=onnx.numpy_helper.from_array(np.ones(1)))
-    extended = graph.op("Concat", inputs, ones, row_norms, axis=1)
-    factors = np.vstack([2.0 * kernel.gamma * vectors.T,
-                         -kernel.gamma * np.einsum("ij,ij->i", vectors, vectors)[None, :],
-                         np.full((1, vectors.shape[0]), -kernel.gamma)])
-    entries = graph.op("Exp", graph.op("MatMul", extended,
-                                       graph.constant("rbf_factors", factors)))
-    return graph.op("MatMul", entries, coefficients)
+    return kernel.onnx_sums(graph, inputs, vectors, coef)
 
 
 def _classes_tensor(onnx, classes: np.ndarray):
@@ -349,8 +290,7 @@ def to_onnx(model: KernelExpansion, input_type: str = "double", probabilities: b
     rows = "features"
     if input_type == "float":
         rows = graph.op("Cast", rows, to=double)
-    sums = _kernel_sums(graph, onnx, model.kernel, _kernel_inputs(graph, model, rows),
-                        vectors, coef)
+    sums = _kernel_sums(graph, model.kernel, _kernel_inputs(graph, model, rows), vectors, coef)
     # k + c adds c·Σ_i α_i to each output (core/kernels.py): one intercept with the model's
     bias = model.kernel.offset * coef.sum(axis=0)
     if model.intercept is not None:

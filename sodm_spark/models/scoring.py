@@ -4,11 +4,15 @@ of support vectors at a time; pure numpy, no Spark.
 Kernel blocks against the support set are one GEMM each; float32 halves their time. A
 float32 kernel entry is off by at most a few units of float32 rounding relative to the
 entry's terms, so a row's score is off by at most about ``slack · Σ_i |α_i| k(x, z_i)`` for
-the positive kernels (rbf, laplacian: computed with the scores, one more column of the same
-product; a compressed model's coefficients cancel, Σ_i |α_i| is 10^5 times |f|, and the row's
-own sum is what keeps its bound small), ``FLOAT32_SLACK · Σ_i |α_i|`` times the largest |k|
-otherwise. For rbf the slack is the row's own (:func:`rbf_slack`): the error of the squared
-distance ‖x‖² + ‖z‖² − 2xᵀz, times γ; elsewhere the fixed :data:`FLOAT32_SLACK`. The products k · α are summed in float64. Rows whose decision is closer to a boundary than twice that bound (|f| for
+the stationary kernels, whose values are positive (:attr:`Kernel.stationary
+<sodm_spark.core.kernels.Kernel.stationary>`: rbf, laplacian, matern; computed with the scores,
+one more column of the same product; a compressed model's coefficients cancel, Σ_i |α_i| is
+10^5 times |f|, and the row's own sum is what keeps its bound small), ``FLOAT32_SLACK ·
+Σ_i |α_i|`` times the largest |k| otherwise. For the radial kernels (rbf, matern) the slack is
+the row's own (:func:`radial_slack`): the error of the squared distance ‖x‖² + ‖z‖² − 2xᵀz,
+times the kernel's :attr:`~sodm_spark.core.kernels.Kernel.distance_sensitivity` (γ for rbf);
+elsewhere the fixed :data:`FLOAT32_SLACK`. The products k · α are summed in float64. Rows
+whose decision is closer to a boundary than twice that bound (|f| for
 two classes, the gap between the two largest scores for more) are scored again in float64,
 so the predictions are those of a float64 scoring.
 
@@ -113,8 +117,8 @@ class SupportSet:
     CSR, or :class:`CsrRows`); ``residual``, if
     given, is added to ``vectors`` in the float64 pass (their float32 rounding error).
     ``coef_l1`` (max over outputs of Σ|coef|), ``diagonal_max`` (max |k(z, z)| over the
-    support vectors, 1 for rbf/laplacian) and ``sq_norm_max`` (max ‖z‖², rbf) size the float32
-    error bound.
+    support vectors, 1 for a stationary kernel) and ``sq_norm_max`` (max ‖z‖², a radial
+    kernel) size the float32 error bound.
     """
 
     vectors: Any
@@ -130,10 +134,10 @@ class SupportSet:
     def from_arrays(cls, support_vectors, coef, kernel: Kernel, intercept=None) -> "SupportSet":
         coef = np.asarray(coef, dtype=np.float64).reshape(support_vectors.shape[0], -1)
         diagonal = 1.0
-        if kernel.name not in ("rbf", "laplacian") and support_vectors.shape[0]:
+        if not kernel.stationary and support_vectors.shape[0]:
             diagonal = float(np.abs(kernel.diagonal(support_vectors)).max())
         sq_norm_max = float(squared_norms(support_vectors, np.float64).max()) \
-            if kernel.name == "rbf" and support_vectors.shape[0] else 0.0
+            if kernel.radial and support_vectors.shape[0] else 0.0
         return cls(support_vectors, coef, kernel,
                    None if intercept is None else np.asarray(intercept, np.float64).ravel(),
                    float(np.abs(coef).sum(axis=0).max()) if coef.size else 0.0, diagonal,
@@ -218,19 +222,20 @@ class SupportSet:
             precision = "float64"
         shift = 0.0 if self.intercept is None else self.intercept.reshape(1, -1)
         # positive kernels: each row's own bound, slack · max over outputs of Σ_i |α_i| k(x, z_i)
-        weighted = precision == "float32" and self.kernel.name in ("rbf", "laplacian") \
+        weighted = precision == "float32" and self.kernel.stationary \
             and self.kernel.offset >= 0
         scores, weights = self._sum(X, np.dtype(precision), block_bytes, weighted)
         scores += shift
         rescored = 0
         if precision == "float32" and X.shape[0]:
             if weighted:
-                slack = rbf_slack(X, self.kernel.gamma, self.sq_norm_max) \
-                    if self.kernel.name == "rbf" else FLOAT32_SLACK
+                sensitivity = self.kernel.distance_sensitivity
+                slack = FLOAT32_SLACK if sensitivity is None else \
+                    radial_slack(X, sensitivity, self.sq_norm_max)
                 bound = slack * weights
             else:
                 scale = 1.0
-                if self.kernel.name not in ("rbf", "laplacian"):
+                if not self.kernel.stationary:
                     scale = max(1.0, float(np.abs(self.kernel.diagonal(X)).max()),
                                 self.diagonal_max)
                 bound = FLOAT32_SLACK * scale * (1.0 + abs(self.kernel.offset)) * self.coef_l1
@@ -296,15 +301,16 @@ def add_float64_products(K, coef_t, out):
             out[a, c] += total
 
 
-def rbf_slack(X, gamma: float, sq_norm_max: float) -> np.ndarray:
-    """Relative error of each row's float32 rbf kernel entries (see :data:`ROUNDING_MARGIN`):
-    γ times the error of its squared distances, ``margin · √(t + 2) · u · (‖x‖² + max ‖z‖²)``
+def radial_slack(X, sensitivity: float, sq_norm_max: float) -> np.ndarray:
+    """Relative error of each row's float32 entries of a radial kernel (see
+    :data:`ROUNDING_MARGIN`): its ``sensitivity`` (the largest |∂ ln k / ∂d²|, γ for rbf) times
+    the error of the row's squared distances, ``margin · √(t + 2) · u · (‖x‖² + max ‖z‖²)``
     for t terms (the row's features, or a sparse row's values) and unit roundoff u, plus a few
     u for the exp and the rounding to float32."""
     terms = np.diff(X.indptr) if scipy.sparse.issparse(X) else np.full(X.shape[0], X.shape[1])
     distance_error = ROUNDING_MARGIN * np.sqrt(terms + 2.0) * UNIT_ROUNDOFF_32 * \
         (squared_norms(X, np.float64) + sq_norm_max)
-    return 8.0 * UNIT_ROUNDOFF_32 + gamma * distance_error
+    return 8.0 * UNIT_ROUNDOFF_32 + sensitivity * distance_error
 
 
 def raw_scores(X: np.ndarray, support_vectors: np.ndarray, coef: np.ndarray, kernel: Kernel,

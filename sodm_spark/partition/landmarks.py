@@ -6,9 +6,9 @@ largest possible determinant. By the Schur complement,
     det K_{S∪{z}} = det K_S · (k(z,z) - K_{S,z}ᵀ K_{S,S}⁻¹ K_{S,z}) = det K_S · residual(z),
 
 so the determinant-maximizing next landmark is the candidate with the largest residual. When
-``k(x,x)`` is the same for every x (rbf, laplacian) this is exactly the argmin of the quadratic
-form in Eqn (8); for linear/poly kernels the residual also accounts for ``k(z,z)`` and stays the
-determinant-maximizing rule. The residuals are the diagonal of ``K - L Lᵀ`` for the partial
+``k(x,x)`` is the same for every x (rbf, laplacian, matern) this is exactly the argmin of the
+quadratic form in Eqn (8); for linear/poly kernels the residual also accounts for ``k(z,z)``
+and stays the determinant-maximizing rule. The residuals are the diagonal of ``K - L Lᵀ`` for the partial
 Cholesky factor ``L`` of the kernel matrix, so each step costs one kernel block (the pivot
 against all candidates) plus an O(n·s) update — never the n×n matrix. Candidates may be CSR
 rows: the kernel column of a pivot is then a sparse product (:mod:`sodm_spark.core.sparse_rows`)
@@ -31,7 +31,7 @@ def select_landmarks(X, kernel: Kernel, n_landmarks: int) -> np.ndarray:
 
     ``X`` is a sample of candidate rows (docs/design.md §2.1: ``min(M, 50·S)`` of them by default,
     never all M rows): the run keeps an ``n × n_landmarks`` float64 factor. The first landmark
-    is the row with the largest ``k(x,x)`` (row 0 for rbf/laplacian, like the paper's ``z_1 = x_1``);
+    is the row with the largest ``k(x,x)`` (row 0 for a stationary kernel, like the paper's ``z_1 = x_1``);
     each next one is the row with the largest residual ``k(z,z) - K_{S,z}ᵀ K_{S,S}⁻¹ K_{S,z}``
     (first index on ties), i.e. the choice that maximizes ``det K_{S∪{z}}`` — see the module
     docstring. Selection stops early once the largest residual is ``<= 1e-12 · max k(x,x)``:

@@ -65,8 +65,6 @@ SEARCH_PARTITION_ROWS = 2_500
 # fewer sweeps, and the same validation accuracy on 34 points (the other two one row apart).
 SEARCH_TOL_FACTOR = 10.0
 MAX_SEARCH_TOL = 1e-2  # the fit's own default: no looser than what was measured
-# kernels whose matrix at s·γ is the element-wise s-th power of the matrix at γ
-_POWER_KERNELS = ("rbf", "laplacian")
 GRID_KEYS = ("gamma", "lam", "theta", "v")
 
 
@@ -165,7 +163,7 @@ def _scaled_kernels(kernel: Kernel, scales, X: np.ndarray, X_val: np.ndarray):
     first_val: np.ndarray | None = None
     for scale in sorted(scales):
         scaled = replace(kernel, gamma=kernel.gamma * scale)
-        if first_K is None or kernel.name not in _POWER_KERNELS:
+        if first_K is None or not kernel.gamma_scales_as_power:
             first_scale = scale
             plain = replace(base, gamma=kernel.gamma * scale)
             first_K = full_q_matrix(plain, X, None)  # the m×m kernel matrix, float32

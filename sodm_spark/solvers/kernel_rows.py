@@ -151,17 +151,15 @@ def _blas_threads() -> int:
 #: same test accuracy (0.9814), the level in 18 s against 28 s (fill and sweeps write and read
 #: half the bytes).
 FIXED_POINT = np.dtype(np.int16)
-#: Kernels whose every value is bounded by the largest diagonal value (positive semi-definite:
-#: |k(x, z)| ≤ √(k(x, x) k(z, z))); a polynomial kernel is one only with coef0 ≥ 0.
-_DIAGONAL_BOUNDED = ("rbf", "laplacian", "linear")
 
 
 def fixed_point_scale(kernel: Kernel, X) -> float | None:
-    """The scale of a fixed-point Q of ``X``'s rows: the largest |k(x_i, x_j)| (bounded by the
-    diagonal, :data:`_DIAGONAL_BOUNDED`) over the int16 range; None for a kernel without that
-    bound or a zero diagonal (such a Q is stored in float32)."""
-    if kernel.name not in _DIAGONAL_BOUNDED and not (kernel.name == "poly"
-                                                     and kernel.coef0 >= 0.0):
+    """The scale of a fixed-point Q of ``X``'s rows: the largest |k(x_i, x_j)| over the int16
+    range, where the largest diagonal value bounds it (:attr:`Kernel.bounded_by_diagonal
+    <sodm_spark.core.kernels.Kernel.bounded_by_diagonal>`, a positive semi-definite kernel:
+    |k(x, z)| ≤ √(k(x, x) k(z, z))); None for a kernel without that bound or a zero diagonal
+    (such a Q is stored in float32)."""
+    if not kernel.bounded_by_diagonal:
         return None
     largest = float(np.max(kernel.diagonal(X))) if X.shape[0] else 0.0
     if not np.isfinite(largest) or largest <= 0.0:

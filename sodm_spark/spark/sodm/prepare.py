@@ -24,7 +24,7 @@ import scipy.sparse
 
 from ...core.column_stats import ColumnStats, scale_rows
 from ...core.errors import InputError, SettingsError
-from ...core.kernels import Kernel, gamma_value
+from ...core.kernels import Kernel, gamma_value, kernel_class
 from ...core.timeline import Timeline, add_stage, timed
 from ...core.labels import coded_labels, raw_labels
 from ...core.sparse_rows import DENSE_PRODUCT_DENSITY, as_float_rows, dense_enough, stack_rows
@@ -292,9 +292,9 @@ def _kernel_inputs(sc, held: HeldOut, params: SODMParams,
     scaling = None
     if params.scale == "minmax" and params.kernel != "linear":
         scaling = stats.scaling()  # min-max, or max-abs for sparse rows
-    gamma = 1.0 if params.kernel == "linear" else gamma_value(
+    gamma = 1.0 if not kernel_class(params.kernel).uses_gamma else gamma_value(
         params.gamma, stats.d, stats.variance(*(scaling[:2] if scaling else (None, None))))
-    if scaling is None and params.kernel == "rbf":
+    if scaling is None and kernel_class(params.kernel).radial:
         # unscaled rows far from the origin are moved to their mean, after γ: 'scale' pools
         # every entry's variance, which a per-column shift changes, and reads the rows as given
         scaling = stats.centring()
@@ -352,7 +352,7 @@ def _input_map(sc, training, candidates, stats: ColumnStats, kernel, seed: int):
         assert stats.stored is not None  # sparse statistics count each column's stored values
         mostly_full = dense_enough(int(stats.stored.sum()), stats.n, stats.d,
                                    DENSE_PRODUCT_DENSITY)
-    if not mostly_full or kernel.name != "rbf" or stats.d < input_projection.MIN_FEATURES:
+    if not mostly_full or not kernel.radial or stats.d < input_projection.MIN_FEATURES:
         return None, None
     sample, wanted = candidates, input_projection.SAMPLE_ROWS
     if sample is None or sample.shape[0] < wanted // 2:
