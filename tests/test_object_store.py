@@ -425,7 +425,8 @@ def test_refused_writes_end_the_commands_before_any_work(spark, s3, tmp_path, ca
     with s3fs.open_output_stream(f"{BUCKET}/predict/out/_SUCCESS") as stream:
         stream.write(b"")
     before = objects(s3, "predict")
-    pq.write_table(pa.table({"x": [1.0]}), tmp_path / "rows.parquet")
+    # rows the model scores: refused for the output alone, before any is read
+    pq.write_table(pa.table({name: [0.5, -1.0] for name in "abc"}), tmp_path / "rows.parquet")
     code = run_job(predict.main, ["--model", uri("predict/model"), "--data",
                                   str(tmp_path / "rows.parquet"), "--out", uri("predict/out"),
                                   "--overwrite"])
