@@ -89,9 +89,9 @@ def _advice(scheme: str) -> str:
                 "libhdfs (JAVA_HOME, ARROW_LIBHDFS_DIR, CLASSPATH from `hadoop classpath "
                 "--glob`), or use a local path.")
     if scheme in ("s3", "s3a", "s3n", "gs", "gcs", "abfs", "abfss"):
-        return ("Give pyarrow the store's credentials (its provider's environment variables), "
-                "or run with a classic Spark session holding the Hadoop connector, or use a "
-                "local path.")
+        return ("Give pyarrow the store's credentials (its provider's environment variables: "
+                "docs/operations.md, \"Object stores\"), or run with a classic Spark session "
+                "holding the Hadoop connector, or use a local path.")
     return ("pyarrow reaches file:, hdfs://, viewfs://, s3:// (s3a://), gs://, abfs(s)://; "
             "another scheme needs a classic Spark session with its Hadoop connector "
             "(spark-submit), or use a local path.")
