@@ -84,3 +84,21 @@ def model_files(path):
         resolve_version(LocalStore(), str(path), "metadata")
     assert folder is not None, f"{path} holds no saved model"
     return Path(folder)
+
+
+def contents(path):
+    """Every file under ``path`` (or ``path`` itself) with its bytes: what a failed job or a
+    refused read must leave as it was."""
+    from pathlib import Path
+
+    path = Path(path)
+    if path.is_file():
+        return path.read_bytes()
+    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*"))
+            if p.is_file()}
+
+
+def cut_in_half(path):
+    """A file cut short, as a copy that stopped half way leaves it."""
+    data = path.read_bytes()
+    path.write_bytes(data[:len(data) // 2])

@@ -2,6 +2,11 @@
 old or the new complete model at the path), and saved / loaded whole through Hadoop's file
 systems (a ``file://`` URI handed to the Hadoop store here takes the code path ``hdfs://`` or
 ``s3a://`` take). The stores of URIs without Spark: tests/test_uri_storage.py."""
+import json
+import re
+import shutil
+import time
+from collections import namedtuple
 from contextlib import suppress
 
 import numpy as np
@@ -12,7 +17,7 @@ from sodm_spark.data.storage import LocalStore, replace_versioned, resolve_versi
 from sodm_spark.models.expansion import MODEL_FILES, KernelExpansion
 from sodm_spark.ops.retrain import ModelStore
 
-from conftest import model_files
+from conftest import contents, cut_in_half, model_files
 
 
 class Killed(BaseException):
@@ -273,3 +278,249 @@ def test_the_pyspark_ml_writer_replaces_a_model_atomically_on_any_file_system(sp
         old.write().save(f"{tmp_path}/ml-{steps}")
     assert _same(SODMClassificationModel.load(f"{tmp_path}/ml-{steps}").expansion,
                  new.expansion)
+
+
+# every reader of a model folder refuses a damaged one ---------------------------------------
+# The one validation of a saved model (sodm_spark.models.expansion.read_model_files) is what
+# each reader goes through; here each reader meets each damage, and must refuse it in one line
+# naming the file and the fault, within the bound, writing nothing (the folder and any earlier
+# output byte-identical afterwards).
+
+REFUSAL_SECONDS = 30.0  # a refusal reads two small files; far less, even on a loaded machine
+
+
+def _edit_metadata(path, edit):
+    metadata = json.loads(path.read_text())
+    edit(metadata)
+    path.write_text(json.dumps(metadata))  # NaN is written as JSON's NaN token, as Python does
+
+
+def _not_a_zip(path):
+    """An .npy where the .npz belongs: a copy of the wrong file."""
+    import io
+
+    buffer = io.BytesIO()
+    np.save(buffer, np.ones(3))
+    path.write_bytes(buffer.getvalue())
+
+
+Damage = namedtuple("Damage", "apply damaged named fault")
+"""``apply(files, version)`` damages the files folder (arrays.npz, metadata.json) or its
+version folder; ``damaged`` is the file it changes, ``named`` the one the refusal must name
+(``_COMPLETE``: the version folder's), ``fault`` a regex of what the refusal says is wrong."""
+
+DAMAGES = {
+    "arrays-truncated": Damage(
+        lambda files, version: cut_in_half(files / "arrays.npz"), "arrays.npz", "arrays.npz",
+        r"arrays\.npz is truncated or corrupt \(BadZipFile"),
+    "arrays-not-a-zip": Damage(
+        lambda files, version: _not_a_zip(files / "arrays.npz"), "arrays.npz", "arrays.npz",
+        r"arrays\.npz is not a NumPy \.npz archive .*not a zip"),
+    "metadata-truncated": Damage(
+        lambda files, version: cut_in_half(files / "metadata.json"), "metadata.json",
+        "metadata.json", r"metadata\.json is truncated or corrupt, not valid JSON"),
+    "metadata-without-kernel": Damage(
+        lambda files, version: _edit_metadata(files / "metadata.json",
+                                              lambda m: m.pop("kernel")),
+        "metadata.json", "metadata.json", r"metadata\.json is corrupt: it has no kernel"),
+    "complete-marker-missing": Damage(
+        lambda files, version: (version / "_COMPLETE").unlink(), None, "_COMPLETE",
+        r"v-000001/_COMPLETE is missing: no version of .* is complete"),
+    "shapes-disagree-with-metadata": Damage(
+        lambda files, version: _edit_metadata(
+            files / "metadata.json", lambda m: m.update(n_support=m["n_support"] + 1)),
+        "metadata.json", "arrays.npz",
+        r"the support vectors have shape \(5, 3\) but metadata\.json says \(6, 3\)"),
+    "calibration-not-finite": Damage(
+        lambda files, version: _edit_metadata(files / "metadata.json", lambda m: m.update(
+            calibration={"method": "sigmoid", "slopes": [float("nan")],
+                         "intercepts": [0.5]})),
+        "metadata.json", "metadata.json",
+        r"metadata\.json: its calibration cannot be read \(ValueError: slopes holds NaN or "
+        r"infinite numbers"),
+}
+
+
+def _calibrated_model():
+    rng = np.random.default_rng(11)
+    return _model(11).calibrated(rng.normal(size=(40, 3)), rng.choice([-1.0, 1.0], 40))
+
+
+def _expansion_layout(root):
+    _calibrated_model().save(root / "model")
+    version = root / "model" / "v-000001"
+    return root / "model", version, version
+
+
+def _mlflow_layout(root):
+    flavor = pytest.importorskip("sodm_spark.mlflow")
+    flavor.save_model(_calibrated_model(), root / "mlflow-model")
+    version = root / "mlflow-model" / flavor.MODEL_DATA / "v-000001"
+    return root / "mlflow-model", version, version
+
+
+def _load_expansion(path):
+    return KernelExpansion.load(path)
+
+
+def _load_classifier(path):
+    from sodm_spark import ODMClassifier
+
+    return ODMClassifier.load(path)
+
+
+def _load_mlflow(path):
+    from sodm_spark import mlflow as flavor
+
+    return flavor.load_model(str(path))
+
+
+def _load_pyfunc(path):
+    import mlflow.pyfunc
+
+    return mlflow.pyfunc.load_model(str(path))
+
+
+LIBRARY_READERS = {  # reader -> (layout, call)
+    "KernelExpansion.load": (_expansion_layout, _load_expansion),
+    "ODMClassifier.load": (_expansion_layout, _load_classifier),
+    "sodm_spark.mlflow.load_model": (_mlflow_layout, _load_mlflow),
+    "mlflow.pyfunc.load_model": (_mlflow_layout, _load_pyfunc),
+}
+
+
+def _refused_in_one_line(message, damage, files, version):
+    named, fault = DAMAGES[damage].named, DAMAGES[damage].fault
+    assert len(message.splitlines()) == 1, message
+    assert re.search(fault, message), message
+    assert str((version if named == "_COMPLETE" else files) / named) in message, message
+    assert "Copy the whole" in message, message  # and what to do
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
+@pytest.mark.parametrize("reader", LIBRARY_READERS)
+def test_every_library_reader_refuses_a_damaged_model_folder(tmp_path, reader, damage,
+                                                             monkeypatch):
+    from sodm_spark.core.errors import InputError
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", (tmp_path / "mlruns").as_uri())  # not ./mlruns
+    layout, load = LIBRARY_READERS[reader]
+    path, files, version = layout(tmp_path)
+    DAMAGES[damage].apply(files, version)
+    before = contents(tmp_path)
+    started = time.perf_counter()
+    with pytest.raises(InputError) as refused:
+        load(path)
+    assert time.perf_counter() - started < REFUSAL_SECONDS
+    _refused_in_one_line(str(refused.value), damage, files, version)
+    assert contents(tmp_path) == before  # a reader writes nothing
+
+
+def test_the_readers_read_the_undamaged_folders(tmp_path, monkeypatch):
+    """The same layouts, undamaged: every reader gets the saved model (so the refusals above
+    are the damage's, not the layout's)."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", (tmp_path / "mlruns").as_uri())
+    X = np.random.default_rng(12).normal(size=(6, 3))
+    expected = _calibrated_model().predict_proba(X)
+    for reader, (layout, load) in LIBRARY_READERS.items():
+        root = tmp_path / reader
+        root.mkdir()
+        loaded = load(layout(root)[0])
+        if reader == "mlflow.pyfunc.load_model":  # MLflow's wrapper of the flavor's model
+            loaded = loaded.get_raw_model()
+        np.testing.assert_array_equal(loaded.predict_proba(X), expected, err_msg=reader)
+
+
+@pytest.fixture(scope="module")
+def saved_ml_model(spark, tmp_path_factory):
+    """A pyspark.ml SODMClassificationModel saved by its writer (Spark writes its metadata)."""
+    from sodm_spark import SODMClassificationModel
+
+    path = tmp_path_factory.mktemp("ml") / "ml-model"
+    SODMClassificationModel(_calibrated_model()).write().save(str(path))
+    return path
+
+
+HADOOP_CHECKSUM = r"is truncated or corrupt \(its bytes do not match the checksum Hadoop"
+
+
+@pytest.mark.parametrize("checksums", ["kept", "dropped"])
+@pytest.mark.parametrize("damage", [*DAMAGES, "spark-metadata-truncated"])
+def test_the_pyspark_ml_reader_refuses_a_damaged_model_folder(saved_ml_model, tmp_path,
+                                                             damage, checksums):
+    """A plain path is Spark's default file system (the session's Hadoop store), whose .crc
+    files catch a changed file before its contents are read; a copy without them (checksums
+    dropped) meets the contents' checks."""
+    from sodm_spark import SODMClassificationModel
+    from sodm_spark.core.errors import InputError
+
+    path = tmp_path / "ml-model"
+    shutil.copytree(saved_ml_model, path)
+    version = path / "v-000001"
+    assert _same(SODMClassificationModel.load(str(path)).expansion, _calibrated_model())
+    if damage == "spark-metadata-truncated":
+        damaged = next((version / "metadata").glob("part-*"))
+        cut_in_half(damaged)
+    else:
+        DAMAGES[damage].apply(version / "data", version)
+        damaged = DAMAGES[damage].damaged and version / "data" / DAMAGES[damage].damaged
+    if checksums == "dropped":
+        for crc in path.rglob(".*.crc"):
+            crc.unlink()
+    before = contents(path)
+    started = time.perf_counter()
+    with pytest.raises(InputError) as refused:
+        SODMClassificationModel.load(str(path))
+    assert time.perf_counter() - started < REFUSAL_SECONDS
+    message = str(refused.value)
+    assert len(message.splitlines()) == 1, message
+    if damaged is not None and checksums == "kept":
+        assert re.search(HADOOP_CHECKSUM, message) and str(damaged) in message, message
+    elif damage == "spark-metadata-truncated":
+        assert re.search(r"metadata/part-\S+ is truncated or corrupt, not valid JSON", message)
+        assert str(damaged) in message, message
+    else:
+        _refused_in_one_line(message, damage, version / "data", version)
+    assert contents(path) == before
+
+
+def _run_job(main, argv, capfd):
+    from sodm_spark.core.errors import run_job
+
+    started = time.perf_counter()
+    code = run_job(main, [str(arg) for arg in argv])
+    return code, time.perf_counter() - started, "".join(capfd.readouterr())
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
+@pytest.mark.parametrize("job", ["predict", "export_onnx"])
+def test_the_jobs_refuse_a_damaged_model_folder_in_one_line_writing_nothing(tmp_path, capfd,
+                                                                            job, damage):
+    """The predict job and sodm-export-onnx: exit code 5 (bad input), one ``error:`` line and
+    no trace on the console, within the bound; the output of an earlier run, which --overwrite
+    would replace, is byte-identical afterwards."""
+    from sodm_spark.core.errors import EXIT_CODES, INPUT
+    from sodm_spark.jobs import export_onnx, predict
+
+    if job == "export_onnx":
+        pytest.importorskip("onnx")
+    path, files, version = _expansion_layout(tmp_path)
+    earlier = tmp_path / "earlier"
+    earlier.mkdir()
+    if job == "predict":
+        (earlier / "part-00000.parquet").write_bytes(b"earlier predictions")
+        (earlier / "_SUCCESS").write_bytes(b"")
+        main, argv = predict.main, ["--model", path, "--data", tmp_path / "rows.parquet",
+                                    "--out", earlier, "--overwrite"]
+    else:
+        (earlier / "model.onnx").write_bytes(b"an earlier export")
+        main, argv = export_onnx.main, [path, earlier / "model.onnx", "--overwrite"]
+    DAMAGES[damage].apply(files, version)
+    before = contents(tmp_path)
+    code, seconds, console = _run_job(main, argv, capfd)
+    assert code == EXIT_CODES[INPUT], console
+    assert seconds < REFUSAL_SECONDS
+    assert console.count("\n") == 1 and console.startswith("error: "), console
+    assert "Traceback" not in console
+    _refused_in_one_line(console.strip(), damage, files, version)
+    assert contents(tmp_path) == before

@@ -22,6 +22,12 @@ Every store declares two things the versioned writes of :mod:`sodm_spark.data.st
     whole). False on HDFS, where a file cannot be renamed over another: the old one is
     deleted first, and a reader that finds no file reads the staging file about to take its
     place (:func:`sodm_spark.data.storage.read_replaced`).
+
+A store that cannot be reached, or refuses an operation (a bucket that does not exist, missing
+permissions, a server gone half way through a version), raises :class:`StoreError`: one line
+naming the path, what was being done and the store's own reason, so a job ends with it instead
+of a traceback. A missing file stays a FileNotFoundError (readers ask for files that may be
+gone).
 """
 from __future__ import annotations
 
@@ -30,9 +36,11 @@ import re
 import shutil
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from ..core.errors import SettingsError
+from ..core.errors import SettingsError, one_line
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):/")  # two letters at least: not C:/
 # Hadoop's names of file systems whose directory rename is atomic; any other (s3a, gs, wasb,
@@ -43,6 +51,34 @@ ATOMIC_RENAME_SCHEMES = frozenset({"file", "hdfs", "viewfs", "webhdfs", "swebhdf
 _ARROW_SCHEMES = {"s3a": "s3", "s3n": "s3", "gcs": "gs"}
 _ARROW_ATOMIC = frozenset({"local", "hdfs", "mock"})  # pyarrow's type_name of such stores
 _ARROW_DIRECTORIES = frozenset({"local", "hdfs", "mock"})  # parents must exist to write
+
+
+# how much of a store's own reason a StoreError keeps: the AWS SDK's carry request ids and
+# connection details past the part that says what happened
+_REASON_CHARACTERS = 400
+
+
+class StoreError(SettingsError):
+    """A store by URI that could not be reached or refused an operation (module docstring): a
+    settings problem for the jobs (the endpoint, the bucket or container, the credentials).
+    ``consequence``: what the failure left, for the user (what readers still get)."""
+
+    def __init__(self, path: str, doing: str, reason: BaseException | str,
+                 consequence: str = ""):
+        reason = one_line(first_line(reason) if isinstance(reason, BaseException) else reason)
+        if len(reason) > _REASON_CHARACTERS:
+            reason = reason[:_REASON_CHARACTERS - 3] + "..."
+        super().__init__(f"{path}: the store could not {doing} ({reason})"
+                         + (f"; {consequence}" if consequence else "")
+                         + ". Check that the store is reachable, that the bucket or container "
+                         "exists and that the credentials allow this (docs/operations.md, "
+                         "\"Object stores\").")
+        self.path, self.doing, self.reason = path, doing, reason
+
+
+class CorruptFile(OSError):
+    """A file whose bytes are not those written: its store's checksum says so (Hadoop's .crc
+    files, HDFS blocks), as for a file cut or changed after it was written."""
 
 
 def uri_scheme(path) -> str | None:
@@ -235,8 +271,20 @@ class ArrowStore:
             return (self._base_path.rstrip("/") + rest) or "/"
         return _arrow_filesystem(path)[1]
 
+    @contextmanager
+    def _reaching(self, path, doing: str) -> Iterator[None]:
+        """pyarrow's OSError inside the block as a :class:`StoreError` naming ``path``; a
+        missing or existing file keeps its own error (a reader or a rename decides)."""
+        try:
+            yield
+        except (FileNotFoundError, FileExistsError):
+            raise
+        except OSError as error:
+            raise StoreError(str(path), doing, error) from error
+
     def _type(self, path):
-        return self._fs.get_file_info(self._path(path)).type
+        with self._reaching(path, "look it up"):
+            return self._fs.get_file_info(self._path(path)).type
 
     def exists(self, path: str) -> bool:
         from pyarrow.fs import FileType
@@ -253,38 +301,47 @@ class ArrowStore:
 
         if not self.is_dir(path):
             return []
-        infos = self._fs.get_file_info(FileSelector(self._path(path), allow_not_found=True))
+        with self._reaching(path, "list it"):
+            infos = self._fs.get_file_info(FileSelector(self._path(path), allow_not_found=True))
         return sorted(info.base_name for info in infos)
 
     def mkdirs(self, path: str) -> None:
-        self._fs.create_dir(self._path(path), recursive=True)
+        with self._reaching(path, "create it as a directory"):
+            self._fs.create_dir(self._path(path), recursive=True)
 
     def read_bytes(self, path: str) -> bytes:
-        with self._fs.open_input_stream(self._path(path), compression=None) as stream:
+        with self._reaching(path, "read it"), \
+                self._fs.open_input_stream(self._path(path), compression=None) as stream:
             return stream.read()
 
     def write_bytes(self, path: str, data: bytes) -> None:
         target = self._path(path)
-        if self._directories and "/" in target.strip("/"):
-            self._fs.create_dir(target.rstrip("/").rsplit("/", 1)[0], recursive=True)
-        with self._fs.open_output_stream(target, compression=None) as stream:
-            stream.write(data)  # closing commits it (object stores upload it then)
+        with self._reaching(path, "write it"):
+            if self._directories and "/" in target.strip("/"):
+                self._fs.create_dir(target.rstrip("/").rsplit("/", 1)[0], recursive=True)
+            with self._fs.open_output_stream(target, compression=None) as stream:
+                stream.write(data)  # closing commits it (object stores upload it then)
 
     def replace_bytes(self, path: str, data: bytes) -> None:
         """``path`` holds ``data`` afterwards (see ``atomic_replace`` in the module docstring)."""
-        replace_through_staging(self, path, data, lambda staging, target: self._fs.move(
-            self._path(staging), self._path(target)))  # over the old file where it can
+        def move(staging, target):
+            with self._reaching(target, "replace it"):
+                self._fs.move(self._path(staging), self._path(target))  # over the old file
+
+        replace_through_staging(self, path, data, move)
 
     def rename(self, source: str, target: str) -> None:
         if self.exists(target):
             raise FileExistsError(f"{target} exists; another writer is saving this model.")
-        self._fs.move(self._path(source), self._path(target))
+        with self._reaching(source, f"rename it to {target}"):
+            self._fs.move(self._path(source), self._path(target))
 
     def delete(self, path: str) -> None:
         from pyarrow.fs import FileType
 
         kind = self._type(path)
-        if kind == FileType.Directory:
-            self._fs.delete_dir(self._path(path))
-        elif kind != FileType.NotFound:
-            self._fs.delete_file(self._path(path))
+        with self._reaching(path, "delete it"):
+            if kind == FileType.Directory:
+                self._fs.delete_dir(self._path(path))
+            elif kind != FileType.NotFound:
+                self._fs.delete_file(self._path(path))

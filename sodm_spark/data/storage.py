@@ -38,9 +38,9 @@ import tempfile
 import uuid
 from pathlib import Path
 
-from ..core.errors import SettingsError
-from .filesystems import (ArrowStore, LocalStore, first_line, is_uri, join,  # noqa: F401
-                          local_path, split, uri_scheme)
+from ..core.errors import InputError, SettingsError
+from .filesystems import (ArrowStore, CorruptFile, LocalStore, StoreError,  # noqa: F401
+                          first_line, is_uri, join, local_path, split, uri_scheme)
 
 COMPLETE_MARKER = "_COMPLETE"
 _VERSION = re.compile(r"^v-(\d{6,})$")
@@ -48,10 +48,18 @@ KEEP_VERSIONS = 2  # the new one and the one before it (a reader may have just r
 
 
 def replace_file(path, write) -> None:
-    """A local file written by ``write(staging_path)`` beside ``path`` and renamed over it:
+    """A file written by ``write(staging_path)`` (a local path) that replaces ``path`` whole:
     readers (a scheduler polling metrics, a resume) see the old file or the new one, never
-    half of one. A replaced file keeps its permission bits."""
-    path = Path(path)
+    half of one. Locally (a plain path, ``file:``) the staging file is beside ``path`` and
+    renamed over it, keeping its permission bits; on a store by URI its bytes replace the file
+    through the store (:func:`store_for`; one PUT on an object store)."""
+    if is_uri(path) and uri_scheme(path) != "file":
+        with tempfile.TemporaryDirectory(prefix="sodm-file-") as local:
+            staging = Path(local) / split(path)[1]
+            write(staging)
+            store_for(path).replace_bytes(str(path), staging.read_bytes())
+        return
+    path = Path(local_path(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     staging = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:12]}")
     try:
@@ -81,9 +89,9 @@ def _advice(scheme: str) -> str:
                 "libhdfs (JAVA_HOME, ARROW_LIBHDFS_DIR, CLASSPATH from `hadoop classpath "
                 "--glob`), or use a local path.")
     if scheme in ("s3", "s3a", "s3n", "gs", "gcs", "abfs", "abfss"):
-        return ("Give pyarrow the store's credentials (its provider's environment variables), "
-                "or run with a classic Spark session holding the Hadoop connector, or use a "
-                "local path.")
+        return ("Give pyarrow the store's credentials (its provider's environment variables: "
+                "docs/operations.md, \"Object stores\"), or run with a classic Spark session "
+                "holding the Hadoop connector, or use a local path.")
     return ("pyarrow reaches file:, hdfs://, viewfs://, s3:// (s3a://), gs://, abfs(s)://; "
             "another scheme needs a classic Spark session with its Hadoop connector "
             "(spark-submit), or use a local path.")
@@ -151,6 +159,19 @@ def read_replaced(store, path: str) -> bytes | None:
     return None
 
 
+def read_saved_file(store, path: str, redo: str) -> bytes:
+    """The bytes of a file of a saved model on ``store``; an InputError naming it, ``redo``
+    saying what to do, when the store cannot read it: a local disk's refusal (permissions, a
+    file removed meanwhile), a Hadoop checksum that no longer matches (a file cut or changed
+    after it was written). A store that cannot be reached raises its own StoreError."""
+    try:
+        return store.read_bytes(path)
+    except CorruptFile as error:
+        raise InputError(f"{path} is truncated or corrupt ({error}). {redo}") from None
+    except OSError as error:
+        raise InputError(f"{path} is unreadable ({error.strerror or error}). {redo}") from None
+
+
 def version_number(name: str) -> int | None:
     match = _VERSION.match(name)
     return int(match.group(1)) if match else None
@@ -170,6 +191,25 @@ def resolve_version(store, path: str, flat_marker: str) -> str | None:
     if complete:
         return join(path, f"v-{max(complete):06d}")
     return path if store.exists(join(path, flat_marker)) else None
+
+
+def current_version(store, path: str, flat_marker: str) -> str:
+    """:func:`resolve_version`, refused when ``path`` holds versions but none is complete (an
+    InputError naming the newest one's missing ``_COMPLETE``): a save that stopped before its
+    end, or a copy that left the markers out. ``path`` itself when it holds no versions (the
+    caller says what is missing there)."""
+    path = str(path).rstrip("/") or "/"
+    folder = resolve_version(store, path, flat_marker)
+    if folder is not None:
+        return folder
+    numbers = [n for n in map(version_number, store.list(path)) if n is not None]
+    if numbers:
+        others = "" if len(numbers) == 1 else f", as are the other {len(numbers) - 1} versions'"
+        raise InputError(f"{join(path, f'v-{max(numbers):06d}', COMPLETE_MARKER)} is missing"
+                         f"{others}: no version of {path} is complete (a save that stopped "
+                         "before its end, or a copy without the _COMPLETE files). Copy the "
+                         "whole directory again, or save the model again.")
+    return path
 
 
 def replace_versioned(path, write, flat_names=(), keep: int = KEEP_VERSIONS,
@@ -200,8 +240,8 @@ def replace_versioned(path, write, flat_names=(), keep: int = KEEP_VERSIONS,
             if store.exists(staging):
                 store.delete(staging)
     else:  # no rename: readers skip the folder until its marker exists
-        write(store, final)
-    store.write_bytes(join(final, COMPLETE_MARKER), b"")
+        _unfinished_kept(path, final, lambda: write(store, final))
+    _unfinished_kept(path, final, lambda: store.write_bytes(join(final, COMPLETE_MARKER), b""))
     # from here on the new version is what readers get; tidy up what it replaces
     names = store.list(path)
     complete = sorted(n for n in map(version_number, names)
@@ -213,6 +253,17 @@ def replace_versioned(path, write, flat_names=(), keep: int = KEEP_VERSIONS,
                 or (name.startswith(".v-") and ".tmp-" in name):
             store.delete(join(path, name))
     return final
+
+
+def _unfinished_kept(path: str, final: str, step) -> None:
+    """``step()`` of writing the version ``final`` of ``path``; a store's failure there says
+    that readers still get what they got before (``final`` has no ``_COMPLETE``)."""
+    try:
+        step()
+    except StoreError as error:
+        raise StoreError(error.path, error.doing, error.reason,
+                         f"{final} stays unfinished and is never read: readers of {path} still "
+                         "get the model they got before") from error
 
 
 def publish_directory(path, write, overwrite: bool = False, store=None) -> str:

@@ -8,7 +8,9 @@ the classic session's Hadoop ``FileSystem``; a URI goes through
 :func:`sodm_spark.data.storage.store_for` (``file:`` the local disk; others the session's Hadoop
 file system, or pyarrow's when there is no JVM, as on Spark Connect). A class read back names a
 ``_from_saved(store, folder)`` constructor: the estimator needs nothing, the model its kernel
-expansion.
+expansion. The reader takes the newest complete version, reads the Spark ML metadata through the
+same store (no Spark job) and refuses a damaged folder in one line naming the file, as
+:func:`sodm_spark.models.expansion.read_model_files` does for the arrays.
 """
 from __future__ import annotations
 
@@ -18,8 +20,9 @@ import uuid
 from pyspark.ml.util import (DefaultParamsReader, DefaultParamsWriter, MLReadable, MLReader,
                              MLWritable, MLWriter)
 
-from ..data.storage import (LocalStore, is_uri, join, replace_versioned, resolve_version,
-                            store_for)
+from ..core.errors import InputError
+from ..data.storage import (LocalStore, current_version, is_uri, join, read_saved_file,
+                            replace_versioned, store_for)
 from ..spark.hadoop_store import HadoopStore
 
 
@@ -61,15 +64,49 @@ class ParamsOnlyWriter(MLWriter):
         self._write_version(model_store(path), path)
 
 
+# what every Spark ML metadata record holds (DefaultParamsWriter's), and a reader uses
+_SPARK_METADATA_KEYS = ("class", "uid", "paramMap", "sparkVersion", "defaultParamMap")
+_REDO = ("Copy the whole model directory again, or save the model again "
+         "(model.write().overwrite().save(path)).")
+
+
+def _metadata_part(store, metadata_dir: str) -> str | None:
+    """The path of the part file holding a Spark ML metadata folder's record (None if none)."""
+    parts = [name for name in store.list(metadata_dir) if name.startswith("part-")]
+    return join(metadata_dir, parts[0]) if parts else None
+
+
 def _metadata_class(store, metadata_dir):
     """The ``class`` a Spark ML metadata folder names (None if unreadable)."""
-    for name in store.list(metadata_dir):
-        if name.startswith("part-"):
-            try:
-                return json.loads(store.read_bytes(join(metadata_dir, name)))["class"]
-            except (OSError, ValueError, KeyError):
-                return None
-    return None
+    part = _metadata_part(store, metadata_dir)
+    try:
+        return None if part is None else json.loads(store.read_bytes(part))["class"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def read_spark_metadata(store, folder: str) -> dict:
+    """The Spark ML metadata record of the saved model version ``folder`` (its ``metadata/``
+    part file, one JSON line, as ``DefaultParamsWriter`` writes it), read through ``store``;
+    an InputError naming the file when it is missing, truncated, not JSON or lacks a key."""
+    metadata_dir = join(folder, "metadata")
+    part = _metadata_part(store, metadata_dir)
+    if part is None:
+        raise InputError(f"{metadata_dir} holds no Spark ML metadata (part-00000): not a saved "
+                         f"pyspark.ml model, or an incomplete copy. {_REDO}")
+    data = read_saved_file(store, part, _REDO)
+    try:
+        text = data.decode("utf-8")
+        record = json.loads(next((line for line in text.splitlines() if line.strip()), ""))
+    except (ValueError, UnicodeDecodeError) as error:
+        raise InputError(f"{part} is truncated or corrupt, not valid JSON ({error}); the "
+                         f"model cannot be read. {_REDO}") from None
+    missing = [key for key in _SPARK_METADATA_KEYS
+               if not isinstance(record, dict) or key not in record]
+    if missing:
+        raise InputError(f"{part} is not a Spark ML metadata record: it has no "
+                         f"{', '.join(missing)}. {_REDO}")
+    return record
 
 
 def _point_to_class(store, path, folder):
@@ -114,12 +151,24 @@ class VersionedReader(MLReader):
         self.cls = cls
 
     def load(self, path):
+        """The instance saved at ``path`` (its newest complete version): the metadata and the
+        model's files checked first (one-line InputErrors), nothing written."""
         store = model_store(path)
-        folder = resolve_version(store, path, "metadata") or path
-        metadata = DefaultParamsReader.loadMetadata(folder, self.sparkSession)
+        if not store.is_dir(path):
+            raise InputError(f"{path} is not a saved pyspark.ml model: "
+                             f"{'it is a file' if store.exists(path) else 'no such directory'}.")
+        # a directory written before versions holds data/ at its top; the metadata/ there is
+        # also in versioned directories (_point_to_class), so it marks nothing
+        folder = current_version(store, path, "data")
+        metadata = read_spark_metadata(store, folder)
         instance = self.cls._from_saved(store, folder)
-        instance._resetUid(metadata["uid"])
-        DefaultParamsReader.getAndSetParams(instance, metadata)
+        try:
+            instance._resetUid(metadata["uid"])
+            DefaultParamsReader.getAndSetParams(instance, metadata)
+        except (AttributeError, TypeError, ValueError) as error:  # a Param this class lacks
+            raise InputError(f"{_metadata_part(store, join(folder, 'metadata'))}: its "
+                             f"parameters do not fit {self.cls.__name__} ({error}). "
+                             f"{_REDO}") from None
         return instance
 
 

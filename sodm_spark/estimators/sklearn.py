@@ -171,6 +171,8 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
     (5,)
     >>> accuracy = clf.score(X[400:], y[400:])
     >>> clf.model_.save("odm-model")  # arrays.npz + metadata.json, no pickles
+    >>> ODMClassifier.load("odm-model").predict(X[400:405]).shape
+    (5,)
 
     The linear kernel solves the primal, with an unpenalized intercept:
 
@@ -373,6 +375,14 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
         model.n_features_in_ = expansion.n_features_in
         model.model_ = expansion
         return model
+
+    @classmethod
+    def load(cls, path, store=None) -> "ODMClassifier":
+        """A fitted predictor from the model directory ``path`` (``clf.model_.save(path)``, a
+        job's ``--model-out``; a local path or any store by URI), read and checked by
+        :meth:`KernelExpansion.load`: a damaged directory is refused in one line naming the
+        file."""
+        return cls.from_expansion(KernelExpansion.load(path, store=store))
 
     @property
     def n_support_(self) -> int:

@@ -11,8 +11,11 @@ the model is expensive per row (sodm_spark.spark.predict). Every task scores its
 Arrow batches, kernel blocks against the support set in float32 (rows near a decision boundary
 again in float64, so predictions are float64's). The output has the key (--key-col, or a row
 id), `prediction` (the label) and `rawPrediction` (the scores), written to a temporary
-directory beside --out and renamed into place when complete. The last line, and --metrics-out,
-give the rows scored, the seconds of the scoring job and rows/s. A bad row (found by a task, or
+directory beside --out and renamed into place when complete (on an object store, which has no
+rename, written in place after the old output is deleted: Spark's `_SUCCESS` marks it whole).
+--out may be a URI: Spark's own writer reaches it, so a classic session needs the Hadoop
+connector of its scheme, checked before anything is read or deleted. The last line, and
+--metrics-out, give the rows scored, the seconds of the scoring job and rows/s. A bad row (found by a task, or
 by the check of text input's lines) or setting ends the job with one `error: ...` line and its
 kind's exit code, --out as it was (sodm_spark.core.errors; docs/operations.md, "When a job fails").
 """
@@ -24,14 +27,15 @@ import threading
 import time
 
 from sodm_spark.core.errors import SETTINGS, SettingsError, reported, run_job
-from sodm_spark.data.storage import is_uri, publish_directory, store_for
+from sodm_spark.data.storage import is_uri, publish_directory, store_for, uri_scheme
 from sodm_spark.models.expansion import KernelExpansion
 from sodm_spark.models.scoring import PRECISIONS
-from sodm_spark.ops.jobconf import (check_output_paths, parse_with_defaults,
-                                     use_packaged_spark_conf, write_outputs)
+from sodm_spark.ops.jobconf import (check_output_paths, check_store_outputs,
+                                     parse_with_defaults, use_packaged_spark_conf, write_outputs)
 from sodm_spark.spark.io import check_csv_cells, input_statuses, read_blocks, spark_read
 from sodm_spark.spark.predict import python_workers_started, score_dataframe
 from sodm_spark.spark.engine import context_of, is_connect, uses_frames
+from sodm_spark.spark.hadoop_store import HadoopStore
 from sodm_spark.spark.session import job_session
 
 
@@ -95,10 +99,10 @@ def report_progress(accumulator, started, every, stop):
               flush=True)
 
 
-def score_and_write(frame, out: str, args, rows) -> float:
-    """Run the scoring job (writing ``out``) with a progress line every --progress-seconds;
-    its seconds. A row the tasks refuse fails the job with the tasks' own message
-    (sodm_spark.core.errors)."""
+def score_and_write(frame, out: str, args, rows, store) -> float:
+    """Run the scoring job (writing ``out`` on ``store``) with a progress line every
+    --progress-seconds; its seconds. A row the tasks refuse fails the job with the tasks' own
+    message (sodm_spark.core.errors)."""
     started = time.perf_counter()
     stop = threading.Event()
     ticker = threading.Thread(target=report_progress,
@@ -106,18 +110,33 @@ def score_and_write(frame, out: str, args, rows) -> float:
     ticker.start()
     try:  # in a hidden sibling renamed into place, or in place on an object store
         publish_directory(out, lambda target: frame.write.parquet(target),
-                          overwrite=args.overwrite, store=store_for(out))
+                          overwrite=args.overwrite, store=store)
     finally:  # no progress line after the result or the error line, nor once Spark is gone
         stop.set()
         ticker.join()
     return time.perf_counter() - started
 
 
-def check_new_output(out: str, overwrite: bool) -> None:
-    """--out must not exist unless --overwrite (on its own store: a local path, or a URI)."""
-    if not overwrite and store_for(out).exists(out):
+def check_new_output(out: str, overwrite: bool, store=None) -> None:
+    """--out must not exist unless --overwrite (on ``store``, by default its own: a local
+    path, or a URI)."""
+    if not overwrite and (store or store_for(out)).exists(out):
         raise SettingsError(f"--out {out} exists; pass --overwrite to replace it, or choose "
                             "another directory.")
+
+
+def output_store(spark, out: str):
+    """The store the predictions are published on: for a URI on a classic session the Hadoop
+    file system Spark's Parquet writer itself reaches it through (refused in one line when
+    Spark has none for the scheme, before anything is read or deleted: a store pyarrow
+    reaches is no use to Spark's writer); else :func:`store_for`'s (a local path or ``file:``;
+    on Spark Connect the server writes and only it knows its connectors)."""
+    if uri_scheme(out) in (None, "file") or is_connect(spark):
+        return store_for(out)
+    try:
+        return HadoopStore.for_path(out)
+    except SettingsError as refused:
+        raise SettingsError(f"--out {refused}") from None
 
 
 def main(argv=None, prog="predict.py") -> int:
@@ -131,9 +150,11 @@ def main(argv=None, prog="predict.py") -> int:
     with reported(prefix="--model: "):
         model = KernelExpansion.load(args.model)
     with job_session("sodm-spark: predict", args.master) as spark:
-        if is_uri(out):
-            with reported(value_errors=SETTINGS):
-                check_new_output(out, args.overwrite)
+        with reported(value_errors=SETTINGS):
+            store = output_store(spark, out)
+            if is_uri(out):
+                check_new_output(out, args.overwrite, store)
+            check_store_outputs({"--out": out}, {"--metrics-out": args.metrics_out})
         sc = context_of(spark)  # accumulators: a classic session's only
         rows, ignored = (None, None) if uses_frames(sc) else (sc.accumulator(0), sc.accumulator(0))
         preparing = time.perf_counter()
@@ -150,7 +171,7 @@ def main(argv=None, prog="predict.py") -> int:
                   f"vectors ({args.precision} kernel blocks) in {partitions} tasks "
                   f"(prepared in {prepare_seconds:.1f} s)", flush=True)
             warming.wait()
-            seconds = score_and_write(frame, out, args, rows)
+            seconds = score_and_write(frame, out, args, rows, store)
         scored = rows.value if rows is not None else \
             spark.read.parquet(out).count()  # from the files' footers
         rate = scored / max(seconds, 1e-9)

@@ -146,8 +146,22 @@ def one_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {error_text(error)}"
 
 
+def release(lock: RetrainLock | None) -> str:
+    """Release ``lock`` (None: nothing held); "" when done, else what the user needs to know: a
+    store that cannot be reached any more leaves the lock file behind."""
+    if lock is None:
+        return ""
+    try:
+        lock.release()
+    except Exception as error:  # noqa: BLE001 - the run's own outcome stands; say what is left
+        return (f"the lock {lock.path} could not be released ({one_line(error)}); the next "
+                "run takes it over once this process has ended")
+    return ""
+
+
 def main(argv=None, prog="retrain.py") -> int:
-    """The job: its exit code (0 promoted, 1 kept, 3 locked, or a failure's code)."""
+    """The job: its exit code (0 promoted, 1 kept, 3 locked, or a failure's code). A failure
+    prints one line, which also says whether the lock was left behind."""
     args = parse_args(argv, prog)
     outcome = {"promoted": None}
     lock = None
@@ -172,16 +186,21 @@ def main(argv=None, prog="retrain.py") -> int:
             cause = error.__cause__ if isinstance(error, JobExit) else error
             print(full_trace(cause or error), file=sys.stderr)
         kind, reason = describe_failure(error, [prog, *sys.argv[1:]], INPUT)
+        reason = reason.rstrip(".")  # more follows
+        left = release(lock)  # now, so that the one line can say so
+        lock = None
+        left = f"; {left}" if left else ""
         if outcome["promoted"] is not None:  # latest moved: the promotion stands
-            print(f"warning: {reason}; {outcome['promoted'].name} is the production model",
-                  file=sys.stderr, flush=True)
+            print(f"warning: {reason}; {outcome['promoted'].name} is the production model"
+                  f"{left}", file=sys.stderr, flush=True)
             return PROMOTED
-        print(f"error: {reason}; the production model is unchanged",
+        print(f"error: {reason}; the production model is unchanged{left}",
               file=sys.stderr, flush=True)
         return EXIT_CODES[kind]
     finally:
-        if lock is not None:
-            lock.release()
+        left = release(lock)
+        if left:
+            print(f"warning: {left}", file=sys.stderr, flush=True)
 
 
 def command() -> int:

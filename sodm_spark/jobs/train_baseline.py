@@ -24,8 +24,9 @@ from sodm_spark.core.kernels import Kernel, gamma_value, kernel_names
 from sodm_spark.core.validation import check_two_classes
 from sodm_spark.data.datasets import make_nonlinear
 from sodm_spark.models.expansion import KernelExpansion
-from sodm_spark.ops.jobconf import (check_output_paths, gamma_arg, parse_with_defaults,
-                                     use_packaged_spark_conf, write_outputs)
+from sodm_spark.ops.jobconf import (check_output_paths, check_store_outputs, gamma_arg,
+                                     parse_with_defaults, use_packaged_spark_conf,
+                                     write_outputs)
 from sodm_spark.spark.io import read_blocks, read_libsvm_local
 from sodm_spark.spark.session import collect_checked, job_session
 from sodm_spark.spark.io import numpy_to_blocks
@@ -172,6 +173,9 @@ def main(argv=None, prog="train_baseline.py") -> int:
         check_output_paths({"--model-out": args.model_out}, {"--metrics-out": args.metrics_out})
     with job_session(f"sodm-spark: train_baseline {args.method}", args.master) as spark:
         print("config: " + json.dumps(vars(args), default=str), flush=True)
+        with reported(value_errors=SETTINGS):  # outputs on a store: reachable before the work
+            check_store_outputs({"--model-out": args.model_out},
+                                {"--metrics-out": args.metrics_out})
         with reported():
             blocks, test, regression = load_data(spark, args)
         # the estimator's own refusals arrive from its task (sodm_spark.spark.single)

@@ -34,7 +34,8 @@ from sodm_spark.jobs.train_data import check_weight_col, load_data, read_driver_
 from sodm_spark.jobs.train_mlflow import check_mlflow, log_run
 from sodm_spark.jobs.train_report import (dsvrg_summary, levels_summary, printed_progress,
                                           rewrite_metrics, show_timeline)
-from sodm_spark.ops.jobconf import check_output_paths, use_packaged_spark_conf, write_outputs
+from sodm_spark.ops.jobconf import (check_output_paths, check_store_outputs,
+                                     use_packaged_spark_conf, write_outputs)
 from sodm_spark.selection.tuning import ParamGrid
 from sodm_spark.spark.dsvrg.fit import DSVRGParams
 from sodm_spark.spark.session import job_session
@@ -128,6 +129,9 @@ def main(argv=None, prog="train_sodm.py", description=None, tune_only=False,
         timeline.add("start-up", time.perf_counter() - started, started)
         print("config: " + json.dumps({k: v for k, v in vars(args).items()}, default=str),
               flush=True)
+        with reported(value_errors=SETTINGS):  # outputs on a store: reachable before the work
+            check_store_outputs({"--model-out": args.model_out},
+                                {"--metrics-out": args.metrics_out})
         with reported():
             fit, summary = train(spark, args, params, timeline)
         model = None if fit is None else fit.model

@@ -146,11 +146,19 @@ class SigmoidCalibration:
         return {"method": "sigmoid", "slopes": self.slopes.tolist(),
                 "intercepts": self.intercepts.tolist()}
 
+    @property
+    def outputs(self) -> int:
+        """The decision values it maps: one (two classes), else one per class."""
+        return int(self.slopes.size)
+
     @classmethod
     def from_dict(cls, saved: dict) -> "SigmoidCalibration":
         _check_method(saved, cls.method)
-        return cls(np.asarray(saved["slopes"], dtype=np.float64),
-                   np.asarray(saved["intercepts"], dtype=np.float64))
+        slopes, intercepts = (_finite(saved, key) for key in ("slopes", "intercepts"))
+        if slopes.ndim != 1 or slopes.shape != intercepts.shape or slopes.size == 0:
+            raise ValueError("a sigmoid calibration needs as many intercepts as slopes, at "
+                             f"least one; got {slopes.shape} and {intercepts.shape}.")
+        return cls(slopes, intercepts)
 
 
 def fit_isotonic(scores, positive) -> tuple[np.ndarray, np.ndarray]:
@@ -206,11 +214,18 @@ class IsotonicCalibration:
         return {"method": "isotonic", "thresholds": [x.tolist() for x in self.thresholds],
                 "probabilities": [p.tolist() for p in self.values]}
 
+    @property
+    def outputs(self) -> int:
+        """The decision values it maps: one (two classes), else one per class."""
+        return len(self.thresholds)
+
     @classmethod
     def from_dict(cls, saved: dict) -> "IsotonicCalibration":
         _check_method(saved, cls.method)
-        thresholds = tuple(np.asarray(x, dtype=np.float64) for x in saved["thresholds"])
-        probabilities = tuple(np.asarray(p, dtype=np.float64) for p in saved["probabilities"])
+        thresholds = tuple(_finite(saved, "thresholds", k) for k in range(
+            len(saved["thresholds"])))
+        probabilities = tuple(_finite(saved, "probabilities", k) for k in range(
+            len(saved["probabilities"])))
         if len(thresholds) != len(probabilities) or not thresholds or any(
                 x.ndim != 1 or x.shape != p.shape or x.size == 0 or np.any(np.diff(x) < 0)
                 for x, p in zip(thresholds, probabilities)):
@@ -220,6 +235,18 @@ class IsotonicCalibration:
 
 
 CALIBRATION_CLASSES = {c.method: c for c in (SigmoidCalibration, IsotonicCalibration)}
+
+
+def _finite(saved: dict, key: str, index: int | None = None) -> np.ndarray:
+    """``saved[key]`` (its ``index``-th list) as float64, refused (a ValueError naming it)
+    unless every number is finite: a NaN or an infinity would make every probability NaN."""
+    values = np.asarray(saved[key] if index is None else saved[key][index], dtype=np.float64)
+    if not np.all(np.isfinite(values)):
+        where = key if index is None else f"{key}[{index}]"
+        raise ValueError(f"{where} holds NaN or infinite numbers "
+                         f"({values[~np.isfinite(values)][:3].tolist()}); a calibration's "
+                         "numbers are all finite.")
+    return values
 
 
 def _check_method(saved: dict, method: str) -> None:

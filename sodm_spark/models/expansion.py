@@ -2,38 +2,28 @@
 
 Support vectors are dense rows or CSR rows (a model trained on sparse rows keeps them sparse);
 ``arrays.npz`` holds either the dense matrix or the CSR arrays (``sv_data``, ``sv_indices``,
-``sv_indptr``, ``sv_shape``) — plain arrays, never pickles.
+``sv_indptr``, ``sv_shape``) — plain arrays, never pickles. The format's names and the check of
+a saved model's files, before any is used: :mod:`.saved_files`.
 """
 from __future__ import annotations
 
 import io
 import json
 import os
-import zipfile
 from dataclasses import dataclass, replace
 
 import numpy as np
 import scipy.sparse
 
 from ..core.column_stats import scale_rows
-from ..core.errors import InputError
 from ..core.kernels import Kernel, decision_values
 from ..core.labels import labels_from_scores  # noqa: F401 (the model's labels; importable here)
 from ..core.sparse_rows import Rows
-from ..data.storage import join, replace_versioned, resolve_version, store_for
-from .calibration import (IsotonicCalibration, SigmoidCalibration, calibration_from_dict,
-                          fit_calibration)
-
-FORMAT_NAME = "sodm_spark.KernelExpansion"
-# 2: the feature scaling (written only when a model has one, else 1); 3: sparse support
-# vectors, a scaling of some columns only, or a projection of the inputs (written only then)
-FORMAT_VERSION = 3
-READ_VERSIONS = (1, 2, 3)
-#: The CSR arrays of sparse support vectors in ``arrays.npz``.
-SPARSE_ARRAYS = ("sv_data", "sv_indices", "sv_indptr", "sv_shape")
-MODEL_FILES = ("arrays.npz", "metadata.json")  # in a version folder (or a pre-version directory)
-_INPUT_ARRAYS = ("feature_offset", "feature_scale", "feature_columns", "projection_center",
-                 "projection_components")
+from ..data.storage import join, replace_versioned, store_for
+from .calibration import IsotonicCalibration, SigmoidCalibration, fit_calibration
+# the format's names are read here too (tests, the MLflow flavor)
+from .saved_files import (FORMAT_NAME, FORMAT_VERSION, INPUT_ARRAYS,  # noqa: F401
+                          MODEL_FILES, READ_VERSIONS, SPARSE_ARRAYS, read_model_files)
 
 
 @dataclass(frozen=True)
@@ -222,7 +212,7 @@ class KernelExpansion:
             arrays["support_vectors"] = self.support_vectors
         if self.intercept is not None:
             arrays["intercept"] = np.asarray(self.intercept, dtype=np.float64)
-        for name in _INPUT_ARRAYS:
+        for name in INPUT_ARRAYS:
             if getattr(self, name) is not None:
                 dtype = np.int64 if name == "feature_columns" else np.float64
                 arrays[name] = np.asarray(getattr(self, name), dtype=dtype)
@@ -248,115 +238,13 @@ class KernelExpansion:
     @classmethod
     def load(cls, path: str | os.PathLike, store=None) -> "KernelExpansion":
         """Read a model directory written by :meth:`save` (its current version; a directory
-        with the files at its top, as earlier versions wrote, too); an InputError (a
-        ValueError) says what is wrong with it.
-
-        Refused, naming the directory and the file: a path that is not a directory, a missing
-        or unparsable ``metadata.json`` or ``arrays.npz`` (an incomplete or truncated copy),
-        another format or ``format_version`` (both versions named), arrays that disagree with
-        the metadata. ``store``: the file system to read (default: by the path).
-        """
+        with the files at its top, as earlier versions wrote, too). Every reader of a saved
+        model comes here (the pyspark.ml model's ``data`` folder, ``ODMClassifier.load``, the
+        MLflow flavor, the predict and ONNX export jobs), so the checks of
+        :func:`read_model_files` are the same for all. ``store``: the file system to read
+        (default: by the path)."""
         store = store or store_for(path)
-        folder, present = _model_folder(store, str(path).rstrip("/") or "/")
-        metadata_path, arrays_path = join(folder, "metadata.json"), join(folder, "arrays.npz")
-        metadata = _read_metadata(store, folder, metadata_path)
-        if "arrays.npz" not in present:
-            raise InputError(f"{folder} is an incomplete (truncated) model: arrays.npz is "
-                             f"missing. {_REDO}")
-        try:
-            kernel = Kernel.from_dict(metadata["kernel"])
-            expected = (int(metadata["n_support"]), int(metadata["n_features"]))
-        except (KeyError, TypeError, ValueError) as error:
-            raise InputError(f"{metadata_path} is corrupt ({type(error).__name__}: "
-                             f"{error}); the model cannot be read. {_REDO}") from None
-        model = _read_arrays(cls, store, arrays_path, kernel)
-        _check_shapes(model, folder, expected)
-        if "calibration" in metadata:
-            try:
-                model = replace(model, calibration=calibration_from_dict(
-                    metadata["calibration"]))
-            except (KeyError, TypeError, ValueError) as error:
-                raise InputError(f"{metadata_path}: its calibration cannot be read "
-                                 f"({type(error).__name__}: {error}). {_REDO}") from None
-        return model
-
-
-# What a refusal of a damaged model directory asks for
-_REDO = ("Copy the whole model directory again, or retrain and save it "
-         "(KernelExpansion.save, or a job's --model-out DIR).")
-
-
-def _model_folder(store, path: str) -> tuple[str, list]:
-    """(the folder of the model directory ``path``'s current version, the names it holds);
-    refused unless ``path`` is a directory whose current version has ``metadata.json``."""
-    if not store.is_dir(path):
-        why = "it is a file, not a directory" if store.exists(path) else "no such directory"
-        raise InputError(f"{path} is not a saved model: {why}. Pass the directory that "
-                         "holds metadata.json and arrays.npz (a job's --model-out DIR).")
-    folder = resolve_version(store, path, "metadata.json") or path
-    present = store.list(folder)
-    if "metadata.json" not in present:
-        partial = "arrays.npz" in present
-        raise InputError(
-            f"{folder} is {'an incomplete (truncated) model' if partial else 'not a saved model'}"
-            f": metadata.json is missing (the directory holds {present[:8] or 'nothing'}). "
-            + (_REDO if partial else "Pass the directory that holds metadata.json and "
-               "arrays.npz (a job's --model-out DIR)."))
-    return folder, present
-
-
-def _read_metadata(store, folder: str, metadata_path: str) -> dict:
-    """``metadata.json`` of ``folder`` as a dict, refused unless it parses and names a format
-    and version this module reads."""
-    try:
-        metadata = json.loads(store.read_bytes(metadata_path).decode("utf-8"))
-        problem = None if isinstance(metadata, dict) else "not a JSON object"
-    except (OSError, ValueError, UnicodeDecodeError) as error:
-        problem = str(error)
-    if problem is not None:
-        raise InputError(f"{metadata_path} is truncated or corrupt ({problem}); the "
-                         f"model cannot be read. {_REDO}") from None
-    if metadata.get("format") != FORMAT_NAME or \
-            metadata.get("format_version") not in READ_VERSIONS:
-        raise InputError(
-            f"{folder} holds format {metadata.get('format')!r} version "
-            f"{metadata.get('format_version')!r}; this sodm_spark reads {FORMAT_NAME!r} "
-            f"versions {', '.join(map(str, READ_VERSIONS))}. Retrain, or load it with the "
-            "version that wrote it.")
-    return metadata
-
-
-def _read_arrays(cls, store, arrays_path: str, kernel: Kernel) -> KernelExpansion:
-    """The model ``cls`` of the arrays in ``arrays_path`` (dense or CSR support vectors, and
-    the optional ones), refused when the file cannot be read."""
-    try:
-        with np.load(io.BytesIO(store.read_bytes(arrays_path)), allow_pickle=False) as arrays:
-            optional = {name: arrays[name] if name in arrays.files else None
-                        for name in ("intercept", *_INPUT_ARRAYS)}
-            if "sv_data" in arrays.files:
-                data, indices, indptr, shape = (arrays[name] for name in SPARSE_ARRAYS)
-                support_vectors = scipy.sparse.csr_matrix((data, indices, indptr),
-                                                          shape=tuple(int(n) for n in shape))
-                support_vectors.check_format(full_check=True)
-            else:
-                support_vectors = arrays["support_vectors"]
-            return cls(support_vectors, arrays["coef"], kernel, arrays["classes"], **optional)
-    except (OSError, EOFError, ValueError, KeyError, IndexError,
-            zipfile.BadZipFile) as error:
-        raise InputError(f"{arrays_path} is truncated or corrupt "
-                         f"({type(error).__name__}: {error}). {_REDO}") from None
-
-
-def _check_shapes(model: KernelExpansion, folder: str, expected: tuple[int, int]) -> None:
-    """Refuse arrays whose shapes disagree with ``expected`` (support vectors, features) of
-    ``metadata.json``, or a projection that does not map onto the support vectors' features."""
-    if model.support_vectors.shape != expected or model.coef.shape[0] != expected[0]:
-        raise InputError(f"{folder}: arrays.npz holds {model.support_vectors.shape[0]} support "
-                         f"vectors of {model.support_vectors.shape[1:]} features but "
-                         f"metadata.json says {expected} (a truncated or mixed copy). {_REDO}")
-    components, center = model.projection_components, model.projection_center
-    if components is not None and (components.shape[1] != expected[1] or center is None or
-                                   center.shape != components.shape[:1]):
-        raise InputError(f"{folder}: arrays.npz holds a projection of shape "
-                         f"{components.shape} for support vectors of {expected[1]} "
-                         f"features (a truncated or mixed copy). {_REDO}")
+        files = read_model_files(store, str(path).rstrip("/") or "/")
+        optional = {name: files.arrays.get(name) for name in ("intercept", *INPUT_ARRAYS)}
+        return cls(files.support_vectors, files.arrays["coef"], files.kernel,
+                   files.arrays["classes"], calibration=files.calibration, **optional)

@@ -20,12 +20,13 @@ import importlib.resources
 import importlib.util
 import json
 import os
+import re
 import tomllib
 from pathlib import Path
 
 from ..core.errors import EXIT_CODES, SETTINGS, JobExit, SettingsError
-from ..data.filesystems import is_uri, local_path, uri_scheme
-from ..data.storage import replace_file
+from ..data.filesystems import is_uri, local_path, split, uri_scheme
+from ..data.storage import replace_file, store_for
 
 CONF_NAME = "sodm-jobs.toml"
 #: conf/ of a source checkout: this module is sodm_spark/ops/jobconf.py, two folders below the
@@ -189,11 +190,55 @@ def check_output_paths(directories: dict, files: dict) -> None:
                              "permission where it would go); choose a writable location.")
 
 
-def write_outputs(model, summary: dict, model_out: str | None, metrics_out: str | None) -> None:
-    """Write the model directory and the metrics JSON of a training job, each atomically.
+_URI_ROOT = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/]*")  # scheme://authority (a bucket)
 
-    The metrics go to a temporary file beside the target that is renamed over it, so a
-    scheduler polling the file never reads half a JSON document.
+
+def _folders_above(uri: str) -> list[str]:
+    """The folders above ``uri`` up to its root ``scheme://authority/``, nearest first (none
+    for a URI without an authority)."""
+    root = _URI_ROOT.match(uri)
+    if root is None:
+        return []
+    folders, parent = [], split(uri)[0]
+    while len(parent) > len(root.group(0)):
+        folders.append(parent)
+        parent = split(parent)[0]
+    return [*folders, root.group(0) + "/"]
+
+
+def check_store_outputs(directories: dict, files: dict) -> None:
+    """The outputs given as URIs of another store than the local disk (:func:`check_output_paths`
+    checks local paths), checked on the store that will write them, once the job's Spark
+    session runs (:func:`~sodm_spark.data.storage.store_for` takes its Hadoop file system
+    first) and before any data is read: a directory output must not be a file, a file output
+    not a directory, and its bucket or container (the URI's root) must exist. A store that
+    cannot be reached fails here too, in one line (StoreError), rather than after the work."""
+    for flag, value in {**directories, **files}.items():
+        if not value or not is_uri(value) or uri_scheme(value) == "file":
+            continue
+        value = str(value).rstrip("/")
+        store = store_for(value)
+        if store.exists(value):
+            if flag in directories and not store.is_dir(value):
+                raise SettingsError(f"{flag} {value} is a file; this output is a directory. "
+                                    "Choose another path or remove the file.")
+            if flag in files and store.is_dir(value):
+                raise SettingsError(f"{flag} {value} is a directory; this output is a file. "
+                                    "Give a file name.")
+            continue
+        folders = _folders_above(value)
+        if folders and not any(store.exists(folder) for folder in folders):
+            raise SettingsError(f"{flag} {value}: {folders[-1]} does not exist on its store "
+                                "(no such bucket or container); create it, or check the URI "
+                                "and the store's endpoint.")
+
+
+def write_outputs(model, summary: dict, model_out: str | None, metrics_out: str | None) -> None:
+    """Write the model directory and the metrics JSON of a training job, each atomically (a
+    local path or any store by URI).
+
+    The metrics replace the file whole (a temporary file renamed over it, or one PUT on an
+    object store), so a scheduler polling the file never reads half a JSON document.
     """
     if model_out:
         model.save(model_out)

@@ -9,7 +9,7 @@ reaches the store through pyarrow. Renames are atomic on ``file``, ``hdfs`` and 
 from __future__ import annotations
 
 from ..core.errors import SettingsError
-from ..data.filesystems import ATOMIC_RENAME_SCHEMES, replace_through_staging
+from ..data.filesystems import ATOMIC_RENAME_SCHEMES, CorruptFile, replace_through_staging
 from .io import error_text
 
 _CHUNK_BYTES = 8 << 20  # one py4j call per 8 MB written
@@ -91,7 +91,11 @@ class HadoopStore:
         except Exception as error:  # py4j: a checksum mismatch (truncated copy), a lost node
             if isinstance(error, OSError):
                 raise
-            raise OSError(error_text(error)) from None
+            text = error_text(error)
+            if "ChecksumException" in text:  # Hadoop's .crc beside it: written, then changed
+                raise CorruptFile(f"its bytes do not match the checksum Hadoop wrote beside "
+                                  f"it: {text}") from None
+            raise OSError(text) from None
 
     def write_bytes(self, path: str, data: bytes) -> None:
         stream = self._fs.create(self._path(path), True)
