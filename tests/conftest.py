@@ -66,6 +66,18 @@ def engine():
     return InProcessContext(2)
 
 
+def contents(path):
+    """Every file under ``path`` (or ``path`` itself) with its bytes: what a failed job must
+    leave as it was."""
+    from pathlib import Path
+
+    path = Path(path)
+    if path.is_file():
+        return path.read_bytes()
+    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*"))
+            if p.is_file()}
+
+
 def model_files(path):
     """The folder holding a saved model directory's current files (its newest version)."""
     from pathlib import Path

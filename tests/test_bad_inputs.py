@@ -42,7 +42,7 @@ from sodm_spark.models.expansion import KernelExpansion
 from sodm_spark.spark.io import check_blocks, read_blocks, read_libsvm_local
 from sodm_spark.spark.single import build_estimator
 
-from conftest import make_problem, model_files
+from conftest import contents, make_problem, model_files
 from reference import odm_dual_reference
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -833,15 +833,6 @@ def job_cases():
              r"--data .*bad_value\.svm: .*bad_value\.svm, line 3: value 'abc' in token '2:abc' "
              r"is not a number", predictions),
     ]
-
-
-def contents(path):
-    """Every file under ``path`` (or ``path`` itself) with its bytes."""
-    path = Path(path)
-    if path.is_file():
-        return path.read_bytes()
-    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*"))
-            if p.is_file()}
 
 
 def run_as_user(case, argv, cwd):

@@ -18,12 +18,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sodm_spark.core.errors import EXIT_CODES, INTERNAL, SETTINGS, ExecutorsLackPackage
+from sodm_spark.core.errors import (EXIT_CODES, INTERNAL, SETTINGS, ExecutorsLackPackage,
+                                    SettingsError)
 from sodm_spark.core.kernels import Kernel
 from sodm_spark.models.expansion import KernelExpansion
-from sodm_spark.spark import session
+from sodm_spark.spark import connect
 
-from conftest import make_problem
+from conftest import contents, make_problem
 
 GRPC_MISSING = importlib.util.find_spec("grpc") is None
 needs_grpc = pytest.mark.skipif(GRPC_MISSING, reason="pyspark[connect] is not installed")
@@ -32,6 +33,9 @@ ROOT = Path(__file__).resolve().parents[1]
 #: The bound the issue asks of every failure to reach a server: the command has ended by then
 #: (Python's and pyspark's imports included).
 ENDED_WITHIN_SECONDS = 30.0
+#: The bound on a job whose Python workers cannot start: the JVM, the reading's first JVM jobs
+#: and one failed task (Spark does not retry a task in local mode), on a busy machine.
+WORKERS_FAIL_WITHIN_SECONDS = 180.0
 #: The jobs' --connect-timeout in these tests: short, so that the waits stay cheap.
 TIMEOUT = 3.0
 #: Settings of a small fit that skips the search and the steps after the levels.
@@ -100,12 +104,6 @@ def one_error_line(stderr: str) -> str:
     assert len(lines) == 1 and lines[0].startswith("error: "), stderr
     assert "Traceback" not in stderr and "\tat " not in stderr, stderr
     return lines[0]
-
-
-def contents(path: Path) -> dict:
-    """Every file under ``path`` with its bytes."""
-    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*"))
-            if p.is_file()}
 
 
 @pytest.fixture
@@ -259,16 +257,16 @@ def test_a_server_lost_mid_fit_ends_in_one_line_and_resume_continues_on_a_new_se
 # ------------------------------------------------------------------- the settings of the bound
 
 def test_the_bound_is_the_flag_else_the_environment_else_the_default(monkeypatch):
-    monkeypatch.delenv(session.CONNECT_TIMEOUT_ENV, raising=False)
-    assert session.connect_timeout() == session.DEFAULT_CONNECT_TIMEOUT <= 30
-    monkeypatch.setenv(session.CONNECT_TIMEOUT_ENV, "7.5")
-    assert session.connect_timeout() == 7.5 and session.connect_timeout(2) == 2.0
+    monkeypatch.delenv(connect.CONNECT_TIMEOUT_ENV, raising=False)
+    assert connect.connect_timeout() == connect.DEFAULT_CONNECT_TIMEOUT <= 30
+    monkeypatch.setenv(connect.CONNECT_TIMEOUT_ENV, "7.5")
+    assert connect.connect_timeout() == 7.5 and connect.connect_timeout(2) == 2.0
     for bad in (0.0, -1.0, float("nan")):
-        with pytest.raises(session.SettingsError, match="--connect-timeout must be a positive"):
-            session.connect_timeout(bad)
-    monkeypatch.setenv(session.CONNECT_TIMEOUT_ENV, "soon")
-    with pytest.raises(session.SettingsError, match=r"\$SODM_CONNECT_TIMEOUT='soon'"):
-        session.connect_timeout()
+        with pytest.raises(SettingsError, match="--connect-timeout must be a positive"):
+            connect.connect_timeout(bad)
+    monkeypatch.setenv(connect.CONNECT_TIMEOUT_ENV, "soon")
+    with pytest.raises(SettingsError, match=r"\$SODM_CONNECT_TIMEOUT='soon'"):
+        connect.connect_timeout()
 
 
 @needs_grpc
@@ -276,7 +274,7 @@ def test_the_bound_is_the_flag_else_the_environment_else_the_default(monkeypatch
 def test_a_lost_server_is_retried_for_at_most_the_bound(seconds):
     """The client's retry policy within the bound: the waits pyspark's own policy state draws
     (random jitter included) add up to at most ``seconds``, and it then gives up."""
-    policy = session.bounded_policy(seconds)
+    policy = connect.bounded_policy(seconds)
     for _ in range(20):  # jitter is random: several draws
         state, waited = policy.to_state(), 0
         while (wait := state.next_attempt()) is not None:
@@ -287,16 +285,16 @@ def test_a_lost_server_is_retried_for_at_most_the_bound(seconds):
 
 def test_a_server_older_than_spark_4_is_refused_naming_it():
     for version in ("4.0.0", "4.3.0", "4.1.0-SNAPSHOT", "5.0.1", "unknown-vendor"):
-        session.check_server_version(version, "host:15002")
-    with pytest.raises(session.SettingsError,
+        connect.check_server_version(version, "host:15002")
+    with pytest.raises(SettingsError,
                        match=r"server at host:15002 runs Spark 3\.5\.1; sodm-spark needs Spark "
                              r"4\.0 or later"):
-        session.check_server_version("3.5.1", "host:15002")
+        connect.check_server_version("3.5.1", "host:15002")
 
 
 @needs_grpc
 def test_the_address_in_messages_leaves_the_token_out():
-    assert session.server_address("sc://example.com:443/;use_ssl=true;token=SECRET") == \
+    assert connect.server_address("sc://example.com:443/;use_ssl=true;token=SECRET") == \
         "example.com:443"
 
 
@@ -325,11 +323,13 @@ def test_a_job_whose_executors_cannot_import_the_package_says_so_in_one_line(
     env = job_env(PYSPARK_PYTHON=str(python_without_the_package),
                   SODM_LOG_FILE=str(tmp_path / "log"))
     env.pop("PYTHONPATH")  # the workers would find the checkout's sodm_spark through it
-    code, stdout, stderr, _ = run_job(
+    code, stdout, stderr, seconds = run_job(
         "train_sodm", ["--master", "local[1]", "--data", data, "--format", "parquet",
                        "--levels", "0", *FIT, "--model-out", earlier_outputs / "model",
                        "--metrics-out", earlier_outputs / "metrics.json"], ROOT, env)
     assert code == EXIT_CODES[SETTINGS], (stdout + stderr)[-3000:]
+    # the first Python task failed it (reading the rows), without retries: no level began
+    assert "level partitions" not in stdout and seconds < WORKERS_FAIL_WITHIN_SECONDS
     line = one_error_line(stderr)
     assert re.search(r"the executors' Python cannot import (sodm_spark|numpy|numba|scipy) ",
                      line), line
@@ -342,8 +342,7 @@ def test_a_job_whose_executors_cannot_import_the_package_says_so_in_one_line(
 def test_the_estimator_raises_one_line_naming_the_executors_python(
         spark, python_without_the_package, monkeypatch):
     """SODMClassifier.fit on a session whose workers run a Python without the package: an
-    ExecutorsLackPackage whose text is one line (no worker trace) naming that Python; with no
-    PYSPARK_PYTHON, the line says python3 from the executors' PATH."""
+    ExecutorsLackPackage whose text is one line (no worker trace) naming that Python."""
     from sodm_spark.estimators.ml import SODMClassifier
 
     X, y = make_problem(m=40, d=3, seed=1)
@@ -357,7 +356,17 @@ def test_the_estimator_raises_one_line_naming_the_executors_python(
     assert "\n" not in text and "Traceback" not in text, text
     assert f"they run {python_without_the_package} (PYSPARK_PYTHON" in text, text
     assert "cannot import" in text and "docs/cluster.md" in text
-    monkeypatch.delenv("PYSPARK_PYTHON")
+
+
+def test_the_executors_python_is_named_as_spark_chooses_it(monkeypatch):
+    """A SparkContext's workers run its ``pythonExec``: PYSPARK_PYTHON, else ``python3``
+    found on each executor's PATH; a Connect server's are the server's own."""
     from sodm_spark.core.errors import executors_python
-    assert executors_python("python3") == \
-        "python3 from the executors' PATH (PYSPARK_PYTHON is not set)"
+
+    monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
+    for python in (None, "python3"):
+        assert executors_python(python) == \
+            "python3 from the executors' PATH (PYSPARK_PYTHON is not set)"
+    monkeypatch.setenv("PYSPARK_PYTHON", "/opt/env/bin/python")
+    assert executors_python() == "/opt/env/bin/python (PYSPARK_PYTHON, spark.pyspark.python)"
+    assert executors_python(connect=True).startswith("the Spark Connect server's Python")

@@ -9,7 +9,7 @@ from sodm_spark.solvers import solve_odm_dual
 from sodm_spark.solvers.dcd_settings import DCDSettings, ODMHyperparameters
 from sodm_spark.solvers.local_solve import LocalSolve
 
-from conftest import make_problem
+from conftest import contents, make_problem
 from reference import odm_weighted_primal_reference
 
 pytestmark = pytest.mark.numerics
@@ -451,6 +451,7 @@ def test_the_job_weight_column_at_its_edges_fits_the_unscaled_model_or_refuses(
 
     import pandas as pd
 
+    from sodm_spark.core.errors import EXIT_CODES, INPUT, JobExit
     from sodm_spark.models.expansion import KernelExpansion
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "jobs"))
@@ -470,12 +471,16 @@ def test_the_job_weight_column_at_its_edges_fits_the_unscaled_model_or_refuses(
         models[scale] = KernelExpansion.load(tmp_path / f"model-{scale:g}")
     np.testing.assert_allclose(models[1e-30].decision_function(X),
                                models[1e30].decision_function(X), rtol=1e-9, atol=1e-12)
+    earlier = contents(tmp_path / "model-1e+30")  # an earlier model, which no refusal touches
     for edge in ("class", "one row"):
         path = tmp_path / f"{edge}.parquet"
         frame.assign(w=_weightless(y, weights, edge)).to_parquet(path)
-        with pytest.raises(SystemExit) as refused:
-            train_sodm.main(["--data", str(path), *common])
+        with pytest.raises(JobExit) as refused:
+            train_sodm.main(["--data", str(path), *common,
+                             "--model-out", str(tmp_path / "model-1e+30")])
         message = str(refused.value.code)
+        assert refused.value.status == EXIT_CODES[INPUT]
         assert message.startswith(f"error: {path} (format 'parquet'): the weight column 'w': "
                                   "every row of class 1 weighs 0 ("), message
         assert "\n" not in message and "of class 0)" in message
+        assert contents(tmp_path / "model-1e+30") == earlier

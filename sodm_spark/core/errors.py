@@ -57,8 +57,7 @@ _RESOURCE_TEXT = re.compile(r"java\.lang\.OutOfMemoryError[^\n]*|No space left o
                             r"|^MemoryError\b[^\n]*", re.M)
 # ... and a file Spark's own readers cannot read (a damaged Parquet file, say) is bad input
 _UNREADABLE_FILE = re.compile(r"\[FAILED_READ_FILE[\w.]*\] ([^\n]*)")
-# A Python worker that could not import a module: the last line of the worker's traceback, the
-# whole of it when the function it was sent cannot even be unpickled (sodm_spark missing there)
+# A Python worker that could not import a module (the line ending its traceback)
 _MISSING_IN_WORKER = re.compile(r"^ModuleNotFoundError: No module named '([\w.]+)'")
 #: Where to read how the executors get the package (the message of a worker that lacks it)
 CLUSTER_DOC = "docs/cluster.md"
@@ -191,13 +190,11 @@ def _text(error: BaseException) -> str:
 
 
 def executors_python(python: str | None = None, connect: bool = False) -> str:
-    """Which Python the executors run, in words: ``python`` (a classic SparkContext's
-    ``pythonExec``; None: this process's ``PYSPARK_PYTHON``, which a classic session's
-    executors run), ``python3`` from their PATH when neither names one, or on a Spark Connect
-    session (``connect``) the server's, which this process cannot see."""
+    """The Python the executors run, in words: ``python`` (a SparkContext's ``pythonExec``;
+    None: this process's ``PYSPARK_PYTHON``), else ``python3`` from their PATH; on Spark
+    Connect (``connect``) the server's, which this process cannot see."""
     if connect:
-        return ("the Python of the Spark Connect server's executors (the server's "
-                "spark.pyspark.python or PYSPARK_PYTHON)")
+        return "the Spark Connect server's Python (its spark.pyspark.python, PYSPARK_PYTHON)"
     python = python or os.environ.get("PYSPARK_PYTHON")
     if python in (None, "python3") and not os.environ.get("PYSPARK_PYTHON"):
         return "python3 from the executors' PATH (PYSPARK_PYTHON is not set)"
@@ -205,41 +202,33 @@ def executors_python(python: str | None = None, connect: bool = False) -> str:
 
 
 def executors_cannot_import(error: BaseException, python: str | None = None) -> str | None:
-    """The one line for a Spark error whose Python worker could not import a module (the
-    executors run a Python without sodm_spark or one of its dependencies: no
-    ``PYSPARK_PYTHON``, a cluster whose workers lack the package), naming the executors'
-    Python (:func:`executors_python` of ``python``) and the remedies; None for any other
-    error. The worker's own traceback is the text of the error: nothing of Spark is
-    imported."""
+    """The one line for a Spark error whose Python worker could not import a module (no
+    ``PYSPARK_PYTHON``, workers without the package), naming the module, the executors'
+    Python (:func:`executors_python`) and the remedies; None for any other error. Read from
+    the worker's traceback in the error's text: nothing of Spark is imported."""
     for link in _chain(error):
-        if isinstance(link, ImportError):  # the driver's own import: not a worker's
-            continue
-        raised = _raised_in_python(_text(link)) or ""
-        missing = _MISSING_IN_WORKER.match(raised)
+        missing = None if isinstance(link, ImportError) else \
+            _MISSING_IN_WORKER.match(_raised_in_python(_text(link)) or "")  # not the driver's
         if missing is None:
             continue
-        module, connect = missing.group(1), type(link).__module__.startswith(
-            "pyspark.errors.exceptions.connect")
-        who = executors_python(python, connect)
-        remedy = ("install sodm-spark where the server's executors run, or point the server's "
+        connect = type(link).__module__.startswith("pyspark.errors.exceptions.connect")
+        remedy = ("Install sodm-spark where the server's executors run, or point the server's "
                   "PYSPARK_PYTHON at a Python that has it" if connect else
-                  "point PYSPARK_PYTHON (spark.pyspark.python) at a Python that has sodm-spark "
+                  "Point PYSPARK_PYTHON (spark.pyspark.python) at a Python that has sodm-spark "
                   "installed, install sodm-spark on every worker, or ship it with the job: "
                   "spark-submit --archives with a packed environment, or --py-files with the "
                   "package")
-        return (f"the executors' Python cannot import {module} (No module named "
-                f"'{module}'), which sodm_spark's Spark tasks need: they run {who}. "
-                f"{remedy[0].upper()}{remedy[1:]} ({CLUSTER_DOC}).")
+        return (f"the executors' Python cannot import {missing.group(1)} (No module named "
+                f"'{missing.group(1)}'), which sodm_spark's Spark tasks need: they run "
+                f"{executors_python(python, connect)}. {remedy} ({CLUSTER_DOC}).")
     return None
 
 
 @contextmanager
 def executors_checked(python: str | None = None) -> Iterator[None]:
-    """A Spark error inside the block whose Python workers could not import a module leaves as
-    an :class:`ExecutorsLackPackage` of one line (:func:`executors_cannot_import`), the
-    workers' traces kept out of its text (on its ``__context__``); any other passes
-    unchanged. What the estimators wrap their fits in: the jobs' :func:`failure_of` knows
-    the same failure."""
+    """What the estimators fit in: a Spark error of workers that cannot import a module leaves
+    the block as an :class:`ExecutorsLackPackage` of one line (:func:`executors_cannot_import`),
+    the workers' traces on its ``__context__``, not in its text; any other passes unchanged."""
     try:
         yield
     except ExecutorsLackPackage:

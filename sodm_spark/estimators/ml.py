@@ -31,7 +31,7 @@ from ..selection.tuning import ParamGrid
 from ..spark.dsvrg.fit import DSVRGFit
 from ..spark.io import dataframe_to_blocks
 from ..spark.engine import context_of, workers_python
-from ..spark.session import check_connect_session
+from ..spark.connect import check_connect_session
 from ..spark.sodm.params import SODMParams as _D  # its fields' defaults: the keywords'
 from ..spark.train import Search, fit_params, train
 from .ml_params import _make_setters_and_getters, _SODMParams
