@@ -9,7 +9,7 @@ from sodm_spark.solvers import solve_odm_dual
 from sodm_spark.solvers.dcd_settings import DCDSettings, ODMHyperparameters
 from sodm_spark.solvers.local_solve import LocalSolve
 
-from conftest import make_problem
+from conftest import contents, make_problem
 from reference import odm_weighted_primal_reference
 
 pytestmark = pytest.mark.numerics
@@ -374,3 +374,113 @@ def test_the_job_with_balanced_class_weights_judges_levels_by_the_weighted_accur
     # the training rows' class shares are the slice's, nearly: the balanced accuracy, nearly
     assert abs(level["validation_weighted_accuracy"]
                - balanced_accuracy_score(labels, np.sign(decisions))) < 0.02
+
+
+# ------------------------------------------------------------------------ weights at their edges
+# The loss is averaged over S = Σ s_i (docs/design.md §1.4), so weights are relative: scaled by
+# any c > 0 they give the unscaled fit (S and every s_i scale together; the dual's diagonal
+# terms S·c·v/s_i do not change). A class whose every row weighs 0 is refused, as
+# scikit-learn's SVC refuses it for two classes: its rows would be left out and the model could
+# never predict it; one row carrying all the weight leaves every other class so.
+
+EDGE_SCALES = [1e-30, 1e30]
+
+
+def _edge_problem():
+    X, y = make_problem(m=120, d=3, seed=61)
+    return X, y, np.random.default_rng(62).uniform(0.5, 2.0, size=y.size)
+
+
+def _weightless(y, weights_of, name):
+    """The weight vectors of the two refused edges: every row of class +1 at 0, and all the
+    weight on row 5 (a row of class ``y[5]``)."""
+    return {"class": np.where(y > 0, 0.0, weights_of),
+            "one row": np.eye(y.size)[5] * 3.0}[name]
+
+
+@pytest.mark.parametrize("scale", EDGE_SCALES)
+def test_weights_scaled_by_any_factor_fit_the_unscaled_model(scale):
+    """ODMClassifier and the levels in process (fit_in_process): weights times 1e-30 or
+    1e30 give the decision function of the unscaled weights, to rounding."""
+    from sodm_spark.estimators.sklearn import ODMClassifier
+    from sodm_spark.spark.train import fit_in_process
+
+    X, y, weights = _edge_problem()
+    options = dict(gamma=0.5, lam=50.0, tol=1e-10, dtype="float64")
+    plain = ODMClassifier(**options).fit(X, y, sample_weight=weights)
+    scaled = ODMClassifier(**options).fit(X, y, sample_weight=weights * scale)
+    np.testing.assert_allclose(scaled.decision_function(X), plain.decision_function(X),
+                               rtol=1e-9, atol=1e-12)
+    settings = dict(levels=1, p=2, strata=2, gamma=0.5, lam=50.0, theta=0.1, v=0.2, tol=1e-9,
+                    scale="none", auto_stop=False, global_step="none", calibration="none",
+                    kernel_storage="float32", seed=1)
+    levels = [fit_in_process(X, y, w, cores=2, **settings).fit.model for w in
+              (weights, weights * scale)]
+    np.testing.assert_allclose(levels[1].decision_function(X), levels[0].decision_function(X),
+                               rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("edge", ["class", "one row"])
+def test_weights_that_leave_a_class_without_weight_are_refused_naming_it(edge):
+    """Every weight of class 1 zero, or one row (of class -1) carrying all the weight:
+    ODMClassifier and fit_in_process refuse in one line naming class 1."""
+    from sodm_spark.core.errors import InputError
+    from sodm_spark.estimators.sklearn import ODMClassifier
+    from sodm_spark.spark.train import fit_in_process
+
+    X, y, weights = _edge_problem()
+    assert y[5] < 0  # the row carrying all the weight is of class -1
+    weights = _weightless(y, weights, edge)
+    rows = "only 1 row weighs" if edge == "one row" else f"{np.sum(y < 0)} rows weigh"
+    expected = (rf"sample_weight: every row of class 1 weighs 0 \({rows} more than 0, of "
+                r"class -1\), so the fit would never predict it")
+    with pytest.raises(ValueError, match=expected):
+        ODMClassifier(gamma=0.5).fit(X, y, sample_weight=weights)
+    with pytest.raises(InputError, match=expected):
+        fit_in_process(X, y, weights, cores=2, levels=0, gamma=0.5, lam=50.0, theta=0.1,
+                       v=0.2)
+
+
+def test_the_job_weight_column_at_its_edges_fits_the_unscaled_model_or_refuses(
+        spark, tmp_path):
+    """``sodm-train --weight-col``: weights times 1e-30 and times 1e30 (60 orders of magnitude
+    apart) write the same model; a class whose weights are all 0 and one row carrying all the
+    weight end the job with one line naming the class, as the estimators refuse them."""
+    import sys
+    from pathlib import Path
+
+    import pandas as pd
+
+    from sodm_spark.core.errors import EXIT_CODES, INPUT, JobExit
+    from sodm_spark.models.expansion import KernelExpansion
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "jobs"))
+    import train_sodm
+
+    X, y, weights = _edge_problem()
+    frame = pd.DataFrame(X, columns=["a", "b", "c"]).assign(label=(y > 0).astype(float))
+    common = ["--format", "parquet", "--weight-col", "w", "--levels", "0", "--gamma", "0.5",
+              "--lam", "50", "--theta", "0.1", "--v", "0.2", "--tol", "1e-9", "--scale",
+              "none", "--global-step", "none", "--calibration", "none", "--kernel-storage",
+              "float32"]
+    models = {}
+    for scale in EDGE_SCALES:
+        frame.assign(w=weights * scale).to_parquet(tmp_path / f"{scale:g}.parquet")
+        assert train_sodm.main(["--data", str(tmp_path / f"{scale:g}.parquet"), *common,
+                                "--model-out", str(tmp_path / f"model-{scale:g}")]) == 0
+        models[scale] = KernelExpansion.load(tmp_path / f"model-{scale:g}")
+    np.testing.assert_allclose(models[1e-30].decision_function(X),
+                               models[1e30].decision_function(X), rtol=1e-9, atol=1e-12)
+    earlier = contents(tmp_path / "model-1e+30")  # an earlier model, which no refusal touches
+    for edge in ("class", "one row"):
+        path = tmp_path / f"{edge}.parquet"
+        frame.assign(w=_weightless(y, weights, edge)).to_parquet(path)
+        with pytest.raises(JobExit) as refused:
+            train_sodm.main(["--data", str(path), *common,
+                             "--model-out", str(tmp_path / "model-1e+30")])
+        message = str(refused.value.code)
+        assert refused.value.status == EXIT_CODES[INPUT]
+        assert message.startswith(f"error: {path} (format 'parquet'): the weight column 'w': "
+                                  "every row of class 1 weighs 0 ("), message
+        assert "\n" not in message and "of class 0)" in message
+        assert contents(tmp_path / "model-1e+30") == earlier

@@ -57,6 +57,10 @@ _RESOURCE_TEXT = re.compile(r"java\.lang\.OutOfMemoryError[^\n]*|No space left o
                             r"|^MemoryError\b[^\n]*", re.M)
 # ... and a file Spark's own readers cannot read (a damaged Parquet file, say) is bad input
 _UNREADABLE_FILE = re.compile(r"\[FAILED_READ_FILE[\w.]*\] ([^\n]*)")
+# A Python worker that could not import a module (the line ending its traceback)
+_MISSING_IN_WORKER = re.compile(r"^ModuleNotFoundError: No module named '([\w.]+)'")
+#: Where to read how the executors get the package (the message of a worker that lacks it)
+CLUSTER_DOC = "docs/cluster.md"
 # The attribute an unknown failure carries its full trace in (:func:`reported`), set on
 # exceptions of any type, so it is named once here rather than declared on a class
 _TRACE = "sodm_trace"
@@ -98,6 +102,11 @@ def refused_as_settings() -> Iterator[None]:
         raise
     except ValueError as error:
         raise SettingsError(str(error)) from error
+
+
+class ExecutorsLackPackage(SettingsError):
+    """The executors' Python cannot import sodm_spark or a module its tasks need: their
+    interpreter is not the one the package is installed in."""
 
 
 class TaskFailure(JobError):
@@ -180,17 +189,72 @@ def _text(error: BaseException) -> str:
         return ""
 
 
+def executors_python(python: str | None = None, connect: bool = False) -> str:
+    """The Python the executors run, in words: ``python`` (a SparkContext's ``pythonExec``;
+    None: this process's ``PYSPARK_PYTHON``), else ``python3`` from their PATH; on Spark
+    Connect (``connect``) the server's, which this process cannot see."""
+    if connect:
+        return "the Spark Connect server's Python (its spark.pyspark.python, PYSPARK_PYTHON)"
+    python = python or os.environ.get("PYSPARK_PYTHON")
+    if python in (None, "python3") and not os.environ.get("PYSPARK_PYTHON"):
+        return "python3 from the executors' PATH (PYSPARK_PYTHON is not set)"
+    return f"{python} (PYSPARK_PYTHON, spark.pyspark.python)"
+
+
+def executors_cannot_import(error: BaseException, python: str | None = None) -> str | None:
+    """The one line for a Spark error whose Python worker could not import a module (no
+    ``PYSPARK_PYTHON``, workers without the package), naming the module, the executors'
+    Python (:func:`executors_python`) and the remedies; None for any other error. Read from
+    the worker's traceback in the error's text: nothing of Spark is imported."""
+    for link in _chain(error):
+        missing = None if isinstance(link, ImportError) else \
+            _MISSING_IN_WORKER.match(_raised_in_python(_text(link)) or "")  # not the driver's
+        if missing is None:
+            continue
+        connect = type(link).__module__.startswith("pyspark.errors.exceptions.connect")
+        remedy = ("Install sodm-spark where the server's executors run, or point the server's "
+                  "PYSPARK_PYTHON at a Python that has it" if connect else
+                  "Point PYSPARK_PYTHON (spark.pyspark.python) at a Python that has sodm-spark "
+                  "installed, install sodm-spark on every worker, or ship it with the job: "
+                  "spark-submit --archives with a packed environment, or --py-files with the "
+                  "package")
+        return (f"the executors' Python cannot import {missing.group(1)} (No module named "
+                f"'{missing.group(1)}'), which sodm_spark's Spark tasks need: they run "
+                f"{executors_python(python, connect)}. {remedy} ({CLUSTER_DOC}).")
+    return None
+
+
+@contextmanager
+def executors_checked(python: str | None = None) -> Iterator[None]:
+    """What the estimators fit in: a Spark error of workers that cannot import a module leaves
+    the block as an :class:`ExecutorsLackPackage` of one line (:func:`executors_cannot_import`),
+    the workers' traces on its ``__context__``, not in its text; any other passes unchanged."""
+    try:
+        yield
+    except ExecutorsLackPackage:
+        raise
+    except Exception as error:
+        message = executors_cannot_import(error, python)
+        if message is None:
+            raise
+        raise ExecutorsLackPackage(message) from None
+
+
 def failure_of(error: BaseException,
                value_errors: str | None = INPUT) -> tuple[str, str] | None:
     """``(kind, message)`` of a failure the checks know, or None (an internal error).
 
     Known are: a :class:`JobError` anywhere in the exception chain; a marked task failure in
-    the text of a Spark error; running out of memory or disk; a missing file (input); and
-    any other ValueError as ``value_errors`` (None: not known)."""
+    the text of a Spark error; Python workers that cannot import the package (settings,
+    :func:`executors_cannot_import`); running out of memory or disk; a missing file (input);
+    and any other ValueError as ``value_errors`` (None: not known)."""
     chain = list(_chain(error))
     for link in chain:
         if isinstance(link, JobError) and not isinstance(link, TaskFailure):
             return link.kind, str(link)
+    cannot_import = executors_cannot_import(error)
+    if cannot_import is not None:
+        return SETTINGS, cannot_import
     for link in chain:
         if isinstance(link, TaskFailure):
             return link.kind, link.message

@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from .validation import shown_classes
+
 BALANCED = "balanced"
 
 #: A class weight as the estimators, Params and jobs take it: None, ``"balanced"`` (or its text
@@ -120,12 +122,45 @@ def combined_weights(sample_weight: npt.ArrayLike | None,
     return sample_weight if by_class is None else sample_weight * by_class
 
 
+def weightless_classes_message(weightless: Sequence[str], weighted: Sequence[str],
+                               weighted_rows: int, where: str) -> str:
+    """The refusal of weights under which some classes have no row of positive weight:
+    ``weightless`` those classes, ``weighted`` the others (as shown), ``weighted_rows`` the
+    rows of positive weight, ``where`` the weights' name (``sample_weight``, a column)."""
+    rows = "only 1 row weighs" if weighted_rows == 1 else f"{weighted_rows} rows weigh"
+    one = len(weightless) == 1
+    return (f"{where}: every row of class{'' if one else 'es'} {', '.join(weightless)} weighs 0 "
+            f"({rows} more than 0, of class{'' if len(weighted) == 1 else 'es'} "
+            f"{', '.join(weighted)}), so the fit would never predict {'it' if one else 'them'}; "
+            f"give some of {'its' if one else 'their'} rows a positive weight, or leave "
+            f"{'that class' if one else 'those classes'} out of the data (scikit-learn's SVC "
+            "refuses such weights too).")
+
+
+def check_weighted_classes(weights: np.ndarray, y_index: npt.ArrayLike, classes: npt.ArrayLike,
+                           where: str = "sample_weight") -> None:
+    """Refuse row weights under which a class has no row of positive weight (every weight of
+    that class 0, or all the weight on rows of other classes: one row carrying all of it),
+    naming the class: its rows would be left out and the model could never predict it.
+    ``y_index``: each row's position in ``classes``."""
+    classes = np.asarray(classes)
+    weighted = np.bincount(np.asarray(y_index, dtype=np.int64)[weights > 0],
+                           minlength=classes.size)
+    if weighted.all():
+        return
+    shown = [shown_classes(classes[[c]]) for c in range(classes.size)]
+    raise ValueError(weightless_classes_message(
+        [shown[c] for c in np.flatnonzero(weighted == 0)],
+        [shown[c] for c in np.flatnonzero(weighted)], int(np.count_nonzero(weights > 0)), where))
+
+
 def estimator_weights(class_weight: object, classes: npt.ArrayLike, y_index: npt.ArrayLike,
                       sample_weight: npt.ArrayLike | None = None) -> np.ndarray | None:
     """Each row's weight in a scikit-learn estimator's fit: ``sample_weight`` (checked: one
-    finite number ≥ 0 per row, not all 0) times the class weight of ``classes[y_index]``,
-    ``class_weight`` as :class:`sklearn.svm.SVC` takes it (None, ``"balanced"``, or a dict
-    keyed by the labels themselves, of any type); None when neither is given."""
+    finite number ≥ 0 per row, some of every class above 0, :func:`check_weighted_classes`)
+    times the class weight of ``classes[y_index]``, ``class_weight`` as
+    :class:`sklearn.svm.SVC` takes it (None, ``"balanced"``, or a dict keyed by the labels
+    themselves, of any type); None when neither is given."""
     y_index = np.asarray(y_index, dtype=np.int64)
     weights: np.ndarray | None = None
     if sample_weight is not None:
@@ -140,6 +175,7 @@ def estimator_weights(class_weight: object, classes: npt.ArrayLike, y_index: npt
         if not weights.any():
             raise ValueError("every sample_weight is zero: no row weighs anything, so there is "
                              "nothing to fit.")
+        check_weighted_classes(weights, y_index, classes)
     if class_weight is None:
         return weights
     classes = np.asarray(classes)

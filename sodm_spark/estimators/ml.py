@@ -23,14 +23,15 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DoubleType
 
 from ..core.defaults import COMPRESS_METHOD, FIT_INTERCEPT, MAX_SV
-from ..core.errors import InputError, SettingsError
+from ..core.errors import InputError, SettingsError, executors_checked
 from ..core.validation import shown_classes
 from ..data.storage import join
 from ..models.expansion import KernelExpansion
 from ..selection.tuning import ParamGrid
 from ..spark.dsvrg.fit import DSVRGFit
 from ..spark.io import dataframe_to_blocks
-from ..spark.engine import context_of
+from ..spark.engine import context_of, workers_python
+from ..spark.connect import check_connect_session
 from ..spark.sodm.params import SODMParams as _D  # its fields' defaults: the keywords'
 from ..spark.train import Search, fit_params, train
 from .ml_params import _make_setters_and_getters, _SODMParams
@@ -169,14 +170,20 @@ class SODMClassifier(Estimator, _SODMParams, VersionedReadWrite):
         its weight column, when ``weightCol`` is set: each row's weight, docs/design.md
         §1.4)."""
         weight_col = self.getOrDefault("weightCol") if self.isDefined("weightCol") else None
-        blocks, n_features = dataframe_to_blocks(dataset, self.getFeaturesCol(),
-                                                 self.getLabelCol(), weight_col=weight_col or None)
         # the linear path has no levels to compress: their options reach it only when set,
         # to be refused in one line
         options = self._level_options() if isinstance(params, _D) or any(
             self.isSet(name) for name in ("maxSV", "compressMethod")) else None
-        return train(context_of(dataset.sparkSession), blocks, n_features, params,
-                     search=search, refuse_classes=self._refuse_classes, level_options=options)
+        check_connect_session(dataset.sparkSession)  # a server too old: before the data
+        # executors whose Python lacks the package fail the first task: one line, not the
+        # workers' traces
+        with executors_checked(workers_python(dataset.sparkSession)):
+            blocks, n_features = dataframe_to_blocks(dataset, self.getFeaturesCol(),
+                                                     self.getLabelCol(),
+                                                     weight_col=weight_col or None)
+            return train(context_of(dataset.sparkSession), blocks, n_features, params,
+                         search=search, refuse_classes=self._refuse_classes,
+                         level_options=options)
 
     def _refuse_classes(self, classes):
         """Label values the fit cannot take, refused in the estimator's words."""

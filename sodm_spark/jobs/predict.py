@@ -30,8 +30,9 @@ from sodm_spark.core.errors import SETTINGS, SettingsError, reported, run_job
 from sodm_spark.data.storage import is_uri, publish_directory, store_for, uri_scheme
 from sodm_spark.models.expansion import KernelExpansion
 from sodm_spark.models.scoring import PRECISIONS
-from sodm_spark.ops.jobconf import (check_output_paths, check_store_outputs,
-                                     parse_with_defaults, use_packaged_spark_conf, write_outputs)
+from sodm_spark.ops.jobconf import (add_master_arguments, check_output_paths,
+                                     check_store_outputs, parse_with_defaults,
+                                     use_packaged_spark_conf, write_outputs)
 from sodm_spark.spark.io import check_csv_cells, input_statuses, read_blocks, spark_read
 from sodm_spark.spark.predict import python_workers_started, score_dataframe
 from sodm_spark.spark.engine import context_of, is_connect, uses_frames
@@ -60,9 +61,7 @@ def parse_args(argv=None, prog="predict.py") -> argparse.Namespace:
                         "or all in float64")
     parser.add_argument("--progress-seconds", type=float, default=5.0)
     parser.add_argument("--metrics-out", help="JSON file: rows, seconds, rows/s")
-    parser.add_argument("--master", help="Spark master, or a Spark Connect server: "
-                        "sc://host:port, or connect:local[N] for a local one; default: "
-                        "spark-submit's, else $SPARK_REMOTE, else local[*]")
+    add_master_arguments(parser)
     args, args.config = parse_with_defaults(parser, "predict", argv)
     return args
 
@@ -149,7 +148,8 @@ def main(argv=None, prog="predict.py") -> int:
         check_output_paths({"--out": args.out}, {"--metrics-out": args.metrics_out})
     with reported(prefix="--model: "):
         model = KernelExpansion.load(args.model)
-    with job_session("sodm-spark: predict", args.master) as spark:
+    with job_session("sodm-spark: predict", args.master,
+                     connect_seconds=args.connect_timeout) as spark:
         with reported(value_errors=SETTINGS):
             store = output_store(spark, out)
             if is_uri(out):

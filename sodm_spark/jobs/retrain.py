@@ -34,8 +34,8 @@ from sodm_spark.core.errors import (EXIT_CODES, INPUT, InputError, JobExit, desc
                                     full_trace, reported)
 from sodm_spark.jobs import train_sodm
 from sodm_spark.models.expansion import KernelExpansion
-from sodm_spark.ops.jobconf import (add_verbose, check_output_paths, refuse_in_one_line,
-                                     use_packaged_spark_conf)
+from sodm_spark.ops.jobconf import (add_master_arguments, add_verbose, check_output_paths,
+                                     refuse_in_one_line, use_packaged_spark_conf)
 from sodm_spark.ops.retrain import (KEPT, LOCKED, PROMOTED, USAGE, LockedError, ModelStore,
                                     RetrainLock, decide, newest_snapshot)
 from sodm_spark.spark.io import error_text, read_libsvm_local
@@ -61,9 +61,7 @@ def parse_args(argv=None, prog="retrain.py"):
     parser.add_argument("--stale-hours", type=float, default=6.0,
                         help="a lock older than this, held from another host, is taken over "
                         "(one on this host is taken over as soon as its process is gone)")
-    parser.add_argument("--master", help="Spark master, or a Spark Connect server: "
-                        "sc://host:port, or connect:local[N] for a local one; default: "
-                        "spark-submit's, else $SPARK_REMOTE, else local[*]")
+    add_master_arguments(parser)
     add_verbose(parser)
     refuse_in_one_line(parser)
     args = parser.parse_args(argv[:split])
@@ -103,7 +101,8 @@ def run(args, store: ModelStore, outcome: dict) -> int:
     train_args = train_sodm.parse_args(
         ["--data", str(snapshot), "--format", args.format] + args.train_args)
     # a failure is described while Spark still runs (its errors ask the JVM for their text)
-    with job_session("sodm-spark: retrain", args.master) as spark, reported():
+    with job_session("sodm-spark: retrain", args.master,
+                     connect_seconds=args.connect_timeout) as spark, reported():
         print("config: " + json.dumps(vars(train_args), default=str), flush=True)
         fit, summary = train_sodm.train(spark, train_args)
         n_features = fit.model.n_features_in

@@ -18,7 +18,7 @@ from sodm_spark.jobs.train_mlflow import add_mlflow_arguments
 from sodm_spark.models import input_projection
 from sodm_spark.models.calibration import CALIBRATIONS
 from sodm_spark.models.compression import AUTO_ABOVE, AUTO_POINTS, METHODS as COMPRESSION_METHODS
-from sodm_spark.ops.jobconf import gamma_arg, parse_with_defaults
+from sodm_spark.ops.jobconf import add_master_arguments, gamma_arg, parse_with_defaults
 from sodm_spark.selection.metrics import METRICS
 from sodm_spark.selection.tuning import ParamGrid
 from sodm_spark.spark.dsvrg.fit import DSVRGParams
@@ -230,9 +230,7 @@ def _output_arguments(parser) -> None:
                         "largest |coefficients|")
     parser.add_argument("--model-out", help="directory for the model (written atomically)")
     parser.add_argument("--metrics-out", help="JSON file for per-level metrics")
-    parser.add_argument("--master", help="Spark master, or a Spark Connect server: "
-                        "sc://host:port, or connect:local[N] for a local one; default: "
-                        "spark-submit's, else $SPARK_REMOTE, else local[*]")
+    add_master_arguments(parser)
 
 
 def _linear_arguments(parser) -> None:

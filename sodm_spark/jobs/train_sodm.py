@@ -124,7 +124,8 @@ def main(argv=None, prog="train_sodm.py", description=None, tune_only=False,
     args = parse_args(argv, prog, description, tune_only)
     with reported(value_errors=SETTINGS):
         params = check_settings(args)
-    with job_session("sodm-spark: train_sodm", args.master) as spark:
+    with job_session("sodm-spark: train_sodm", args.master,
+                     connect_seconds=args.connect_timeout) as spark:
         # Python's imports, the flags' checks, the JVM and the session
         timeline.add("start-up", time.perf_counter() - started, started)
         print("config: " + json.dumps({k: v for k, v in vars(args).items()}, default=str),

@@ -147,6 +147,21 @@ def refuse_in_one_line(parser: argparse.ArgumentParser) -> None:
     parser.error = error  # type: ignore[method-assign]  # this parser's own, on purpose
 
 
+def add_master_arguments(parser) -> None:
+    """``--master`` (a Spark master or a Spark Connect server) and ``--connect-timeout`` (how
+    long a Connect server may take to answer, at the start and after it stops answering
+    mid-job; sodm_spark.spark.session.connect_timeout) of the jobs that run on Spark Connect.
+    ``parser``: an ArgumentParser or one of its argument groups."""
+    parser.add_argument("--master", help="Spark master, or a Spark Connect server: "
+                        "sc://host:port, or connect:local[N] for a local one; default: "
+                        "spark-submit's, else $SPARK_REMOTE, else local[*]")
+    parser.add_argument("--connect-timeout", type=float, metavar="SECONDS",
+                        help="Spark Connect: seconds to wait for the server to answer, at the "
+                        "start and when it stops answering mid-job, before the job ends with "
+                        "one line naming its address (default: $SODM_CONNECT_TIMEOUT, else "
+                        "20)")
+
+
 def add_verbose(parser: argparse.ArgumentParser) -> None:
     """``--verbose``: a failure prints its full trace (Python and Java) before its one line;
     sodm_spark.core.errors.run_job reads it from the command line."""

@@ -99,6 +99,13 @@ def is_connect(spark) -> bool:
     return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
+def workers_python(spark) -> str | None:
+    """The interpreter a classic session's Python workers run (its SparkContext's
+    ``pythonExec``: ``PYSPARK_PYTHON`` or ``python3``), for messages; None on Spark Connect,
+    whose server's this client cannot see."""
+    return None if is_connect(spark) else spark.sparkContext.pythonExec
+
+
 def context_of(spark=None, cores: int | None = None):
     """What the fit calls ``sc``, chosen here and nowhere else: with no session the in-process
     back end's context (:mod:`.in_process`, planned for ``cores``, all by default); the

@@ -1,11 +1,13 @@
-"""SparkSession set-up, Spark jobs run beside the driver's work (:func:`background_job`), and
-moving numpy arrays in and out of block RDDs."""
+"""SparkSession set-up (a Spark Connect server's failures: :mod:`.connect`), Spark jobs run
+beside the driver's work (:func:`background_job`), and moving numpy arrays in and out of block
+RDDs."""
 from __future__ import annotations
 
 import os
 import sys
 import threading
 import uuid
+import warnings
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
@@ -13,6 +15,8 @@ import numpy as np
 from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
+from .connect import (bound_retries, check_connect_session, connect_timeout, lost_server,
+                      probe_connect_server, server_address, server_lost)
 from .engine import is_connect
 
 #: The jobs' logging (conf/log4j2.properties beside the package when it runs from the
@@ -24,27 +28,41 @@ JOBS_LOG_CONFIG = next((path for path in (
     if path.is_file()), Path(__file__).resolve().parents[1] / "conf_defaults" / "log4j2.properties")
 
 
-def get_session(app_name: str, master: str | None = None,
-                config: dict | None = None) -> tuple[SparkSession, bool]:
+def get_session(app_name: str, master: str | None = None, config: dict | None = None,
+                connect_seconds: float | None = None) -> tuple[SparkSession, bool]:
     """(session, created): the active session if there is one, else a new one.
 
     The master is ``master`` if given, else spark-submit's (its ``--master`` or
     spark-defaults.conf), else ``local[*]``. In local mode the Python workers run this interpreter, the
     one that has sodm_spark installed. A Spark Connect URL (``sc://host:port``, or
     ``connect:local[N]`` for a local server; else the ``SPARK_REMOTE`` environment variable)
-    gives a Connect session (:func:`remote_url`).
+    gives a Connect session (:func:`remote_url`): a remote server must answer within
+    ``connect_seconds`` (:func:`connect_timeout`) and run a Spark the fit works on
+    (:func:`~.connect.check_connect_session`), or a
+    :class:`~sodm_spark.core.errors.SettingsError` names its address; the session's client
+    gives up on a lost server within as long (:func:`~.connect.bound_retries`).
     """
     active = SparkSession.getActiveSession()
     if active is not None:
         return active, False
     remote = remote_url(master)
     if remote is not None:  # Spark Connect: the server holds the settings and the workers
+        seconds = connect_timeout(connect_seconds)
+        if not remote.startswith("local"):
+            probe_connect_server(remote, seconds)
         builder = SparkSession.builder.remote(remote).appName(app_name)
         if remote.startswith("local"):  # a server of its own: local settings apply
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
             for key, value in (config or {}).items():
                 builder = builder.config(key, value)
-        return builder.getOrCreate(), True
+        spark = builder.getOrCreate()
+        bound_retries(spark, seconds)
+        try:
+            check_connect_session(spark, server_address(remote))
+        except BaseException:
+            stop_session(spark)
+            raise
+        return spark, True
     if os.environ.get("PYSPARK_GATEWAY_PORT"):
         # Under spark-submit the JVM is already up: connect first, or SparkConf() is empty and
         # spark-submit's --master would be overridden. (Launching a JVM here instead would
@@ -92,15 +110,25 @@ def use_jobs_logging(spark) -> None:
 
 
 @contextmanager
-def job_session(app_name: str, master: str | None = None, config: dict | None = None):
+def job_session(app_name: str, master: str | None = None, config: dict | None = None,
+                connect_seconds: float | None = None):
     """:func:`get_session` for the duration of a job's ``with`` block: a session it created is
     stopped at the end, one it joined (tests, notebooks) is left running. A session it created
-    logs as the jobs do (:func:`use_jobs_logging`)."""
-    spark, created = get_session(app_name, master, config)
+    logs as the jobs do (:func:`use_jobs_logging`). On a Spark Connect session, a server that
+    stops answering inside the block ends it as :class:`~.connect.ConnectServerLost` (one line
+    naming its address); pyspark's warning that its retries ran out stays off the console."""
+    remote = remote_url(master)
+    if remote is not None:
+        warnings.filterwarnings("ignore", message=r"\[RETRIES_EXCEEDED\]")
+    spark, created = get_session(app_name, master, config, connect_seconds)
     if created:
         use_jobs_logging(spark)
     try:
         yield spark
+    except Exception as error:
+        if remote is None or not is_connect(spark) or not server_lost(error):
+            raise
+        raise lost_server(spark, remote, connect_seconds) from error
     finally:
         if created:
             stop_session(spark)

@@ -24,6 +24,7 @@ import numpy as np
 from ..core.errors import InputError, SettingsError
 from ..core.timeline import Timeline, add_stage, timed
 from ..core.validation import check_two_classes, shown_classes
+from ..core.weights import estimator_weights
 from ..selection.tuning import (DEFAULT_SEARCH_GRID_TEXT, DEFAULT_SEARCH_POINT,
                                 SEARCH_PARTITION_ROWS, GridPoint, ParamGrid, search_pieces,
                                 search_sample)
@@ -327,7 +328,8 @@ def fit_in_process(X, y, sample_weight=None, *, cores: int | None = None, test=N
     are the job's and ``SODMClassifier``'s parameters by their snake-case names (``levels``,
     ``gamma``, ``lam``, ``global_step``, ``seed``, ...; :func:`~.train.fit_params`), with the
     same defaults; as the job, a fit given none of γ, λ, θ, v searches them first
-    (:meth:`Search.of_defaults`). ``sample_weight``: each row's weight; ``test``,
+    (:meth:`Search.of_defaults`). ``sample_weight``: each row's weight (checked as
+    ``ODMClassifier`` checks it; rows of weight 0 are left out); ``test``,
     ``validation``: (X, y) on the driver (:class:`ScoredRows`); ``cores``: the cores the plan
     is made for (all by default); ``progress`` and ``level_options`` as :func:`train` takes
     them (benchmarks/bench_gpu.py prints the job's lines and records the fit's timeline).
@@ -343,7 +345,18 @@ def fit_in_process(X, y, sample_weight=None, *, cores: int | None = None, test=N
         search = Search.of_defaults()
     sc = context_of(None, cores)  # no session: the in-process back end
     X = np.asarray(X) if not hasattr(X, "tocsr") else X
-    blocks = numpy_to_blocks(sc, X, np.asarray(y, dtype=np.float64), weights=sample_weight)
+    y = np.asarray(y, dtype=np.float64)
+    if sample_weight is not None:  # checked as the estimators check it; rows of weight 0 are
+        # left out, as the job and SODMClassifier leave them out of their DataFrames
+        classes, y_index = np.unique(y, return_inverse=True)
+        try:
+            sample_weight = estimator_weights(None, classes, y_index, sample_weight)
+        except ValueError as error:
+            raise InputError(str(error)) from None
+        kept = np.flatnonzero(sample_weight)
+        if kept.size < y.size:
+            X, y, sample_weight = X[kept], y[kept], sample_weight[kept]
+    blocks = numpy_to_blocks(sc, X, y, weights=sample_weight)
     return train(sc, blocks, X.shape[1], params, search=search,
                  rows=ScoredRows(test=test, validation=validation), progress=progress,
                  level_options=level_options)

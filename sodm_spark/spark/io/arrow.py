@@ -15,6 +15,8 @@ import numpy as np
 import scipy.sparse
 
 from ...core.errors import InputError
+from ...core.validation import shown_classes
+from ...core.weights import weightless_classes_message
 from ..engine import context_of, partition_count, rows_of
 from ..task import task_partition
 from .blocks import (MAX_BLOCK_BYTES, ROW_ID_SHIFT, Block, DataFormatError, feature_bytes,
@@ -246,10 +248,12 @@ def _column_features(df, label, features_col, label_col, schema, where):
     return prepared, len(feature_cols)
 
 
-def _weight_column(df, weight_col, schema, where):
+def _weight_column(df, weight_col, label_col, schema, where):
     """The Column of ``weight_col``'s weights as doubles, after one job that refuses a null,
-    NaN, infinite or negative weight (naming how many rows and the first such value) and a
-    column whose weights are all 0. Rows of weight 0 are left out by the caller."""
+    NaN, infinite or negative weight (naming how many rows and the first such value), a
+    column whose weights are all 0, and weights under which a class of ``label_col`` has no
+    row of positive weight (naming it: :func:`~sodm_spark.core.weights.weightless_classes_message`).
+    Rows of weight 0 are left out by the caller."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import NumericType
 
@@ -261,10 +265,14 @@ def _weight_column(df, weight_col, schema, where):
                          f"{schema[weight_col].simpleString()}, not a number.")
     weight = F.col(weight_col).cast("double")
     bad = weight.isNull() | F.isnan(weight) | (weight < 0) | (F.abs(weight) == float("inf"))
+    label = F.col(label_col).cast("double")
     stats = df.agg(F.sum(bad.cast("int")).alias("bad"),
                    F.first(F.when(bad, F.coalesce(weight.cast("string"), F.lit("null"))),
                            ignorenulls=True).alias("example"),
-                   F.sum((weight > 0).cast("int")).alias("positive")).first()
+                   F.sum((weight > 0).cast("int")).alias("positive"),
+                   F.array_sort(F.collect_set(label)).alias("classes"),
+                   F.array_sort(F.collect_set(F.when(weight > 0, label))).alias("weighted")
+                   ).first()
     if stats["bad"]:
         raise DataFormatError(f"{where}: {stats['bad']} row(s) of the weight column "
                               f"{weight_col!r} are not a finite number >= 0 (one is "
@@ -272,6 +280,13 @@ def _weight_column(df, weight_col, schema, where):
     if not stats["positive"]:
         raise DataFormatError(f"{where}: every weight in column {weight_col!r} is 0 (or "
                               "there are no rows): nothing to fit.")
+    weighted = set(stats["weighted"])
+    weightless = [c for c in stats["classes"] if c not in weighted]
+    if weightless:
+        raise DataFormatError(weightless_classes_message(
+            [shown_classes([c]) for c in weightless],
+            [shown_classes([c]) for c in stats["weighted"]], stats["positive"],
+            f"{where}: the weight column {weight_col!r}"))
     return weight
 
 
@@ -310,7 +325,7 @@ def dataframe_to_blocks(df, features_col="features", label_col="label", *,
                          "numbers (e.g. 0/1 or -1/+1) first.")
     leading = [F.col(label_col).cast("double").alias("label")]
     if weight_col is not None:
-        weight = _weight_column(df, weight_col, schema, where)
+        weight = _weight_column(df, weight_col, label_col, schema, where)
         df = df.filter(weight > 0)  # a row of weight 0 is not in the fit
         leading.append(weight.alias("weight"))
     if isinstance(features_col, str) and features_col in columns:
