@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import warnings
+from contextlib import suppress
 from dataclasses import replace
 
 import numpy as np
@@ -40,10 +41,9 @@ NEWTON_FINISH_ROWS = 1000
 
 
 def _finish_by_newton(solve: LocalSolve, solution, n_rows: int) -> bool:
-    """Whether the numba coordinate descent ran out of sweeps on a small problem, which the
-    finite Newton steps of ``solvers/odm_newton.py`` (the device path, here on numpy) then
-    finish from where it stopped: at λ = 1e5 on tens of rows the descent can need 15,000
-    sweeps where Newton needs under ten steps (docs/design.md §2.10)."""
+    """Whether the numba coordinate descent ran out of sweeps on a small problem, which
+    finite Newton steps (``solvers/odm_newton.py``, on numpy) finish from where it stopped: at
+    λ = 1e5 on tens of rows it can need 15,000 sweeps, Newton ten (docs/design.md §2.10)."""
     return (not solution.converged and n_rows <= NEWTON_FINISH_ROWS
             and resolve_device(solve.device) is None)
 
@@ -204,11 +204,9 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
-        try:  # the laplacian's L1 distances need dense rows
+        with suppress(ValueError):  # the laplacian's L1 distances need dense rows; an
             tags.input_tags.sparse = kernel_class(self.kernel).sparse_refusal is None
-        except ValueError:  # an unknown kernel, refused by fit
-            pass
-        return tags
+        return tags  # unknown kernel is refused by fit
 
     def fit(self, X, y, sample_weight=None):
         """Fit on rows ``X`` with labels ``y`` (:meth:`_fit_rows`); with ``probability``, the
@@ -379,9 +377,8 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
     @classmethod
     def load(cls, path, store=None) -> "ODMClassifier":
         """A fitted predictor from the model directory ``path`` (``clf.model_.save(path)``, a
-        job's ``--model-out``; a local path or any store by URI), read and checked by
-        :meth:`KernelExpansion.load`: a damaged directory is refused in one line naming the
-        file."""
+        job's ``--model-out``; a path or a URI), read and checked by KernelExpansion.load: a
+        damaged directory is refused in one line naming the file."""
         return cls.from_expansion(KernelExpansion.load(path, store=store))
 
     @property
