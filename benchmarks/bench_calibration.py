@@ -2,7 +2,7 @@
 the same training rows and the same held-out test rows. A benchmark, not a test.
 
     python benchmarks/bench_calibration.py --train-rows 10000 --test-rows 10000 \
-        --seeds 0,1,2 --plot docs/results/reliability.png --json calibration.json
+        --seeds 0,1,2 --plot docs/results/reliability.png --record calibration.json
 
 Two real binary tasks: Fashion-MNIST's even classes against its odd ones (Debian's
 dataset-fashion-mnist; balanced), and New York's 2013 flights arriving 30 minutes or more late
@@ -21,12 +21,13 @@ Neither is tuned. Printed per task: log-loss and Brier score of the positive cla
 rows, accuracy and fit seconds (mean ± standard deviation over the seeds), and the ratios
 package / SVC (below 1: the package's probabilities are better). The reliability plot pools the
 test rows of every seed: the mean predicted probability against the share of positives in ten
-bins of equal count, per model and task.
+bins of equal count, per model and task. ``--record PATH`` (or ``--json PATH``) writes the
+run's result record: the per-seed metrics, the identity of every seed's rows and each fit's
+stage (sodm_spark.benchmarking.records).
 """
 from __future__ import annotations
 
 import argparse
-import json
 import time
 import warnings
 from dataclasses import replace
@@ -38,6 +39,7 @@ from sklearn.preprocessing import MinMaxScaler
 from sklearn.svm import SVC
 
 from sodm_spark import ODMClassifier
+from sodm_spark.benchmarking.records import add_record_flag, start_record
 from sodm_spark.data.datasets import FLIGHTS_TEST_ROWS, load_dataset, seeded_split, subsample
 from sodm_spark.data.flights import load_flights
 from sodm_spark.estimators.probability import out_of_fold_scores
@@ -80,13 +82,17 @@ def fit_package(X, y, seed):
     return models
 
 
-def evaluate(task, args, flights):
-    """Per model, the per-seed metrics and the pooled (probability, label) of the test rows."""
+def evaluate(task, args, flights, record):
+    """Per model, the per-seed metrics and the pooled (probability, label) of the test rows;
+    the rows of each seed and a stage a fit go to ``record``."""
     results = {name: {"log_loss": [], "brier": [], "accuracy": [], "seconds": [],
                       "p": [], "y": []} for name in MODELS}
     for seed in args.seeds:
         X, y, X_test, y_test = task_rows(task, args.train_rows, args.test_rows, seed, flights)
+        record.add_data(f"{task}, seed {seed}", (X, y), (X_test, y_test))
+        record.lap(f"{task} seed {seed}: rows")
         fitted = fit_package(X, y, seed)
+        record.lap(f"{task} seed {seed}: ODM (both calibrations)")
         start = time.perf_counter()
         with warnings.catch_warnings():  # scikit-learn 1.9 deprecates probability=True for
             # CalibratedClassifierCV(SVC(), ensemble=False); libsvm's own CV is the peer here
@@ -94,6 +100,7 @@ def evaluate(task, args, flights):
             svc = SVC(C=args.svc_c, gamma="scale", probability=True, random_state=seed,
                       cache_size=1000).fit(X, y)
         svc_seconds = time.perf_counter() - start
+        record.lap(f"{task} seed {seed}: SVC (Platt)")
         outputs = {name: (model.predict_proba(X_test)[:, 1], model.predict(X_test), seconds)
                    for name, (model, seconds) in fitted.items()}
         outputs["SVC (Platt)"] = (svc.predict_proba(X_test)[:, 1], svc.predict(X_test),
@@ -106,6 +113,7 @@ def evaluate(task, args, flights):
             entry["seconds"].append(seconds)
             entry["p"].append(p)
             entry["y"].append(y_test)
+        record.lap(f"{task} seed {seed}: scoring")
         print(f"  {task} seed {seed}: " + ", ".join(
             f"{name} log-loss {results[name]['log_loss'][-1]:.4f}" for name in MODELS),
             flush=True)
@@ -157,7 +165,7 @@ def reliability_plot(all_results, path, bins):
     print(f"\nreliability plot: {path}")
 
 
-def main(argv=None):
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--train-rows", type=int, default=10000)
     parser.add_argument("--test-rows", type=int, default=10000)
@@ -168,26 +176,34 @@ def main(argv=None):
     parser.add_argument("--bins", type=int, default=10)
     parser.add_argument("--plot", default="docs/results/reliability.png",
                         help="the reliability plot (PNG)")
-    parser.add_argument("--json", help="write the per-seed metrics here")
+    add_record_flag(parser, "--json")
+    return parser
+
+
+def main(argv=None):
+    parser = build_parser()
     args = parser.parse_args(argv)
     unknown = set(args.tasks) - set(TASKS)
     if unknown:
         parser.error(f"unknown task(s) {sorted(unknown)}; known: {', '.join(TASKS)}")
-    flights = load_flights(late_minutes=LATE_MINUTES)[:2] if "flights" in args.tasks else None
+    record = start_record(parser, args, __file__, argv)
+    flights = None
+    if "flights" in args.tasks:
+        flights = load_flights(late_minutes=LATE_MINUTES)[:2]
+        record.lap("the flights table")
     all_results = {}
     for task in args.tasks:
-        all_results[task] = evaluate(task, args, flights)
+        all_results[task] = evaluate(task, args, flights, record)
     for task, results in all_results.items():
         positives = float(np.mean(np.concatenate(results["SVC (Platt)"]["y"])))
         print_table(task, results, positives)
     reliability_plot(all_results, args.plot, args.bins)
-    if args.json:
-        summary = {"command": vars(args), "odm": ODM_SETTINGS, "late_minutes": LATE_MINUTES,
-                   "results": {task: {name: {key: values for key, values in entry.items()
-                                             if key not in ("p", "y")}
-                                      for name, entry in results.items()}
-                               for task, results in all_results.items()}}
-        Path(args.json).write_text(json.dumps(summary, indent=2))
+    record.lap("the reliability plot")
+    record.write(odm=ODM_SETTINGS, late_minutes=LATE_MINUTES,
+                 results={task: {name: {key: values for key, values in entry.items()
+                                        if key not in ("p", "y")}
+                                 for name, entry in results.items()}
+                          for task, results in all_results.items()})
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 not a test.
 
     python benchmarks/bench_coreset_svm.py --datasets synthetic,digits --sizes 200,800 \\
-        --C 1,100 --repeats 3 [--chunk-size 4000] [--json-out FILE]
+        --C 1,100 --repeats 3 [--chunk-size 4000] [--record FILE]
 
 Every method solves the paper's SVM (Eqn 2, linear kernel, bias not regularized) with libsvm:
 'full' on all training rows; 'coreset' = Algorithm 1 on all rows (its line 1 is itself a full
@@ -18,12 +18,13 @@ around w* (the coreset property, Eqn 3). Sampling methods: medians over --repeat
 Data: 'synthetic' (3% minority cluster, 1% flipped labels: importance sampling should help),
 'digits' (scikit-learn's bundled 8×8 digits, "is it a 9?"), 'fmnist' (Fashion-MNIST binary from
 Debian's dataset-fashion-mnist, first --fmnist-rows rows). Rows are standardized, then scaled
-to ‖x‖ ≤ 1 as the paper assumes.
+to ‖x‖ ≤ 1 as the paper assumes. ``--record PATH`` (or ``--json-out PATH``) writes the run's
+result record: the rows of the table, each data set's identity and a stage a fit
+(sodm_spark.benchmarking.records).
 """
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 import warnings
@@ -35,6 +36,7 @@ from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
 
 from sodm_spark.baselines.coreset_svm import CoresetSVMClassifier
+from sodm_spark.benchmarking.records import add_record_flag, start_record
 from sodm_spark.baselines.coreset_svm_solver import (solve_weighted_svm, svm_objective,
                                                      uniform_coreset)
 
@@ -88,10 +90,13 @@ def query_error(X, y, weights, C, queries, full_values):
                          / full_values))
 
 
-def bench_dataset(name, C, args):
-    X_train, X_test, y_train, y_test = prepare(*load(name, args.fmnist_rows))
+def bench_dataset(name, data, C, args, record):
+    """The table's rows of one data set (``data``: its (X, y)) and one C; a stage of
+    ``record`` a fit."""
+    X_train, X_test, y_train, y_test = prepare(*data)
     rows = []
     seconds, full = timed(lambda: solve_weighted_svm(X_train, y_train, None, C, tol=args.tol))
+    record.lap(f"{name} C={C:g}: full")
     f_star = full.objective
     # 40 queries around w*: half within 30% of it (per coordinate), half within 300%.
     rng = np.random.default_rng(1)
@@ -122,6 +127,7 @@ def bench_dataset(name, C, args):
                                      query_error(X_train[rows_s], y_train[rows_s],
                                                  model.coreset_weights_, C, queries,
                                                  full_values)))
+                record.lap(f"{name} C={C:g} m={size} seed {seed}: {method}")
 
             def uniform_fit(size=size, seed=seed):  # this draw's size and seed, bound here
                 sample = uniform_coreset(X_train, y_train, size, seed=seed)
@@ -132,6 +138,7 @@ def bench_dataset(name, C, args):
                                     len(sample), float("nan"),
                                     query_error(sample.X, sample.y, sample.weights, C, queries,
                                                 full_values)))
+            record.lap(f"{name} C={C:g} m={size} seed {seed}: uniform")
         for method, results in runs.items():
             med = lambda values: float(statistics.median(values))  # noqa: E731
             rows.append(dict(
@@ -146,7 +153,7 @@ def bench_dataset(name, C, args):
     return rows
 
 
-def main():
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--datasets", default="synthetic,digits")
     parser.add_argument("--sizes", default="200,800",
@@ -157,24 +164,30 @@ def main():
     parser.add_argument("--tol", type=float, default=1e-3)
     parser.add_argument("--chunk-size", type=int, default=4000)
     parser.add_argument("--fmnist-rows", type=int, default=10000)
-    parser.add_argument("--json-out")
-    args = parser.parse_args()
+    add_record_flag(parser, "--json-out")
+    return parser
+
+
+def main(argv=None):
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    record = start_record(parser, args, __file__, argv)
     rows = []
     print(f"{'dataset':<10} {'C':>6} {'method':<11} {'m':>6} {'|S|':>6} {'t':>8} {'acc':>7} "
           f"{'seconds':>8} {'obj_err':>8} {'est_err':>8} {'query_err':>9}")
     for name in args.datasets.split(","):
+        data = load(name, args.fmnist_rows)
+        record.add_data(name, data)
+        record.lap(f"{name}: rows")
         for C in args.C:
-            for row in bench_dataset(name, C, args):
+            for row in bench_dataset(name, data, C, args, record):
                 rows.append(row)
                 print(f"{row['dataset']:<10} {C:>6g} {row['method']:<11} {row['size']:>6} "
                       f"{row['n_coreset']:>6.0f} {row['t']:>8.1f} {row['accuracy']:>7.4f} "
                       f"{row['seconds']:>8.3f} {row['obj_err']:>8.4f} {row['est_err']:>8.4f} "
                       f"{row['query_err']:>9.4f}",
                       flush=True)
-    if args.json_out:
-        with open(args.json_out, "w") as handle:
-            json.dump({"args": vars(args), "results": rows}, handle,
-                      indent=2)
+    record.write(results=rows)
 
 
 if __name__ == "__main__":

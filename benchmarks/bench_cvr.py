@@ -1,6 +1,6 @@
 """Core Vector Regression on 100,000 rows against scikit-learn's SVR on 20,000 — Friedman #1.
 
-    python benchmarks/bench_cvr.py --repeats 3 --json-out cvr.json
+    python benchmarks/bench_cvr.py --repeats 3 --record cvr.json
 
 The CVR paper's Friedman set (Sec. 4.1): ten uniform [0, 1] inputs, y = 10 sin(π x1 x2) +
 20 (x3 - 0.5)² + 10 x4 + 5 x5 + N(0, 1) — ``make_friedman1(noise=1.0)``. Both methods get the
@@ -12,15 +12,15 @@ Hyperparameters. SVR's (gamma, C, epsilon) = (0.3, 100, 0.5) won a 3-fold grid s
 CVR uses that gamma and its own defaults otherwise (standardized targets; C=30, μ='auto'
 = 0.015 here, tol=3e-6). Seconds are medians over ``--repeats`` fits; CVR is refit with
 seed ``seed + repeat`` and its metrics are medians too.
-Target: CVR's test RMSE within 5% of SVR's, in less fit time.
+Target: CVR's test RMSE within 5% of SVR's, in less fit time. ``--record PATH`` (or
+``--json-out PATH``) writes the run's result record: the figures printed, the data's identity
+and a stage a method (sodm_spark.benchmarking.records).
 """
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
-from pathlib import Path
 
 import numpy as np
 from sklearn.datasets import make_friedman1
@@ -28,6 +28,7 @@ from sklearn.model_selection import GridSearchCV
 from sklearn.svm import SVR
 
 from sodm_spark.baselines.cvm import CVRRegressor, mean_relative_error, rmse_over_max
+from sodm_spark.benchmarking.records import add_record_flag, start_record
 
 
 def metrics(y, pred) -> dict:
@@ -59,7 +60,7 @@ def tune_svr(seed: int) -> dict:
     return grid.best_params_
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--train-rows", type=int, default=100_000, help="CVR training rows")
     parser.add_argument("--svr-rows", type=int, default=20_000, help="SVR training rows (a prefix)")
@@ -76,14 +77,23 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--skip-svr", action="store_true")
-    parser.add_argument("--json-out", type=Path)
-    args = parser.parse_args()
+    add_record_flag(parser, "--json-out")
+    return parser
+
+
+def main(argv=None) -> None:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    record = start_record(parser, args, __file__, argv)
 
     if args.tune_svr:
         best = tune_svr(args.seed)
         args.gamma, args.svr_C, args.svr_epsilon = best["gamma"], best["C"], best["epsilon"]
+        record.lap("SVR grid search")
     X, y = make_friedman1(args.train_rows, noise=1.0, random_state=args.seed)
     X_test, y_test = make_friedman1(args.test_rows, noise=1.0, random_state=args.seed + 1)
+    record.add_data("make_friedman1(noise=1.0)", (X, y), (X_test, y_test))
+    record.lap("data")
     cvr_options = {name: value for name, value in (("C", args.C), ("mu", args.mu),
                    ("tol", args.tol), ("max_core", args.max_core)) if value is not None}
     print(f"Friedman #1, noise N(0,1); test {args.test_rows} rows; gamma={args.gamma:g}; "
@@ -100,6 +110,7 @@ def main() -> None:
 
     cvr = timed_fits(args.repeats, lambda r: CVRRegressor(
         gamma=args.gamma, random_state=args.seed + r, **cvr_options), X, y, X_test, y_test)
+    record.lap("CVR")
     cvr_params = CVRRegressor(**cvr_options).get_params()
     show(f"CVR (C={cvr_params['C']:g}, mu={cvr_params['mu']}, tol={cvr_params['tol']:g})", cvr)
     report = {"data": "make_friedman1(noise=1.0)", "gamma": args.gamma,
@@ -111,6 +122,7 @@ def main() -> None:
         svr = timed_fits(args.repeats, lambda r: SVR(C=args.svr_C, gamma=args.gamma,
                                                      epsilon=args.svr_epsilon, cache_size=1000),
                          Xs, ys, X_test, y_test)
+        record.lap("sklearn SVR")
         show(f"sklearn SVR (C={args.svr_C:g}, eps={args.svr_epsilon:g})", svr)
         rmse_ratio, time_ratio = cvr["rmse"] / svr["rmse"], cvr["seconds"] / svr["seconds"]
         met = rmse_ratio <= 1.05 and time_ratio < 1.0
@@ -118,8 +130,7 @@ def main() -> None:
               f"{time_ratio:.3f} (target < 1): {'met' if met else 'NOT met'}")
         report.update(svr={**svr, "params": {"C": args.svr_C, "epsilon": args.svr_epsilon}},
                       rmse_ratio=rmse_ratio, time_ratio=time_ratio, target_met=met)
-    if args.json_out:
-        args.json_out.write_text(json.dumps(report, indent=2))
+    record.write(**report)
 
 
 if __name__ == "__main__":

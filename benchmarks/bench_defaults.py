@@ -3,17 +3,18 @@ against the same job with `--tune` (its grid search on the top level's partition
 real data set here. A benchmark, not a test.
 
     python benchmarks/bench_defaults.py [--datasets fashion-mnist,letter,...] \\
-        [--point "--lam 1e5 --theta 0.1 --v 0.5"] [--repeats 1] [--json out.json]
+        [--point "--lam 1e5 --theta 0.1 --v 0.5"] [--repeats 1] [--record out.json]
 
 Each data set is written as LIBSVM into --work-dir once; every run is `spark-submit --master
 local[2] jobs/train_sodm.py --data F --test-data F` (levels and stopping automatic), with the
 hyperparameters of --point (default: none, i.e. the job's defaults) or `--tune` with --grid.
 The table gives the test accuracy of both, the gap in points, and the seconds of each command.
+``--record PATH`` (or ``--json PATH``) writes the run's result record: every run's figures,
+each file's identity and a stage a data set's runs (sodm_spark.benchmarking.records).
 """
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import statistics
 import sys
@@ -24,6 +25,7 @@ from sklearn.datasets import dump_svmlight_file
 sys.path.insert(0, str(Path(__file__).parent))
 from job_runs import submit  # noqa: E402
 
+from sodm_spark.benchmarking.records import add_record_flag, start_record  # noqa: E402
 from sodm_spark.data.datasets import DatasetUnavailable, load_dataset  # noqa: E402
 
 DATASETS = ("fashion-mnist", "fashion-mnist-10", "letter", "satellite", "shuttle", "nonlinear")
@@ -54,7 +56,7 @@ def run(train: Path, test: Path, extra: list[str], master: str) -> dict:
             "best": metrics.get("tuning", {}).get("best")}
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--datasets", default=",".join(DATASETS))
     parser.add_argument("--point", default="", help="hyperparameter flags of the 'default' "
@@ -67,8 +69,14 @@ def main(argv=None) -> int:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--work-dir", type=Path, default=Path.home() / ".cache" / "sodm_spark")
-    parser.add_argument("--json", help="write the results here")
+    add_record_flag(parser, "--json")
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
+    record = start_record(parser, args, __file__, argv)
     args.work_dir.mkdir(parents=True, exist_ok=True)
     rows = []
     print(f"{'data set':<18} {'default acc':>11} {'tuned acc':>9} {'gap (pt)':>8} "
@@ -79,15 +87,20 @@ def main(argv=None) -> int:
         except DatasetUnavailable as error:
             print(f"{name:<18} skipped: {error}", flush=True)
             continue
+        record.add_data(name, train, test)
+        record.lap(f"{name}: files")
         point = shlex.split(args.point)
         if args.gamma_scale:
             from sklearn.datasets import load_svmlight_file
             X = load_svmlight_file(str(train))[0].toarray()
             point += ["--gamma", repr(float(args.gamma_scale / (X.shape[1] * X.var())))]
         default = [run(train, test, point, args.master) for _ in range(args.repeats)]
+        record.lap(f"{name}: default")
         tuned = [] if args.no_tune else [
             run(train, test, ["--tune", "--grid", args.grid], args.master)
             for _ in range(args.repeats)]
+        if tuned:
+            record.lap(f"{name}: tuned")
         row = {"dataset": name, "point": args.point or "job defaults", "default": default,
                "tuned": tuned,
                "default_accuracy": statistics.median(r["test_accuracy"] for r in default),
@@ -104,8 +117,7 @@ def main(argv=None) -> int:
               f"{row.get('tuned_seconds', float('nan')):>8.1f}  "
               + ("" if best is None else " ".join(f"{k}={best[k]:.4g}" for k in
                                                   ("gamma", "lam", "theta", "v"))), flush=True)
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=2))
+    record.write(results=rows)
     return 0
 
 

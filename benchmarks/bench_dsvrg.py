@@ -8,7 +8,9 @@ The data are generated (sodm_spark.data.datasets.make_linear) and written once t
 as Parquet (an array column), sparse as a LIBSVM text file, read back by Spark (MLlib through
 its own libsvm/parquet readers, DSVRG through sodm_spark.spark.io, sparse rows staying CSR).
 "Time to LinearSVC's accuracy" is DSVRG's elapsed time (partitioning included, test scoring
-excluded) at the first epoch whose test accuracy reaches LinearSVC's.
+excluded) at the first epoch whose test accuracy reaches LinearSVC's. ``--record PATH`` writes
+the run's result record: each method's figures, the rows' identity and a stage a method
+(sodm_spark.benchmarking.records).
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from sklearn.datasets import dump_svmlight_file
 
+from sodm_spark.benchmarking.records import add_record_flag, start_record
 from sodm_spark.data.datasets import make_linear
 from sodm_spark.solvers.odm_primal import newton_primal
 from sodm_spark.solvers.dcd_settings import ODMHyperparameters
@@ -54,7 +57,7 @@ def write_data(problem, work_dir: Path, rows: int, features: int, density: float
     return train, test
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--problem", choices=("dense", "sparse"), default="dense")
     parser.add_argument("--rows", type=int)
@@ -71,7 +74,14 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+    add_record_flag(parser)
+    return parser
+
+
+def main(argv=None) -> None:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    record = start_record(parser, args, __file__, argv)
     rows = args.rows or (1_000_000 if args.problem == "dense" else 200_000)
     args.lam = args.lam or (10.0 if args.problem == "dense" else 3000.0)
     features = args.features or (50 if args.problem == "dense" else 100_000)
@@ -107,6 +117,7 @@ def main() -> None:
     print(f"{args.problem}: {rows} x {d} train, {len(y_test)} test; lam={args.lam} "
           f"theta={args.theta} v={args.v}; Spark {args.master}; median of {args.repeats}",
           flush=True)
+    record.lap("data: written, read and cached")
 
     # MLlib LinearSVC, default settings
     svc_times, svc_model = [], None
@@ -117,6 +128,7 @@ def main() -> None:
     predictions = svc_model.transform(test_frame)
     svc_accuracy = predictions.filter(F.col("prediction") == F.col("label")).count() / n_rows[1]
     svc_seconds = statistics.median(svc_times)
+    record.lap("MLlib LinearSVC")
 
     # DSVRG
     runs = []
@@ -130,6 +142,7 @@ def main() -> None:
                for run in runs]
     reach = [None if e is None else e.elapsed for e in reached]
     dsvrg_seconds = statistics.median(run.train_seconds for run in runs)
+    record.lap("DSVRG")
 
     # exact optimum and single-node SVRG on the driver
     if args.problem == "dense":
@@ -139,13 +152,17 @@ def main() -> None:
     else:
         X, y01 = read_libsvm_local(str(train), n_features=features, sparse=True)
         y = np.where(y01 > 0, 1.0, -1.0)
+    record.add_data(f"make_linear, {args.problem}", (X, y), (X_test, y_test))
+    record.lap("the rows on the driver")
     start = time.perf_counter()
     exact = newton_primal(X, y, args.lam, args.theta, args.v)
     exact_seconds = time.perf_counter() - start
+    record.lap("exact (primal Newton)")
     start = time.perf_counter()
     single = svrg(X, y, ODMHyperparameters(args.lam, args.theta, args.v),
                   SVRGSchedule(epochs=args.epochs, relative_change_tol=1e-9))
     single_seconds = time.perf_counter() - start
+    record.lap("SVRG, one process")
 
     def accuracy(w, b=0.0):
         return float(np.mean(np.where(X_test @ w + b > 0, 1.0, -1.0) == y_test_pm))
@@ -180,6 +197,25 @@ def main() -> None:
             f"{e.epoch}: {e.elapsed:.2f} s acc {e.test_accuracy:.4f} gap {gap(e.objective):.1e}"
             for e in run.epochs))
     spark.stop()
+    record.write(exact_objective=exact.objective, methods={
+        "MLlib LinearSVC (defaults)": {"fit_seconds": svc_seconds, "runs_seconds": svc_times,
+                                       "accuracy": svc_accuracy},
+        "DSVRG": {"fit_seconds": dsvrg_seconds, "accuracy": accuracy(fit.w, fit.intercept),
+                  "objective": fit.epochs[-1].objective,
+                  "relative_gap": gap(primal_objective(wb, X, y, args.lam, args.theta, args.v,
+                                                       True)),
+                  "seconds_to_linearsvc_accuracy": reach,
+                  "epoch_reaching_it": [None if e is None else e.epoch for e in reached],
+                  "time_to_accuracy_over_linearsvc_fit": ratio, "layout": fit.layout,
+                  "partition_seconds": [r.partition_seconds for r in runs],
+                  "epochs": [[e.to_dict() for e in run.epochs] for run in runs]},
+        "SVRG, one process": {"fit_seconds": single_seconds, "epochs": single.epochs,
+                              "accuracy": accuracy(single.w, single.intercept),
+                              "objective": single.objective,
+                              "relative_gap": gap(single.objective)},
+        "exact (primal Newton, one process)": {
+            "fit_seconds": exact_seconds, "accuracy": accuracy(exact.w, exact.intercept),
+            "objective": exact.objective}})
 
 
 if __name__ == "__main__":

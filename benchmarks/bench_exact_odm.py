@@ -8,6 +8,8 @@ see sodm_spark.data.datasets) to LIBSVM files in --work-dir and reads them back.
 the same rows, the same numeric gamma and the same ODM hyperparameters (libodm's λ is half of
 ours); seconds are medians over --repeats runs; "fit s" excludes reading the file except for
 libodm, whose training binary parses the LIBSVM text itself (a few seconds at 20,000 rows).
+``--record PATH`` writes the run's result record: the table's rows, the data's identity and a
+stage a method and size (sodm_spark.benchmarking.records).
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from sklearn.datasets import dump_svmlight_file, load_svmlight_file
 from sklearn.svm import SVC
 
 from sodm_spark import ODMClassifier
+from sodm_spark.benchmarking.records import add_record_flag, start_record
 from sodm_spark.core.kernels import resolve_gamma
 from sodm_spark.data.datasets import load_fashion_mnist
 
@@ -63,7 +66,7 @@ def run_libodm(libodm_dir: Path, train: Path, test: Path, lam, theta, v, gamma, 
         return seconds, accuracy / (100.0 if accuracy > 1 else 1.0)
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--train", type=Path)
     parser.add_argument("--test", type=Path)
@@ -79,12 +82,20 @@ def main() -> None:
     parser.add_argument("--skip-svc", action="store_true")
     parser.add_argument("--libodm-dir", type=Path,
                         help="folder with libodm-train / libodm-predict (not shipped here)")
-    args = parser.parse_args()
+    add_record_flag(parser)
+    return parser
+
+
+def main(argv=None) -> None:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    record = start_record(parser, args, __file__, argv)
 
     train, test = (args.train, args.test) if args.train else default_files(args.work_dir)
     X_all, y_all = load_svmlight_file(str(train))
     X_test, y_test = load_svmlight_file(str(test), n_features=X_all.shape[1])
     X_all, X_test = X_all.toarray(), X_test.toarray()
+    record.add_data(train.name, (X_all, y_all), (X_test, y_test))
     sizes = [int(s) for s in args.rows.split(",")]
     gamma = resolve_gamma(args.gamma, X_all[:max(sizes)]) if args.gamma in ("scale", "auto") \
         else float(args.gamma)
@@ -94,12 +105,19 @@ def main() -> None:
     header = f"{'method':<24}{'rows':>7}{'fit s':>9}{'accuracy':>10}{'SVs':>8}{'sweeps':>8}"
     print(header)
     print("-" * len(header))
+    record.lap("data")
+    results = []
     for rows in sizes:
         X, y = X_all[:rows], y_all[:rows]
         odm = ODMClassifier(gamma=gamma, lam=args.lam, theta=args.theta, v=args.v, tol=args.tol)
         seconds, odm = median_time(args.repeats, partial(odm.fit, X, y))
-        print(f"{'ODM (sodm_spark)':<24}{rows:>7}{seconds:>9.2f}{odm.score(X_test, y_test):>10.4f}"
+        accuracy = odm.score(X_test, y_test)
+        print(f"{'ODM (sodm_spark)':<24}{rows:>7}{seconds:>9.2f}{accuracy:>10.4f}"
               f"{odm.n_support_:>8}{int(odm.n_iter_[0]):>8}", flush=True)
+        results.append({"method": "ODM (sodm_spark)", "rows": rows, "fit_seconds": seconds,
+                        "accuracy": accuracy, "n_support": int(odm.n_support_),
+                        "sweeps": int(odm.n_iter_[0])})
+        record.lap(f"ODM (sodm_spark), {rows} rows")
         if args.libodm_dir:
             with tempfile.TemporaryDirectory() as tmp:
                 subset = Path(tmp) / "train.libsvm"
@@ -109,11 +127,20 @@ def main() -> None:
                 seconds = statistics.median(train_seconds for train_seconds, _ in runs)
                 print(f"{'libodm (C++, DCD)':<24}{rows:>7}{seconds:>9.2f}{runs[0][1]:>10.4f}"
                       f"{'':>8}{'':>8}", flush=True)
+            results.append({"method": "libodm (C++, DCD)", "rows": rows, "fit_seconds": seconds,
+                            "accuracy": runs[0][1]})
+            record.lap(f"libodm (C++, DCD), {rows} rows")
         if not args.skip_svc:
             svc = SVC(C=args.svc_C, gamma=gamma)
             seconds, svc = median_time(args.repeats, partial(svc.fit, X, y))
+            accuracy = svc.score(X_test, y_test)
             print(f"{f'SVC (C={args.svc_C:g})':<24}{rows:>7}{seconds:>9.2f}"
-                  f"{svc.score(X_test, y_test):>10.4f}{svc.n_support_.sum():>8}{'':>8}", flush=True)
+                  f"{accuracy:>10.4f}{svc.n_support_.sum():>8}{'':>8}", flush=True)
+            results.append({"method": f"SVC (C={args.svc_C:g})", "rows": rows,
+                            "fit_seconds": seconds, "accuracy": accuracy,
+                            "n_support": int(svc.n_support_.sum())})
+            record.lap(f"SVC (C={args.svc_C:g}), {rows} rows")
+    record.write(gamma=gamma, results=results)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,8 @@ RowPasses` over all the rows at once: the fused numba loops on the CPU, GEMM blo
 losses per centre count: the ODM of the job (θ, v, λ), and θ = 0, v = 1, which charges every
 margin's distance from 1 — the kernel ridge regression of the ±1 labels (its λ as the ODM's:
 C = λ / 2M). Each fit stops after ``--passes`` passes. A result record (command, commit,
-machine, data identity, each fit's figures) is written with ``--record``.
+machine, data identity, each fit's figures, a stage a fit) is written with ``--record``
+(sodm_spark.benchmarking.records).
 """
 from __future__ import annotations
 
@@ -32,8 +33,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from bench_at_scale import load_rows  # noqa: E402
 
-from sodm_spark.benchmarking.records import (parquet_identity, record_head,  # noqa: E402
-                                             write_record)
+from sodm_spark.benchmarking.records import add_record_flag, start_record  # noqa: E402
 from sodm_spark.core.array_namespace import resolve_device  # noqa: E402
 from sodm_spark.core.kernels import Kernel  # noqa: E402
 from sodm_spark.models import nystroem_cg  # noqa: E402
@@ -77,7 +77,7 @@ def one_fit(args, device, kernel, rows, centres, loss: str) -> dict:
             "test_accuracy": float(np.mean(decided == args.y_test_host))}
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, required=True)
     parser.add_argument("--rows", type=int, default=None, help="the first rows (all: None)")
@@ -92,8 +92,14 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=2, help="numba's, on the CPU")
     parser.add_argument("--block-rows", type=int, default=65_536, help="GEMM blocks (GPU)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--record", type=Path)
+    add_record_flag(parser)
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
+    record = start_record(parser, args, __file__, argv)
     X, y = load_rows(args.data / "train", args.rows)
     X_test, y_test = load_rows(args.data / "test")
     low, high = X.min(axis=0), X.max(axis=0)
@@ -108,6 +114,7 @@ def main(argv=None) -> int:
             y.astype(np.float64) if device.kind == "cpu" else device.asarray(y),
             X_test if device.kind == "cpu" else device.asarray(X_test), y_test)
     args.y_test_host = y_test
+    record.lap("data")
     rng = np.random.default_rng([args.seed, 41])
     results = []
     for m in [int(value) for value in args.centres.split(",")]:
@@ -118,15 +125,12 @@ def main(argv=None) -> int:
             print(f"{m:>7,} centres {loss:<6} test {result['test_accuracy']:.4f}  "
                   f"{result['seconds']:8.1f} s  {result['passes']} passes  "
                   f"({result['stopped']})", flush=True)
+            record.lap(f"{m} centres, {loss}")
     majority = float(max(np.mean(y_test > 0), np.mean(y_test < 0)))
     print(f"the test rows' majority class: {majority:.4f}", flush=True)
-    if args.record:
-        settings = {k: str(v) for k, v in vars(args).items() if k != "y_test_host"}
-        document = {**record_head(ROOT, sys.argv, settings), "device": device.describe(),
-                    "data": {**parquet_identity(args.data / "train"), "rows_used": len(y),
-                             "test_rows": len(y_test), "majority_class": majority},
-                    "results": results}
-        write_record(args.record, document)
+    record.add_data(args.data.name, args.data / "train", args.data / "test")
+    record.write(device=device.describe(), rows_used=len(y), test_rows=len(y_test),
+                 majority_class=majority, results=results)
     return 0
 
 

@@ -3,7 +3,7 @@ step where the fit takes one) on the deformed Fashion-MNIST rows, through the pa
 in-process fit (``sodm_spark.spark.train.fit_in_process``: the same code the Spark job's tasks
 run, on the in-process back end, docs/design.md §6.2), each stage timed and scored.
 
-    python benchmarks/bench_gpu.py --rows 600000 --device gpu --json gpu.json
+    python benchmarks/bench_gpu.py --rows 600000 --device gpu --record gpu.json
 
 The rows are generated here (the seeded deformations of ``data.big_data``, in parallel over
 the chunks) and handed to the fit as they are, with the 10,000 Fashion-MNIST test images as its
@@ -12,8 +12,9 @@ the job's default search of γ and λ, the levels and the stop rule are the fit'
 defaults unless a flag below sets one. ``--device gpu`` solves every partition on the GPU the
 process sees (``SODMParams.device``; refused in one line where there is none), ``cpu`` the
 device path on numpy, ``auto`` the numba solvers. Work is the fit's own seconds
-(``SODMFit.train_seconds``), from the rows in memory to the model; the record holds the
-command, the machine, the levels table and the fit's timeline.
+(``SODMFit.train_seconds``), from the rows in memory to the model; the result record
+(``--record PATH``, or ``--json PATH``; sodm_spark.benchmarking.records) holds the command, the
+commit, the machine and its device, the rows' identity, the levels table and the fit's timeline.
 """
 from __future__ import annotations
 
@@ -23,7 +24,6 @@ import multiprocessing
 import os
 import sys
 import time
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from sodm_spark.core.array_namespace import resolve_device  # noqa: E402
 from sodm_spark.core.errors import InputError, SettingsError  # noqa: E402
-from sodm_spark.benchmarking.records import git_state, machine_record  # noqa: E402
+from sodm_spark.benchmarking.records import add_record_flag, start_record  # noqa: E402
 from sodm_spark.core.timeline import Timeline  # noqa: E402
 from sodm_spark.data.big_data import DEFORM_CHUNK, deformed_fashion_mnist  # noqa: E402
 from sodm_spark.data.datasets import FASHION_MNIST_DIR, load_fashion_mnist  # noqa: E402
@@ -61,7 +61,7 @@ def generate(rows: int, root, workers: int):
             np.concatenate([part[1] for part in parts]).astype(np.float64))
 
 
-def parse_args(argv=None):
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=600_000)
     parser.add_argument("--device", choices=("auto", "cpu", "gpu"), default="gpu")
@@ -74,17 +74,19 @@ def parse_args(argv=None):
     parser.add_argument("--stop-level", type=int, default=None)
     parser.add_argument("--global-step", choices=GLOBAL_STEPS, default=None)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", help="write the record here")
-    return parser.parse_args(argv)
+    add_record_flag(parser, "--json")
+    return parser
 
 
 def main(argv=None) -> int:
-    args = parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     try:
         device = resolve_device(args.device) if args.device != "auto" else None
     except (SettingsError, ValueError, RuntimeError) as error:
         print(f"error: --device {args.device}: {error}", file=sys.stderr)
         return 2
+    record = start_record(parser, args, __file__, argv)
     started = time.perf_counter()
     X, y = generate(args.rows, args.fashion_root, args.workers or 1)
     X_test, y_test = load_fashion_mnist("test", args.fashion_root)
@@ -109,21 +111,17 @@ def main(argv=None) -> int:
     levels_summary(fit, trained.params)
     show_timeline(timeline)
     described = device.describe() if device is not None else "the numba solvers (CPU)"
-    record = {
-        "command": " ".join([sys.executable, *sys.argv]),
-        "git": git_state(Path(__file__).resolve().parents[1]),
-        "machine": {**machine_record(), "device": described},
-        "rows": int(X.shape[0]), "features": int(X.shape[1]), "test_rows": int(X_test.shape[0]),
-        "generate_seconds": generated, "work_seconds": fit.train_seconds,
-        "test_accuracy": fit.test_accuracy,
-        "params": {"gamma": trained.params.gamma, "lam": trained.params.lam,
-                   "theta": trained.params.theta, "v": trained.params.v},
-        "levels": [entry.to_dict() for entry in fit.levels],
-        "global_step": fit.global_step, "timeline": timeline.to_dict()}
     print(json.dumps({"work_seconds": round(fit.train_seconds, 1),
                       "test_accuracy": fit.test_accuracy, "device": described}), flush=True)
-    if args.json:
-        Path(args.json).write_text(json.dumps(record, indent=1, default=str))
+    record.add_data("deformed Fashion-MNIST", (X, y), (X_test, y_test))
+    record.write(
+        machine={"device": described}, timeline=timeline,  # the fit's, from the rows in memory
+        rows=int(X.shape[0]), features=int(X.shape[1]), test_rows=int(X_test.shape[0]),
+        generate_seconds=generated, work_seconds=fit.train_seconds,
+        test_accuracy=fit.test_accuracy,
+        params={"gamma": trained.params.gamma, "lam": trained.params.lam,
+                "theta": trained.params.theta, "v": trained.params.v},
+        levels=[entry.to_dict() for entry in fit.levels], global_step=fit.global_step)
     return 0
 
 

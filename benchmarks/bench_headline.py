@@ -12,7 +12,9 @@ the fit of its best point; its train seconds include the search). Each run is a
 fresh process; the table gives medians over --repeats runs of the job's ``train_seconds``,
 the whole command's wall time, and the ratio of train seconds to SVC's fit seconds. Without
 --train/--test it writes the binary Fashion-MNIST task (Debian's dataset-fashion-mnist) into
---work-dir.
+--work-dir. ``--record PATH`` (or ``--json-out PATH``) writes the run's result record: every
+run's figures and the medians, the files' identity and a stage a method
+(sodm_spark.benchmarking.records).
 """
 from __future__ import annotations
 
@@ -23,10 +25,11 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_exact_odm import default_files  # noqa: E402
-from job_runs import medians, submit, write_json  # noqa: E402
+from job_runs import medians, submit  # noqa: E402
+
+from sodm_spark.benchmarking.records import add_record_flag, start_record  # noqa: E402
 
 METHODS = ("svc", "exact-odm", "job", "job-no-auto-stop", "job-tune")
 
@@ -70,7 +73,7 @@ def run_job(train: Path, test: Path, args, extra: list[str], tune: bool = False)
             "output": output}
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--train", type=Path)
     parser.add_argument("--test", type=Path)
@@ -85,13 +88,21 @@ def main() -> None:
     parser.add_argument("--tol", type=float, default=1e-3)
     parser.add_argument("--svc-C", type=float, default=10.0)
     parser.add_argument("--job-args", default="", help="more flags for both job runs")
-    parser.add_argument("--json-out", type=Path)
-    args = parser.parse_args()
-    train, test = (args.train, args.test) if args.train else default_files(args.work_dir)
+    add_record_flag(parser, "--json-out")
+    return parser
+
+
+def main(argv=None) -> None:
+    parser = build_parser()
+    args = parser.parse_args(argv)
     methods = args.methods.split(",")
     unknown = sorted(set(methods) - set(METHODS))
     if unknown:
         raise SystemExit(f"unknown methods {unknown}; known: {', '.join(METHODS)}")
+    record = start_record(parser, args, __file__, argv)
+    train, test = (args.train, args.test) if args.train else default_files(args.work_dir)
+    record.add_data(train.name, train, test)
+    record.lap("data")
     results = {}
     for method in methods:
         for repeat in range(args.repeats):
@@ -104,18 +115,23 @@ def main() -> None:
             print(f"{method} run {repeat + 1}: {json.dumps({k: v for k, v in run.items() if k != 'levels'})}",
                   flush=True)
             results.setdefault(method, []).append(run)
+        record.lap(method)
     reference = results.get("svc")
     svc_seconds = statistics.median(r["train_seconds"] for r in reference) if reference else None
     print(f"\n{train.name}: medians of {args.repeats} runs")
     print(f"{'method':<18}{'train s':>9}{'wall s':>9}{'test acc':>10}{'vs SVC time':>13}"
           f"{'stopped at':>12}  runs (train s)")
+    table = {}
     for method, runs in results.items():
         train_s, wall_s, accuracy, each = medians(runs)
         ratio = f"{train_s / svc_seconds:.3f}" if svc_seconds else ""
         stopped = ",".join(str(r.get("stopped_at", "")) for r in runs)
         print(f"{method:<18}{train_s:>9.1f}{wall_s:>9.1f}{accuracy:>10.4f}{ratio:>13}"
               f"{stopped:>12}  {each}")
-    write_json(args.json_out, train, test, args, results)
+        table[method] = {"train_seconds": train_s, "wall_seconds": wall_s,
+                         "test_accuracy": accuracy,
+                         "train_over_svc_fit": train_s / svc_seconds if svc_seconds else None}
+    record.write(train=str(train), test=str(test), results=results, medians=table)
 
 
 if __name__ == "__main__":

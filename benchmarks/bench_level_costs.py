@@ -3,7 +3,7 @@
 benchmark, not a test.
 
     python benchmarks/bench_level_costs.py [--cases satellite,tabular-100k-L3,...] \\
-        [--json docs/results/level_costs.json]
+        [--record docs/results/level_costs.json]
     python benchmarks/bench_level_costs.py --table docs/results/level_costs.json
 
 Each case is one in-process run of the job (jobs/train_sodm.py, local[2], the settings of
@@ -19,7 +19,9 @@ alone for that shape (from scratch), the measured seconds and ``ratio`` = predic
 measured; with the command, the commit, the machine, the GEMM speed each fit measured and the
 load average (the machine is shared: a loaded machine makes every level slower, and its
 measured GEMM speed lower). ``claims``: the cases within a factor of 1.5, and the worst
-factors (tests/test_level_costs.py recomputes every prediction from the record).
+factors (tests/test_level_costs.py recomputes every prediction from the record). The record
+(``--record PATH``, or ``--json PATH``; sodm_spark.benchmarking.records) is rewritten after
+every case, with each case's data files and a stage a case; ``--table`` writes none.
 """
 from __future__ import annotations
 
@@ -28,10 +30,8 @@ import dataclasses
 import json
 import math
 import os
-import subprocess
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,7 +42,7 @@ from bench_stopping import LEVELS, TRAIN_ROWS  # noqa: E402
 from make_big_data import main as write_big_data  # noqa: E402
 import train_sodm  # noqa: E402
 
-from sodm_spark.benchmarking.report import machine  # noqa: E402
+from sodm_spark.benchmarking.records import add_record_flag, start_record  # noqa: E402
 from sodm_spark.spark.session import get_session  # noqa: E402
 from sodm_spark.spark.sodm import levels as levels_module  # noqa: E402
 from sodm_spark.spark.sodm import plan  # noqa: E402
@@ -175,45 +175,45 @@ def claims(runs: list[dict], factor: float = 1.5) -> dict:
                                               if later else None)}
 
 
-def git_commit() -> dict:
-    def output(*command):
-        try:
-            return subprocess.run(command, cwd=ROOT, capture_output=True, text=True,
-                                  timeout=60).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return None
-
-    status = output("git", "--no-optional-locks", "status", "--porcelain")
-    return {"commit": output("git", "rev-parse", "HEAD"),
-            "dirty": None if status is None else bool(status)}
-
-
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", default=",".join(CASES))
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--work-dir", type=Path, default=Path.home() / ".cache" / "sodm_spark")
-    parser.add_argument("--json", help="write the record here")
+    add_record_flag(parser, "--json")
     parser.add_argument("--table", help="print the table of a record instead of running")
+    return parser
+
+
+def case_data(run: dict) -> tuple[str, str | None]:
+    """The training data (a file or a folder) and the test file of a case's run, by its flags."""
+    flags = run["flags"]
+    test = flags[flags.index("--test-data") + 1] if "--test-data" in flags else None
+    return flags[flags.index("--data") + 1], test
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.table:
         print_table(json.loads(Path(args.table).read_text())["runs"])
         return 0
+    record = start_record(parser, args, __file__, argv)
     spark, _ = get_session("sodm-spark: bench_level_costs", args.master)
     spark.sparkContext.setLogLevel("ERROR")
-    record = {"command": " ".join(["python", "benchmarks/bench_level_costs.py",
-                                   *(sys.argv[1:] if argv is None else argv)]),
-              **git_commit(), "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-              "machine": {**machine(), "master": args.master},
-              "runs": []}
+    record.lap("Spark session")
+    runs: list[dict] = []
     for case in args.cases.split(","):
-        record["runs"].append(run_case(spark, case, args.work_dir))
-        record["claims"] = claims(record["runs"])
-        print_table(record["runs"][-1:])
-        if args.json:  # after every run: nothing lost if a later one fails
-            Path(args.json).write_text(json.dumps(record, indent=1) + "\n")
-    print_table(record["runs"])
-    print(json.dumps(record["claims"], indent=1))
+        runs.append(run_case(spark, case, args.work_dir))
+        record.add_data(case, *case_data(runs[-1]))
+        record.lap(case)
+        print_table(runs[-1:])
+        # after every run: nothing lost if a later one fails
+        record.write(finished=False, machine={"master": args.master}, runs=runs,
+                     claims=claims(runs))
+    print_table(runs)
+    print(json.dumps(claims(runs), indent=1))
+    record.write(machine={"master": args.master}, runs=runs, claims=claims(runs))
     return 0
 
 

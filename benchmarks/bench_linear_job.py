@@ -11,6 +11,8 @@ split at the cube's centre, 5% labels flipped; labels 0/1) are written once to -
 regParam 0, 100 iterations) in a Spark session with the same master and driver memory, fitted
 on the LIBSVM file as read (parsing inside the fit, as in the job's train_seconds) and, as
 "mllib-cached", on the same rows cached and counted before the clock. Medians of --repeats.
+``--record PATH`` (or ``--json-out PATH``) writes the run's result record: every run's figures
+and the medians, the files' identity and a stage a method (sodm_spark.benchmarking.records).
 """
 from __future__ import annotations
 
@@ -23,7 +25,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from job_runs import medians, submit, write_json  # noqa: E402
+from job_runs import medians, submit  # noqa: E402
+
+from sodm_spark.benchmarking.records import add_record_flag, start_record  # noqa: E402
 
 METHODS = ("mllib", "mllib-cached", "job", "job-no-intercept")
 
@@ -82,7 +86,7 @@ def run_mllib(spark, train: Path, test: Path, features: int, cached: bool) -> di
             "iterations": model.summary().totalIterations, "intercept": model.intercept}
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--test-rows", type=int, default=100_000)
@@ -94,15 +98,23 @@ def main() -> None:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--driver-memory", default="8g")
     parser.add_argument("--job-args", default="", help="more flags for the job runs")
-    parser.add_argument("--json-out", type=Path)
-    args = parser.parse_args()
+    add_record_flag(parser, "--json-out")
+    return parser
+
+
+def main(argv=None) -> None:
+    parser = build_parser()
+    args = parser.parse_args(argv)
     methods = args.methods.split(",")
     unknown = sorted(set(methods) - set(METHODS))
     if unknown:
         raise SystemExit(f"unknown methods {unknown}; known: {', '.join(METHODS)}")
+    record = start_record(parser, args, __file__, argv)
     start = time.perf_counter()
     train, test = write_files(args.work_dir, args.rows, args.test_rows, args.features, args.seed)
     print(f"data: {train} ({time.perf_counter() - start:.0f} s to have it)", flush=True)
+    record.add_data(train.name, train, test)
+    record.lap("data")
     spark = None
     if any(method.startswith("mllib") for method in methods):
         from sodm_spark.spark.session import get_session
@@ -121,6 +133,7 @@ def main() -> None:
                 run = run_mllib(spark, train, test, args.features, cached=method.endswith("cached"))
             print(f"{method} run {repeat + 1}: {json.dumps(run)}", flush=True)
             results.setdefault(method, []).append(run)
+        record.lap(method)
     if spark is not None:
         spark.stop()
     reference = results.get("mllib")
@@ -130,13 +143,20 @@ def main() -> None:
           f"{args.master}; medians of {args.repeats} runs")
     print(f"{'method':<18}{'train s':>9}{'wall s':>9}{'test acc':>10}{'vs MLlib time':>15}"
           f"{'vs MLlib acc':>14}  runs (train s)")
+    table = {}
     for method, runs in results.items():
         train_s, wall_s, accuracy, each = medians(runs)
         ratio = f"{train_s / mllib_seconds:.3f}" if mllib_seconds else ""
         gap = f"{100 * (accuracy - mllib_accuracy):+.2f} pt" if mllib_accuracy else ""
         print(f"{method:<18}{train_s:>9.1f}{wall_s:>9.1f}{accuracy:>10.4f}{ratio:>15}{gap:>14}"
               f"  {each}")
-    write_json(args.json_out, train, test, args, results)
+        table[method] = {"train_seconds": train_s, "wall_seconds": wall_s,
+                         "test_accuracy": accuracy,
+                         "train_over_mllib_fit": train_s / mllib_seconds if mllib_seconds
+                         else None,
+                         "accuracy_minus_mllib": accuracy - mllib_accuracy if mllib_accuracy
+                         else None}
+    record.write(train=str(train), test=str(test), results=results, medians=table)
 
 
 if __name__ == "__main__":

@@ -11,11 +11,13 @@
    ``spark-submit jobs/predict.py`` end to end (read, score, write) with the full model and the
    compressed ones: the command's wall seconds and rows/s, the job's own rows/s, medians of
    --repeats runs.
+
+``--record PATH`` (or ``--json-out PATH``) writes the run's result record: every figure, the
+files' identity and a stage a part (sodm_spark.benchmarking.records).
 """
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import statistics
 import sys
@@ -27,6 +29,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_exact_odm import default_files  # noqa: E402
 from job_runs import submit  # noqa: E402
+
+from sodm_spark.benchmarking.records import add_record_flag, start_record  # noqa: E402
 
 
 def train_model(train, test, model_dir: Path, master: str) -> dict:
@@ -52,11 +56,8 @@ def write_parquet(X: np.ndarray, rows: int, path: Path, files: int = 8) -> None:
         pq.write_table(table, path / f"part-{part:05d}.parquet", row_group_size=10_000)
 
 
-def main() -> None:
-    from sklearn.datasets import load_svmlight_file
-
-    from sodm_spark.models.compression import METHODS, compare
-    from sodm_spark.models.expansion import KernelExpansion
+def build_parser() -> argparse.ArgumentParser:
+    from sodm_spark.models.compression import METHODS
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--work-dir", type=Path, default=Path.home() / ".cache" / "sodm_spark")
@@ -69,14 +70,27 @@ def main() -> None:
                         "or full")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--json-out", type=Path)
-    args = parser.parse_args()
+    add_record_flag(parser, "--json-out")
+    return parser
+
+
+def main(argv=None) -> None:
+    from sklearn.datasets import load_svmlight_file
+
+    from sodm_spark.models.compression import compare
+    from sodm_spark.models.expansion import KernelExpansion
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    run_record = start_record(parser, args, __file__, argv)
     train, test = default_files(args.work_dir)
+    run_record.add_data(train.name, train, test)
     work = args.work_dir / "bench_predict"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     record = {"trained": train_model(train, test, work / "full", args.master)}
     print(f"trained: {record['trained']}", flush=True)
+    run_record.lap("the full model (train_sodm.py)")
     full = KernelExpansion.load(work / "full")
     X_test, y_test = load_svmlight_file(str(test), n_features=full.support_vectors.shape[1])
     X_test = X_test.toarray()
@@ -97,9 +111,11 @@ def main() -> None:
                       f"{100 * report['predictions_changed']:>10.2f}", flush=True)
                 if method == "kmeans" and fit == "data":  # the defaults: the models scored
                     small.save(work / f"sv{n}")
+    run_record.lap("compression")
     X_train, _ = load_svmlight_file(str(train), n_features=X_test.shape[1])
     data = work / "score.parquet"
     write_parquet(np.concatenate([X_train.toarray(), X_test]), args.score_rows, data)
+    run_record.lap("the rows scored, as Parquet")
     record["scoring"] = []
     print(f"\n{'model':<8}{'SVs':>8}{'wall s':>9}{'rows/s (wall)':>15}{'rows/s (job)':>14}  runs")
     for size in args.score_sizes.split(","):
@@ -117,8 +133,8 @@ def main() -> None:
         each = ", ".join(f"{r['wall_seconds']:.1f}" for r in runs)
         print(f"{size:<8}{n_sv:>8}{wall:>9.1f}{args.score_rows / wall:>15,.0f}{job_rate:>14,.0f}"
               f"  {each}", flush=True)
-    if args.json_out:
-        args.json_out.write_text(json.dumps(record, indent=2))
+        run_record.lap(f"predict.py, model {size}")
+    run_record.write(**record)
 
 
 if __name__ == "__main__":

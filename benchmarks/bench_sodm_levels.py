@@ -9,13 +9,14 @@ Without --train/--test it uses the binary Fashion-MNIST task (Debian's dataset-f
 --work-dir and read back through sodm_spark.spark.io. Every method gets the same data, the
 same numeric gamma and the same ODM hyperparameters; SVC gets C=--svc-C. "cum s" is the
 time from the start of the fit to the end of that level (partitioning included, test scoring
-excluded); "train s" of the job's metrics excludes test scoring likewise.
+excluded); "train s" of the job's metrics excludes test scoring likewise. ``--record PATH`` (or
+``--json-out PATH``) writes the run's result record: the table's rows, the data's identity and
+a stage a method (sodm_spark.benchmarking.records).
 """
 from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import sys
 import time
 from pathlib import Path
@@ -24,6 +25,7 @@ import numpy as np
 from sklearn.svm import SVC
 
 from sodm_spark import ODMClassifier
+from sodm_spark.benchmarking.records import add_record_flag, start_record
 from sodm_spark.core.kernels import resolve_gamma
 from sodm_spark.spark.io import read_blocks, read_libsvm_local
 from sodm_spark.spark.session import get_session
@@ -57,7 +59,7 @@ def summarize_seeds(results) -> None:
               f" n={len(entries)}", flush=True)
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--train", type=Path)
     parser.add_argument("--test", type=Path)
@@ -84,11 +86,17 @@ def main() -> None:
     parser.add_argument("--svc-C", type=float, default=10.0)
     parser.add_argument("--skip-svc", action="store_true")
     parser.add_argument("--skip-exact", action="store_true")
-    parser.add_argument("--json-out", type=Path)
+    add_record_flag(parser, "--json-out")
     parser.add_argument("--driver-memory", default="6g", help="JVM heap (local mode)")
     parser.add_argument("--memory-mb", type=float,
                         help="per-task memory budget (default: the executor's memory / running tasks)")
-    args = parser.parse_args()
+    return parser
+
+
+def main(argv=None) -> None:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    record = start_record(parser, args, __file__, argv)
 
     train, test = (args.train, args.test) if args.train else default_files(args.work_dir)
     spark, _ = get_session("sodm-spark: bench_sodm_levels", args.master,
@@ -100,6 +108,7 @@ def main() -> None:
     blocks.count()  # parse once before any clock starts
     X_test, y_test = read_libsvm_local(str(test), n_features=n_features)
     X_train, y_train = read_libsvm_local(str(train), n_features=n_features)
+    record.add_data(train.name, (X_train, y_train), (X_test, y_test))
     gamma = resolve_gamma(args.gamma, X_train) if args.gamma in ("scale", "auto") else float(args.gamma)
     classes = np.unique(y_train)
     print(f"train {train}: {X_train.shape[0]} x {n_features}; test {X_test.shape[0]} rows; "
@@ -109,6 +118,7 @@ def main() -> None:
     header = (f"{'method':<26}{'level':>6}{'parts':>6}{'cum s':>9}{'level s':>9}{'accuracy':>10}"
               f"{'SVs':>8}{'sweeps':>7}")
     print(header + "\n" + "-" * len(header), flush=True)
+    record.lap("data")
     results = []
     seeds = [int(seed) for seed in args.seeds.split(",")]
     variants = itertools.product(args.partitioners.split(","), args.warm_starts.split(","), seeds)
@@ -132,6 +142,7 @@ def main() -> None:
         for entry in results[-len(fit.levels):]:
             entry["partition_seconds"] = fit.partition_seconds
         print(f"{name}: partitioning {fit.partition_seconds:.1f} s", flush=True)
+        record.lap(name)
     if len(seeds) > 1:
         summarize_seeds(results)
     if not args.skip_exact:
@@ -142,6 +153,7 @@ def main() -> None:
         seconds = time.perf_counter() - start
         results.append(row("exact ODM (1 process)", None, 1, seconds, seconds,
                            exact.score(X_test, y_test), exact.n_support_, int(exact.n_iter_[0])))
+        record.lap("exact ODM (1 process)")
     if not args.skip_svc:
         svc = SVC(C=args.svc_C, gamma=gamma, cache_size=2000)
         start = time.perf_counter()
@@ -149,9 +161,8 @@ def main() -> None:
         seconds = time.perf_counter() - start
         results.append(row(f"SVC C={args.svc_C:g} (1 process)", None, 1, seconds, seconds,
                            svc.score(X_test, y_test), int(svc.n_support_.sum()), ""))
-    if args.json_out:
-        args.json_out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
-                                             "gamma": gamma, "results": results}, indent=2))
+        record.lap(f"SVC C={args.svc_C:g} (1 process)")
+    record.write(gamma=gamma, results=results)
     spark.stop()
 
 

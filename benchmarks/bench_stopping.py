@@ -2,7 +2,7 @@
 several seeds, and what the stop rule would have done on each. A benchmark, not a test.
 
     python benchmarks/bench_stopping.py [--datasets fashion-mnist,letter,...] [--seeds 0,1,2] \\
-        [--json runs.json]
+        [--record runs.json]
     python benchmarks/bench_stopping.py --replay runs.json [--min-improvement X] \\
         [--stop-confidence Z]
 
@@ -17,8 +17,10 @@ held-out slice automatic stopping scores) and its test accuracy. The rule
 automatic stopping calls) is then replayed on those records. Per data set: the level the
 rule stopped after and the model it returned, the best level in hindsight by test accuracy,
 the accuracy lost against it, and the training seconds (search, partitioning and the levels
-solved) against those of every level. ``--replay``
-re-judges saved runs under other rule settings without solving anything again.
+solved) against those of every level. ``--record PATH`` (or ``--json PATH``) writes the result
+record (sodm_spark.benchmarking.records: the runs, rewritten after each, then the judgements
+and their totals; each data set's files and a stage a run). ``--replay`` re-judges saved runs
+under other rule settings without solving anything again (and writes no record).
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "jobs"))
 from bench_defaults import files_for  # noqa: E402
 from job_runs import submit  # noqa: E402
 
+from sodm_spark.benchmarking.records import add_record_flag, start_record  # noqa: E402
 from sodm_spark.benchmarking.stopping_report import judge, totals  # noqa: E402
 from sodm_spark.data.datasets import DatasetUnavailable  # noqa: E402
 from sodm_spark.selection.stopping import StopRule  # noqa: E402
@@ -95,39 +98,48 @@ def report(judged: list[dict]) -> dict:
     return whole
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     defaults = SODMParams()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--datasets", default=",".join(DATASETS))
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--work-dir", type=Path, default=Path.home() / ".cache" / "sodm_spark")
-    parser.add_argument("--json", help="write the runs and the judgements here")
+    add_record_flag(parser, "--json")
     parser.add_argument("--replay", help="judge the runs saved in this JSON instead of running")
     parser.add_argument("--min-improvement", type=float, default=defaults.min_improvement)
     parser.add_argument("--stop-confidence", type=float, default=defaults.confidence)
     parser.add_argument("--cores", type=int, default=2, help="cores the replayed runs had")
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     rule = StopRule(args.min_improvement, None, args.stop_confidence)
     if args.replay:
         runs = json.loads(Path(args.replay).read_text())["runs"]
-    else:
+        args.record = None  # a replay measures nothing: the record it read stays as it is
+    record = start_record(parser, args, __file__, argv)
+    if not args.replay:
         runs = []
         for name in args.datasets.split(","):
-            for seed in (int(s) for s in args.seeds.split(",")):
+            for number, seed in enumerate(int(s) for s in args.seeds.split(",")):
                 try:
                     runs.append(run_every_level(name, seed, args.work_dir, args.master))
                 except DatasetUnavailable as error:
                     print(f"{name}: skipped ({error})", flush=True)
                     break
+                if number == 0:  # its files, as the first run wrote them
+                    record.add_data(name, *files_for(name, args.work_dir, 0,
+                                                     TRAIN_ROWS.get(name)))
+                record.lap(f"{name} seed {seed}")
                 print(json.dumps(judge(runs[-1], rule, args.cores)), flush=True)
-                if args.json:  # after every run: nothing lost if a later one fails
-                    Path(args.json).write_text(json.dumps({"runs": runs}, indent=1))
+                # after every run: nothing lost if a later one fails
+                record.write(finished=False, runs=runs)
     judged = [judge(run, rule, args.cores) for run in runs]
     totals = report(judged)
-    if args.json and not args.replay:
-        Path(args.json).write_text(json.dumps({"runs": runs, "judged": judged,
-                                               "totals": totals}, indent=1))
+    record.write(runs=runs, judged=judged, totals=totals)
     return 0
 
 

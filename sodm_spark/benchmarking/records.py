@@ -1,23 +1,30 @@
 """The result record of a benchmark run: what was run (the command, the commit and whether the
 tree had changes), where (the machine: cores, memory, CPU, the BLAS and its kernel, GPUs), on
-what (a data set's identity: its rows and a content hash), and the figures of every run of
-every method with their medians and the job-to-peer ratios of each pair of runs. One JSON file
-a run, so that a figure in the guides can be traced to the run that produced it
-(``benchmarks/bench_at_scale.py --record``).
+what (a data set's identity: its rows and a content hash), the figures the script measured and
+the run's timeline. One JSON file a run, so that a figure in the guides can be traced to the run
+that produced it: every ``benchmarks/bench_*.py`` writes one with ``--record PATH``
+(:func:`add_record_flag`, :func:`start_record`, :class:`RunRecord`; ``bench_at_scale.py``
+always, with the medians of its runs and the job-to-peer ratios of each pair of runs).
 """
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
+import math
 import shlex
 import shutil
 import statistics
 import subprocess
+import sys
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 
+from ..core.errors import EXIT_CODES, SETTINGS
+from ..core.timeline import Timeline
 from ..data.storage import replace_file
 from .report import machine
 
@@ -82,14 +89,61 @@ def machine_record() -> dict:
     return record
 
 
-def content_hash(y: np.ndarray, X_first: np.ndarray, X_last: np.ndarray) -> str:
+def content_hash(y: np.ndarray, X_first, X_last) -> str:
     """sha256 of the labels (float64) and of the first and last rows given (float32,
-    C order): the same rows give the same hash on any machine, a changed label or end row a
-    different one."""
+    C order; a scipy sparse block by its stored values, their columns and its row offsets, so
+    that 100,000 columns are never made dense): the same rows give the same hash on any
+    machine, a changed label or end row a different one."""
     digest = hashlib.sha256()
-    for part, dtype in ((y, "<f8"), (X_first, "<f4"), (X_last, "<f4")):
-        digest.update(np.ascontiguousarray(part, dtype=dtype).tobytes())
+    digest.update(np.ascontiguousarray(y, dtype="<f8").tobytes())
+    for rows in (X_first, X_last):
+        if hasattr(rows, "tocsr"):
+            rows = rows.tocsr()
+            for part, dtype in ((rows.data, "<f4"), (rows.indices, "<i8"),
+                                (rows.indptr - rows.indptr[0], "<i8")):
+                digest.update(np.ascontiguousarray(part, dtype=dtype).tobytes())
+        else:
+            digest.update(np.ascontiguousarray(rows, dtype="<f4").tobytes())
     return digest.hexdigest()
+
+
+def array_identity(X, y) -> dict:
+    """The identity of rows in memory: rows, features and :func:`content_hash` of every label
+    and the first and last :data:`HASHED_END_ROWS` rows."""
+    return {"rows": int(X.shape[0]), "features": int(X.shape[1]),
+            "sha256": content_hash(y, X[:HASHED_END_ROWS], X[-HASHED_END_ROWS:])}
+
+
+def file_identity(path) -> dict:
+    """The identity of a data file a job reads whole (LIBSVM text, one Parquet file): its
+    path, bytes, rows (Parquet's metadata; a text file's lines) and the sha256 of its bytes,
+    read in blocks of a MiB."""
+    path = Path(path)
+    digest, lines = hashlib.sha256(), 0
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+            lines += block.count(b"\n")
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        lines = pq.ParquetFile(path).metadata.num_rows
+    return {"path": str(path), "bytes": path.stat().st_size, "rows": lines,
+            "sha256": digest.hexdigest()}
+
+
+def data_identity(name: str, train, test=None) -> dict:
+    """A record's ``dataset``: the data set's name and the identity of its training rows and
+    of its test rows (where there are any), each given as ``(X, y)`` in memory
+    (:func:`array_identity`), a folder of Parquet files (:func:`parquet_identity`) or a file
+    (:func:`file_identity`)."""
+    def identity(data) -> dict:
+        if isinstance(data, tuple):
+            return array_identity(*data)
+        return parquet_identity(data) if Path(data).is_dir() else file_identity(data)
+
+    return {"name": name, "train": identity(train),
+            **({} if test is None else {"test": identity(test)})}
 
 
 def parquet_identity(folder) -> dict:
@@ -159,20 +213,108 @@ def default_record_path(root, dataset: str, rows: list[int], now: datetime | Non
     return path if not path.exists() else folder / f"{stem}T{now:%H%M%S}Z.json"
 
 
+def _utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
 def record_head(root, command: list[str], settings: dict) -> dict:
     """A record's head: the command line (quoted as a shell would take it), the start in UTC,
-    :func:`git_state` of ``root``, :func:`machine_record`, the settings (non-JSON values as
-    text; ``dataset`` copied up) and an empty list of ``sizes`` for the runs."""
-    return {"command": shlex.join(command),
-            "started_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    :func:`git_state` of ``root``, :func:`machine_record` and the settings (non-JSON values as
+    text; ``dataset`` copied up)."""
+    return {"command": shlex.join(str(part) for part in command), "started_utc": _utc_now(),
             "git": git_state(root), "machine": machine_record(),
             "dataset": settings.get("dataset"),
             "settings": {key: value if isinstance(value, (int, float, str, type(None)))
-                         else str(value) for key, value in settings.items()}, "sizes": []}
+                         else str(value) for key, value in settings.items()}}
+
+
+def _strict_json(value):
+    """``value`` as strict JSON holds it: numpy scalars and arrays as numbers and lists, tuples
+    as lists, and a NaN or an infinity (a figure a run could not measure) as null, which JSON
+    has where it has no NaN."""
+    if isinstance(value, dict):
+        return {key: _strict_json(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return [_strict_json(item) for item in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
 def write_record(path, document: dict) -> None:
-    """The record as indented JSON, written beside ``path`` and renamed over it (a run that
-    rewrites it after every method never leaves half a file)."""
-    text = json.dumps(document, indent=2, default=str) + "\n"
+    """The record as indented strict JSON (:func:`_strict_json`; other objects as their text),
+    written beside ``path`` and renamed over it (a run that rewrites it after every method
+    never leaves half a file)."""
+    text = json.dumps(_strict_json(document), indent=2, default=str, allow_nan=False) + "\n"
     replace_file(path, lambda staging: Path(staging).write_text(text))
+
+
+class RunRecord:
+    """The result record of one run of a benchmark script, at ``path`` (None: no record; the
+    laps are still kept, nothing else is measured or written). Its head (:func:`record_head`)
+    is written when it is made, so a path that cannot be written fails before the work
+    (OSError). :meth:`add_data` names the data read, :meth:`lap` closes a stage of the run's
+    timeline (a method, a data set), and :meth:`write` adds the script's figures (top-level
+    keys, as the script named them), the timeline and the end in UTC and writes the record
+    again whole (:func:`write_record`), as often as the script wants one that survives a later
+    failure."""
+
+    def __init__(self, path, root, command: list[str], settings: dict):
+        self.path = path
+        self.timeline = Timeline()  # from the command's start: the imports are its "other"
+        self._lap_started = time.perf_counter()
+        self.document: dict = record_head(root, command, settings) if path else {}
+        self._data: list[dict] = []
+        self.write(finished=False)
+
+    def add_data(self, name: str, train, test=None) -> None:
+        """Add :func:`data_identity` of a data set the run read to the record's ``dataset``
+        (a list: one entry a data set); nothing is read without a record."""
+        if self.path:
+            self._data.append(data_identity(name, train, test))
+            self.document["dataset"] = self._data
+
+    def lap(self, name: str) -> float:
+        """Close the stage ``name``, from the previous lap (or the record's start) to now;
+        returns its seconds."""
+        now = time.perf_counter()
+        stage = self.timeline.add(name, now - self._lap_started, self._lap_started)
+        self._lap_started = now
+        return stage.seconds
+
+    def write(self, *, finished: bool = True, machine: dict | None = None,
+              timeline: Timeline | None = None, **figures) -> None:
+        """Write the record (where there is a path) with ``machine``'s entries added to the
+        machine's (a device, a master), the figures, the ``timeline`` (default: the laps) and
+        ``finished_utc`` (None while ``finished`` is False: a record rewritten part way)."""
+        if not self.path:
+            return
+        self.document["machine"].update(machine or {})
+        self.document.update(figures)
+        self.document["timeline"] = (timeline or self.timeline).to_dict()
+        self.document["finished_utc"] = _utc_now() if finished else None
+        write_record(self.path, self.document)
+
+
+def add_record_flag(parser: argparse.ArgumentParser, *aliases: str) -> None:
+    """``--record PATH`` (and the names a script took for it before, ``aliases``:
+    ``--json-out``, ``--json``): where the run's result record goes, ``args.record``."""
+    parser.add_argument("--record", *aliases, dest="record", type=Path, metavar="PATH",
+                        help="write the run's result record here (JSON: the command, the "
+                        "commit, the machine, the data's identity, the figures, the timeline)")
+
+
+def start_record(parser: argparse.ArgumentParser, args: argparse.Namespace, script: str,
+                 argv: list[str] | None = None) -> RunRecord:
+    """The :class:`RunRecord` of ``script`` (its ``__file__``: the checkout is the folder above
+    its own) at ``args.record``, begun now with ``args`` as its settings and the command line
+    (``argv``, or this process's). A path that cannot be written is refused before any work,
+    in one line with the exit code of a setting (:data:`~sodm_spark.core.errors.EXIT_CODES`)."""
+    command = [sys.executable, *(sys.argv if argv is None else [script, *argv])]
+    try:
+        return RunRecord(args.record, Path(script).resolve().parents[1], command, vars(args))
+    except OSError as error:
+        parser.exit(EXIT_CODES[SETTINGS],
+                    f"error: --record {args.record} cannot be written "
+                    f"({error.strerror or error}); give the path of a file in a writable "
+                    "folder.\n")
