@@ -5,18 +5,21 @@ started, also when a test fails.
 """
 import json
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
 import zipfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from conftest import contents
 from sodm_spark.models.expansion import KernelExpansion
 from sodm_spark.ops.cluster import (LIGHT_DAEMON_JAVA_OPTS as LIGHT_JVM, ClusterAddresses,
                                     ClusterError, LoopbackCluster, _alive, read_state,
@@ -139,8 +142,9 @@ def event_log_records(directory):
     return records
 
 
-def submit_command(cluster, tmp_path, events, *job_args):
-    """(command, env) of a spark-submit of jobs/train_sodm.py to ``cluster``, logging events."""
+def submit_command(cluster, tmp_path, events, *job_args, ui_port=None):
+    """(command, env) of a spark-submit of jobs/train_sodm.py to ``cluster``, logging events;
+    with ``ui_port`` the driver serves its status API (the Spark UI's /api/v1) there."""
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_CONF_DIR=str(ROOT / "conf"),
                SPARK_LOCAL_IP="127.0.0.1",
                PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
@@ -152,7 +156,8 @@ def submit_command(cluster, tmp_path, events, *job_args):
         "--conf", "spark.eventLog.rolling.enabled=false",
         # every executor registered before the first stage, so every one gets tasks
         "--conf", "spark.scheduler.minRegisteredResourcesRatio=1.0",
-        "--conf", "spark.ui.enabled=false",
+        *(["--conf", "spark.ui.enabled=false"] if ui_port is None else
+          ["--conf", f"spark.ui.port={ui_port}"]),
         # short-lived JVMs on a 2-core machine: the client JIT costs far less CPU
         "--driver-java-options", LIGHT_JVM, "--conf", f"spark.executor.extraJavaOptions={LIGHT_JVM}",
         # numba's cache for the zipped sources goes to tmp, not the user's ~/.cache
@@ -323,6 +328,193 @@ def test_a_killed_executor_costs_time_not_the_model(cluster, reference_run, tmp_
     model = KernelExpansion.load(faulty_dir / "model")
     np.testing.assert_array_equal(model.support_vectors, expected.support_vectors)
     np.testing.assert_array_equal(model.coef, expected.coef)
+
+
+# The parts of a fit added since the level test above, in one job on 6,000 rows. --tune on 4
+# grid points searches all 4 top partitions (about 5,400 rows, more than the second round's
+# one piece of p × 2,500 rows: the second round runs, its 3 finalists on that piece);
+# --stop-level 1 without automatic stopping writes level 1's model (no global step follows
+# level 0); --global-step always runs the step, on 30 centres (not kept: a kept step's model is
+# written uncompressed); --max-sv 50 --compress-method largest compresses level 1 in two passes
+# over its partitions (the default method fits on the rows the level's tasks returned, on the
+# driver: no Spark work there to lose).
+PARTS_JOB = ("--levels", "2", "--p", "2", "--rows", "6000", "--seed", "4", "--tune",
+             "--grid", "gamma=1,2 lam=1e3,1e4 theta=0.1 v=0.2", "--stop-level", "1",
+             "--no-auto-stop", "--global-step", "always", "--global-centres", "30",
+             "--max-sv", "50", "--compress-method", "largest")
+# Each part's Spark jobs, by the descriptions the fit gives them (spark/tune.py,
+# spark/sodm/global_step.py, spark/sodm/level_model.py); the second round's solves are its
+# finalists' job (the job before it only gathers the sampled rows).
+PART_JOBS = {"the search's second round": re.compile(r"SODM tune: \d+ finalists"),
+             "the global step": re.compile(r"SODM global step: "),
+             "the compression": re.compile(r"SODM: .*the compression's")}
+
+
+def driver_status(ui_port, path):
+    """The JSON at ``path`` of the driver's status API (the Spark UI's /api/v1)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/api/v1/{path}",
+                                timeout=30) as reply:
+        return json.load(reply)
+
+
+def executors_running(ui_port, app_id, pattern) -> set:
+    """Ids of the executors running a task, now, of a running job of ``app_id`` whose
+    description ``pattern`` matches."""
+    app = f"applications/{app_id}"
+    running = set()
+    for job in driver_status(ui_port, f"{app}/jobs?status=running"):
+        if not pattern.match(job.get("description") or ""):
+            continue
+        for stage in job["stageIds"]:
+            for attempt in driver_status(ui_port, f"{app}/stages/{stage}"):
+                if attempt["status"] == "ACTIVE":
+                    running.update(task["executorId"] for task in driver_status(
+                        ui_port, f"{app}/stages/{stage}/{attempt['attemptId']}/taskList"
+                        "?status=running"))
+    return running
+
+
+def executor_ids(app_id, worker_root) -> dict:
+    """{executor id: pid} of the executor JVMs :func:`executor_pids` finds, each id read from
+    its JVM's command line."""
+    found = {}
+    for pid in executor_pids(app_id, worker_root):
+        try:
+            arguments = java_command(pid)
+        except OSError:
+            continue  # ended meanwhile
+        if b"--executor-id" in arguments:
+            found[arguments[arguments.index(b"--executor-id") + 1].decode()] = pid
+    return found
+
+
+def kill_in_each_part(job, ui_port, events, worker_root, timeout=600):
+    """SIGKILL one executor JVM of ``job``'s application in each part of PART_JOBS, in their
+    order: one found running a task of the part's jobs, never one killed before. The job prints
+    nothing as its second round or its compression starts, so the driver's status API says
+    when each part's tasks run, and where. Returns [(part, executor id, pid)] of the kills
+    made before the job ended."""
+    kills: list = []
+    parts = list(PART_JOBS.items())
+    deadline = time.monotonic() + timeout
+    while parts and job.poll() is None and time.monotonic() < deadline:
+        app_id = application_id(events)
+        try:
+            busy = set() if app_id is None else executors_running(ui_port, app_id, parts[0][1])
+        except (OSError, ValueError):  # the status API not up yet ("Spark is starting up",
+            busy = set()  # not JSON), or a stage ended between two requests
+        live = executor_ids(app_id, worker_root) if busy else {}
+        victims = sorted((busy & set(live)) - {killed for _, killed, _ in kills})
+        if victims:
+            os.kill(live[victims[0]], signal.SIGKILL)
+            kills.append((parts.pop(0)[0], victims[0], live[victims[0]]))
+        time.sleep(0.02)
+    return kills
+
+
+def part_tasks(records, pattern) -> tuple:
+    """(task attempts, failed ones, shuffle records read) of the jobs whose description
+    ``pattern`` matches, from an application's event log: the tasks that ended while such a
+    job ran (the driver runs one job at a time)."""
+    attempts = failed = read = 0
+    running = None
+    for record in records:
+        if record["Event"] == "SparkListenerJobStart":
+            description = record["Properties"].get("spark.job.description") or ""
+            running = record["Job ID"] if pattern.match(description) else None
+        elif record["Event"] == "SparkListenerJobEnd" and record["Job ID"] == running:
+            running = None
+        elif record["Event"] == "SparkListenerTaskEnd" and running is not None:
+            attempts += 1
+            failed += record["Task End Reason"]["Reason"] != "Success"
+            metrics = record.get("Task Metrics") or {}
+            read += metrics.get("Shuffle Read Metrics", {}).get("Total Records Read", 0)
+    return attempts, failed, read
+
+
+def test_executors_killed_in_the_second_round_global_step_and_compression(cluster, tmp_path):
+    """One executor JVM killed in each part of a fit added since the level test above — the
+    search's second round, the global step, the compression —, while it runs a task of that
+    part: Spark re-runs the lost tasks and recomputes the blocks the executor held, and the
+    model written equals an uninterrupted run's byte for byte."""
+    reference, faulty = tmp_path / "reference", tmp_path / "faulty"
+    for directory in (reference, faulty):
+        (directory / "events").mkdir(parents=True)
+
+    def outputs(directory):
+        return ("--model-out", str(directory / "model"),
+                "--metrics-out", str(directory / "metrics.json"))
+
+    # both runs share the package's zip and the executors' numba cache (tmp_path)
+    command, env = submit_command(cluster, tmp_path, reference / "events", *PARTS_JOB,
+                                  *outputs(reference))
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    metrics = json.loads((reference / "metrics.json").read_text())
+    # the configuration runs every part: otherwise no kill below could land in it
+    assert metrics["tuning"]["final_round"]["pieces"] == 1
+    assert metrics["best_level"] == 1
+    assert metrics["global_step"]["ran"] and not metrics["global_step"]["kept"]
+    assert metrics["compression"]["compressed"]
+    assert metrics["compression"]["passes_over_level"] == 2
+
+    (ui_port,) = free_ports(1)
+    command, env = submit_command(cluster, tmp_path, faulty / "events", *PARTS_JOB,
+                                  *outputs(faulty), ui_port=ui_port)
+    # another application's executor 0 on the same machine: the test must leave it alone
+    decoy = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(900)",
+                              "org.apache.spark.executor.CoarseGrainedExecutorBackend",
+                              "--executor-id", "0", "--app-id", "app-20260101000000-9999"],
+                             cwd=tmp_path)
+    with open(faulty / "stdout", "w") as out, open(faulty / "stderr", "w") as err:
+        job = subprocess.Popen(command, env=env, stdout=out, stderr=err, start_new_session=True)
+    try:
+        kills = kill_in_each_part(job, ui_port, faulty / "events", cluster.state_dir)
+        returncode = job.wait(timeout=600)
+        assert decoy.poll() is None, "the test killed another application's executor"
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
+        decoy.kill()
+        decoy.wait()
+    printed = (faulty / "stdout").read_text()
+    assert returncode == 0, printed[-2000:] + (faulty / "stderr").read_text()[-4000:]
+    missed = [part for part in PART_JOBS if part not in {killed[0] for killed in kills}]
+    assert not missed, (f"no executor killed in {missed[0]}: none of its tasks was seen "
+                        f"running (the kills made: {kills})")
+
+    records = event_log_records(faulty / "events")
+    removed = {r["Executor ID"] for r in records if r["Event"] == "SparkListenerExecutorRemoved"}
+    assert {killed for _, killed, _ in kills} <= removed, "Spark did not notice every loss"
+    expected_records = event_log_records(reference / "events")
+    for part, pattern in PART_JOBS.items():  # the loss fell on the part's own tasks
+        attempts, failed, read = part_tasks(records, pattern)
+        expected_attempts, _, expected_read = part_tasks(expected_records, pattern)
+        assert failed or attempts > expected_attempts or read > expected_read, (
+            f"{part}: no task failed or re-ran ({attempts} attempts, {read} shuffle records "
+            f"read; uninterrupted {expected_attempts}, {expected_read})")
+
+    faulty_metrics = json.loads((faulty / "metrics.json").read_text())
+    assert faulty_metrics["best_level"] == metrics["best_level"]
+    assert faulty_metrics["tuning"]["best"] == metrics["tuning"]["best"]
+
+    def finalists(run):  # the second round's results, which the retried task computed again
+        return [(p["validation_accuracy"], p["sweeps_max"], p["converged"])
+                for p in run["tuning"]["final_round"]["points"]]
+
+    def global_fit(run):  # the global step's model is not written: its report stands for it
+        return {key: run["global_step"][key] for key in
+                ("form", "lam", "passes", "newton_steps", "objective", "validation_accuracy")}
+
+    assert finalists(faulty_metrics) == finalists(metrics)
+    assert global_fit(faulty_metrics) == global_fit(metrics)
+    expected = KernelExpansion.load(reference / "model")
+    model = KernelExpansion.load(faulty / "model")
+    np.testing.assert_array_equal(model.support_vectors, expected.support_vectors)
+    np.testing.assert_array_equal(model.coef, expected.coef)
+    assert model.intercept is None and expected.intercept is None  # ODM has none
+    assert contents(faulty / "model") == contents(reference / "model")
 
 
 def test_stop_ends_the_daemons_and_their_executors(cluster):
