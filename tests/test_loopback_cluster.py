@@ -284,6 +284,15 @@ def executor_pids(app_id, worker_root):
     return mine
 
 
+def _stop(job, decoy):
+    """End the job's process group if it still runs, and the decoy executor."""
+    if job.poll() is None:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+    decoy.kill()
+    decoy.wait()
+
+
 def test_a_killed_executor_costs_time_not_the_model(cluster, reference_run, tmp_path):
     """Kill one executor JVM while level 1 runs: Spark re-runs its tasks (and recomputes the
     cached levels it held) and the model equals an uninterrupted run's, bit for bit."""
@@ -315,11 +324,7 @@ def test_a_killed_executor_costs_time_not_the_model(cluster, reference_run, tmp_
         assert job.wait(timeout=600) == 0, "".join(lines)[-3000:]
         assert decoy.poll() is None, "the test killed another application's executor"
     finally:
-        if job.poll() is None:
-            os.killpg(job.pid, signal.SIGKILL)
-            job.wait()
-        decoy.kill()
-        decoy.wait()
+        _stop(job, decoy)
     assert killed is not None, "the job finished before level 2 was printed"
     records = event_log_records(faulty_dir / "events")
     removed = [r for r in records if r["Event"] == "SparkListenerExecutorRemoved"]
@@ -473,11 +478,7 @@ def test_executors_killed_in_the_second_round_global_step_and_compression(cluste
         returncode = job.wait(timeout=600)
         assert decoy.poll() is None, "the test killed another application's executor"
     finally:
-        if job.poll() is None:
-            os.killpg(job.pid, signal.SIGKILL)
-            job.wait()
-        decoy.kill()
-        decoy.wait()
+        _stop(job, decoy)
     printed = (faulty / "stdout").read_text()
     assert returncode == 0, printed[-2000:] + (faulty / "stderr").read_text()[-4000:]
     missed = [part for part in PART_JOBS if part not in {killed[0] for killed in kills}]

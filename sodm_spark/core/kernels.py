@@ -166,6 +166,9 @@ class Kernel:
             if known in _CLASSES or known in _ALIASES:
                 raise TypeError(f"{cls.__name__}: a kernel called {known!r} exists already "
                                 f"({kernel_class(known).__name__}).")
+        if not cls.stationary and cls._diagonal is Kernel._diagonal:
+            raise TypeError(f"{cls.__name__}: a kernel that is not stationary defines its "
+                            "diagonal k(x, x) (_diagonal).")
         _CLASSES[name] = cls
         _ALIASES.update({alias: name for alias in cls.aliases})
 
@@ -239,9 +242,8 @@ class Kernel:
         return self._diagonal(X) + self.offset
 
     def _diagonal(self, X: Rows) -> np.ndarray:
-        """``k(x_i, x_i)`` without the offset: 1 for a stationary kernel."""
-        if not self.stationary:
-            raise NotImplementedError(f"{type(self).__name__} defines no diagonal.")
+        """``k(x_i, x_i)`` without the offset: 1 for a stationary kernel (the others define
+        their own, as __init_subclass__ requires)."""
         return np.ones(X.shape[0])
 
     def block(self, X: Rows, Z: Rows, out: np.ndarray | None = None,
