@@ -37,7 +37,7 @@ def _values(size: dict, method: str, field: str) -> list:
             if method in run and isinstance(run[method].get(field), (int, float))]
 
 
-def _spread(values: list, digits: int) -> str:
+def spread(values: list, digits: int) -> str:
     """The median, and the range when the runs differ."""
     if not values:
         return ""
@@ -66,7 +66,7 @@ def _pair_ratios(size: dict, job: str, peer: str) -> list:
 def pair_ratio(size: dict, job: str, peer: str) -> str:
     """The median over the paired runs of the job's whole command over the peer's fit."""
     ratios = _pair_ratios(size, job, peer)
-    return _spread(ratios, 2) + ("×" if ratios else "")
+    return spread(ratios, 2) + ("×" if ratios else "")
 
 
 def peers_table(record: dict, reference: str | None = None) -> str:
@@ -81,8 +81,8 @@ def peers_table(record: dict, reference: str | None = None) -> str:
         seconds = _values(size, method, "fit_seconds") or _values(size, method, "train_seconds")
         ratio = pair_ratio(size, method, reference) if reference and method.startswith("job") \
             else ""
-        lines.append(f"| {method} | {runs} | {_spread(_values(size, method, 'test_accuracy'), 4)} "
-                     f"| {_spread(seconds, 1)} | {_spread(_values(size, method, 'wall_seconds'), 1)} "
+        lines.append(f"| {method} | {runs} | {spread(_values(size, method, 'test_accuracy'), 4)} "
+                     f"| {spread(seconds, 1)} | {spread(_values(size, method, 'wall_seconds'), 1)} "
                      f"| {ratio} |")
     lines.append(f"| the majority class | | {size['majority_class']:.4f} | | | |")
     return "\n".join(lines)

@@ -3,8 +3,9 @@ tree had changes), where (the machine: cores, memory, CPU, the BLAS and its kern
 what (a data set's identity: its rows and a content hash), the figures the script measured and
 the run's timeline. One JSON file a run, so that a figure in the guides can be traced to the run
 that produced it: every ``benchmarks/bench_*.py`` writes one with ``--record PATH``
-(:func:`add_record_flag`, :func:`start_record`, :class:`RunRecord`; ``bench_at_scale.py``
-always, with the medians of its runs and the job-to-peer ratios of each pair of runs).
+(:func:`add_record_flag`, :func:`start_record`, :class:`RunRecord`; ``bench_at_scale.py`` and
+``bench_back_ends.py`` always, with the medians of their runs and the ratios of each pair of
+runs: :func:`job_ratios`, :func:`paired_ratios`).
 """
 from __future__ import annotations
 
@@ -203,11 +204,26 @@ def job_ratios(runs: list[dict]) -> list[dict]:
     return ratios
 
 
-def default_record_path(root, dataset: str, rows: list[int], now: datetime | None = None):
-    """``docs/results/at_scale/<dataset>-<rows>-<UTC date>.json`` under ``root`` (rows joined
-    by ``_`` for several sizes); the UTC time is added when that file exists already."""
+def paired_ratios(rounds: list[dict], numerator: str, denominator: str,
+                  field: str = "wall_seconds") -> list[dict]:
+    """Round by round (``rounds``: one dict of name → figures a round, as :func:`run_medians`
+    reads them; the runs of a round ran one after the other), ``numerator``'s ``field`` over
+    ``denominator``'s: ``{"round": index, "ratio": value}`` for each round where both have it."""
+    ratios = []
+    for number, run in enumerate(rounds):
+        top, bottom = ((run.get(name) or {}).get(field) for name in (numerator, denominator))
+        if isinstance(top, (int, float)) and isinstance(bottom, (int, float)) and bottom:
+            ratios.append({"round": number, "ratio": top / bottom})
+    return ratios
+
+
+def default_record_path(root, dataset: str, rows: list[int], now: datetime | None = None,
+                        kind: str = "at_scale"):
+    """``docs/results/<kind>/<dataset>-<rows>-<UTC date>.json`` under ``root`` (``kind``: the
+    script's folder, ``at_scale`` or ``back_ends``; rows joined by ``_`` for several sizes);
+    the UTC time is added when that file exists already."""
     now = now or datetime.now(timezone.utc)
-    folder = Path(root) / "docs" / "results" / "at_scale"
+    folder = Path(root) / "docs" / "results" / kind
     stem = f"{dataset}-{'_'.join(str(r) for r in rows)}-{now:%Y-%m-%d}"
     path = folder / f"{stem}.json"
     return path if not path.exists() else folder / f"{stem}T{now:%H%M%S}Z.json"
