@@ -7,8 +7,10 @@ docs/benchmarks.md stands outside a rendered region or a historical block.
                                                   # or a figure stands outside every region
 
 A region is what lies between the lines ``<!-- NAME:start -->`` and ``<!-- NAME:end -->`` of
-its file. Four kinds: the at-scale records' tables (``sodm_spark.benchmarking.at_scale_report``),
-the README's summary of them, the side-by-side benchmark's sections (``jobs/benchmark.py``'s
+its file. Five kinds: the at-scale records' tables (``sodm_spark.benchmarking.at_scale_report``),
+the README's summary of them, the back-end records' table (the newest record of each data set
+under docs/results/back_ends/, ``sodm_spark.benchmarking.back_ends_report``; a line that says how
+to make one while there is none), the side-by-side benchmark's sections (``jobs/benchmark.py``'s
 benchmark.json, ``sodm_spark.benchmarking.report``), and prose: a template of
 docs/results/prose/NAME.md whose ``{{name}}`` figures are filled from the records
 (``sodm_spark.benchmarking.figures``). What counts as a measured figure, and what a historical
@@ -27,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from sodm_spark.benchmarking import at_scale_report as report  # noqa: E402
+from sodm_spark.benchmarking.back_ends_report import back_ends_region, newest_records  # noqa: E402
 from sodm_spark.benchmarking import figures  # noqa: E402
 from sodm_spark.core.errors import SettingsError  # noqa: E402
 from sodm_spark.benchmarking.report import (check_readme, markdown_report, markers,  # noqa: E402
@@ -73,6 +76,8 @@ SUMMARY = (("600,000 deformed Fashion-MNIST rows × 784", f"{RESULTS}/fashion-60
            ("60,000 binary Fashion-MNIST rows × 784", f"{RESULTS}/fashion-60000-2026-11-29.json",
             "svc"))
 SUMMARY_REGION = "at-scale-summary"
+#: The back-end records' region of docs/benchmarks.md: its records are found, not named
+BACK_ENDS_REGION = "back-ends"
 
 #: jobs/benchmark.py's sections of docs/benchmarks.md: region → the folder of its
 #: benchmark.json (and of its plots)
@@ -194,6 +199,8 @@ def regions() -> dict[str, Region]:
              for name, (path, _, _) in AT_SCALE.items()}
     found[SUMMARY_REGION] = Region("README.md", tuple(dict.fromkeys(p for _, p, _ in SUMMARY)),
                                    summary)
+    found[BACK_ENDS_REGION] = Region("docs/benchmarks.md", tuple(newest_records(ROOT)),
+                                     lambda: back_ends_region(ROOT))
     found.update({name: Region("docs/benchmarks.md", (f"{folder}/benchmark.json",),
                                lambda name=name: benchmark_section(name))
                   for name, folder in BENCHMARK.items()})
