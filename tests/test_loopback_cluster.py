@@ -14,6 +14,7 @@ import sys
 import time
 import urllib.request
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -166,18 +167,44 @@ def submit_command(cluster, tmp_path, events, *job_args, ui_port=None):
     return command, env
 
 
-# levels 2 → 0 of 9,000 rows: the uninterrupted run below, and the run whose executor is killed
-FAULT_JOB = ("--levels", "2", "--p", "3", "--rows", "9000", "--seed", "4", "--no-auto-stop")
+# One job serves every test of a fit on the cluster, run twice: undisturbed (reference_run) and
+# with executors killed (faulty_run). 6,000 rows, levels 3 → 1 with p = 2: 8 top partitions, more
+# than the 5 executors, so the work spreads over all of them. --tune on 4 grid points searches all
+# 8 top partitions (about 5,400 rows, more than the second round's one piece of p × 2,500 rows:
+# the second round runs, its 3 finalists on that piece); --stop-level 1 without automatic
+# stopping writes level 1's model (no global step follows level 0); --global-step always runs the
+# step, on 30 centres (not kept: a kept step's model is written uncompressed); --max-sv 50
+# --compress-method largest compresses level 1 in two passes over its partitions (the default
+# method fits on the rows the level's tasks returned, on the driver: no Spark work there to lose).
+CLUSTER_JOB = ("--levels", "3", "--p", "2", "--rows", "6000", "--seed", "4", "--tune",
+               "--grid", "gamma=1,2 lam=1e3,1e4 theta=0.1 v=0.2", "--stop-level", "1",
+               "--no-auto-stop", "--global-step", "always", "--global-centres", "30",
+               "--max-sv", "50", "--compress-method", "largest")
+LEVELS, LEVEL_PARTITIONS = [3, 2, 1], [8, 4, 2]
+# The parts of the fit the faulty run kills an executor in, in the order they run, by the
+# descriptions the fit gives their Spark jobs (spark/tune.py, spark/sodm/levels.py,
+# spark/sodm/global_step.py, spark/sodm/level_model.py); the second round's solves are its
+# finalists' job (the job before it only gathers the sampled rows); a level below the top
+# reads the levels above it that the executors cached.
+LEVEL_PART = "a level below the top"
+PART_JOBS = {"the search's second round": re.compile(r"SODM tune: \d+ finalists"),
+             LEVEL_PART: re.compile(r"SODM level [12]: solve"),
+             "the global step": re.compile(r"SODM global step: "),
+             "the compression": re.compile(r"SODM: .*the compression's")}
+
+
+def job_outputs(directory):
+    return ("--model-out", str(directory / "model"),
+            "--metrics-out", str(directory / "metrics.json"))
 
 
 @pytest.fixture(scope="module")
 def reference_run(cluster, tmp_path_factory):
-    """The uninterrupted FAULT_JOB on the cluster: (its directory, its event log records)."""
+    """The undisturbed CLUSTER_JOB on the cluster: (its directory, its event log records)."""
     directory = tmp_path_factory.mktemp("reference")
     (directory / "events").mkdir()
-    command, env = submit_command(cluster, directory, directory / "events", *FAULT_JOB,
-                                  "--model-out", str(directory / "model"),
-                                  "--metrics-out", str(directory / "metrics.json"))
+    command, env = submit_command(cluster, directory, directory / "events", *CLUSTER_JOB,
+                                  *job_outputs(directory))
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     return directory, event_log_records(directory / "events")
@@ -199,8 +226,8 @@ def test_sodm_job_runs_on_five_executors(cluster, reference_run):
     assert "driver" not in ran_tasks
 
     metrics = json.loads((directory / "metrics.json").read_text())
-    assert [entry["level"] for entry in metrics["levels"]] == [2, 1, 0]
-    assert [entry["partitions"] for entry in metrics["levels"]] == [9, 3, 1]
+    assert [entry["level"] for entry in metrics["levels"]] == LEVELS
+    assert [entry["partitions"] for entry in metrics["levels"]] == LEVEL_PARTITIONS
     assert metrics["test_accuracy"] > 0.8
     model = KernelExpansion.load(directory / "model")
     assert model.support_vectors.shape[0] == metrics["n_sv"] > 0
@@ -219,7 +246,9 @@ def test_second_start_on_the_same_state_dir_refuses(cluster):
     assert all(entry["running"] for entry in status["processes"])
 
 
-DSVRG_JOB = ("--kernel", "linear", "--rows", "30000", "--epochs", "3", "--epoch-tol", "0",
+# 6,000 rows: the job's 2 input slices (one per 5,000 rows, in both modes) are dealt into the 5
+# partitions; nothing the test compares grows with the rows
+DSVRG_JOB = ("--kernel", "linear", "--rows", "6000", "--epochs", "3", "--epoch-tol", "0",
              "--partitions", "5", "--seed", "3")
 
 
@@ -233,8 +262,7 @@ def test_dsvrg_on_five_executors_equals_local_mode_and_leaves_no_blocks(cluster,
         out = tmp_path / name
         (out / "events").mkdir(parents=True)
         command, env = submit_command(cluster, out, out / "events", *DSVRG_JOB,
-                                      "--model-out", str(out / "model"),
-                                      "--metrics-out", str(out / "metrics.json"))
+                                      *job_outputs(out))
         if name == "local":
             command[command.index("--master") + 1] = "local[2]"
         result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
@@ -255,7 +283,7 @@ def test_dsvrg_on_five_executors_equals_local_mode_and_leaves_no_blocks(cluster,
     # an application's dirs shortly after it ends)
     deadline = time.monotonic() + 60
     while list(Path(cluster.state_dir).rglob("sodm-dsvrg-*")) and time.monotonic() < deadline:
-        time.sleep(1)
+        time.sleep(0.1)
     assert not list(Path(cluster.state_dir).rglob("sodm-dsvrg-*"))
 
 
@@ -291,68 +319,6 @@ def _stop(job, decoy):
         job.wait()
     decoy.kill()
     decoy.wait()
-
-
-def test_a_killed_executor_costs_time_not_the_model(cluster, reference_run, tmp_path):
-    """Kill one executor JVM while level 1 runs: Spark re-runs its tasks (and recomputes the
-    cached levels it held) and the model equals an uninterrupted run's, bit for bit."""
-    faulty_dir = tmp_path / "faulty"
-    (faulty_dir / "events").mkdir(parents=True)
-    command, env = submit_command(cluster, faulty_dir, faulty_dir / "events", *FAULT_JOB,
-                                  "--model-out", str(faulty_dir / "model"))
-    # another application's executor on the same machine (older, so the lowest pid): the
-    # test must leave it alone
-    decoy = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(900)",
-                              "org.apache.spark.executor.CoarseGrainedExecutorBackend",
-                              "--app-id", "app-20260101000000-9999"], cwd=tmp_path)
-    job = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                           text=True, start_new_session=True)
-    killed = None
-    try:
-        lines = []
-        for line in job.stdout:  # level 2 printed: level 1's solves start now
-            lines.append(line)
-            if line.split()[:2] == ["2", "9"]:
-                app_id = application_id(faulty_dir / "events")
-                assert app_id, "the job's event log names no application"
-                victims = executor_pids(app_id, cluster.state_dir)
-                assert victims, f"no executor JVM of {app_id} under {cluster.state_dir}"
-                killed = victims[0]
-                os.kill(killed, signal.SIGKILL)
-                break
-        lines += job.stdout.readlines()
-        assert job.wait(timeout=600) == 0, "".join(lines)[-3000:]
-        assert decoy.poll() is None, "the test killed another application's executor"
-    finally:
-        _stop(job, decoy)
-    assert killed is not None, "the job finished before level 2 was printed"
-    records = event_log_records(faulty_dir / "events")
-    removed = [r for r in records if r["Event"] == "SparkListenerExecutorRemoved"]
-    assert removed, "Spark never noticed the lost executor"
-    expected = KernelExpansion.load(reference_run[0] / "model")
-    model = KernelExpansion.load(faulty_dir / "model")
-    np.testing.assert_array_equal(model.support_vectors, expected.support_vectors)
-    np.testing.assert_array_equal(model.coef, expected.coef)
-
-
-# The parts of a fit added since the level test above, in one job on 6,000 rows. --tune on 4
-# grid points searches all 4 top partitions (about 5,400 rows, more than the second round's
-# one piece of p × 2,500 rows: the second round runs, its 3 finalists on that piece);
-# --stop-level 1 without automatic stopping writes level 1's model (no global step follows
-# level 0); --global-step always runs the step, on 30 centres (not kept: a kept step's model is
-# written uncompressed); --max-sv 50 --compress-method largest compresses level 1 in two passes
-# over its partitions (the default method fits on the rows the level's tasks returned, on the
-# driver: no Spark work there to lose).
-PARTS_JOB = ("--levels", "2", "--p", "2", "--rows", "6000", "--seed", "4", "--tune",
-             "--grid", "gamma=1,2 lam=1e3,1e4 theta=0.1 v=0.2", "--stop-level", "1",
-             "--no-auto-stop", "--global-step", "always", "--global-centres", "30",
-             "--max-sv", "50", "--compress-method", "largest")
-# Each part's Spark jobs, by the descriptions the fit gives them (spark/tune.py,
-# spark/sodm/global_step.py, spark/sodm/level_model.py); the second round's solves are its
-# finalists' job (the job before it only gathers the sampled rows).
-PART_JOBS = {"the search's second round": re.compile(r"SODM tune: \d+ finalists"),
-             "the global step": re.compile(r"SODM global step: "),
-             "the compression": re.compile(r"SODM: .*the compression's")}
 
 
 def driver_status(ui_port, path):
@@ -437,24 +403,72 @@ def part_tasks(records, pattern) -> tuple:
     return attempts, failed, read
 
 
-def test_executors_killed_in_the_second_round_global_step_and_compression(cluster, tmp_path):
-    """One executor JVM killed in each part of a fit added since the level test above — the
-    search's second round, the global step, the compression —, while it runs a task of that
-    part: Spark re-runs the lost tasks and recomputes the blocks the executor held, and the
-    model written equals an uninterrupted run's byte for byte."""
-    reference, faulty = tmp_path / "reference", tmp_path / "faulty"
-    for directory in (reference, faulty):
-        (directory / "events").mkdir(parents=True)
+@dataclass
+class FaultyRun:
+    """What :func:`faulty_run` saw: its directory, the kills :func:`kill_in_each_part` made,
+    the job's exit status, and whether the decoy executor outlived the kills."""
+    directory: Path
+    kills: list
+    returncode: int
+    decoy_survived: bool
 
-    def outputs(directory):
-        return ("--model-out", str(directory / "model"),
-                "--metrics-out", str(directory / "metrics.json"))
+    def output(self) -> str:
+        return ((self.directory / "stdout").read_text()[-2000:]
+                + (self.directory / "stderr").read_text()[-4000:])
 
-    # both runs share the package's zip and the executors' numba cache (tmp_path)
-    command, env = submit_command(cluster, tmp_path, reference / "events", *PARTS_JOB,
-                                  *outputs(reference))
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    def removed_executors(self) -> set:
+        return {r["Executor ID"] for r in event_log_records(self.directory / "events")
+                if r["Event"] == "SparkListenerExecutorRemoved"}
+
+
+@pytest.fixture(scope="module")
+def faulty_run(cluster, tmp_path_factory):
+    """CLUSTER_JOB on the cluster with one executor JVM killed in each part of PART_JOBS, while
+    it runs a task of that part (:func:`kill_in_each_part`); the two tests below judge it."""
+    directory = tmp_path_factory.mktemp("faulty")
+    (directory / "events").mkdir()
+    (ui_port,) = free_ports(1)
+    command, env = submit_command(cluster, directory, directory / "events", *CLUSTER_JOB,
+                                  *job_outputs(directory), ui_port=ui_port)
+    # another application's executor 0 on the same machine: the test must leave it alone
+    decoy = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(900)",
+                              "org.apache.spark.executor.CoarseGrainedExecutorBackend",
+                              "--executor-id", "0", "--app-id", "app-20260101000000-9999"],
+                             cwd=directory)
+    with open(directory / "stdout", "w") as out, open(directory / "stderr", "w") as err:
+        job = subprocess.Popen(command, env=env, stdout=out, stderr=err, start_new_session=True)
+    try:
+        kills = kill_in_each_part(job, ui_port, directory / "events", cluster.state_dir)
+        returncode = job.wait(timeout=600)
+        decoy_survived = decoy.poll() is None
+    finally:
+        _stop(job, decoy)
+    return FaultyRun(directory, kills, returncode, decoy_survived)
+
+
+def test_a_killed_executor_costs_time_not_the_model(reference_run, faulty_run):
+    """An executor JVM killed while a level below the top runs: Spark re-runs its tasks (and
+    recomputes the cached levels it held) and the model equals an uninterrupted run's, bit for
+    bit."""
+    assert faulty_run.returncode == 0, faulty_run.output()
+    assert faulty_run.decoy_survived, "the test killed another application's executor"
+    killed = [executor for part, executor, _ in faulty_run.kills if part == LEVEL_PART]
+    assert killed, f"no executor killed while a level below the top ran: {faulty_run.kills}"
+    assert set(killed) <= faulty_run.removed_executors(), \
+        "Spark never noticed the lost executor"
+    expected = KernelExpansion.load(reference_run[0] / "model")
+    model = KernelExpansion.load(faulty_run.directory / "model")
+    np.testing.assert_array_equal(model.support_vectors, expected.support_vectors)
+    np.testing.assert_array_equal(model.coef, expected.coef)
+
+
+def test_executors_killed_in_the_second_round_global_step_and_compression(reference_run,
+                                                                           faulty_run):
+    """One executor JVM killed in each part of a fit beyond its levels — the search's second
+    round, the global step, the compression — (and in a level, see the test above), while it
+    runs a task of that part: Spark re-runs the lost tasks and recomputes the blocks the
+    executor held, and the model written equals an uninterrupted run's byte for byte."""
+    reference, expected_records = reference_run
     metrics = json.loads((reference / "metrics.json").read_text())
     # the configuration runs every part: otherwise no kill below could land in it
     assert metrics["tuning"]["final_round"]["pieces"] == 1
@@ -463,32 +477,16 @@ def test_executors_killed_in_the_second_round_global_step_and_compression(cluste
     assert metrics["compression"]["compressed"]
     assert metrics["compression"]["passes_over_level"] == 2
 
-    (ui_port,) = free_ports(1)
-    command, env = submit_command(cluster, tmp_path, faulty / "events", *PARTS_JOB,
-                                  *outputs(faulty), ui_port=ui_port)
-    # another application's executor 0 on the same machine: the test must leave it alone
-    decoy = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(900)",
-                              "org.apache.spark.executor.CoarseGrainedExecutorBackend",
-                              "--executor-id", "0", "--app-id", "app-20260101000000-9999"],
-                             cwd=tmp_path)
-    with open(faulty / "stdout", "w") as out, open(faulty / "stderr", "w") as err:
-        job = subprocess.Popen(command, env=env, stdout=out, stderr=err, start_new_session=True)
-    try:
-        kills = kill_in_each_part(job, ui_port, faulty / "events", cluster.state_dir)
-        returncode = job.wait(timeout=600)
-        assert decoy.poll() is None, "the test killed another application's executor"
-    finally:
-        _stop(job, decoy)
-    printed = (faulty / "stdout").read_text()
-    assert returncode == 0, printed[-2000:] + (faulty / "stderr").read_text()[-4000:]
+    faulty, kills = faulty_run.directory, faulty_run.kills
+    assert faulty_run.decoy_survived, "the test killed another application's executor"
+    assert faulty_run.returncode == 0, faulty_run.output()
     missed = [part for part in PART_JOBS if part not in {killed[0] for killed in kills}]
     assert not missed, (f"no executor killed in {missed[0]}: none of its tasks was seen "
                         f"running (the kills made: {kills})")
 
     records = event_log_records(faulty / "events")
-    removed = {r["Executor ID"] for r in records if r["Event"] == "SparkListenerExecutorRemoved"}
+    removed = faulty_run.removed_executors()
     assert {killed for _, killed, _ in kills} <= removed, "Spark did not notice every loss"
-    expected_records = event_log_records(reference / "events")
     for part, pattern in PART_JOBS.items():  # the loss fell on the part's own tasks
         attempts, failed, read = part_tasks(records, pattern)
         expected_attempts, _, expected_read = part_tasks(expected_records, pattern)
