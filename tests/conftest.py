@@ -1,4 +1,11 @@
+import contextlib
 import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -34,7 +41,6 @@ def make_problem(m=60, d=5, seed=0, noise=0.5):
 def jobs_log_file(tmp_path_factory):
     """Jobs a test starts log (sodm_spark.core.errors.log_file, conf/log4j2.properties) into a
     temporary directory, not into logs/ of the working directory."""
-
     os.environ.setdefault("SODM_LOG_FILE",
                           str(tmp_path_factory.mktemp("jobs-log") / "sodm-spark.log"))
 
@@ -55,8 +61,6 @@ def problem():
 @pytest.fixture(scope="session")
 def spark():
     """One local[2] SparkSession for the whole test run, stopped at the end."""
-    import sys
-
     from pyspark.sql import SparkSession
 
     # Python workers must run this interpreter (the one with sodm_spark and its dependencies).
@@ -73,6 +77,73 @@ def spark():
     session.stop()
 
 
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def job_env(**extra) -> dict:
+    """The environment of a job (or a test's Spark Connect server) run from this checkout:
+    its Python workers run this interpreter and import this checkout's package, Spark reads
+    conf/."""
+    return {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_CONF_DIR": str(ROOT / "conf"),
+            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+            **extra}
+
+
+def free_port() -> int:
+    """A port nothing listens on: bound, read, closed."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def launch_connect_server() -> tuple[subprocess.Popen, int]:
+    """A Spark Connect server (tests/connect_server.py: local[2]) starting on a free port, in
+    a process group of its own so that :func:`kill_connect_server` takes its JVM with it:
+    (process, port) at once, for :func:`connect_server_ready` to wait for. Closing its
+    standard input stops it."""
+    port = free_port()
+    return subprocess.Popen([sys.executable, str(ROOT / "tests" / "connect_server.py"),
+                             str(port)], env=job_env(), stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            start_new_session=True), port
+
+
+def connect_server_ready(server: subprocess.Popen) -> None:
+    """Wait until a :func:`launch_connect_server` server listens (killed if it failed)."""
+    try:
+        assert server.stdout.readline().strip() == "ready", "the Connect server did not start"
+    except BaseException:
+        kill_connect_server(server)
+        raise
+    # what its JVM or Python workers print later must not fill the pipe and stall it
+    threading.Thread(target=server.stdout.read, daemon=True).start()
+
+
+def kill_connect_server(server: subprocess.Popen) -> None:
+    """Lose ``server`` as a crash would: its Python process and its JVM, at once."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(server.pid, signal.SIGKILL)
+    server.wait(timeout=60)
+
+
+@pytest.fixture(scope="session")
+def connect_url():
+    """``sc://127.0.0.1:PORT`` of one Spark Connect server (:func:`launch_connect_server`)
+    shared by the tests that need a live server and do not lose it: started by the first
+    test that asks for it, stopped at the end of the run (its standard input closed, killed
+    if it does not end). Each client of it has a session of its own (its confs, temporary
+    views and cached data are the session's), released when the client stops."""
+    server, port = launch_connect_server()
+    try:
+        connect_server_ready(server)
+        yield f"sc://127.0.0.1:{port}"
+    finally:
+        server.stdin.close()  # the server stops its session; its JVM exits with it
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            server.wait(timeout=60)
+        kill_connect_server(server)  # whatever of its process group is left
+
+
 @pytest.fixture
 def engine():
     """The in-process back end (sodm_spark.spark.in_process) planned for the 2 cores of the
@@ -86,8 +157,6 @@ def engine():
 
 def model_files(path):
     """The folder holding a saved model directory's current files (its newest version)."""
-    from pathlib import Path
-
     from sodm_spark.data.storage import LocalStore, resolve_version
 
     folder = resolve_version(LocalStore(), str(path), "metadata.json") or \
@@ -99,8 +168,6 @@ def model_files(path):
 def contents(path):
     """Every file under ``path`` (or ``path`` itself) with its bytes: what a failed job or a
     refused read must leave as it was."""
-    from pathlib import Path
-
     path = Path(path)
     if path.is_file():
         return path.read_bytes()

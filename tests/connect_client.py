@@ -1,8 +1,10 @@
-"""Fits and scores through a Spark Connect session, for tests/test_spark_connect.py: started
-as its own process, because a Connect server in local mode brings its own SparkContext and a
-process holds one.
+"""Fits and scores through a Spark Connect session, for tests/test_spark_connect.py: a process
+of its own, a client of the Connect server at URL (the run's shared server,
+conftest.connect_url), beside the test's classic session, which fits the same models
+meanwhile. Its fits' arrays go to OUT_DIR/connect.npz, the binary model, saved through the
+Connect session, to OUT_DIR/model_connect.
 
-Usage: python tests/connect_client.py DATA_DIR OUT.npz
+Usage: python tests/connect_client.py URL DATA_DIR OUT_DIR
 """
 import os
 import sys
@@ -10,18 +12,17 @@ import sys
 import numpy as np
 
 
-def main(data_dir: str, out: str) -> None:
+def main(url: str, data_dir: str, out_dir: str) -> None:
     from pyspark.sql import SparkSession
 
     from sodm_spark.estimators.ml import SODMClassificationModel, SODMClassifier
     from sodm_spark.spark.engine import is_connect
+    from sodm_spark.spark.session import stop_session
     from tests.test_spark_connect import FITS
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = (SparkSession.builder.remote("local[2]")
-             .config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.shuffle.partitions", "4").getOrCreate())
+    # a session of its own on the server: this setting is the session's, as are its views
+    spark = SparkSession.builder.remote(url) \
+        .config("spark.sql.shuffle.partitions", "4").getOrCreate()
     try:
         assert is_connect(spark), type(spark)
         arrays = {}
@@ -34,14 +35,14 @@ def main(data_dir: str, out: str) -> None:
             arrays[f"{name}_raw"] = np.stack([v.toArray() for v in scored["rawPrediction"]])
             arrays[f"{name}_prediction"] = scored["prediction"].to_numpy()
             if name == "binary":  # saved through the Connect session, read back by both
-                folder = os.path.join(data_dir, "model_connect")
+                folder = os.path.join(out_dir, "model_connect")
                 model.write().overwrite().save(folder)
                 back = SODMClassificationModel.load(folder).transform(df)
                 arrays["binary_reloaded"] = back.select("prediction").toPandas()[
                     "prediction"].to_numpy()
-        np.savez(out, **arrays)
+        np.savez(os.path.join(out_dir, "connect.npz"), **arrays)
     finally:
-        spark.stop()
+        stop_session(spark)  # releases the session on the server, which goes on serving
 
 
 if __name__ == "__main__":

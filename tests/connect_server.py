@@ -1,7 +1,8 @@
-"""A Spark Connect server in a process of its own, for the tests that lose one mid-job
-(tests/test_connect_failures.py): a local[2] classic session with the Connect plugin listening
-on the port given. It prints ``ready`` once the server listens and stops when its standard
-input closes; a test that loses the server kills its process group instead.
+"""A Spark Connect server in a process of its own (conftest.launch_connect_server): the run's
+shared one (conftest.connect_url), or one a test loses mid-job (tests/test_connect_failures.py);
+a local[2] classic session with the Connect plugin listening on the port given. It prints
+``ready`` once the server listens and stops when its standard input closes; a test that loses
+the server kills its process group instead.
 
 Usage: python tests/connect_server.py PORT
 """

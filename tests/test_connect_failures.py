@@ -3,11 +3,10 @@ that is not there, one that accepts connections and never answers, one lost in t
 a fit (then the fit resumed on a new server), and executors whose Python lacks the package.
 Each ends with its exit code and one readable ``error:`` line naming the address or the
 executors' interpreter, within its time bound, and the outputs of earlier runs byte-identical.
-The servers are the tests' own, always stopped."""
+The servers are the tests' own (the resumed fit's: the run's shared one, conftest.connect_url),
+always stopped."""
 import importlib.util
-import os
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -24,7 +23,8 @@ from sodm_spark.core.kernels import Kernel
 from sodm_spark.models.expansion import KernelExpansion
 from sodm_spark.spark import connect
 
-from conftest import contents, make_problem
+from conftest import (connect_server_ready, contents, free_port, job_env, kill_connect_server,
+                      launch_connect_server, make_problem)
 
 GRPC_MISSING = importlib.util.find_spec("grpc") is None
 needs_grpc = pytest.mark.skipif(GRPC_MISSING, reason="pyspark[connect] is not installed")
@@ -41,13 +41,6 @@ TIMEOUT = 3.0
 #: Settings of a small fit that skips the search and the steps after the levels.
 FIT = ["--gamma", "1", "--lam", "1000", "--theta", "0.1", "--v", "0.2", "--strata", "2",
        "--seed", "2", "--global-step", "none", "--calibration", "none"]
-
-
-def free_port() -> int:
-    """A port nothing listens on: bound, read, closed."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture
@@ -78,13 +71,6 @@ def silent_server():
         listener.close()
         for connection in held:
             connection.close()
-
-
-def job_env(**extra) -> dict:
-    """The environment of a job run from this checkout, its log file in the test's folder."""
-    return {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_CONF_DIR": str(ROOT / "conf"),
-            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-            **extra}
 
 
 def run_job(module: str, argv: list, cwd: Path, env: dict | None = None):
@@ -172,50 +158,34 @@ def test_a_connect_server_that_is_not_there_ends_the_job_in_one_line_within_the_
 # ------------------------------------------------------------- a server lost in the middle of a fit
 
 @pytest.fixture
-def connect_server():
-    """Starts Spark Connect servers of the test's own (tests/connect_server.py), each in its
-    process group: ``start()`` gives (process, port); ``kill(process)`` loses one as a crash
-    would. Every one still running at the end is stopped."""
-    started = []
-
-    def start():
-        port = free_port()
-        server = subprocess.Popen([sys.executable, str(ROOT / "tests" / "connect_server.py"),
-                                   str(port)], env=job_env(), stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                                  start_new_session=True)
-        started.append(server)
-        assert server.stdout.readline().strip() == "ready", "the Connect server did not start"
-        return server, port
-
-    def kill(server):
-        os.killpg(server.pid, signal.SIGKILL)  # the Python process and its JVM
-        server.wait(timeout=60)
-
+def lost_server():
+    """A Spark Connect server of the test's own (:func:`conftest.launch_connect_server`),
+    starting while the test does its other work, to be lost with
+    :func:`conftest.kill_connect_server` as a crash would: (process, port); killed at the end
+    if it still runs."""
+    server, port = launch_connect_server()
     try:
-        yield start, kill
+        yield server, port
     finally:
-        for server in started:
-            if server.poll() is None:
-                kill(server)
+        kill_connect_server(server)
 
 
 @needs_grpc
 def test_a_server_lost_mid_fit_ends_in_one_line_and_resume_continues_on_a_new_server(
-        spark, tmp_path, earlier_outputs, connect_server):
+        spark, tmp_path, earlier_outputs, lost_server, connect_url):
     """sodm-train on a Connect server killed once level 1 is checkpointed: exit code 4 and
     one line naming the server within the bound, the earlier model byte-identical; then
     --resume on a new server writes the model an undisturbed run writes, bit for bit."""
     from sodm_spark.jobs import train_sodm
 
-    start, kill = connect_server
+    server, port = lost_server
     data = parquet_rows(tmp_path / "rows.parquet")
     fit = ["--data", data, "--format", "parquet", "--levels", "1", "--p", "3",
            "--no-auto-stop", *FIT]
     assert train_sodm.main([*map(str, fit), "--model-out", str(tmp_path / "undisturbed")]) == 0
     expected = KernelExpansion.load(tmp_path / "undisturbed")
 
-    server, port = start()
+    connect_server_ready(server)  # it started during the undisturbed fit
     before = contents(earlier_outputs)
     checkpoint = tmp_path / "checkpoint"
     outputs = ["--checkpoint-dir", checkpoint, "--model-out", earlier_outputs / "model"]
@@ -227,7 +197,7 @@ def test_a_server_lost_mid_fit_ends_in_one_line_and_resume_continues_on_a_new_se
     try:
         for line in job.stdout:
             if line.split()[:2] == ["1", "3"]:  # level 1's row: checkpointed, level 0 next
-                kill(server)
+                kill_connect_server(server)
                 killed = time.perf_counter()
                 break
         stderr = job.communicate(timeout=300)[1]
@@ -243,10 +213,10 @@ def test_a_server_lost_mid_fit_ends_in_one_line_and_resume_continues_on_a_new_se
     assert seconds < ENDED_WITHIN_SECONDS, f"{seconds:.1f} s after the server was lost"
     assert contents(earlier_outputs) == before
 
-    _, new_port = start()  # not connect:local, whose fixed port another run may hold
+    # the run's shared server (conftest.connect_url), not connect:local, whose fixed port
+    # another run may hold
     code, stdout, stderr, _ = run_job(
-        "train_sodm", ["--master", f"sc://127.0.0.1:{new_port}", *fit, *outputs, "--resume"],
-        tmp_path)
+        "train_sodm", ["--master", connect_url, *fit, *outputs, "--resume"], tmp_path)
     assert code == 0, (stdout + stderr)[-3000:]
     assert "resum" in stdout.lower(), stdout[-2000:]
     resumed = KernelExpansion.load(earlier_outputs / "model")

@@ -6,6 +6,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,8 @@ import pytest
 
 from sodm_spark.spark.engine import map_with_reports
 from sodm_spark.spark.frames import FrameContext, FrameRDD
+
+from conftest import job_env
 
 # The Connect server's tests need grpc (pyspark[connect], which the test extra installs); the
 # DataFrame path's tests need none, and run without it.
@@ -78,45 +81,72 @@ def test_reports_come_back_beside_the_data_as_an_accumulator_s_would(spark):
         frame_data.collect()
 
 
-def _write_data(spark, folder: Path) -> None:
+@pytest.fixture(scope="module")
+def connect_data(spark, tmp_path_factory) -> Path:
+    """The two data sets the Connect tests fit (1000 rows each: ``binary``, two classes, and
+    ``classes``, three), written once as Parquet by the classic session; the tests only read
+    them."""
     from sklearn.datasets import make_classification
 
+    folder = tmp_path_factory.mktemp("connect-data")
     for name, classes in (("binary", 2), ("classes", 3)):
         X, y = make_classification(n_samples=1000, n_features=6, n_informative=4,
                                    n_classes=classes, random_state=11)
         rows = [(float(label), [float(v) for v in row]) for row, label in zip(X, y)]
         spark.createDataFrame(rows, "label double, features array<double>") \
             .repartition(3).write.parquet(str(folder / name))
+    return folder
+
+
+@contextmanager
+def _beside(process: subprocess.Popen):
+    """``with _beside(Popen(...)) as process:`` the test's classic work while ``process``
+    runs; leaving the block (also on a failure) kills it if it is still running."""
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+
+
+def _succeeded(process: subprocess.Popen) -> tuple[str, str]:
+    """(stdout, stderr) of ``process`` once it has ended, with exit code 0."""
+    stdout, stderr = process.communicate(timeout=900)
+    assert process.returncode == 0, ((stdout or "") + stderr)[-3000:]
+    return stdout, stderr
 
 
 @pytest.mark.skipif(GRPC_MISSING, reason="pyspark[connect] is not installed")
-def test_the_estimator_fits_and_transforms_the_same_through_spark_connect(spark, tmp_path):
+def test_the_estimator_fits_and_transforms_the_same_through_spark_connect(
+        spark, connect_data, connect_url, tmp_path):
     """SODMClassifier on a local Spark Connect server: the same support vectors,
     coefficients, raw predictions and predictions as on classic Spark for the levels (two
     classes, three) and DSVRG (kernel='linear'); a model saved through Connect reads back
     the same on both."""
     from sodm_spark.estimators.ml import SODMClassificationModel, SODMClassifier
 
-    _write_data(spark, tmp_path)
-    out = tmp_path / "connect.npz"
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable,
-               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    done = subprocess.run([sys.executable, str(ROOT / "tests" / "connect_client.py"),
-                           str(tmp_path), str(out)], env=env, capture_output=True, text=True,
-                          timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
-    remote = np.load(out)
-    for name, (data, settings) in FITS.items():
-        df = spark.read.parquet(str(tmp_path / data))
-        model = SODMClassifier(**settings).fit(df)
-        scored = model.transform(df).select("rawPrediction", "prediction").toPandas()
+    # the Connect client fits on the shared server while this process fits on classic Spark
+    with _beside(subprocess.Popen([sys.executable, str(ROOT / "tests" / "connect_client.py"),
+                                   connect_url, str(connect_data), str(tmp_path)], env=job_env(),
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                  text=True)) as client:
+        classic = {}
+        for name, (data, settings) in FITS.items():
+            df = spark.read.parquet(str(connect_data / data))
+            model = SODMClassifier(**settings).fit(df)
+            scored = model.transform(df).select("rawPrediction", "prediction").toPandas()
+            labels = df.select("label").toPandas()["label"].to_numpy()
+            classic[name] = model, scored, labels
+        _succeeded(client)
+    remote = np.load(tmp_path / "connect.npz")
+    for name, (model, scored, labels) in classic.items():
         assert np.array_equal(remote[f"{name}_sv"], model.expansion.support_vectors), name
         assert np.array_equal(remote[f"{name}_coef"], model.expansion.coef), name
         np.testing.assert_array_equal(
             remote[f"{name}_raw"], np.stack([v.toArray() for v in scored["rawPrediction"]]))
         np.testing.assert_array_equal(remote[f"{name}_prediction"],
                                       scored["prediction"].to_numpy())
-        labels = df.select("label").toPandas()["label"].to_numpy()
         assert np.mean(scored["prediction"].to_numpy() == labels) > 0.7, name
         if name == "binary":
             saved = SODMClassificationModel.load(str(tmp_path / "model_connect"))
@@ -125,43 +155,54 @@ def test_the_estimator_fits_and_transforms_the_same_through_spark_connect(spark,
                                           scored["prediction"].to_numpy())
 
 
-def _connect_job(module: str, argv: list[str], cwd: Path) -> str:
-    """A job run as a user runs it against a local Spark Connect server of its own: its
-    console output (it must succeed)."""
+def _connect_job(module: str, master: str, argv: list[str], cwd: Path) -> subprocess.Popen:
+    """A job run as a user runs it against a Spark Connect server (``--master``: the shared
+    server's ``sc://`` URL, or ``connect:local[2]``, a local server of the job's own), started
+    beside the test's classic work (:func:`_beside`)."""
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
-    done = subprocess.run([sys.executable, "-m", module, "--master", "connect:local[2]", *argv],
-                          env=env, cwd=cwd, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-    assert "Traceback" not in done.stderr and "ERROR" not in done.stderr, done.stderr[-3000:]
-    return done.stdout
+    return subprocess.Popen([sys.executable, "-m", module, "--master", master, *argv],
+                            env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def _connect_output(job: subprocess.Popen) -> str:
+    """The console output of a :func:`_connect_job`, which must succeed and print no trace
+    or error."""
+    stdout, stderr = _succeeded(job)
+    assert "Traceback" not in stderr and "ERROR" not in stderr, stderr[-3000:]
+    return stdout
 
 
 @pytest.mark.skipif(GRPC_MISSING, reason="pyspark[connect] is not installed")
 def test_the_train_and_predict_jobs_give_the_same_model_and_predictions_on_spark_connect(
-        spark, tmp_path):
-    """sodm-train (its default search first, then the levels) and sodm-predict with
-    ``--master connect:local[2]``: the model and the predictions of the same jobs run on
-    classic Spark."""
+        spark, connect_data, connect_url, tmp_path):
+    """sodm-train (its default search first, then the levels) through a Spark Connect server
+    (the run's shared one) and sodm-predict with ``--master connect:local[2]`` (a server of
+    the job's own, as a user starts one): the model and the predictions of the same jobs run
+    on classic Spark."""
     import pandas as pd
 
     from sodm_spark.jobs import predict, train_sodm
     from sodm_spark.models.expansion import KernelExpansion
 
-    _write_data(spark, tmp_path)
-    data = str(tmp_path / "binary")
+    data = str(connect_data / "binary")
     # --stop-level 1: whether a cheap level 0 runs depends on the seconds spent so far
     # (stopping.CHEAP_LEVEL_SHARE), which differ between the two sessions
     train = ["--data", data, "--format", "parquet", "--levels", "2", "--stop-level", "1",
              "--seed", "5"]
-    printed = _connect_job("sodm_spark.jobs.train_sodm",
-                           [*train, "--model-out", str(tmp_path / "connect_model")], tmp_path)
+    # each Connect job runs while this process runs the same job on classic Spark
+    with _beside(_connect_job("sodm_spark.jobs.train_sodm", connect_url,
+                              [*train, "--model-out", str(tmp_path / "connect_model")],
+                              tmp_path)) as job:
+        assert train_sodm.main([*train, "--model-out", str(tmp_path / "classic_model")]) == 0
+        printed = _connect_output(job)
     assert "search" in printed and "model written to" in printed
-    _connect_job("sodm_spark.jobs.predict", ["--model", str(tmp_path / "connect_model"),
-                                             "--data", data, "--out",
-                                             str(tmp_path / "connect_scores")], tmp_path)
-    assert train_sodm.main([*train, "--model-out", str(tmp_path / "classic_model")]) == 0
-    assert predict.main(["--model", str(tmp_path / "classic_model"), "--data", data,
-                         "--out", str(tmp_path / "classic_scores")]) == 0
+    with _beside(_connect_job("sodm_spark.jobs.predict", "connect:local[2]",
+                              ["--model", str(tmp_path / "connect_model"), "--data", data,
+                               "--out", str(tmp_path / "connect_scores")], tmp_path)) as job:
+        assert predict.main(["--model", str(tmp_path / "classic_model"), "--data", data,
+                             "--out", str(tmp_path / "classic_scores")]) == 0
+        _connect_output(job)
     remote, local = (KernelExpansion.load(str(tmp_path / f"{kind}_model"))
                      for kind in ("connect", "classic"))
     assert np.array_equal(remote.support_vectors, local.support_vectors)
