@@ -5,7 +5,9 @@ sums a product in its own order, so the last digits of every GEMM differ from ma
 machine. A tolerance that holds only for this machine's kernels fails on the next CI machine.
 The Spark-free numerical tests (marked ``numerics``) are rerun here in a child pytest under two
 other kernel families forced with ``OPENBLAS_CORETYPE`` (DYNAMIC_ARCH builds, as numpy's and
-scipy's wheels are): Prescott's SSE3 kernels, the oldest, and Haswell's AVX2 ones.
+scipy's wheels are): Prescott's SSE3 kernels, the oldest, and Haswell's AVX2 ones. The child
+is given only the test files that mark tests ``numerics`` (found by reading them, so that a new
+one is never left out): importing the rest of the suite would cost it time and test nothing.
 """
 import os
 import re
@@ -20,6 +22,17 @@ OTHER_KERNELS = ("Prescott", "Haswell")
 _PROBE = ("import numpy, scipy.linalg; from threadpoolctl import threadpool_info; "
           "print(','.join(sorted({str(i.get('architecture')) for i in threadpool_info() "
           "if i['internal_api'] == 'openblas'})))")
+
+
+#: how a test file marks its tests numerical: ``pytestmark = pytest.mark.numerics`` or
+#: ``@pytest.mark.numerics`` (or ``mark.numerics`` after ``from pytest import mark``)
+_NUMERICS_MARK = re.compile(r"\bmark\.numerics\b")
+
+
+def numerics_test_files():
+    """The test files that mark any test ``numerics``: the only ones the child needs."""
+    return sorted(path for path in TESTS.glob("test_*.py") if path.name != Path(__file__).name
+                  and _NUMERICS_MARK.search(path.read_text(encoding="utf-8")))
 
 
 def _environment(core_type):
@@ -37,7 +50,7 @@ def test_the_numerical_tests_pass_under_other_blas_kernels(core_type):
         pytest.skip(f"numpy and scipy run no OpenBLAS here ({probe.stderr.strip()[-200:]})")
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m",
-         "numerics and not uses_spark", str(TESTS)],
+         "numerics and not uses_spark", *map(str, numerics_test_files())],
         env=_environment(core_type), cwd=TESTS.parent, capture_output=True, text=True,
         timeout=900)
     summary = run.stdout.strip().splitlines()[-1] if run.stdout.strip() else run.stderr[-500:]
