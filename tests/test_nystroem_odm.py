@@ -142,11 +142,22 @@ def test_the_cost_model_counts_kernel_and_normal_matrix_work(monkeypatch):
     assert plan.form == "matrix-free" and plan.centres == 1_000
     # chosen at one λ each; the matrix-free fit then planned for two λs of its path
     assert plan.passes == global_plan.PLANNED_PASSES == 2 * EXPECTED_CG_PASSES
-    assert plan.predicted_seconds == pytest.approx(
-        free + EXPECTED_CG_PASSES * (0.3 + PASS_OVERHEAD_SECONDS))
+    on_executors = free + EXPECTED_CG_PASSES * (0.3 + PASS_OVERHEAD_SECONDS)
+    # the rows (300,000 × (4·36 + 24) bytes: float32 inputs, a label, weight and id) fit the
+    # driver, where a pass is its 3e8 entries on one core (0.6 s) and no job, and the one
+    # other job collects the level's rows (its fixed cost, and their bytes)
+    collect = PASS_OVERHEAD_SECONDS + 300_000 * 168 / global_plan.COLLECT_BYTES_PER_SECOND
+    on_driver = global_plan.PLANNED_PASSES * 0.6 + 1e9 / (0.3 * 1e11 * 2) + collect
+    assert plan.place == "driver" and plan.predicted_seconds == pytest.approx(on_driver)
+    assert plan.other_place_seconds == pytest.approx(on_executors)
     assert plan.work_per_pass == 300_000 * 1_000 * 36
     text = plan.describe()
-    assert "300,000 rows x 1,000 centres x 36 inputs, matrix-free" in text
+    assert "300,000 rows x 1,000 centres x 36 inputs, matrix-free on the driver" in text
+    # rows past DRIVER_ROWS_BYTES run over the executors, whatever the driver would cost
+    monkeypatch.setattr(global_plan, "DRIVER_ROWS_BYTES", 300_000 * 168 - 1)
+    plan = plan_global(300_000, 36, 2, "test", kernel, centres=1_000)
+    assert plan.place == "executors" and plan.other_place_seconds is None
+    assert plan.predicted_seconds == pytest.approx(on_executors)
     # a handful of centres: the normal matrix is cheaper than the passes' fixed costs
     assert plan_global(300_000, 36, 2, "test", kernel, centres=20).form == "normal"
 

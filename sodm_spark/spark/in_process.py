@@ -72,10 +72,15 @@ class InProcessContext:
     the settings a SparkConf would hold; none by default, so the memory plan is a local
     session's with none (``spark.memory``: the machine's memory less a driver heap of 1g)."""
 
-    def __init__(self, cores: int | None = None, conf: dict | None = None):
+    def __init__(self, cores: int | None = None, conf: dict | None = None,
+                 task_blas_threads: int | None = None):
         self.cores = max(1, int(cores or os.cpu_count() or 1))
         self._conf = InProcessConf(conf)
         self.description: str | None = None
+        # the BLAS threads a task function runs with (None: the process's): 1 is what a
+        # Spark task has (its Python worker's OMP_NUM_THREADS is spark.task.cpus), and a
+        # GEMM's last bits can follow its threads
+        self.task_blas_threads = task_blas_threads
 
     # --- what the fit reads of its engine ---------------------------------------------------
     @property
@@ -147,10 +152,21 @@ class InProcessRDD(RecordOperations):
             return self._source[index]
         if self._cache is not None and index in self._cache:
             return self._cache[index]
-        records = list(self._fn(index, iter(self._parent._partition(index))))
+        records = self._computed(index)
         if self._cache is not None:
             self._cache[index] = records
         return records
+
+    def _computed(self, index: int) -> list:
+        """Partition ``index`` computed from its parent's, with the context's task BLAS
+        threads."""
+        parent = self._parent._partition(index)
+        if self.ctx.task_blas_threads is None:
+            return list(self._fn(index, iter(parent)))
+        from threadpoolctl import threadpool_limits
+
+        with threadpool_limits(self.ctx.task_blas_threads, user_api="blas"):
+            return list(self._fn(index, iter(parent)))
 
     def _all(self) -> list:
         return [self._partition(index) for index in range(self._n)]

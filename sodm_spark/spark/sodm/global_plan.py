@@ -17,6 +17,14 @@ the same loops on a small block, one core), predicts both forms' seconds for eac
 :data:`CENTRE_LADDER`, and takes the most centres whose cheaper form fits the step's time
 budget and the driver's memory (``centres`` given: that many, in the cheaper form). The
 matrix-free fit then stops after as many passes as the budget holds.
+
+Where the passes run is priced too (:data:`PLACES`): over the executors, each pass a Spark job
+with its fixed cost (:data:`PASS_OVERHEAD_SECONDS`), or on the driver, which collects the
+step's rows once (at most :data:`DRIVER_ROWS_BYTES` of them, in one job) and runs the same
+task functions on the same records in the same order (:mod:`~sodm_spark.spark.in_process`),
+one core a block.
+On 2,711 rows × 10 inputs, 135 centres, the five normal-matrix passes took 8.1 s over the
+executors (local[2]) for 0.06 s of kernel work a pass: small steps are all fixed cost there.
 """
 from __future__ import annotations
 
@@ -75,6 +83,14 @@ DRIVER_MEMORY_SHARE = 0.5
 FACTOR_SPEED_SHARE = 0.3
 
 FORMS = ("matrix-free", "normal")
+#: Where the passes run: over the executors (a Spark job a pass) or on the driver.
+PLACES = ("executors", "driver")
+#: The most bytes of the step's rows (float32 inputs, and a label, weight and id a row) the
+#: driver collects to run the passes itself: well within the driver's result limit (1g here)
+#: and its memory, and past the sizes where a pass's fixed cost on the cluster dominates.
+DRIVER_ROWS_BYTES = 64 * 2**20
+#: Bytes a second the driver collects the rows at (pickled blocks through the JVM or Arrow).
+COLLECT_BYTES_PER_SECOND = 100 * 2**20
 #: The least time budget of a global step: below it a step of the ladder's first rung on a
 #: table of 10^5-10^6 rows does not reach its second Newton step.
 GLOBAL_MIN_BUDGET = 60.0
@@ -119,12 +135,15 @@ class GlobalPlan:
     predicted_seconds: float
     budget_seconds: float | None  # the step's time budget (None: none)
     entry_seconds: float  # measured: a kernel entry of a pass on one core
+    place: str = "executors"  # where the passes run (PLACES)
+    other_place_seconds: float | None = None  # the form's predicted seconds in the other place
 
     def describe(self) -> str:
         budget = "" if self.budget_seconds is None else \
             f" within a budget of {self.budget_seconds:,.0f} s"
         return (f"global step ({self.reason}): Nyström ODM on {self.rows:,} rows x "
                 f"{self.centres:,} centres x {self.inputs:,} inputs, {self.form} "
+                f"on the {self.place} "
                 f"({self.work_per_pass:.2g} multiply-adds a pass, "
                 f"{self.entry_seconds * 1e9:.2f} ns a kernel entry), about {self.passes} "
                 f"passes, predicted {self.predicted_seconds:,.0f} s{budget}")
@@ -153,24 +172,53 @@ def entry_seconds(kernel: Kernel, inputs: int, rows: int = 4096, centres: int = 
     return max(min(timings), 1e-9) / (rows * centres)
 
 
+def rows_bytes(n_rows: int, inputs: int) -> int:
+    """Bytes of the step's rows as its passes hold them: float32 inputs, a float64 label and
+    weight and an int64 id a row."""
+    return n_rows * (4 * inputs + 24)
+
+
+def setup_seconds(n_rows: int, inputs: int, place: str) -> float:
+    """Predicted seconds of a fit's jobs besides its passes: over the executors
+    :data:`SETUP_JOBS` jobs; on the driver one, the level's rows collected (a job, and their
+    bytes at :data:`COLLECT_BYTES_PER_SECOND`), after which the centres' draw, the rows'
+    total weight and the level's model at the centres cost no job."""
+    if place == "executors":
+        return SETUP_JOBS * PASS_OVERHEAD_SECONDS
+    return PASS_OVERHEAD_SECONDS + rows_bytes(n_rows, inputs) / COLLECT_BYTES_PER_SECOND
+
+
+def pass_seconds(kernel_seconds: float, cores: int, place: str) -> float:
+    """Predicted seconds of a pass whose one-core work is ``kernel_seconds``: over the
+    executors spread over the cores, with a job's fixed cost; on the driver on one core (the
+    blocks one after another, each on one thread and its GEMMs on one BLAS thread, as a task
+    runs it: the same bits)."""
+    if place == "executors":
+        return kernel_seconds / cores + PASS_OVERHEAD_SECONDS
+    return kernel_seconds
+
+
 def matrix_free_seconds(n_rows: int, centres: int, cores: int, entry: float,
-                        passes: int) -> float:
-    """Predicted seconds of a matrix-free fit: ``passes`` passes of n·m entries over the
-    cores, each with its fixed cost, and the driver's two factorizations."""
+                        passes: int, place: str = "executors", inputs: int = 0) -> float:
+    """Predicted seconds of a matrix-free fit in ``place``: ``passes`` passes of n·m entries
+    (:func:`pass_seconds`), the driver's two factorizations and the other jobs
+    (:func:`setup_seconds`; ``inputs``: the rows' columns, for the bytes the driver
+    collects)."""
     factor = centres ** 3 / (FACTOR_SPEED_SHARE * gemm_flops_per_second() * cores)
-    return passes * (n_rows * centres * entry / cores + PASS_OVERHEAD_SECONDS) + factor + \
-        SETUP_JOBS * PASS_OVERHEAD_SECONDS
+    return passes * pass_seconds(n_rows * centres * entry, cores, place) + factor + \
+        setup_seconds(n_rows, inputs, place)
 
 
-def normal_seconds(n_rows: int, centres: int, inputs: int, cores: int) -> float:
-    """Predicted seconds of a normal-matrix fit: :data:`EXPECTED_NORMAL_PASSES` passes, each
-    its GEMMs at half the float32 speed, :data:`NORMAL_SECONDS_PER_ENTRY` a kernel entry and
-    its fixed cost, and the fit's other jobs."""
+def normal_seconds(n_rows: int, centres: int, inputs: int, cores: int,
+                   place: str = "executors") -> float:
+    """Predicted seconds of a normal-matrix fit in ``place``: :data:`EXPECTED_NORMAL_PASSES`
+    passes (:func:`pass_seconds`), each its GEMMs at half the float32 speed of a core and
+    :data:`NORMAL_SECONDS_PER_ENTRY` a kernel entry, and the fit's other jobs."""
     work = nystroem_odm.pass_work(n_rows, centres, inputs)
-    return EXPECTED_NORMAL_PASSES * (2.0 * work / (0.5 * gemm_flops_per_second() * cores)
-                                     + NORMAL_SECONDS_PER_ENTRY * n_rows * centres / cores
-                                     + PASS_OVERHEAD_SECONDS) + \
-        SETUP_JOBS * PASS_OVERHEAD_SECONDS
+    one_core = 2.0 * work / (0.5 * gemm_flops_per_second()) + \
+        NORMAL_SECONDS_PER_ENTRY * n_rows * centres
+    return EXPECTED_NORMAL_PASSES * pass_seconds(one_core, cores, place) + \
+        setup_seconds(n_rows, inputs, place)
 
 
 def most_centres_in_memory(memory_mb: float | None = None) -> int:
@@ -187,16 +235,30 @@ def plan_global(n_rows: int, inputs: int, cores: int, reason: str, kernel: Kerne
     cheaper form; else the most of :data:`CENTRE_LADDER` (at most the rows and what the
     driver's memory holds, at most one a :data:`ROWS_PER_CENTRE` rows) whose cheaper form fits
     ``budget_seconds`` (None: the most the memory holds), at least the ladder's first (or
-    that cap, below it)."""
+    that cap, below it). The form is the one cheaper over the executors; it runs in the
+    cheaper of :data:`PLACES` (the driver only for rows within :data:`DRIVER_ROWS_BYTES`)."""
     cores = max(1, cores)
     entry = entry_seconds(kernel, inputs)
+    places = [place for place in PLACES
+              if place == "executors" or rows_bytes(n_rows, inputs) <= DRIVER_ROWS_BYTES]
+
+    def form_of(m):
+        # the forms compared at one λ each over the executors, where a pass's fixed cost
+        # favours the form of fewer passes; the driver runs the form the executors would
+        matrix_free = matrix_free_seconds(n_rows, m, cores, entry, EXPECTED_CG_PASSES)
+        return "normal" if matrix_free > normal_seconds(n_rows, m, inputs, cores) \
+            else "matrix-free"
+
+    def seconds_of(m, form, place):
+        # the matrix-free form planned for λ's path
+        return normal_seconds(n_rows, m, inputs, cores, place) if form == "normal" else \
+            matrix_free_seconds(n_rows, m, cores, entry, PLANNED_PASSES, place, inputs)
 
     def cheaper(m):
-        # the forms compared at one λ each; the matrix-free one then planned for λ's path
-        normal = normal_seconds(n_rows, m, inputs, cores)
-        if matrix_free_seconds(n_rows, m, cores, entry, EXPECTED_CG_PASSES) > normal:
-            return "normal", normal
-        return "matrix-free", matrix_free_seconds(n_rows, m, cores, entry, PLANNED_PASSES)
+        # (form, seconds, place) of the cheaper place, and the other place's seconds
+        form = form_of(m)
+        priced = sorted((seconds_of(m, form, place), place) for place in places)
+        return form, priced[0][0], priced[0][1], priced[1][0] if len(priced) > 1 else None
 
     if centres is None:
         most = min(max(n_rows // ROWS_PER_CENTRE, 1), most_centres_in_memory())
@@ -206,18 +268,18 @@ def plan_global(n_rows: int, inputs: int, cores: int, reason: str, kernel: Kerne
             if budget_seconds is None or cheaper(m)[1] <= budget_seconds:
                 centres = m
     centres = max(1, min(int(centres), n_rows))
-    form, seconds = cheaper(centres)
+    form, seconds, place, other_seconds = cheaper(centres)
     passes = PLANNED_PASSES
     if form == "matrix-free" and budget_seconds is not None:
         # as many passes as the budget holds beside the factorizations, at least the plan's
-        per_pass = n_rows * centres * entry / cores + PASS_OVERHEAD_SECONDS
-        factor = matrix_free_seconds(n_rows, centres, cores, entry, 0)  # and the other jobs
+        per_pass = pass_seconds(n_rows * centres * entry, cores, place)
+        factor = matrix_free_seconds(n_rows, centres, cores, entry, 0, place, inputs)
         passes = min(MOST_PASSES, max(PLANNED_PASSES,
                                       int((budget_seconds - factor) // per_pass)))
-        seconds = matrix_free_seconds(n_rows, centres, cores, entry, passes)
+        seconds = matrix_free_seconds(n_rows, centres, cores, entry, passes, place, inputs)
     elif form == "normal":
         passes = EXPECTED_NORMAL_PASSES
     work = (nystroem_odm.pass_work(n_rows, centres, inputs) if form == "normal"
             else float(n_rows) * centres * inputs)
     return GlobalPlan(n_rows, centres, inputs, reason, form, work, passes, seconds,
-                      budget_seconds, entry)
+                      budget_seconds, entry, place, other_seconds)

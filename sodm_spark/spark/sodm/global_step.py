@@ -27,8 +27,8 @@ from ...models.expansion import KernelExpansion
 from ...models.nystroem_passes import RowPasses
 from ...selection.metrics import Evaluation, correct_of, metric_of, paired_difference
 from ...selection.stopping import holdout_values, oversampled_share
-from ..engine import ordered_sum
-from ..engine import PERSIST
+from ..engine import PERSIST, ordered_sum
+from ..in_process import InProcessContext, InProcessRDD
 from .global_plan import GlobalPlan, plan_global
 from .params import GLOBAL_STEPS
 from .tasks import chunk_order
@@ -121,7 +121,11 @@ def fit_global(sc, solved, kernel, classes, params, plan: GlobalPlan, on_step=No
     # the rows as a few blocks (PASS_BLOCKS), one a task, read by every job of the step: a
     # level's hundreds of partitions would cost each job a task apiece (2,390,000 flights
     # rows in 729 partitions: drawing the centres and summing the weights took 65 s and 69 s)
-    rows = pass_rows(solved, pass_blocks(sc.defaultParallelism), class_weights)
+    job_sc, tasks = sc, pass_blocks(sc.defaultParallelism)
+    if plan.place == "driver":
+        sc, solved, rows = on_the_driver(sc, solved, tasks, class_weights)
+    else:
+        rows = pass_rows(solved, tasks, class_weights)
     try:
         centres = draw_centres(sc, rows, plan.rows, plan.centres, params.seed)
         # M of the loss's C is the rows' total weight (docs/design.md §1.4; their count without
@@ -139,16 +143,47 @@ def fit_global(sc, solved, kernel, classes, params, plan: GlobalPlan, on_step=No
                               judge_coef)
     finally:
         rows.unpersist()
-    sc.setJobDescription(None)
+    job_sc.setJobDescription(None)
     model = KernelExpansion(centres.astype(np.float32), coef[:, None], kernel, classes)
     report.update({"reason": plan.reason, "rows": plan.rows, "centres": int(centres.shape[0]),
-                   "inputs": plan.inputs, "form": plan.form,
+                   "inputs": plan.inputs, "form": plan.form, "place": plan.place,
+                   "other_place_seconds": plan.other_place_seconds,
                    "work_per_pass": plan.work_per_pass, "planned_passes": plan.passes,
                    "budget_seconds": plan.budget_seconds,
                    "entry_nanoseconds": plan.entry_seconds * 1e9,
                    "predicted_seconds": plan.predicted_seconds,
                    "seconds": time.perf_counter() - started})
     return model, report
+
+
+def _tagged_for_the_driver(index, items):
+    """A level's ``(key, Chunk)`` records as the driver takes them for the step: each with its
+    partition's index, its chunk without its solve's stats (which the step does not read)."""
+    for key, chunk in items:
+        yield index, (key, chunk._replace(stats=None))
+
+
+def on_the_driver(sc, solved, tasks: int, class_weights=None):
+    """(an in-process context of ``sc``'s cores, ``solved``'s partitions held in it, the step's
+    blocks as :func:`pass_rows` makes them): one job collects the level's chunks grouped as
+    :func:`pass_rows` groups them (Spark's coalescer places partitions by their locations, so
+    the grouping is Spark's, not recomputed), after which the step's draws, sums and passes run
+    the same task functions over the same records in the same order on the driver
+    (:mod:`~sodm_spark.spark.in_process`), to the bits a run over the executors gives, without
+    a Spark job for each (:data:`~.global_plan.PLACES`)."""
+    sc.setJobDescription("SODM global step: the level's rows collected onto the driver")
+    held = _grouped(solved.mapPartitionsWithIndex(_tagged_for_the_driver), tasks) \
+        .mapPartitionsWithIndex(lambda index, records: [(index, list(records))]).collect()
+    sources: list[list] = [[] for _ in range(solved.getNumPartitions())]
+    groups: list[list] = [[] for _ in range(min(tasks, solved.getNumPartitions()))]
+    for index, records in held:
+        for source, item in records:
+            sources[source].append(item)
+        groups[index] = [item for _, item in records]
+    # the tasks' BLAS on one thread, as a Spark task's: a GEMM's last bits follow its threads
+    local = InProcessContext(sc.defaultParallelism, task_blas_threads=1)
+    rows = _blocks(InProcessRDD(local, groups), class_weights).persist()
+    return local, InProcessRDD(local, sources), rows
 
 
 def _start_text(start: str, partitions_given: bool) -> str:
@@ -225,10 +260,17 @@ def pass_rows(solved, tasks: int, class_weights=None):
     """The rows of ``solved`` (a level's partitions, or the top level's) as one block per task
     (X, y, the rows' weights or None, their ids), ``tasks`` tasks, persisted: every job of
     the global step reads them."""
-    compact = solved.map(lambda item: _compact_rows(item, class_weights))
-    if compact.getNumPartitions() > tasks:
-        compact = compact.coalesce(tasks)
-    return compact.mapPartitions(_one_block).persist(PERSIST)
+    return _blocks(_grouped(solved, tasks), class_weights).persist(PERSIST)
+
+
+def _grouped(records, tasks: int):
+    """``records`` in at most ``tasks`` partitions (Spark's coalescer, no shuffle)."""
+    return records.coalesce(tasks) if records.getNumPartitions() > tasks else records
+
+
+def _blocks(grouped, class_weights):
+    """Each partition of ``grouped`` (a level's records) as one block of the step's rows."""
+    return grouped.map(lambda item: _compact_rows(item, class_weights)).mapPartitions(_one_block)
 
 
 def _matrix_free(sc, rows, kernel, params, plan, centres, total, values, on_step, judge=None):
