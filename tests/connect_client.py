@@ -16,7 +16,7 @@ def main(url: str, data_dir: str, out_dir: str) -> None:
     from pyspark.sql import SparkSession
 
     from sodm_spark.estimators.ml import SODMClassificationModel, SODMClassifier
-    from sodm_spark.spark.engine import is_connect
+    from sodm_spark.spark import engine
     from sodm_spark.spark.session import stop_session
     from tests.test_spark_connect import FITS
 
@@ -24,7 +24,14 @@ def main(url: str, data_dir: str, out_dir: str) -> None:
     spark = SparkSession.builder.remote(url) \
         .config("spark.sql.shuffle.partitions", "4").getOrCreate()
     try:
-        assert is_connect(spark), type(spark)
+        # what a Spark Connect client's session answers (tests/test_engine_asks.py: the others)
+        assert engine.server_client(spark) is spark.client, type(spark)
+        assert engine.driver_jvm(spark) is None and engine.driver_hadoop(spark) is None
+        assert not engine.reads_text_lines(spark)
+        assert engine.job_tags(spark) == (spark.addTag, spark.removeTag, spark.interruptTag)
+        frames = engine.context_of(spark)
+        assert not engine.has_accumulators(frames) and not engine.distributes_files(frames)
+        assert engine.executor_count(frames) is None and not engine.persisted_rdds(frames)
         arrays = {}
         for name, (data, settings) in FITS.items():
             df = spark.read.parquet(os.path.join(data_dir, data))

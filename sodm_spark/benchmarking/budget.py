@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from ..spark.engine import persisted_rdds
+
 OK, NOT_FINISHED, FAILED, SKIPPED = "ok", "not finished", "failed", "skipped"
 
 
@@ -107,16 +109,16 @@ def run_in_child(target: str, args: tuple, budget_seconds: float,
 
 
 def _persistent_rdd_ids(sc) -> set:
-    return {int(key) for key in sc._jsc.getPersistentRDDs().keys()}
+    return {int(key) for key in persisted_rdds(sc).keys()}
 
 
 def _unpersist_new(sc, before: set) -> None:
     """Drop the RDDs a stopped method left cached (they would crowd the next method out)."""
-    persistent = sc._jsc.getPersistentRDDs()
+    persistent = persisted_rdds(sc)
     for key in list(persistent.keys()):
         if int(key) not in before:
             try:
-                persistent.get(key).unpersist(False)
+                persistent[key].unpersist(False)
             except Exception:  # noqa: BLE001 - best effort: a leftover cache costs only memory
                 pass
 

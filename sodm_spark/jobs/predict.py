@@ -35,7 +35,7 @@ from sodm_spark.ops.jobconf import (add_master_arguments, check_output_paths,
                                      use_packaged_spark_conf, write_outputs)
 from sodm_spark.spark.io import check_csv_cells, input_statuses, read_blocks, spark_read
 from sodm_spark.spark.predict import python_workers_started, score_dataframe
-from sodm_spark.spark.engine import context_of, is_connect, uses_frames
+from sodm_spark.spark.engine import context_of, driver_hadoop, has_accumulators, reads_text_lines
 from sodm_spark.spark.hadoop_store import HadoopStore
 from sodm_spark.spark.session import job_session
 
@@ -84,7 +84,7 @@ def read_table(spark, args):
                         frame.columns, {j: "feature" for j, name in enumerate(frame.columns)
                                         if name not in not_features}, header=args.header)
         return frame
-    if not is_connect(spark):  # its validation job names lines (Spark Connect: Spark's own)
+    if reads_text_lines(spark):  # its validation job names lines (else Spark's own reader's)
         read_blocks(spark, args.data, "libsvm", sparse=True)
     return spark_read(where, lambda: spark.read.format("libsvm").load(args.data))
 
@@ -129,8 +129,9 @@ def output_store(spark, out: str):
     file system Spark's Parquet writer itself reaches it through (refused in one line when
     Spark has none for the scheme, before anything is read or deleted: a store pyarrow
     reaches is no use to Spark's writer); else :func:`store_for`'s (a local path or ``file:``;
-    on Spark Connect the server writes and only it knows its connectors)."""
-    if uri_scheme(out) in (None, "file") or is_connect(spark):
+    on Spark Connect the server writes and only it knows its connectors: the driver has no
+    Hadoop of its own, :func:`~sodm_spark.spark.engine.driver_hadoop`)."""
+    if uri_scheme(out) in (None, "file") or driver_hadoop(spark) is None:
         return store_for(out)
     try:
         return HadoopStore.for_path(out)
@@ -155,8 +156,9 @@ def main(argv=None, prog="predict.py") -> int:
             if is_uri(out):
                 check_new_output(out, args.overwrite, store)
             check_store_outputs({"--out": out}, {"--metrics-out": args.metrics_out})
-        sc = context_of(spark)  # accumulators: a classic session's only
-        rows, ignored = (None, None) if uses_frames(sc) else (sc.accumulator(0), sc.accumulator(0))
+        sc = context_of(spark)  # progress and left-out values are counted by accumulators
+        rows, ignored = (sc.accumulator(0), sc.accumulator(0)) if has_accumulators(sc) \
+            else (None, None)
         preparing = time.perf_counter()
         # the warm-up runs while the driver reads and plans; a refusal there cancels it before
         # the session stops, so its thread prints nothing

@@ -15,7 +15,7 @@ import os
 from contextlib import suppress
 
 from ..core.errors import INTERNAL, JobError, SettingsError
-from .engine import is_connect
+from .engine import server_client
 
 #: The environment variable of the bound's seconds (the jobs' --connect-timeout wins over it).
 CONNECT_TIMEOUT_ENV = "SODM_CONNECT_TIMEOUT"
@@ -122,8 +122,8 @@ def bound_retries(spark, seconds: float) -> None:
     """Let a Spark Connect session's client retry a server that stopped answering for at most
     ``seconds`` (:func:`bounded_policy`), so that a server lost mid-fit ends the fit in
     bounded time. Nothing on a classic session."""
-    client = getattr(spark, "client", None)
-    if not is_connect(spark) or client is None:
+    client = server_client(spark)
+    if client is None:
         return
     client.set_retry_policies([bounded_policy(seconds)])
     if hasattr(client, "_max_retry_exception_elapsed_time"):  # reattaching (pyspark 4.3)
@@ -150,10 +150,11 @@ def check_connect_session(spark, address: str | None = None) -> None:
     """What a fit needs of a Spark Connect session, asked of its server before any data are
     read (:func:`check_server_version`; ``address``: the server's, as messages name it,
     by default the client's own endpoint). Nothing on a classic session."""
-    if not is_connect(spark):
+    client = server_client(spark)
+    if client is None:
         return
     if address is None:
-        address = getattr(getattr(spark.client, "_builder", None), "endpoint", "its address")
+        address = getattr(getattr(client, "_builder", None), "endpoint", "its address")
     check_server_version(spark.version, address)
 
 

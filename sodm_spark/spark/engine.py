@@ -2,18 +2,31 @@
 Connect or in process, docs/design.md §6), and what the fit asks of any of them besides the
 RDD subset each implements: whether records move through DataFrames, reports beside the data
 (:func:`map_with_reports`), sums in a fixed order (:func:`ordered_sum`), persisting
-(:data:`PERSIST`, :func:`store`) and the errors a failed job raises. Nothing here imports
-Spark at import time: the in-process back end (:mod:`.in_process`) runs where pyspark is not
-installed (one machine with a GPU and no Java, docs/design.md §6.2).
+(:data:`PERSIST`, :func:`store`) and the errors a failed job raises. Whatever else differs
+between the back ends is asked here too, as a capability named for what it gives (accumulators,
+files shipped to the executors, the executor list, the driver's JVM and Hadoop file systems,
+text read as numbered lines, a Connect server's client, job tags), so that no other module asks
+which back end it runs on (tests/test_engine_asks.py holds the package to that). Nothing here
+imports Spark at import time: the in-process back end (:mod:`.in_process`) runs where pyspark
+is not installed (one machine with a GPU and no Java, docs/design.md §6.2).
 """
 from __future__ import annotations
 
 import functools
 import os
 import pickle
-from typing import Any, Callable, Iterable, Protocol, Sequence
+from typing import (TYPE_CHECKING, Any, Callable, Iterable, Mapping, NamedTuple, Protocol,
+                    Sequence, Union)
 
 from ..core.errors import InputError
+
+if TYPE_CHECKING:  # annotations only: pyspark is imported where a session is used
+    from pyspark.sql import SparkSession as ClassicSession
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    #: A session the jobs run on: a classic one (a SparkContext and its JVM in this process)
+    #: or a Spark Connect client's.
+    Session = Union[ClassicSession, ConnectSession]
 
 
 class Engine(Protocol):
@@ -21,9 +34,11 @@ class Engine(Protocol):
     :class:`~.frames.FrameContext` over Spark Connect or an
     :class:`~.in_process.InProcessContext`, whichever :func:`context_of` chose. Their records
     (RDD, FrameRDD, InProcessRDD) share the RDD subset of
-    :class:`~.frame_rdd.RecordOperations`; what only a classic context has (reading text
-    files, Hadoop's file systems, job tags, accumulators) is asked of it where the fit knows
-    it runs on one."""
+    :class:`~.frame_rdd.RecordOperations`; what only some of them have (accumulators, files
+    shipped to the executors, the executor list, the JVM's Hadoop file systems) is asked of
+    this module's capabilities (:func:`has_accumulators`, :func:`distributes_files`,
+    :func:`executor_count`, :func:`persisted_rdds`, :func:`driver_hadoop`), never of the
+    context's type."""
 
     @property
     def defaultParallelism(self) -> int: ...  # the cores the plan is made for
@@ -94,16 +109,17 @@ def store(rdd) -> None:
 RECORDS_ENV = "SODM_SPARK_RECORDS"
 
 
-def is_connect(spark) -> bool:
-    """Whether ``spark`` is a Spark Connect session (no SparkContext behind it)."""
+def _is_connect(spark) -> bool:
+    """Whether ``spark`` is a Spark Connect session (no SparkContext behind it): the question
+    the capabilities below answer for the rest of the package."""
     return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
-def workers_python(spark) -> str | None:
+def workers_python(spark: Session) -> str | None:
     """The interpreter a classic session's Python workers run (its SparkContext's
     ``pythonExec``: ``PYSPARK_PYTHON`` or ``python3``), for messages; None on Spark Connect,
     whose server's this client cannot see."""
-    return None if is_connect(spark) else spark.sparkContext.pythonExec
+    return None if _is_connect(spark) else spark.sparkContext.pythonExec
 
 
 def context_of(spark=None, cores: int | None = None):
@@ -115,25 +131,151 @@ def context_of(spark=None, cores: int | None = None):
         from .in_process import in_process_context
 
         return in_process_context(cores)
-    if is_connect(spark) or os.environ.get(RECORDS_ENV, "rdd") == "frames":
+    if _is_connect(spark) or os.environ.get(RECORDS_ENV, "rdd") == "frames":
         from .frames import FrameContext
 
         return FrameContext(spark)
     return spark.sparkContext
 
 
-def uses_frames(sc) -> bool:
+def _uses_frames(sc) -> bool:
     """Whether ``sc`` (:func:`context_of`'s) moves records through DataFrames."""
     from .frames import FrameContext
 
     return isinstance(sc, FrameContext)
 
 
+def _is_in_process(sc) -> bool:
+    """Whether ``sc`` is the in-process back end's context."""
+    from .in_process import InProcessContext
+
+    return isinstance(sc, InProcessContext)
+
+
+# ---------------------------------------------------------- what only some engines can do
+# Each question the package would otherwise answer by asking which back end it runs on, named
+# for what it gives; every docstring says what each back end answers.
+
+def has_accumulators(sc: Engine) -> bool:
+    """Whether ``sc.accumulator`` gives counters that tasks add to and the driver reads: yes
+    on a SparkContext (added as tasks finish) and on the in-process context (added at once);
+    no on a :class:`~.frames.FrameContext` (Spark Connect has none: reports travel as rows
+    beside the data, :func:`map_with_reports`, and progress is not counted)."""
+    return not _uses_frames(sc)
+
+
+def distributes_files(sc: Engine) -> bool:
+    """Whether ``sc.addFile`` puts a file on every executor for the tasks to open
+    (``SparkFiles``): yes on a SparkContext; no on a :class:`~.frames.FrameContext` (Spark
+    Connect has no ``addFile``: files travel in the tasks' closure,
+    :func:`~.frames.inline_file`) nor on the in-process context (none either)."""
+    return not (_uses_frames(sc) or _is_in_process(sc))
+
+
+def executor_count(sc: Engine) -> int | None:
+    """How many executors the application has now, the driver not counted (0 before any has
+    registered), as the driver's JVM lists them: on a SparkContext; None where the engine has
+    no executor list (a :class:`~.frames.FrameContext`: a Spark Connect client sees none; the
+    in-process context, which has no executors)."""
+    jvm_context = getattr(sc, "_jsc", None)
+    if jvm_context is None:
+        return None
+    return jvm_context.sc().getExecutorMemoryStatus().size() - 1  # its list holds the driver
+
+
+def persisted_rdds(sc: Engine) -> Mapping[int, Any]:
+    """The RDDs the engine keeps persisted, by id, each with ``unpersist(blocking)``: on a
+    SparkContext its JVM's (``getPersistentRDDs``: those of every thread's jobs); {} where the
+    engine lists none (a :class:`~.frames.FrameContext`'s checkpoints and the in-process
+    context's lists are released with the records that hold them)."""
+    jvm_context = getattr(sc, "_jsc", None)
+    return {} if jvm_context is None else jvm_context.getPersistentRDDs()
+
+
+def reads_text_lines(spark: Session) -> bool:
+    """Whether the session reads text files as lines in order (``SparkContext.textFile``), so
+    that a check of text input names a bad line's file and 1-based line (:mod:`.io.text_lines`):
+    yes on a classic session; no on a Spark Connect client's, which has no text RDD: its text is
+    read by Spark's own readers (``libsvm``, ``csv``), whose checks name a file and a cell but
+    no line."""
+    return not _is_connect(spark)
+
+
+def _jvm_context(spark: Session | None):
+    """The SparkContext whose JVM the driver reaches (:func:`driver_jvm`), or None."""
+    if spark is not None:
+        return None if _is_connect(spark) else spark.sparkContext
+    try:
+        from pyspark import SparkContext
+    except ImportError:  # a Connect-only client (pyspark-client) has no SparkContext
+        return None
+    running = SparkContext._active_spark_context
+    return None if running is None or getattr(running, "_jvm", None) is None else running
+
+
+def driver_jvm(spark: Session | None = None) -> Any | None:
+    """The py4j view of the JVM this driver runs Spark in (log4j's and Hadoop's classes): a
+    classic session's (``spark``); with no session, that of the SparkContext running in this
+    process if one does (a classic session's, or a local Spark Connect server's own). None
+    where there is none: a Spark Connect client's session (the JVM is the server's), no
+    SparkContext running, pyspark not installed."""
+    context = _jvm_context(spark)
+    return None if context is None else context._jvm
+
+
+class HadoopFiles(NamedTuple):
+    """Hadoop's file systems as a JVM reaches them through py4j (:func:`driver_hadoop`):
+    ``jvm``, its view, and ``configuration``, its SparkContext's Hadoop Configuration (the
+    cluster's connectors, settings and credentials)."""
+
+    jvm: Any
+    configuration: Any
+
+    def path(self, path) -> Any:
+        """``path`` (a plain path, a glob or a URI) as a Hadoop ``Path``; its file system is
+        ``.getFileSystem(configuration)``."""
+        return self.jvm.org.apache.hadoop.fs.Path(str(path))
+
+
+def driver_hadoop(spark: Session | None = None) -> HadoopFiles | None:
+    """Hadoop's file systems as this driver's JVM reaches them (:func:`driver_jvm`'s JVM, with
+    its SparkContext's Hadoop configuration), so the driver lists, reads and writes the paths
+    the session's own readers and writers reach: a classic session's; with no session, the
+    SparkContext's running in this process if one does. None where the driver has no JVM: on
+    a Spark Connect client's session only the server reaches the paths (the driver lists them
+    through pyarrow.fs), and with no session when no SparkContext runs."""
+    context = _jvm_context(spark)
+    if context is None:
+        return None
+    return HadoopFiles(context._jvm, context._jsc.hadoopConfiguration())
+
+
+def server_client(spark: Session) -> Any | None:
+    """The client of the Spark Connect server the session talks to (over gRPC: its retry
+    policies, its endpoint, the releases of finished operations; :mod:`.connect`); None on a
+    classic session, whose JVM runs in this process with no server between."""
+    return getattr(spark, "client", None) if _is_connect(spark) else None
+
+
+def job_tags(spark: Session) -> tuple[Callable[[str], Any], Callable[[str], Any],
+                                      Callable[[str], Any]]:
+    """(add, remove, cancel) of a tag on the jobs the calling thread submits: a classic
+    session's SparkContext job tags (``addJobTag``, ``removeJobTag``, ``cancelJobsWithTag``), a
+    Spark Connect session's operation tags (``addTag``, ``removeTag``, ``interruptTag``). A tag
+    added is the adding thread's own (its pinned JVM thread, or the Connect client's thread
+    local); cancelling works from any thread. (A classic session's own ``interruptTag`` finds
+    only the tags the calling thread added.)"""
+    if _is_connect(spark):
+        return spark.addTag, spark.removeTag, spark.interruptTag
+    sc = spark.sparkContext
+    return sc.addJobTag, sc.removeJobTag, sc.cancelJobsWithTag
+
+
 def partition_count(df) -> int:
     """How many partitions ``df`` has, empty ones included: one probe job on a Connect
     session, where a DataFrame has no ``rdd`` to ask (every task of ``mapInArrow`` runs, even
     over an empty partition, and answers with its index)."""
-    if not is_connect(df.sparkSession):
+    if not _is_connect(df.sparkSession):
         return df.rdd.getNumPartitions()
     from .frames import _probed_partitions
 
@@ -146,7 +288,7 @@ def rows_of(df, sc):
     """The rows of a DataFrame whose first column is binary, each as a 1-tuple of bytes (as
     ``df.rdd`` hands them to Python): ``df.rdd`` on a SparkContext, a :class:`~.frame_rdd.FrameRDD` over
     ``df`` on a :class:`~.frames.FrameContext`."""
-    if not uses_frames(sc):
+    if not _uses_frames(sc):
         return df.rdd
     from .frame_rdd import FrameRDD
 
@@ -175,7 +317,7 @@ def map_with_reports(sc, rdd, fn):
     first attempt's): an accumulator's work on a SparkContext; on DataFrames, the reports
     are rows beside the data (``part`` :data:`REPORT_PART`), read back by a filter in the JVM
     that leaves the data where it is stored."""
-    if not uses_frames(sc):
+    if has_accumulators(sc):
         sink = sc.accumulator({}, ReportsParam())
         out = rdd.mapPartitions(lambda records: fn(records, sink.add),
                                 preservesPartitioning=True).persist(PERSIST)

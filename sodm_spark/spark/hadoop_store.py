@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ..core.errors import SettingsError
 from ..data.filesystems import ATOMIC_RENAME_SCHEMES, CorruptFile, replace_through_staging
+from .engine import HadoopFiles, driver_hadoop
 from .io import error_text
 
 _CHUNK_BYTES = 8 << 20  # one py4j call per 8 MB written
@@ -18,10 +19,11 @@ _EXCLUSIVE_CREATE = frozenset({"hdfs", "viewfs"})
 
 
 class HadoopStore:
-    """A Hadoop ``FileSystem`` reached through py4j (paths are URIs)."""
+    """A Hadoop ``FileSystem`` reached through py4j (paths are URIs): ``filesystem``, one of
+    ``hadoop``'s."""
 
-    def __init__(self, jvm, hadoop_conf, filesystem):
-        self._jvm, self._conf, self._fs = jvm, hadoop_conf, filesystem
+    def __init__(self, hadoop: HadoopFiles, filesystem):
+        self._hadoop, self._fs = hadoop, filesystem
         try:
             scheme = str(filesystem.getUri().getScheme() or "").lower()
         except Exception:  # noqa: BLE001 - a file system that names no scheme: no renames
@@ -33,37 +35,29 @@ class HadoopStore:
     @classmethod
     def for_session(cls, path: str) -> "HadoopStore | None":
         """:meth:`for_path` when a classic Spark session runs (a JVM behind py4j), None when
-        none does (no session, or a Spark Connect client)."""
-        try:
-            from pyspark import SparkContext
-        except ImportError:  # a Connect-only client (pyspark-client) has no SparkContext
-            return None
-        sc = SparkContext._active_spark_context
-        if sc is None or getattr(sc, "_jvm", None) is None:
+        none does (no session, or a Spark Connect client:
+        :func:`~sodm_spark.spark.engine.driver_hadoop`)."""
+        if driver_hadoop() is None:
             return None
         return cls.for_path(path)
 
     @classmethod
     def for_path(cls, path: str) -> "HadoopStore":
-        from pyspark import SparkContext
-
-        sc = SparkContext._active_spark_context
-        if sc is None:
+        hadoop = driver_hadoop()
+        if hadoop is None:
             raise SettingsError(f"{path} is on a Hadoop file system; reading or writing it needs a "
                                 "running Spark session (SparkSession.builder.getOrCreate()), or "
                                 "use a local path.")
-        jvm, conf = sc._jvm, sc._jsc.hadoopConfiguration()
         try:
-            assert jvm is not None  # an active SparkContext has its gateway's JVM
-            filesystem = jvm.org.apache.hadoop.fs.Path(path).getFileSystem(conf)
+            filesystem = hadoop.path(path).getFileSystem(hadoop.configuration)
         except Exception as error:  # py4j: unknown scheme, missing connector or credentials
             raise SettingsError(f"{path}: no Hadoop file system for it "
                                 f"({error_text(error)}). Check the scheme and "
                                 "that its connector is on the classpath.") from None
-        return cls(jvm, conf, filesystem)
+        return cls(hadoop, filesystem)
 
     def _path(self, path: str):
-        return self._jvm.org.apache.hadoop.fs.Path(path)
+        return self._hadoop.path(path)
 
     def exists(self, path: str) -> bool:
         return bool(self._fs.exists(self._path(path)))
@@ -85,7 +79,7 @@ class HadoopStore:
         try:
             stream = self._fs.open(self._path(path))
             try:
-                return bytes(self._jvm.org.apache.commons.io.IOUtils.toByteArray(stream))
+                return bytes(self._hadoop.jvm.org.apache.commons.io.IOUtils.toByteArray(stream))
             finally:
                 stream.close()
         except Exception as error:  # py4j: a checksum mismatch (truncated copy), a lost node

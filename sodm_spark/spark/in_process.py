@@ -255,8 +255,3 @@ def in_process_context(cores: int | None = None, **conf) -> InProcessContext:
     """The in-process back end's context for a fit on this machine (``cores``: the cores the
     plan is made for, all of them by default)."""
     return InProcessContext(cores, conf)
-
-
-def is_in_process(sc) -> bool:
-    """Whether ``sc`` is the in-process back end's context."""
-    return isinstance(sc, InProcessContext)

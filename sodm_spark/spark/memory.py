@@ -30,6 +30,7 @@ import numpy as np
 from ..core.errors import ResourceError
 from ..core.resources import RESERVE_MB, physical_memory_mb, share_per_task, size_mb
 from ..solvers.kernel_rows import solver_memory_mb
+from .engine import executor_count
 from .gpu import driver_gpu_mb, tasks_per_gpu
 
 
@@ -79,11 +80,12 @@ def executor_cores(sc) -> int:
         return max(1, sc.defaultParallelism)
     if conf.get("spark.executor.cores", None):
         return max(1, int(conf.get("spark.executor.cores")))
-    if getattr(sc, "_jsc", None) is None:  # Spark Connect: no executor list; the
-        # configured instances, else one executor holding every core
+    executors = executor_count(sc)
+    if executors is None:  # no executor list (Spark Connect): the configured instances, else
+        # one executor holding every core
         executors = max(1, int(conf.get("spark.executor.instances", "1") or 1))
     else:
-        executors = max(1, sc._jsc.sc().getExecutorMemoryStatus().size() - 1)  # less the driver
+        executors = max(1, executors)
     return max(1, sc.defaultParallelism // executors)
 
 

@@ -47,7 +47,7 @@ from ..models.expansion import KernelExpansion
 from .io import ROW_ID_SHIFT, numeric_array_column
 from .io.arrow import is_vector_type
 from .memory import executor_cores
-from .engine import context_of, partition_count, uses_frames
+from .engine import context_of, distributes_files, has_accumulators, partition_count
 from .task import task_partition
 from .frames import inline_file
 from .scoring_rows import BatchLayout, checked_rows
@@ -314,7 +314,6 @@ def score_dataframe(df, model: KernelExpansion, features_col: str = "features",
         raise SettingsError(f"precision must be one of {', '.join(scoring.PRECISIONS)}, "
                             f"got {precision!r}.")
     sc = context_of(df.sparkSession)
-    connect = uses_frames(sc)
     if key_col is not None and key_col not in df.columns:
         raise InputError(f"the data have no key column {key_col!r}; their columns are "
                          f"{df.columns[:20]}.")
@@ -326,7 +325,7 @@ def score_dataframe(df, model: KernelExpansion, features_col: str = "features",
         sc, df.select(key.alias("key"), *feature_columns), model, kind, features_col)
     schema = _output_schema(df, key_col, model.calibration is not None)
     classes = np.asarray(model.classes, dtype=np.float64)
-    if rows_scored is None and not connect:
+    if rows_scored is None and has_accumulators(sc):
         rows_scored = sc.accumulator(0)
     folder = tempfile.mkdtemp(prefix="sodm-predict-")
     names = []
@@ -337,7 +336,7 @@ def score_dataframe(df, model: KernelExpansion, features_col: str = "features",
         spec = support.save(folder, prefix=f"sodm-predict-{uuid.uuid4().hex[:12]}-")
         names = [name for name in spec["names"].values() if name]
         spec["input_map"], spec["calibration"] = model.input_map, model.calibration
-        if connect:  # no addFile: the files travel in the closure
+        if not distributes_files(sc):  # no addFile (Spark Connect): they travel in the closure
             spec["inline"] = {name: Path(folder, name).read_bytes() for name in names}
             names = []
         for name in names:

@@ -17,7 +17,7 @@ from pyspark.sql import SparkSession
 
 from .connect import (bound_retries, check_connect_session, connect_timeout, lost_server,
                       probe_connect_server, server_address, server_lost)
-from .engine import is_connect
+from .engine import driver_jvm, job_tags, server_client
 
 #: The jobs' logging (conf/log4j2.properties beside the package when it runs from the
 #: repository or the image, else the copy the package ships in conf_defaults/): failed tasks'
@@ -98,12 +98,12 @@ def use_jobs_logging(spark) -> None:
     console; a job started without ``SPARK_CONF_DIR`` pointing at a log4j2 configuration gets
     :data:`JOBS_LOG_CONFIG` instead (a configuration of the user's own is kept)."""
     conf_dir = os.environ.get("SPARK_CONF_DIR")
-    if getattr(spark, "_jsc", None) is None:  # Spark Connect: the server logs as it is set up
+    jvm = driver_jvm(spark)
+    if jvm is None:  # Spark Connect: the server logs as it is set up
         return
     if (conf_dir and (Path(conf_dir) / "log4j2.properties").is_file()) \
             or not JOBS_LOG_CONFIG.is_file():
         return
-    jvm = spark.sparkContext._jvm
     jvm.org.apache.logging.log4j.core.config.Configurator.reconfigure(
         jvm.java.net.URI(JOBS_LOG_CONFIG.as_uri()))
     spark.sparkContext.setLogLevel("WARN")
@@ -126,7 +126,7 @@ def job_session(app_name: str, master: str | None = None, config: dict | None = 
     try:
         yield spark
     except Exception as error:
-        if remote is None or not is_connect(spark) or not server_lost(error):
+        if remote is None or server_client(spark) is None or not server_lost(error):
             raise
         raise lost_server(spark, remote, connect_seconds) from error
     finally:
@@ -140,12 +140,13 @@ def stop_session(spark) -> None:
     server would log every release still in flight as an error on the console. (pyspark 4.0
     and 4.1 wait for them in the pool's ``shutdown``; later versions keep the client's
     futures, waited for here.)"""
-    if getattr(spark, "_jsc", None) is None:
+    client = server_client(spark)
+    if client is not None:
         from concurrent.futures import wait
 
         from pyspark.sql.connect.client import reattach
 
-        futures = getattr(getattr(spark, "client", None), "_release_futures", None)
+        futures = getattr(client, "_release_futures", None)
         if futures:
             wait(list(futures), timeout=10)
         iterator = getattr(reattach, "ExecutePlanResponseReattachableIterator", None)
@@ -185,13 +186,9 @@ class BackgroundJob:
         self._thread = threading.Thread(target=self._run, name=f"sodm {name}", daemon=True)
 
     def _tags(self):
-        """(add, remove, cancel) of the tag: a tag added is the adding thread's own (its pinned
-        JVM thread, or the Connect client's thread local), so only this thread's jobs carry
-        it; cancelling works from any thread."""
-        if is_connect(self._spark):
-            return self._spark.addTag, self._spark.removeTag, self._spark.interruptTag
-        sc = self._spark.sparkContext
-        return sc.addJobTag, sc.removeJobTag, sc.cancelJobsWithTag
+        """(add, remove, cancel) of the tag (:func:`~.engine.job_tags`): a tag added is the
+        adding thread's own, so only this thread's jobs carry it."""
+        return job_tags(self._spark)
 
     def _run(self):
         add, remove, _ = self._tags()

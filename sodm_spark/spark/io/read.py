@@ -14,7 +14,7 @@ import numpy as np
 
 from ...core.errors import SettingsError
 from ...core.validation import max_abs_value
-from ..engine import context_of, is_connect
+from ..engine import context_of, driver_hadoop, reads_text_lines
 from .arrow import dataframe_to_blocks
 from .blocks import (DataFormatError, DataPathError, check_n_features, check_positive,
                      empty_message, error_text, spark_read)
@@ -92,8 +92,11 @@ def _listed_by_arrow(path) -> list[ListedPath]:
 
 def input_statuses(spark, path, fmt):
     """Hadoop FileStatus list of ``path`` (globs allowed); a DataPathError if nothing matches.
-    A Spark Connect session lists through pyarrow.fs instead (:class:`ListedPath`)."""
-    if is_connect(spark):
+    A session whose driver has no Hadoop of its own (Spark Connect,
+    :func:`~sodm_spark.spark.engine.driver_hadoop`) lists through pyarrow.fs instead
+    (:class:`ListedPath`)."""
+    hadoop = driver_hadoop(spark)
+    if hadoop is None:
         try:
             statuses = _listed_by_arrow(path)
         except Exception as exc:  # pyarrow: unknown scheme, no credentials, ...
@@ -105,12 +108,9 @@ def input_statuses(spark, path, fmt):
                                 "a cluster it must be visible to every executor, e.g. on "
                                 "HDFS or a shared volume).")
         return statuses
-    sc = spark.sparkContext
     try:
-        jvm = sc._jvm
-        hpath = jvm.org.apache.hadoop.fs.Path(str(path))
-        fs = hpath.getFileSystem(sc._jsc.hadoopConfiguration())
-        statuses = fs.globStatus(hpath)
+        hpath = hadoop.path(path)
+        statuses = hpath.getFileSystem(hadoop.configuration).globStatus(hpath)
     except Exception as exc:  # py4j errors: bad scheme, no credentials, ...
         raise DataPathError(f"{path} (format {fmt!r}) cannot be listed ({error_text(exc)}). "
                             "Check the path and its scheme (file://, hdfs://, s3a://).") from None
@@ -134,11 +134,11 @@ def input_slices(spark, statuses) -> int:
     for status in statuses:
         if isinstance(status, ListedPath):
             total += status.getLen()
-        elif status.isDirectory():
-            sc = spark.sparkContext
+        elif status.isDirectory():  # a Hadoop FileStatus: the driver's Hadoop listed it
+            hadoop = driver_hadoop(spark)
+            assert hadoop is not None
             path = status.getPath()
-            total += path.getFileSystem(sc._jsc.hadoopConfiguration()) \
-                .getContentSummary(path).getLength()
+            total += path.getFileSystem(hadoop.configuration).getContentSummary(path).getLength()
         else:
             total += status.getLen()
     return max(2, -(-int(total) // INPUT_SPLIT_BYTES))
@@ -217,7 +217,7 @@ def read_blocks(spark, path, fmt, n_features=None, min_partitions=None, *,
     if fmt == "libsvm" and columns.weight_col is not None:
         raise SettingsError(f"{path}: LIBSVM rows have no weight column (weight_col="
                             f"{columns.weight_col!r}); write the data as CSV or Parquet with one.")
-    if fmt == "libsvm" and is_connect(spark):
+    if fmt == "libsvm" and not reads_text_lines(spark):
         return _libsvm_by_spark(spark, path, n_features, sparse, dtype, min_partitions, slices)
     if fmt == "libsvm":
         return read_libsvm_spark(spark, str(path), statuses, n_features,

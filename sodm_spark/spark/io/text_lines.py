@@ -17,7 +17,7 @@ import warnings
 import numpy as np
 
 from ...core.validation import bad_value_rows
-from ..engine import is_connect
+from ..engine import reads_text_lines
 from .blocks import DataFormatError
 
 #: Lines named in a refusal besides the first.
@@ -214,9 +214,10 @@ def check_csv_cells(spark, path, statuses, names, columns, sep=",", header=True,
     returns the data rows. ``names`` are the columns, ``columns`` maps the checked positions
     to their role (``"label"`` or ``"feature"``); with ``header`` the first line of every file
     is skipped (lines equal to it). Raises a DataFormatError naming the file, the 1-based line,
-    the column and the cell, what is wrong and what to do. A Spark Connect session (no text
-    RDD to number lines by) checks the parsed cells instead (:func:`_check_csv_frame`)."""
-    if is_connect(spark):
+    the column and the cell, what is wrong and what to do. A session with no text RDD to
+    number lines by (Spark Connect: :func:`~sodm_spark.spark.engine.reads_text_lines`) checks
+    the parsed cells instead (:func:`_check_csv_frame`)."""
+    if not reads_text_lines(spark):
         return _check_csv_frame(spark, path, names, columns, sep, header, limit)
     lines = spark.sparkContext.textFile(str(path), min_partitions)
     header_line = next(iter(lines.take(1)), None) if header else None
