@@ -21,14 +21,13 @@ import numpy as np
 from ...core.errors import SettingsError
 from ...core.kernels import kernel_matrix
 from ...core.labels import coded_classes, correct_rows
-from ...core.weights import combined_weights
 from ...models import nystroem_cg, nystroem_odm
 from ...models.expansion import KernelExpansion
 from ...models.nystroem_passes import RowPasses
 from ...selection.metrics import Evaluation, correct_of, metric_of, paired_difference
 from ...selection.stopping import holdout_values, oversampled_share
-from ..engine import PERSIST, ordered_sum
-from ..in_process import InProcessContext, InProcessRDD
+from ..engine import ordered_sum
+from .global_rows import on_the_driver, pass_blocks, pass_rows
 from .global_plan import GlobalPlan, plan_global
 from .params import GLOBAL_STEPS
 from .tasks import chunk_order
@@ -92,8 +91,8 @@ def _block_weight(block):
 
 
 def draw_centres(sc, rows, n_rows: int, n_centres: int, seed: int) -> np.ndarray:
-    """``n_centres`` rows drawn uniformly among ``rows`` (:func:`pass_rows`' blocks; all of
-    them when there are no more): those of least seeded row-id hash, as Falkon draws its
+    """``n_centres`` rows drawn uniformly among ``rows`` (:func:`~.global_rows.pass_rows`'
+    blocks; all of them when there are no more): those of least seeded row-id hash, as Falkon draws its
     centres uniformly, in row-id order (the same centres in the same order whatever the
     partitions); every row a level holds is a support vector or near one (ODM duals are
     dense)."""
@@ -110,8 +109,9 @@ def fit_global(sc, solved, kernel, classes, params, plan: GlobalPlan, on_step=No
                partitions: int = 1, class_weights=None, judge=None):
     """The Nyström ODM of every row of ``solved`` (a level's partitions, or the top level's
     before any is solved) in the plan's form, each pass a job over the rows as one block a
-    task (:func:`pass_rows`): (its model, the report for the metrics). With ``partitions`` (the
-    level's count; 0: no level, start from α = 0) it starts from the level's model (the mean
+    task (:func:`~.global_rows.pass_rows`), or where the plan says so the same passes on the
+    driver (:func:`~.global_rows.on_the_driver`): (its model, the report for the metrics).
+    With ``partitions`` (the level's count; 0: no level, start from α = 0) it starts from the level's model (the mean
     of its partitions' local models, as a merge starts from γ/p: each is a model of the whole
     data) brought into the centres' span, where F is lower there than at α = 0. ``judge``
     (a model → how the validation slice judges it): the matrix-free form walks λ's path
@@ -156,36 +156,6 @@ def fit_global(sc, solved, kernel, classes, params, plan: GlobalPlan, on_step=No
     return model, report
 
 
-def _tagged_for_the_driver(index, items):
-    """A level's ``(key, Chunk)`` records as the driver takes them for the step: each with its
-    partition's index, its chunk without its solve's stats (which the step does not read)."""
-    for key, chunk in items:
-        yield index, (key, chunk._replace(stats=None))
-
-
-def on_the_driver(sc, solved, tasks: int, class_weights=None):
-    """(an in-process context of ``sc``'s cores, ``solved``'s partitions held in it, the step's
-    blocks as :func:`pass_rows` makes them): one job collects the level's chunks grouped as
-    :func:`pass_rows` groups them (Spark's coalescer places partitions by their locations, so
-    the grouping is Spark's, not recomputed), after which the step's draws, sums and passes run
-    the same task functions over the same records in the same order on the driver
-    (:mod:`~sodm_spark.spark.in_process`), to the bits a run over the executors gives, without
-    a Spark job for each (:data:`~.global_plan.PLACES`)."""
-    sc.setJobDescription("SODM global step: the level's rows collected onto the driver")
-    held = _grouped(solved.mapPartitionsWithIndex(_tagged_for_the_driver), tasks) \
-        .mapPartitionsWithIndex(lambda index, records: [(index, list(records))]).collect()
-    sources: list[list] = [[] for _ in range(solved.getNumPartitions())]
-    groups: list[list] = [[] for _ in range(min(tasks, solved.getNumPartitions()))]
-    for index, records in held:
-        for source, item in records:
-            sources[source].append(item)
-        groups[index] = [item for _, item in records]
-    # the tasks' BLAS on one thread, as a Spark task's: a GEMM's last bits follow its threads
-    local = InProcessContext(sc.defaultParallelism, task_blas_threads=1)
-    rows = _blocks(InProcessRDD(local, groups), class_weights).persist()
-    return local, InProcessRDD(local, sources), rows
-
-
 def _start_text(start: str, partitions_given: bool) -> str:
     if not partitions_given:
         return "α = 0 (no level ran)"
@@ -196,7 +166,7 @@ def _start_text(start: str, partitions_given: bool) -> str:
 def _normal_matrix(sc, rows, kernel, params, plan, centres, total, values, on_step,
                    judge=None):
     """(α, report) of the normal-matrix form (:func:`~sodm_spark.models.nystroem_odm.fit`)
-    over :func:`pass_rows`' blocks."""
+    over :func:`~.global_rows.pass_rows`' blocks."""
     basis = nystroem_odm.centre_basis(kernel, centres)
     theta, v = params.theta, params.v
 
@@ -220,64 +190,11 @@ def _normal_matrix(sc, rows, kernel, params, plan, centres, total, values, on_st
                   "objective": newton.objectives[-1]}
 
 
-def _compact_rows(item, class_weights):
-    """A chunk's rows for the step's passes: (float32 rows, ±1 labels, weights or None, ids)."""
-    chunk = item[1]
-    weights = combined_weights(chunk.weights, class_weights, chunk.y)
-    return (np.asarray(chunk.X, dtype=np.float32), np.asarray(chunk.y, dtype=np.float64),
-            None if weights is None else np.asarray(weights, dtype=np.float64),
-            np.asarray(chunk.ids, dtype=np.int64))
-
-
-def _one_block(records):
-    """The rows of a task's chunks as one block (their order as stored)."""
-    pieces = list(records)
-    if not pieces:
-        return
-    weighted = any(piece[2] is not None for piece in pieces)
-    yield (np.concatenate([piece[0] for piece in pieces]),
-           np.concatenate([piece[1] for piece in pieces]),
-           np.concatenate([piece[2] if piece[2] is not None else np.ones(piece[1].size)
-                           for piece in pieces]) if weighted else None,
-           np.concatenate([piece[3] for piece in pieces]))
-
-
-#: The global step's rows as this many blocks at least (one a core where there are more
-#: cores): a count that does not follow the session's cores below it, so that a fit on 1 to 8
-#: cores sums every pass over the same blocks in the same order, to the same bits (a float
-#: sum's last bits follow its order); 8 blocks on 2 cores are 4 rounds of tasks that read a
-#: persisted block each, not the hundreds of a level's partitions.
-PASS_BLOCKS = 8
-
-
-def pass_blocks(cores: int) -> int:
-    """How many blocks :func:`pass_rows` makes on ``cores`` cores: :data:`PASS_BLOCKS`, or one
-    a core where there are more."""
-    return max(PASS_BLOCKS, int(cores))
-
-
-def pass_rows(solved, tasks: int, class_weights=None):
-    """The rows of ``solved`` (a level's partitions, or the top level's) as one block per task
-    (X, y, the rows' weights or None, their ids), ``tasks`` tasks, persisted: every job of
-    the global step reads them."""
-    return _blocks(_grouped(solved, tasks), class_weights).persist(PERSIST)
-
-
-def _grouped(records, tasks: int):
-    """``records`` in at most ``tasks`` partitions (Spark's coalescer, no shuffle)."""
-    return records.coalesce(tasks) if records.getNumPartitions() > tasks else records
-
-
-def _blocks(grouped, class_weights):
-    """Each partition of ``grouped`` (a level's records) as one block of the step's rows."""
-    return grouped.map(lambda item: _compact_rows(item, class_weights)).mapPartitions(_one_block)
-
-
 def _matrix_free(sc, rows, kernel, params, plan, centres, total, values, on_step, judge=None):
     """(α, report) of the matrix-free form: :func:`~sodm_spark.models.nystroem_cg.fit_path`
     over λ's path when ``judge`` (α → how the slice judges its model) is given, else
     :func:`~sodm_spark.models.nystroem_cg.fit` at λ; each pass a Spark job over
-    :func:`pass_rows`' blocks."""
+    :func:`~.global_rows.pass_rows`' blocks."""
     cores = max(1, sc.defaultParallelism)
     threads = max(1, cores // max(1, min(cores, rows.getNumPartitions())))
     theta, v = params.theta, params.v
