@@ -162,6 +162,25 @@ def test_the_cost_model_counts_kernel_and_normal_matrix_work(monkeypatch):
     assert plan_global(300_000, 36, 2, "test", kernel, centres=20).form == "normal"
 
 
+def test_a_plan_whose_form_does_not_depend_on_a_kernel_entry_does_not_measure_one(monkeypatch):
+    """Measuring a kernel entry compiles the passes' loops (seconds where numba's cache is
+    cold); where the matrix-free form's fixed costs alone exceed the normal form's seconds,
+    the plan is the normal form without it."""
+    _fixed_speeds(monkeypatch)
+
+    def measured(kernel, inputs):
+        raise AssertionError("a kernel entry was measured")
+
+    monkeypatch.setattr(global_plan, "entry_seconds", measured)
+    kernel = Kernel("rbf", gamma=0.5)
+    plan = plan_global(2_711, 10, 2, "test", kernel, budget_seconds=60.0)
+    assert plan.form == "normal" and plan.entry_seconds is None and plan.centres == 135
+    assert "ns a kernel entry" not in plan.describe()
+    # where the forms' seconds are close, the measurement decides
+    with pytest.raises(AssertionError, match="a kernel entry was measured"):
+        plan_global(300_000, 36, 2, "test", kernel, centres=1_000)
+
+
 def test_the_plan_takes_the_most_centres_its_budget_holds(monkeypatch):
     _fixed_speeds(monkeypatch)
     kernel = Kernel("rbf", gamma=0.5)

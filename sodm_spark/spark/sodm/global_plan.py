@@ -13,8 +13,8 @@ The global step fits the Nyström ODM of every training row on m centres, in one
   and the driver factors two m × m matrices (m³ flops).
 
 :func:`plan_global` measures what a kernel entry of a pass costs here (:func:`entry_seconds`:
-the same loops on a small block, one core), predicts both forms' seconds for each m of
-:data:`CENTRE_LADDER`, and takes the most centres whose cheaper form fits the step's time
+the same loops on a small block, one core; only where the form depends on it), predicts both
+forms' seconds for each m of :data:`CENTRE_LADDER`, and takes the most centres whose cheaper form fits the step's time
 budget and the driver's memory (``centres`` given: that many, in the cheaper form). The
 matrix-free fit then stops after as many passes as the budget holds.
 
@@ -134,7 +134,9 @@ class GlobalPlan:
     passes: int  # the passes it is planned for (the matrix-free fit stops there)
     predicted_seconds: float
     budget_seconds: float | None  # the step's time budget (None: none)
-    entry_seconds: float  # measured: a kernel entry of a pass on one core
+    # measured: a kernel entry of a pass on one core (None: not measured, the normal form
+    # being cheaper whatever it costs)
+    entry_seconds: float | None
     place: str = "executors"  # where the passes run (PLACES)
     other_place_seconds: float | None = None  # the form's predicted seconds in the other place
 
@@ -144,8 +146,10 @@ class GlobalPlan:
         return (f"global step ({self.reason}): Nyström ODM on {self.rows:,} rows x "
                 f"{self.centres:,} centres x {self.inputs:,} inputs, {self.form} "
                 f"on the {self.place} "
-                f"({self.work_per_pass:.2g} multiply-adds a pass, "
-                f"{self.entry_seconds * 1e9:.2f} ns a kernel entry), about {self.passes} "
+                f"({self.work_per_pass:.2g} multiply-adds a pass"
+                + ("" if self.entry_seconds is None
+                   else f", {self.entry_seconds * 1e9:.2f} ns a kernel entry")
+                + f"), about {self.passes} "
                 f"passes, predicted {self.predicted_seconds:,.0f} s{budget}")
 
 
@@ -238,21 +242,33 @@ def plan_global(n_rows: int, inputs: int, cores: int, reason: str, kernel: Kerne
     that cap, below it). The form is the one cheaper over the executors; it runs in the
     cheaper of :data:`PLACES` (the driver only for rows within :data:`DRIVER_ROWS_BYTES`)."""
     cores = max(1, cores)
-    entry = entry_seconds(kernel, inputs)
     places = [place for place in PLACES
               if place == "executors" or rows_bytes(n_rows, inputs) <= DRIVER_ROWS_BYTES]
+    measured: list[float] = []
+
+    def entry() -> float:
+        # measured once, where the form depends on it: the first measurement compiles the
+        # passes' loops (22 s where numba's cache is cold, as on a cluster's driver that
+        # imports a zipped package)
+        if not measured:
+            measured.append(entry_seconds(kernel, inputs))
+        return measured[0]
 
     def form_of(m):
         # the forms compared at one λ each over the executors, where a pass's fixed cost
-        # favours the form of fewer passes; the driver runs the form the executors would
-        matrix_free = matrix_free_seconds(n_rows, m, cores, entry, EXPECTED_CG_PASSES)
-        return "normal" if matrix_free > normal_seconds(n_rows, m, inputs, cores) \
-            else "matrix-free"
+        # favours the form of fewer passes; the driver runs the form the executors would.
+        # Where the matrix-free form's fixed costs alone exceed the normal form's seconds,
+        # the normal form is cheaper whatever a kernel entry costs.
+        normal = normal_seconds(n_rows, m, inputs, cores)
+        if matrix_free_seconds(n_rows, m, cores, 0.0, EXPECTED_CG_PASSES) > normal:
+            return "normal"
+        matrix_free = matrix_free_seconds(n_rows, m, cores, entry(), EXPECTED_CG_PASSES)
+        return "normal" if matrix_free > normal else "matrix-free"
 
     def seconds_of(m, form, place):
         # the matrix-free form planned for λ's path
         return normal_seconds(n_rows, m, inputs, cores, place) if form == "normal" else \
-            matrix_free_seconds(n_rows, m, cores, entry, PLANNED_PASSES, place, inputs)
+            matrix_free_seconds(n_rows, m, cores, entry(), PLANNED_PASSES, place, inputs)
 
     def cheaper(m):
         # (form, seconds, place) of the cheaper place, and the other place's seconds
@@ -272,14 +288,15 @@ def plan_global(n_rows: int, inputs: int, cores: int, reason: str, kernel: Kerne
     passes = PLANNED_PASSES
     if form == "matrix-free" and budget_seconds is not None:
         # as many passes as the budget holds beside the factorizations, at least the plan's
-        per_pass = pass_seconds(n_rows * centres * entry, cores, place)
-        factor = matrix_free_seconds(n_rows, centres, cores, entry, 0, place, inputs)
+        per_pass = pass_seconds(n_rows * centres * entry(), cores, place)
+        factor = matrix_free_seconds(n_rows, centres, cores, entry(), 0, place, inputs)
         passes = min(MOST_PASSES, max(PLANNED_PASSES,
                                       int((budget_seconds - factor) // per_pass)))
-        seconds = matrix_free_seconds(n_rows, centres, cores, entry, passes, place, inputs)
+        seconds = matrix_free_seconds(n_rows, centres, cores, entry(), passes, place, inputs)
     elif form == "normal":
         passes = EXPECTED_NORMAL_PASSES
     work = (nystroem_odm.pass_work(n_rows, centres, inputs) if form == "normal"
             else float(n_rows) * centres * inputs)
     return GlobalPlan(n_rows, centres, inputs, reason, form, work, passes, seconds,
-                      budget_seconds, entry, place, other_seconds)
+                      budget_seconds, measured[0] if measured else None, place,
+                      other_seconds)

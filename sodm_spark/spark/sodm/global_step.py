@@ -150,7 +150,8 @@ def fit_global(sc, solved, kernel, classes, params, plan: GlobalPlan, on_step=No
                    "other_place_seconds": plan.other_place_seconds,
                    "work_per_pass": plan.work_per_pass, "planned_passes": plan.passes,
                    "budget_seconds": plan.budget_seconds,
-                   "entry_nanoseconds": plan.entry_seconds * 1e9,
+                   "entry_nanoseconds": None if plan.entry_seconds is None
+                   else plan.entry_seconds * 1e9,
                    "predicted_seconds": plan.predicted_seconds,
                    "seconds": time.perf_counter() - started})
     return model, report
