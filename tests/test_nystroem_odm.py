@@ -138,6 +138,8 @@ def test_the_cost_model_counts_kernel_and_normal_matrix_work(monkeypatch):
     free = EXPECTED_CG_PASSES * (0.3 + PASS_OVERHEAD_SECONDS) + 1e9 / (0.3 * 1e11 * 2) + setup
     assert global_plan.matrix_free_seconds(300_000, 1_000, 2, 2e-9, EXPECTED_CG_PASSES) == \
         pytest.approx(free)
+    # the driver allowed rows of this size
+    monkeypatch.setattr(global_plan, "DRIVER_ROWS_BYTES", 300_000 * 168)
     plan = plan_global(300_000, 36, 2, "test", kernel, centres=1_000)
     assert plan.form == "matrix-free" and plan.centres == 1_000
     # chosen at one λ each; the matrix-free fit then planned for two λs of its path
