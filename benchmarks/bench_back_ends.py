@@ -183,21 +183,32 @@ def worktree(ref: str, repository: Path = ROOT):
 
 
 def data_arguments(args) -> tuple[dict, list[str]]:
-    """(the record's ``data``: name, rows and for a folder the identity of its Parquet rows; the
-    job's data flags) of ``args``."""
+    """(the record's ``data``: name, rows and for a folder the identity of its Parquet rows,
+    and ``job_args`` where ``--job-args`` gives the job more flags; the job's flags) of
+    ``args``."""
+    extra = shlex.split(args.job_args or "")
     if args.data_folder is None:
         from sodm_spark.jobs.train_args import DEFAULT_ROWS
 
         rows = args.rows or DEFAULT_ROWS
-        return ({"name": "built-in", "rows": rows},
-                [] if args.rows is None else ["--rows", str(args.rows)])
-    folder = args.data_folder.resolve()
-    train, test = parquet_identity(folder / "train"), parquet_identity(folder / "test")
-    name = folder.name.removesuffix(f"-{train['rows']}")
-    return ({"name": name, "rows": train["rows"], "folder": str(folder), "train": train,
-             "test": test},
-            ["--data", str(folder / "train"), "--test-data", str(folder / "test"),
-             "--format", "parquet"])
+        data: dict = {"name": "built-in", "rows": rows}
+        flags = [] if args.rows is None else ["--rows", str(args.rows)]
+    else:
+        folder = args.data_folder.resolve()
+        train, test = parquet_identity(folder / "train"), parquet_identity(folder / "test")
+        data = {"name": folder.name.removesuffix(f"-{train['rows']}"), "rows": train["rows"],
+                "folder": str(folder), "train": train, "test": test}
+        flags = ["--data", str(folder / "train"), "--test-data", str(folder / "test"),
+                 "--format", "parquet"]
+    if extra:
+        data["job_args"] = shlex.join(extra)
+    return data, flags + extra
+
+
+def record_name(data: dict) -> str:
+    """The data's part of the record's file name: its name, and its extra job flags."""
+    extra = "".join(c if c.isalnum() else "-" for c in data.get("job_args", "")).strip("-")
+    return data["name"] + (f"-{extra}" if extra else "")
 
 
 def print_table(summary: dict) -> None:
@@ -226,6 +237,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"comma-separated, in a round's order (default: {','.join(VARIANTS)})")
     parser.add_argument("--before", default=BEFORE,
                         help="the version the before variant runs (default: %(default)s)")
+    parser.add_argument("--job-args", default="",
+                        help="more flags of the training job for every timed run (e.g. "
+                        "'--levels 2'), recorded with the data")
     parser.add_argument("--repeat", type=int, default=3, help="rounds (default: %(default)s)")
     parser.add_argument("--warm-up-rows", type=int, default=2000,
                         help="built-in rows of each variant's untimed first run; 0: none")
@@ -247,7 +261,7 @@ def main(argv=None) -> int:
     if args.repeat < 1:
         parser.error("--repeat must be 1 or more")
     data, job_args = data_arguments(args)
-    args.record = args.record or default_record_path(ROOT, data["name"], [data["rows"]],
+    args.record = args.record or default_record_path(ROOT, record_name(data), [data["rows"]],
                                                      kind=Path(RECORDS).name)
     for variant in variants:  # the settings say how each variant is started (before: from
         # its worktree), and why Connect is started otherwise

@@ -131,6 +131,13 @@ def test_a_data_folder_is_named_by_its_rows_and_passed_as_parquet(tmp_path):
     assert data == {"name": "built-in", "rows": 60000} and job_args == []
     assert bench.data_arguments(bench.build_parser().parse_args(["--rows", "2000"]))[1] == [
         "--rows", "2000"]
+    # more job flags: passed to every timed run, recorded with the data and in its file name
+    data, job_args = bench.data_arguments(bench.build_parser().parse_args(
+        ["--rows", "3000", "--job-args", "--levels 2"]))
+    assert job_args == ["--rows", "3000", "--levels", "2"]
+    assert data == {"name": "built-in", "rows": 3000, "job_args": "--levels 2"}
+    assert bench.record_name(data) == "built-in-levels-2"
+    assert report._data({"data": data}) == "built-in, 3,000 rows (`--levels 2`)"
 
 
 def record(data, runs, started="2026-12-01T10:00:00+00:00", before="a833d94"):

@@ -70,7 +70,7 @@ def newest_records(root) -> list[str]:
     for path in sorted((Path(root) / RECORDS).glob("*.json")):
         record = json.loads(path.read_text())
         data = record.get("data") or {}
-        key = (data.get("rows") or 0, data.get("name") or path.stem)
+        key = (data.get("rows") or 0, data.get("name") or path.stem, data.get("job_args", ""))
         started = record.get("started_utc") or ""
         if key not in newest or started > newest[key][0]:
             newest[key] = (started, str(path.relative_to(root)))
@@ -110,8 +110,9 @@ def _accuracy(record: dict, variants: list[str]) -> str:
 def _data(record: dict) -> str:
     data = record.get("data") or {}
     rows = data.get("rows")
-    return f"{data.get('name', '?')}, {rows:,} rows" if isinstance(rows, int) else \
-        str(data.get("name", "?"))
+    extra = f" (`{data['job_args']}`)" if data.get("job_args") else ""
+    return (f"{data.get('name', '?')}, {rows:,} rows" if isinstance(rows, int) else
+            str(data.get("name", "?"))) + extra
 
 
 def back_ends_row(record: dict) -> str:
