@@ -23,9 +23,9 @@ Python workers and its version first on ``PYTHONPATH`` (and as the working folde
 driver and the workers import that version's ``sodm_spark`` (an editable install points at
 another checkout); a probe through spark-submit checks it for each version before the timing
 (``import_probe.py``: the file the driver and a worker import), and the record keeps what it
-found. Each variant first runs once untimed on 2,000 built-in rows (``--warm-up-rows``): a fresh
-worktree compiles its numba kernels into its own cache on its first run, which the timed runs
-must not pay.
+found. Each variant first runs once untimed on 2,000 built-in rows (``--warm-up-rows``) with the
+``--job-args`` flags: a fresh worktree compiles its numba kernels into its own cache on its first
+run, which the timed runs must not pay (a global step's, 22 s, only where one runs).
 
 Data: the job's built-in rows (its every default: 60,000 generated rows, ``--rows N`` passes the
 job's own ``--rows``), or ``--data-folder F`` with ``train/`` and ``test/`` Parquet folders
@@ -286,7 +286,9 @@ def main(argv=None) -> int:
             if args.warm_up_rows:
                 for variant in variants:
                     run = run_once(variant, -1, roots[variant],
-                                   ["--rows", str(args.warm_up_rows)], scratch, args.run_timeout)
+                                   ["--rows", str(args.warm_up_rows),
+                                    *shlex.split(args.job_args or "")],
+                                   scratch, args.run_timeout)
                     found["warm_up"].append(run)
                     check(run)
                 record.lap("warm-up")

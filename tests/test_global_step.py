@@ -94,7 +94,9 @@ def test_the_matrix_free_global_step_on_spark_is_the_brute_force_optimum(spark, 
     sc = spark.sparkContext
     monkeypatch.setattr(global_step, "keeps_global", lambda level, glob: True)
     planned = global_step.plan_global
-    params = replace(BASE, global_step="always", min_improvement=1.0)
+    # stop_level=2: the step runs after level 2, whose 9 partitions the passes read as 8
+    # blocks (global_rows.consecutive_groups)
+    params = replace(BASE, global_step="always", min_improvement=1.0, stop_level=2)
     fits = {}
     for place in ("driver", "executors"):
         monkeypatch.setattr(global_step, "plan_global", lambda *arguments, place=place: replace(
@@ -102,6 +104,7 @@ def test_the_matrix_free_global_step_on_spark_is_the_brute_force_optimum(spark, 
         fits[place] = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, [-1.0, 1.0],
                                validation=(X_val, y_val))
     assert fits["driver"].global_step["place"] == "driver"
+    assert fits["driver"].levels[-1].partitions == 9
     assert planned(len(y), 5, 2, "test", Kernel("rbf", gamma=0.3), 60.0, 40).place == "driver"
     fit = fits["executors"]
     assert fit.global_step["place"] == "executors"

@@ -55,9 +55,37 @@ def pass_rows(solved, tasks: int, class_weights=None):
     return _blocks(_grouped(solved, tasks), class_weights).persist(PERSIST)
 
 
+def consecutive_groups(partitions: int, tasks: int) -> list[int]:
+    """The group of each of ``partitions`` partitions among ``tasks`` groups of consecutive
+    ones: partition j in group i when i·N/n ≤ j < (i+1)·N/n."""
+    group = [0] * partitions
+    for i in range(tasks):
+        for j in range(i * partitions // tasks, (i + 1) * partitions // tasks):
+            group[j] = i
+    return group
+
+
+def _in_order(pairs):
+    """A group's records in (source partition, position) order, however a shuffle delivered
+    them."""
+    for _, (_, _, record) in sorted(pairs, key=lambda pair: pair[1][:2]):
+        yield record
+
+
 def _grouped(records, tasks: int):
-    """``records`` in at most ``tasks`` partitions (Spark's coalescer, no shuffle)."""
-    return records.coalesce(tasks) if records.getNumPartitions() > tasks else records
+    """``records`` in at most ``tasks`` partitions, each a range of consecutive ones in their
+    order (:func:`consecutive_groups`), on every engine: Spark's coalescer groups a persisted
+    level's partitions by their locations instead (9 into 8 of a shuffled level on local[2]:
+    not in ranges), so that a fit's blocks, and its sums' last bits, would follow the engine
+    and the cluster's layout. A shuffle of the rows once a step, where there are more
+    partitions than tasks."""
+    n = records.getNumPartitions()
+    if n <= tasks:
+        return records
+    group = consecutive_groups(n, tasks)
+    tagged = records.mapPartitionsWithIndex(lambda index, items: (
+        (group[index], (index, position, item)) for position, item in enumerate(items)))
+    return tagged.partitionBy(tasks, lambda key: key).mapPartitions(_in_order)
 
 
 def _blocks(grouped, class_weights):
@@ -65,31 +93,25 @@ def _blocks(grouped, class_weights):
     return grouped.map(lambda item: _compact_rows(item, class_weights)).mapPartitions(_one_block)
 
 
-def _tagged_for_the_driver(index, items):
-    """A level's ``(key, Chunk)`` records as the driver takes them for the step: each with its
-    partition's index, its chunk without its solve's stats (which the step does not read)."""
-    for key, chunk in items:
-        yield index, (key, chunk._replace(stats=None))
+def _held_on_the_driver(index, items):
+    """A partition of a level's ``(key, Chunk)`` records as the driver takes it for the step:
+    (its index, its chunks without their solve's stats, which the step does not read)."""
+    yield index, [(key, chunk._replace(stats=None)) for key, chunk in items]
 
 
 def on_the_driver(sc, solved, tasks: int, class_weights=None):
     """(an in-process context of ``sc``'s cores, ``solved``'s partitions held in it, the step's
-    blocks as :func:`pass_rows` makes them): one job collects the level's chunks grouped as
-    :func:`pass_rows` groups them (Spark's coalescer places partitions by their locations, so
-    the grouping is Spark's, not recomputed), after which the step's draws, sums and passes run
+    blocks as :func:`pass_rows` makes them): one job collects the level's chunks, each
+    partition's in stored order, after which the step's blocks, draws, sums and passes run
     the same task functions over the same records in the same order on the driver
     (:mod:`~sodm_spark.spark.in_process`), to the bits a run over the executors gives, without
     a Spark job for each (:data:`~.global_plan.PLACES`)."""
     sc.setJobDescription("SODM global step: the level's rows collected onto the driver")
-    held = _grouped(solved.mapPartitionsWithIndex(_tagged_for_the_driver), tasks) \
-        .mapPartitionsWithIndex(lambda index, records: [(index, list(records))]).collect()
+    held = solved.mapPartitionsWithIndex(_held_on_the_driver).collect()
     sources: list[list] = [[] for _ in range(solved.getNumPartitions())]
-    groups: list[list] = [[] for _ in range(min(tasks, solved.getNumPartitions()))]
-    for index, records in held:
-        for source, item in records:
-            sources[source].append(item)
-        groups[index] = [item for _, item in records]
+    for index, items in held:
+        sources[index] = items
     # the tasks' BLAS on one thread, as a Spark task's: a GEMM's last bits follow its threads
     local = InProcessContext(sc.defaultParallelism, task_blas_threads=1)
-    rows = _blocks(InProcessRDD(local, groups), class_weights).persist()
-    return local, InProcessRDD(local, sources), rows
+    level = InProcessRDD(local, sources)
+    return local, level, pass_rows(level, tasks, class_weights)
