@@ -51,11 +51,23 @@ def data():
 
 
 def test_the_spark_global_step_is_the_brute_force_nystroem_optimum(spark, data, monkeypatch):
+    """The normal-matrix form on the driver (the place the plan takes for rows this few) and
+    over the executors: the same bits, after level 2's 9 partitions (read as 8 blocks of
+    consecutive ones, global_rows.consecutive_groups); the optimum of F by brute force."""
     X, y, X_val, y_val = data
     sc = spark.sparkContext
     monkeypatch.setattr(global_step, "keeps_global", lambda level, glob: True)
-    params = replace(BASE, global_step="always", min_improvement=1.0)
+    params = replace(BASE, global_step="always", min_improvement=1.0, stop_level=2)
+    planned = global_step.plan_global
     fit = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, [-1.0, 1.0], validation=(X_val, y_val))
+    assert fit.global_step["place"] == "driver" and fit.levels[-1].partitions == 9
+    monkeypatch.setattr(global_step, "plan_global", lambda *arguments: replace(
+        planned(*arguments), place="executors"))
+    executors = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, [-1.0, 1.0],
+                         validation=(X_val, y_val))
+    assert executors.global_step["place"] == "executors"
+    np.testing.assert_array_equal(executors.model.coef, fit.model.coef)
+    np.testing.assert_array_equal(executors.model.support_vectors, fit.model.support_vectors)
     report = fit.global_step
     assert report["ran"] and report["kept"] and report["centres"] == 40
     assert report["reason"] == "global_step='always'"
@@ -87,30 +99,20 @@ def test_the_spark_global_step_is_the_brute_force_nystroem_optimum(spark, data, 
 def test_the_matrix_free_global_step_on_spark_is_the_brute_force_optimum(spark, data,
                                                                           monkeypatch):
     """The form the plan takes at thousands of centres (conjugate gradients on kernel products,
-    each pass a Spark job over the rows as one block a task), forced here on 40 centres; and
-    the same passes run on the driver (the place the plan takes for rows this few) give the
-    same bits."""
+    each pass a Spark job over the rows as one block a task), forced here on 40 centres and
+    over the executors (the driver is the place the plan takes for rows this few)."""
     X, y, X_val, y_val = data
     sc = spark.sparkContext
     monkeypatch.setattr(global_step, "keeps_global", lambda level, glob: True)
     planned = global_step.plan_global
-    # stop_level=2: the step runs after level 2, whose 9 partitions the passes read as 8
-    # blocks (global_rows.consecutive_groups)
-    params = replace(BASE, global_step="always", min_improvement=1.0, stop_level=2)
-    fits = {}
-    for place in ("driver", "executors"):
-        monkeypatch.setattr(global_step, "plan_global", lambda *arguments, place=place: replace(
-            planned(*arguments), form="matrix-free", passes=200, place=place))
-        fits[place] = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, [-1.0, 1.0],
-                               validation=(X_val, y_val))
-    assert fits["driver"].global_step["place"] == "driver"
-    assert fits["driver"].levels[-1].partitions == 9
-    assert planned(len(y), 5, 2, "test", Kernel("rbf", gamma=0.3), 60.0, 40).place == "driver"
-    fit = fits["executors"]
+
+    def matrix_free(*arguments):
+        return replace(planned(*arguments), form="matrix-free", passes=200, place="executors")
+
+    monkeypatch.setattr(global_step, "plan_global", matrix_free)
+    params = replace(BASE, global_step="always", min_improvement=1.0)
+    fit = fit_sodm(sc, numpy_to_blocks(sc, X, y), params, [-1.0, 1.0], validation=(X_val, y_val))
     assert fit.global_step["place"] == "executors"
-    np.testing.assert_array_equal(fits["driver"].model.coef, fit.model.coef)
-    np.testing.assert_array_equal(fits["driver"].model.support_vectors,
-                                  fit.model.support_vectors)
     report = fit.global_step
     assert report["ran"] and report["kept"] and report["form"] == "matrix-free"
     assert report["passes"] <= 200 and len(report["cg_iterations"]) == report["newton_steps"]
