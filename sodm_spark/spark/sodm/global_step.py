@@ -92,9 +92,9 @@ def _block_weight(block):
 
 def draw_centres(sc, rows, n_rows: int, n_centres: int, seed: int) -> np.ndarray:
     """``n_centres`` rows drawn uniformly among ``rows`` (:func:`~.global_rows.pass_rows`'
-    blocks; all of them when there are no more): those of least seeded row-id hash, as Falkon draws its
-    centres uniformly, in row-id order (the same centres in the same order whatever the
-    partitions); every row a level holds is a support vector or near one (ODM duals are
+    blocks; all of them when there are no more): those of least seeded row-id hash, as Falkon
+    draws its centres uniformly, in row-id order (the same centres in the same order whatever
+    the partitions); every row a level holds is a support vector or near one (ODM duals are
     dense)."""
     share = oversampled_share(1.0, n_centres, n_rows)
     sc.setJobDescription("SODM global step: draw the centres")
@@ -111,9 +111,10 @@ def fit_global(sc, solved, kernel, classes, params, plan: GlobalPlan, on_step=No
     before any is solved) in the plan's form, each pass a job over the rows as one block a
     task (:func:`~.global_rows.pass_rows`), or where the plan says so the same passes on the
     driver (:func:`~.global_rows.on_the_driver`): (its model, the report for the metrics).
-    With ``partitions`` (the level's count; 0: no level, start from α = 0) it starts from the level's model (the mean
-    of its partitions' local models, as a merge starts from γ/p: each is a model of the whole
-    data) brought into the centres' span, where F is lower there than at α = 0. ``judge``
+    With ``partitions`` (the level's count; 0: no level, start from α = 0) it starts from
+    the level's model (the mean of its partitions' local models, as a merge starts from γ/p:
+    each is a model of the whole data) brought into the centres' span, where F is lower there
+    than at α = 0. ``judge``
     (a model → how the validation slice judges it): the matrix-free form walks λ's path
     (:func:`~sodm_spark.models.nystroem_cg.fit_path`) and keeps the λ it ranks first; None:
     λ alone."""
