@@ -14,9 +14,9 @@ The global step fits the Nyström ODM of every training row on m centres, in one
 
 :func:`plan_global` measures what a kernel entry of a pass costs here (:func:`entry_seconds`:
 the same loops on a small block, one core; only where the form depends on it), predicts both
-forms' seconds for each m of :data:`CENTRE_LADDER`, and takes the most centres whose cheaper form fits the step's time
-budget and the driver's memory (``centres`` given: that many, in the cheaper form). The
-matrix-free fit then stops after as many passes as the budget holds.
+forms' seconds for each m of :data:`CENTRE_LADDER`, and takes the most centres whose cheaper
+form fits the step's time budget and the driver's memory (``centres`` given: that many, in the
+cheaper form). The matrix-free fit then stops after as many passes as the budget holds.
 
 Where the passes run is priced too (:data:`PLACES`): over the executors, each pass a Spark job
 with its fixed cost (:data:`PASS_OVERHEAD_SECONDS`), or on the driver, which collects the
