@@ -53,7 +53,7 @@ def data():
 def test_the_spark_global_step_is_the_brute_force_nystroem_optimum(spark, data, monkeypatch):
     """The normal-matrix form on the driver (the place the plan takes for rows this few) and
     over the executors: the same bits, after level 2's 9 partitions (read as 8 blocks of
-    consecutive ones, global_rows.consecutive_groups); the optimum of F by brute force."""
+    consecutive ones, frame_rdd.consecutive_groups); the optimum of F by brute force."""
     X, y, X_val, y_val = data
     sc = spark.sparkContext
     monkeypatch.setattr(global_step, "keeps_global", lambda level, glob: True)

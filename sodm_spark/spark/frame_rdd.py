@@ -105,6 +105,17 @@ class RecordOperations:
         return self.exact_shuffle(n, lambda index, position, record: (index + position) % n)
 
 
+def consecutive_groups(partitions: int, groups: int) -> list[int]:
+    """The group of each of ``partitions`` partitions among ``groups`` ranges of consecutive
+    ones, as Spark's coalescer makes them without locality: partition j in group i when
+    i·N/n ≤ j < (i+1)·N/n."""
+    group = [0] * partitions
+    for i in range(groups):
+        for j in range(i * partitions // groups, (i + 1) * partitions // groups):
+            group[j] = i
+    return group
+
+
 def _disk_only():
     """Spark's ``StorageLevel.DISK_ONLY``, imported where a DataFrame is (the in-process back
     end shares this module's :class:`RecordOperations` without pyspark: :mod:`.engine`)."""
@@ -153,13 +164,8 @@ class FrameRDD(RecordOperations):
     def coalesce(self, n: int, shuffle: bool = False) -> "FrameRDD":
         if n >= self.n:
             return self
-        previous = self.n
-        # Spark's coalescer without locality: partition j joins group i when
-        # i·N/n ≤ j < (i+1)·N/n, ranges of consecutive partitions
-        group = [0] * previous
-        for i in range(n):
-            for j in range(i * previous // n, (i + 1) * previous // n):
-                group[j] = i
+        # Spark's coalescer without locality: ranges of consecutive partitions
+        group = consecutive_groups(self.n, n)
         return self.exact_shuffle(n, lambda index, position, record: group[index])
 
     # --- persistence -------------------------------------------------------------------------

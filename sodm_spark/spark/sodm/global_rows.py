@@ -9,6 +9,7 @@ import numpy as np
 
 from ...core.weights import combined_weights
 from ..engine import PERSIST
+from ..frame_rdd import consecutive_groups
 from ..in_process import InProcessContext, InProcessRDD
 
 
@@ -55,16 +56,6 @@ def pass_rows(solved, tasks: int, class_weights=None):
     return _blocks(_grouped(solved, tasks), class_weights).persist(PERSIST)
 
 
-def consecutive_groups(partitions: int, tasks: int) -> list[int]:
-    """The group of each of ``partitions`` partitions among ``tasks`` groups of consecutive
-    ones: partition j in group i when i·N/n ≤ j < (i+1)·N/n."""
-    group = [0] * partitions
-    for i in range(tasks):
-        for j in range(i * partitions // tasks, (i + 1) * partitions // tasks):
-            group[j] = i
-    return group
-
-
 def _in_order(pairs):
     """A group's records in (source partition, position) order, however a shuffle delivered
     them."""
@@ -74,7 +65,7 @@ def _in_order(pairs):
 
 def _grouped(records, tasks: int):
     """``records`` in at most ``tasks`` partitions, each a range of consecutive ones in their
-    order (:func:`consecutive_groups`), on every engine: Spark's coalescer groups a persisted
+    order (:func:`~..frame_rdd.consecutive_groups`), on every engine: Spark's coalescer groups a persisted
     level's partitions by their locations instead (9 into 8 of a shuffled level on local[2]:
     not in ranges), so that a fit's blocks, and its sums' last bits, would follow the engine
     and the cluster's layout. A shuffle of the rows once a step, where there are more
