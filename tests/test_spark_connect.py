@@ -63,6 +63,24 @@ def test_records_over_dataframes_land_where_the_rdd_operations_put_them(spark):
     assert frames.parallelize(values, 2).take(3) == [0, 1, 2]
 
 
+def test_stages_that_read_part_of_their_input_keep_their_python_workers(spark):
+    """A Python worker that leaves its task's input unread exits instead of going back to the
+    pool, and the next task pays a new interpreter's imports: the stages of a runJob that asks
+    for some partitions, of take, and of a function that reads one record read their input
+    to the end, so the same workers serve the stage after them."""
+    frames = FrameContext(spark)
+    records = frames.parallelize(range(600), 6)
+
+    def workers():
+        return set(records.mapPartitions(lambda it: [os.getpid(), sum(it)][:1]).collect())
+
+    before = workers()
+    assert frames.runJob(records, lambda it: [next(iter(it))], partitions=[1, 4]) == [100, 400]
+    assert records.take(2) == [0, 1]
+    assert records.mapPartitions(lambda it: [next(iter(it))]).collect()[:2] == [0, 100]
+    assert workers() <= before
+
+
 def test_reports_come_back_beside_the_data_as_an_accumulator_s_would(spark):
     """map_with_reports: the same records and reports on DataFrames as through an
     accumulator; records that were unpersisted refuse to be read."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import itertools
 import pickle
+from collections import deque
 from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
@@ -36,6 +37,7 @@ def _task(pending, assign=None, salts=None, raw=False):
     def run(batches):
         import pyarrow as pa
 
+        batches = iter(batches)
         index = task_partition()
         records = _records(batches, raw)
         out = records if pending is None else pending(index, records)
@@ -51,6 +53,12 @@ def _task(pending, assign=None, salts=None, raw=False):
                 schema=pa.schema([("part", pa.int64()), ("salt", pa.int64()),
                                   ("src", pa.int64()), ("seq", pa.int64()),
                                   ("payload", pa.binary())]))
+        # The input read to its end, also where the functions stopped early (a partition
+        # runJob does not ask for, take): a Python worker that leaves input unread exits
+        # instead of returning to Spark's pool, and the stage's next task starts an
+        # interpreter that imports the package and loads its numba kernels again (a second a
+        # task, half a 60,000-row search over Spark Connect).
+        deque(batches, maxlen=0)
     return run
 
 
@@ -244,8 +252,19 @@ class FrameRDD(RecordOperations):
         return found[0]
 
     def take(self, n: int) -> list:
-        rows = self._frame().select("payload").limit(n).collect()
-        return [pickle.loads(row["payload"]) for row in rows]
+        """The first ``n`` records, the partitions scanned in order as ``RDD.take`` scans
+        them (one, then four times as many as scanned so far), each task reading its whole
+        input: a ``limit`` stops reading a Python stage's output, and Spark ends that stage's
+        Python workers instead of reusing them."""
+        found: list = []
+        scanned = 0
+        while len(found) < n and scanned < self.n:
+            wanted = range(scanned, min(self.n, scanned + max(1, 4 * scanned)))
+            left = n - len(found)
+            found += self.mapPartitions(
+                functools.partial(_first_records, left)).collect(partitions=wanted)
+            scanned = wanted.stop
+        return found[:n]
 
     def zipWithIndex(self) -> "FrameRDD":
         counts = self.mapPartitionsWithIndex(
@@ -259,3 +278,7 @@ class FrameRDD(RecordOperations):
 
 
 _EMPTY = object()
+
+
+def _first_records(n: int, records):
+    return itertools.islice(records, n)
