@@ -33,7 +33,8 @@ job's own ``--rows``), or ``--data-folder F`` with ``train/`` and ``test/`` Parq
 Every other setting is the job's default. ``--repeat N`` rounds, each variant once a round in
 turn (A B C A B C …): the ratios ``connect/classic`` and ``classic/before`` are taken within a
 round, and their medians reported. Each run's whole wall seconds, the job's own train seconds
-and test accuracy (its ``--metrics-out``), the sha256 of the model files it wrote
+and test accuracy (its ``--metrics-out``), the seconds of each stage of the job's own timeline
+(where the version writes one), the sha256 of the model files it wrote
 (``--model-out``, a temporary folder) and its exit code go into the record, rewritten after
 every run (``--record``, default ``docs/results/back_ends/<data>-<rows>-<UTC date>.json``;
 sodm_spark.benchmarking.records), with the summary (sodm_spark.benchmarking.back_ends_report).
@@ -136,10 +137,20 @@ def run_once(variant: str, number: int, root: Path, job_args: list[str], scratch
     if result.returncode == 0:
         figures = json.loads(metrics.read_text())
         run.update(train_seconds=figures.get("train_seconds"),
-                   test_accuracy=figures.get("test_accuracy"), model=model_digest(model))
+                   test_accuracy=figures.get("test_accuracy"), model=model_digest(model),
+                   stages=stage_seconds(figures))
     else:
         run["stderr"] = last_lines(result.stderr)
     return run
+
+
+def stage_seconds(figures: dict) -> dict | None:
+    """The seconds of each stage of the command's own timeline (its metrics' ``timeline``,
+    sodm_spark.core.timeline), None where the version run writes none."""
+    timeline = figures.get("timeline")
+    if not isinstance(timeline, dict) or not timeline.get("stages"):
+        return None
+    return {stage["stage"]: stage["seconds"] for stage in timeline["stages"]}
 
 
 def imported_sodm_spark(root: Path, timeout: float | None) -> dict:
@@ -224,6 +235,14 @@ def print_table(summary: dict) -> None:
     identical = summary["models_identical"]
     print("model files: " + {True: "identical bytes in every run", False: "not identical",
                              None: "none written"}[identical])
+    stages = summary.get("stage_medians") or {}
+    if stages:
+        variants = list(stages)
+        print(f"\n{'stage (median s)':<20}" + "".join(f"{v:>9}" for v in variants))
+        for name in dict.fromkeys(n for v in variants for n in stages[v]):
+            print(f"{name:<20}" + "".join(
+                f"{stages[v][name]:>9.1f}" if name in stages[v] else f"{'-':>9}"
+                for v in variants))
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -99,6 +99,25 @@ def test_a_failed_run_leaves_its_round_out_of_the_pairs_and_a_model_apart_is_see
     assert report.summarize([run("classic", 0, 1.0, exit_code=1)])["models_identical"] is None
 
 
+def test_the_stages_of_the_job_s_timeline_are_kept_and_their_medians_summarized():
+    timelines = {("classic", 0): {"search": 30.0, "level 0": 19.0},
+                 ("classic", 1): {"search": 32.0, "level 0": 18.0},
+                 ("classic", 2): {"search": 34.0, "level 0": 20.0},
+                 ("connect", 0): {"search": 66.0, "level 0": 19.5},
+                 ("connect", 2): {"search": 60.0}}
+    runs = three_rounds()
+    for entry in runs:
+        entry["stages"] = timelines.get((entry["variant"], entry["round"]))
+    runs[-1]["exit_code"] = 1  # connect's third run failed: its stages are left out
+    stages = report.summarize(runs)["stage_medians"]
+    assert stages == {"classic": {"search": 32.0, "level 0": 19.0},
+                      "connect": {"search": 66.0, "level 0": 19.5}}  # before: no timeline
+    timeline = {"stages": [{"stage": "reading", "start": 0.0, "seconds": 6.0},
+                           {"stage": "search", "start": 6.0, "seconds": 31.9}], "whole": 38.0}
+    assert bench.stage_seconds({"timeline": timeline}) == {"reading": 6.0, "search": 31.9}
+    assert bench.stage_seconds({"train_seconds": 3.0}) is None  # a version without a timeline
+
+
 def test_the_model_digest_is_the_files_bytes(tmp_path):
     (tmp_path / "v-000001").mkdir()
     (tmp_path / "v-000001" / "arrays.npz").write_bytes(b"\x00\x01array bytes")

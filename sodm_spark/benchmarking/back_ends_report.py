@@ -5,8 +5,9 @@ round, one after the other), so that a ratio is taken pair by pair within a roun
 
 :func:`summarize` gives a record's summary from its runs (the bench script writes it, and
 :func:`back_ends_table` renders from the same runs): the medians of each variant, the ratios
-``connect/classic`` and ``classic/before`` of every round and their median, and whether every
-run wrote the same model files. :func:`back_ends_region` is the region ``back-ends`` of
+``connect/classic`` and ``classic/before`` of every round and their median, whether every
+run wrote the same model files, and each variant's median seconds of each stage of the job's
+timeline. :func:`back_ends_region` is the region ``back-ends`` of
 docs/benchmarks.md (``benchmarks/render_results.py``): the newest record of each data set.
 """
 from __future__ import annotations
@@ -60,7 +61,23 @@ def summarize(runs: list[dict]) -> dict:
                for variant in dict.fromkeys(run["variant"] for run in finished_runs(runs))}
     every = {digest for found in digests.values() for digest in found}
     return {"medians": run_medians(rounds), "ratios": ratios, "model_sha256": digests,
-            "models_identical": len(every) == 1 if every else None}
+            "models_identical": len(every) == 1 if every else None,
+            "stage_medians": stage_medians(finished_runs(runs))}
+
+
+def stage_medians(runs: list[dict]) -> dict:
+    """For each variant whose runs recorded the job's timeline (``stages``), the median
+    seconds of each stage over those runs: where one variant's command spends its extra
+    time."""
+    medians: dict = {}
+    for variant in dict.fromkeys(run["variant"] for run in runs):
+        timed = [run["stages"] for run in runs
+                 if run["variant"] == variant and isinstance(run.get("stages"), dict)]
+        if timed:
+            names = dict.fromkeys(name for stages in timed for name in stages)
+            medians[variant] = {name: statistics.median(stages[name] for stages in timed
+                                                        if name in stages) for name in names}
+    return medians
 
 
 def newest_records(root) -> list[str]:
