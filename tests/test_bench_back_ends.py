@@ -96,6 +96,11 @@ def test_a_failed_run_leaves_its_round_out_of_the_pairs_and_a_model_apart_is_see
     assert summary["ratios"]["connect/classic"]["median"] == pytest.approx((1.5 + 1.35) / 2)
     assert summary["models_identical"] is False
     assert summary["model_sha256"]["before"] == ["a" * 64, "b" * 64]
+    # the third round's before fitted another model: the same work is rounds 0 and 1
+    same = summary["ratios"]["classic/before"]["same_model"]
+    assert [p["round"] for p in same["rounds"]] == [0, 1] and same["median"] == pytest.approx(0.75)
+    assert summary["ratios"]["connect/classic"]["same_model"]["median"] == pytest.approx(
+        (1.5 + 1.35) / 2)
     assert report.summarize([run("classic", 0, 1.0, exit_code=1)])["models_identical"] is None
 
 
@@ -206,7 +211,8 @@ def test_the_table_is_rendered_from_the_newest_record_of_each_data_set(copy_of_t
             "1.35 (1.20-1.50)× | 42.0 (40.0-44.0) | 0.75 (0.75-0.86)× | 0.9349 | "
             "identical bytes |") in text
     assert ("| fashion, 600,000 rows | 3 | 33.0 (30.0-36.0) | 45.0 (39.6-48.6) | "
-            "1.35 (1.20-1.50)× | 42.0 (40.0-44.0) | 0.75 (0.75-0.86)× | before 0.9349, "
+            "1.35 (1.20-1.50)×; no round of the same model | 42.0 (40.0-44.0) | "
+            "0.75 (0.75-0.86)× | before 0.9349, "
             "classic 0.9349, Connect 0.9782 | differ: before = classic ≠ Connect |") in text
     assert f"Rendered from `{report.RECORDS}/built-in-60000-2026-12-01.json`" in text
     assert ("before `spark-submit --master 'local[2]' jobs/train_sodm.py` of a worktree of "

@@ -46,16 +46,22 @@ def summarize(runs: list[dict]) -> dict:
     """The summary of ``runs`` (each: variant, round, wall_seconds, train_seconds,
     test_accuracy, model: {sha256, files}, exit_code): each variant's medians and finished runs
     (:func:`~.records.run_medians`); each ratio of :data:`RATIOS` whose variants ran, round by
-    round and its median (:func:`~.records.paired_ratios`); each variant's model digests and
-    whether every finished run wrote the same model files, byte for byte (None: no run
-    finished)."""
+    round and its median (:func:`~.records.paired_ratios`), and the same over the rounds
+    whose two runs wrote the same model files (``same_model``: the time of the same work, where
+    a version's fit is not deterministic); each variant's model digests and whether every
+    finished run wrote the same model files, byte for byte (None: no run finished); the
+    medians of the job's stages (:func:`stage_medians`)."""
     rounds = rounds_of(runs)
     ratios = {}
     for top, bottom in RATIOS:
         pairs = paired_ratios(rounds, top, bottom)
         if pairs:
+            same = [pair for pair in pairs if _digest(rounds[pair["round"]][top])
+                    == _digest(rounds[pair["round"]][bottom])]
             ratios[f"{top}/{bottom}"] = {
-                "rounds": pairs, "median": statistics.median(p["ratio"] for p in pairs)}
+                "rounds": pairs, "median": statistics.median(p["ratio"] for p in pairs),
+                "same_model": {"rounds": same, "median": statistics.median(
+                    p["ratio"] for p in same) if same else None}}
     digests = {variant: sorted({run["model"]["sha256"] for run in finished_runs(runs)
                                 if run["variant"] == variant})
                for variant in dict.fromkeys(run["variant"] for run in finished_runs(runs))}
@@ -63,6 +69,10 @@ def summarize(runs: list[dict]) -> dict:
     return {"medians": run_medians(rounds), "ratios": ratios, "model_sha256": digests,
             "models_identical": len(every) == 1 if every else None,
             "stage_medians": stage_medians(finished_runs(runs))}
+
+
+def _digest(run: dict) -> str | None:
+    return (run.get("model") or {}).get("sha256")
 
 
 def stage_medians(runs: list[dict]) -> dict:
@@ -144,8 +154,14 @@ def back_ends_row(record: dict) -> str:
         return spread([run[variant]["wall_seconds"] for run in rounds if variant in run], 1)
 
     def ratio(name: str) -> str:
-        pairs = summary["ratios"].get(name, {}).get("rounds", [])
-        return spread([pair["ratio"] for pair in pairs], 2) + ("×" if pairs else "")
+        found = summary["ratios"].get(name, {})
+        pairs, same = found.get("rounds", []), found.get("same_model", {}).get("rounds", [])
+        text = spread([pair["ratio"] for pair in pairs], 2) + ("×" if pairs else "")
+        if len(same) < len(pairs):  # some rounds' two runs fitted different models
+            text += (f"; {spread([pair['ratio'] for pair in same], 2)}× in the "
+                     f"{len(same)} round{'s' * (len(same) > 1)} of the same model" if same
+                     else "; no round of the same model")
+        return text
 
     return (f"| {_data(record)} | {len(rounds)} | {seconds('classic')} | {seconds('connect')} | "
             f"{ratio('connect/classic')} | {seconds('before')} | {ratio('classic/before')} | "
