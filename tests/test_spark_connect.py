@@ -81,6 +81,24 @@ def test_stages_that_read_part_of_their_input_keep_their_python_workers(spark):
     assert workers() <= before
 
 
+def test_the_salts_are_the_smallest_values_spark_sends_to_each_partition(spark):
+    """FrameContext.salts from the hashes one query read: for each partition count, value k
+    lands in partition k by Spark's own pmod(hash(v), n), and no smaller value does; a count
+    beyond the hashes read (1,000: 8,000 ids) reads more."""
+    from pyspark.sql import functions as F
+
+    frames = FrameContext(spark)
+    for n in (1, 2, 3, 27, 64, 300, 1000):
+        salts = frames.salts(n)
+        ids = spark.range(0, max(salts) + 1).select(
+            "id", F.expr(f"pmod(hash(id), {n})").alias("k")).collect()
+        smallest: dict = {}
+        for row in sorted(ids, key=lambda row: row["id"]):
+            smallest.setdefault(int(row["k"]), int(row["id"]))
+        assert salts == [smallest[k] for k in range(n)], n
+    assert frames._hashes[frames.applicationId].size >= 8000
+
+
 def test_reports_come_back_beside_the_data_as_an_accumulator_s_would(spark):
     """map_with_reports: the same records and reports on DataFrames as through an
     accumulator; records that were unpersisted refuse to be read."""
