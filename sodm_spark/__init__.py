@@ -39,9 +39,15 @@ downwards; nothing below :mod:`.spark` imports Spark; docs/design.md §5):
 The public classes are imported lazily, so that Spark's Python workers, which import
 ``sodm_spark.solvers`` and friends, do not pay for scikit-learn or pyspark.ml imports.
 """
+import os
 from importlib import import_module
 
 __version__ = "0.1.0"
+
+if not os.path.exists(__file__):  # imported from a zip (--py-files): its loops' numba cache
+    from .core.zip_kernel_cache import install as _install_zip_kernel_cache
+
+    _install_zip_kernel_cache()
 _PUBLIC = {"ODMClassifier": "sodm_spark.estimators.sklearn",
            "SODMClassifier": "sodm_spark.estimators.ml",
            "SODMClassificationModel": "sodm_spark.estimators.ml",

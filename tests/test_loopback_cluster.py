@@ -161,8 +161,10 @@ def submit_command(cluster, tmp_path, events, *job_args, ui_port=None):
           ["--conf", f"spark.ui.port={ui_port}"]),
         # short-lived JVMs on a 2-core machine: the client JIT costs far less CPU
         "--driver-java-options", LIGHT_JVM, "--conf", f"spark.executor.extraJavaOptions={LIGHT_JVM}",
-        # numba's cache for the zipped sources goes to tmp, not the user's ~/.cache
-        "--conf", f"spark.executorEnv.XDG_CACHE_HOME={tmp_path / 'cache'}",
+        # numba's cache for the zipped sources goes to the cluster's folder, not the user's
+        # ~/.cache: one for every job, as a machine's executors share theirs
+        # (sodm_spark.core.zip_kernel_cache keys it by the sources, not the zip's path)
+        "--conf", f"spark.executorEnv.XDG_CACHE_HOME={cluster.state_dir / 'cache'}",
         str(ROOT / "jobs" / "train_sodm.py"), *job_args]
     return command, env
 
