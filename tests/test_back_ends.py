@@ -26,8 +26,9 @@ FITS = {
     "classes": (3, False, {"levels": 2, "seed": 3, "strata": 5, "gamma": 0.2, "lam": 100.0}),
     "weights": (2, True, {"levels": 2, "seed": 5, "gamma": 0.2, "lam": 100.0}),
     "search": (2, False, {"levels": 2, "seed": 3}),
-    "global step": (2, False, {"levels": 2, "seed": 3, "gamma": 0.2, "lam": 100.0,
-                               "global_step": "always", "stop_level": 1}),
+    # after level 2's 9 partitions, which the step reads as 8 blocks of consecutive ones
+    "global step": (2, False, {"levels": 3, "seed": 3, "gamma": 0.2, "lam": 100.0,
+                               "global_step": "always", "stop_level": 2}),
     "linear": (2, False, {"kernel": "linear", "seed": 3}),
     # interrupted after level 2 (stop_level=2 stands for the killed driver), then resumed from
     # its checkpoint: tests/test_faults.py kills a real driver
@@ -161,7 +162,8 @@ def _assert_same(classic, other, name):
         assert [e.objective for e in other.fit.epochs] == [e.objective for e in classic.fit.epochs]
     else:
         assert other.fit.test_accuracy == classic.fit.test_accuracy
-    if name == "global step":
+    if name == "global step":  # after 9 partitions (8 blocks of consecutive ones)
+        assert [(e.level, e.partitions) for e in other.fit.levels] == [(3, 27), (2, 9)]
         assert other.fit.global_step["ran"] and \
             other.fit.global_step["validation_accuracy"] == \
             classic.fit.global_step["validation_accuracy"]
