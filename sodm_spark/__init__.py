@@ -48,6 +48,7 @@ if not os.path.exists(__file__):  # imported from a zip (--py-files): its loops'
     from .core.zip_kernel_cache import install as _install_zip_kernel_cache
 
     _install_zip_kernel_cache()
+
 _PUBLIC = {"ODMClassifier": "sodm_spark.estimators.sklearn",
            "SODMClassifier": "sodm_spark.estimators.ml",
            "SODMClassificationModel": "sodm_spark.estimators.ml",

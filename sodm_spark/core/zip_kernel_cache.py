@@ -10,13 +10,14 @@ every job compiled every loop it ran again: about 6 s of CPU for a kernel fit's 
 process (a 3,000-row fit on this machine: 17.7 s with a cold cache, 11.2 s warm), on every
 executor, every run of a scheduled job.
 
-:class:`SourceKeyedZipLocator` names the folder by the module's path inside the zip and the
-sha256 of its source (numba's own stamp of a zipped module), so the executors of one machine
-share the loops across applications and executors. numba's index still checks that stamp, a
-changed module gets a folder of its own, and two versions side by side keep theirs.
-:func:`install` puts it first among numba's locators; the package's ``__init__`` calls it when
-the package is imported from a zip, before any loop is decorated (numba picks a function's
-locator when ``njit(cache=True)`` wraps it). Elsewhere, numba's locators apply unchanged.
+The locator :func:`install` adds (``SourceKeyedZipLocator``, a subclass of numba's) names the
+folder by the module's path inside the zip and the sha256 of its source (numba's own stamp of
+a zipped module), so the executors of one machine share the loops across applications and
+executors. numba's index still checks that stamp, a changed module gets a folder of its own,
+and two versions side by side keep theirs. :func:`install` puts it first among numba's
+locators; the package's ``__init__`` calls it when the package is imported from a zip, before
+any loop is decorated (numba picks a function's locator when ``njit(cache=True)`` wraps it).
+Elsewhere, numba's locators apply unchanged.
 """
 from __future__ import annotations
 
