@@ -40,22 +40,16 @@ def _locator_class() -> type:
             super().__init__(py_func, py_file)
             stamp = self.get_source_stamp()  # the sha256 of the module's source
             module = PurePosixPath(self._internal_path).with_suffix("")
-            self._cache_path = os.path.join(_numba_cache_root(), FOLDER,
+            # numba's folder is <its user cache folder>/<one name from the zip's path>
+            user_cache = os.path.dirname(self._cache_path)
+            self._cache_path = os.path.join(user_cache, FOLDER,
                                             f"{'.'.join(module.parts)}-{stamp.hex()[:24]}")
 
     return SourceKeyedZipLocator
 
 
-def _numba_cache_root() -> str:
-    """numba's user cache folder (its ``AppDirs``: ``$XDG_CACHE_HOME/numba`` or
-    ``~/.cache/numba`` on Linux), where its own zip locator puts its folders."""
-    from numba.misc.appdirs import AppDirs
-
-    return str(AppDirs(appname="numba", appauthor=False).user_cache_dir)
-
-
 def install() -> bool:
-    """Put :class:`SourceKeyedZipLocator` first among numba's cache locators (once); False
+    """Put ``SourceKeyedZipLocator`` first among numba's cache locators (once); False
     where this numba has no zip locator to build on, which leaves numba's behaviour as it
     is."""
     try:
