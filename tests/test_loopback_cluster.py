@@ -361,27 +361,86 @@ def executor_ids(app_id, worker_root) -> dict:
     return found
 
 
+def part_job_running(ui_port, app_id, pattern) -> bool:
+    """Whether a job of ``app_id`` whose description ``pattern`` matches runs now."""
+    return any(pattern.match(job.get("description") or "")
+               for job in driver_status(ui_port, f"applications/{app_id}/jobs?status=running"))
+
+
+def freeze(pids, app_id) -> list:
+    """SIGSTOP those of ``pids`` that are still executors of ``app_id`` (a pid read 0.2 s
+    ago may have ended): the ones stopped."""
+    frozen = []
+    for pid in pids:
+        try:
+            if app_id.encode() in java_command(pid):
+                os.kill(pid, signal.SIGSTOP)
+                frozen.append(pid)
+        except (OSError, ProcessLookupError):
+            pass  # ended meanwhile
+    return frozen
+
+
+def thaw(pids):
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass  # killed meanwhile
+
+
+#: How long the frozen executors are left before the driver's task list is read: long enough
+#: for the driver to take in every result an executor sent before it was frozen, so that a task
+#: still listed as running then is one its frozen executor is in the middle of.
+SETTLE_SECONDS = 0.3
+
+
 def kill_in_each_part(job, ui_port, events, worker_root, timeout=600):
     """SIGKILL one executor JVM of ``job``'s application in each part of PART_JOBS, in their
-    order: one found running a task of the part's jobs, never one killed before. The job prints
-    nothing as its second round or its compression starts, so the driver's status API says
-    when each part's tasks run, and where. Returns [(part, executor id, pid)] of the kills
-    made before the job ended."""
+    order, while it runs a task of the part: never one killed before. The job prints nothing as
+    its second round or its compression starts, so the driver's status API says when each
+    part's jobs run. Some parts' tasks end within 50 ms (the global step only collects a
+    level's rows onto the driver), less than the status API takes to list a task and a kill
+    takes to follow: as soon as a part's job runs, every executor of the application is
+    frozen (SIGSTOP), and once the driver has taken in what they sent before
+    (:data:`SETTLE_SECONDS`), one listed as running a task of the part is killed and the others
+    go on (SIGCONT). Returns [(part, executor id, pid)] of the kills made before the job
+    ended."""
     kills: list = []
     parts = list(PART_JOBS.items())
     deadline = time.monotonic() + timeout
+    live: dict = {}
+    refreshed = 0.0
     while parts and job.poll() is None and time.monotonic() < deadline:
         app_id = application_id(events)
+        if app_id is None:
+            time.sleep(0.02)
+            continue
+        pattern = parts[0][1]
         try:
-            busy = set() if app_id is None else executors_running(ui_port, app_id, parts[0][1])
+            running = part_job_running(ui_port, app_id, pattern)
         except (OSError, ValueError):  # the status API not up yet ("Spark is starting up",
-            busy = set()  # not JSON), or a stage ended between two requests
-        live = executor_ids(app_id, worker_root) if busy else {}
-        victims = sorted((busy & set(live)) - {killed for _, killed, _ in kills})
-        if victims:
-            os.kill(live[victims[0]], signal.SIGKILL)
-            kills.append((parts.pop(0)[0], victims[0], live[victims[0]]))
-        time.sleep(0.02)
+            running = False  # not JSON)
+        if not running:
+            if time.monotonic() > refreshed + 0.2:  # ready for the moment the part starts
+                live, refreshed = executor_ids(app_id, worker_root), time.monotonic()
+            time.sleep(0.01)
+            continue
+        frozen = freeze([pid for executor, pid in live.items()
+                         if executor not in {killed for _, killed, _ in kills}], app_id)
+        try:
+            time.sleep(SETTLE_SECONDS)
+            try:
+                busy = executors_running(ui_port, app_id, pattern)
+            except (OSError, ValueError):  # a stage ended between two requests
+                busy = set()
+            live, refreshed = executor_ids(app_id, worker_root), time.monotonic()
+            victims = sorted((busy & set(live)) - {killed for _, killed, _ in kills})
+            if victims:
+                os.kill(live[victims[0]], signal.SIGKILL)
+                kills.append((parts.pop(0)[0], victims[0], live[victims[0]]))
+        finally:
+            thaw(frozen)
     return kills
 
 
