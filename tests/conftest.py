@@ -21,12 +21,25 @@ from sodm_spark.ops.cluster import LIGHT_DAEMON_JAVA_OPTS
 os.environ.setdefault("SPARK_SUBMIT_OPTS", LIGHT_DAEMON_JAVA_OPTS)
 
 
+#: The modules that hold a worker longest (a standalone cluster, Connect servers, spark-submit
+#: runs, child pytests), longest first (`--durations` of a whole run). The suite's two workers
+#: take whole modules in collection order (pyproject.toml: ``--dist loadfile``), so these go
+#: first: a run that reached one of them last would end on one busy worker and one idle.
+LONGEST_MODULES = ("test_loopback_cluster.py", "test_back_ends.py", "test_spark_connect.py",
+                   "test_benchmark_job.py", "test_bad_inputs.py", "test_ml.py",
+                   "test_blas_kernels.py", "test_connect_failures.py", "test_majority_rule.py",
+                   "test_global_step.py", "test_determinism.py")
+
+
 def pytest_collection_modifyitems(items):
     """Mark the tests that take the ``spark`` fixture, so that the rerun of the numerical tests
-    under other BLAS kernels (tests/test_blas_kernels.py) leaves them out."""
+    under other BLAS kernels (tests/test_blas_kernels.py) leaves them out; and move the
+    :data:`LONGEST_MODULES` to the front, in their order (the rest keep theirs)."""
     for item in items:
         if "spark" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.uses_spark)
+    rank = {name: number for number, name in enumerate(LONGEST_MODULES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable
 
 
 def make_problem(m=60, d=5, seed=0, noise=0.5):

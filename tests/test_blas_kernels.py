@@ -7,7 +7,8 @@ The Spark-free numerical tests (marked ``numerics``) are rerun here in a child p
 other kernel families forced with ``OPENBLAS_CORETYPE`` (DYNAMIC_ARCH builds, as numpy's and
 scipy's wheels are): Prescott's SSE3 kernels, the oldest, and Haswell's AVX2 ones. The child
 is given only the test files that mark tests ``numerics`` (found by reading them, so that a new
-one is never left out): importing the rest of the suite would cost it time and test nothing.
+one is never left out): importing the rest of the suite would cost it time and test nothing. It
+runs in one process (``-n 0``): the suite's own workers already keep the cores busy.
 """
 import os
 import re
@@ -49,7 +50,7 @@ def test_the_numerical_tests_pass_under_other_blas_kernels(core_type):
     if probe.returncode != 0 or not architecture:
         pytest.skip(f"numpy and scipy run no OpenBLAS here ({probe.stderr.strip()[-200:]})")
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m",
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", "-m",
          "numerics and not uses_spark", *map(str, numerics_test_files())],
         env=_environment(core_type), cwd=TESTS.parent, capture_output=True, text=True,
         timeout=900)

@@ -280,3 +280,12 @@ def test_the_parameter_count_sees_every_kind_of_parameter():
     assert _parameter_count(function) == 5
     method = ast.parse("def g(cls): pass").body[0]
     assert _parameter_count(method) == 0
+
+
+def test_the_modules_the_workers_take_first_exist():
+    """tests/conftest.py's LONGEST_MODULES name test modules of this folder: a renamed module
+    would otherwise silently fall back to its place in the alphabet."""
+    from conftest import LONGEST_MODULES
+
+    missing = [name for name in LONGEST_MODULES if not (ROOT / "tests" / name).is_file()]
+    assert not missing, f"tests/conftest.py's LONGEST_MODULES names no such module: {missing}"
