@@ -169,6 +169,23 @@ def test_the_global_step_does_not_run_for_more_classes_or_after_level_zero(engin
     assert fit.best_level == 0 and fit.global_step is None
 
 
+def test_always_without_a_validation_slice_says_why_the_step_did_not_run(engine):
+    """One level solved (levels = stop_level) holds out no validation slice: the step could
+    never be kept, so it does not run, and the report says so instead of saying nothing."""
+    X, y = make_problem(m=300, d=4, seed=64)
+    fit = fit_sodm(engine, numpy_to_blocks(engine, X, y),
+                   replace(BASE, levels=1, stop_level=1, global_step="always"), [-1.0, 1.0])
+    assert fit.best_level == 1 and fit.validation_rows == 0
+    assert not fit.global_step["ran"]
+    assert fit.global_step["reason"].startswith("not run: no validation slice to judge it")
+    # with validation rows the same fit runs the step
+    X_val, y_val = make_problem(m=100, d=4, seed=65)
+    fit = fit_sodm(engine, numpy_to_blocks(engine, X, y),
+                   replace(BASE, levels=1, stop_level=1, global_step="always"), [-1.0, 1.0],
+                   validation=(X_val, y_val))
+    assert fit.global_step["ran"]
+
+
 def test_the_job_shows_the_global_steps_plan_and_outcome(spark, tmp_path, capsys):
     metrics = tmp_path / "metrics.json"
     assert train_sodm.main(["--rows", "1500", "--levels", "2", "--stop-level", "1", "--gamma", "0.2",

@@ -280,8 +280,13 @@ def run_global_step(sc, chosen, prepared, params, cores: int, on_plan=None,
     when it did not run). Two classes of dense rows with a validation slice only.
     ``budget_seconds``: the step's time budget (:func:`~.global_plan.after_levels_budget`)."""
     validated_levels, validated_correct = chosen.judged
-    if params.global_step == "none" or not validated_levels:
+    if params.global_step == "none":
         return None, None
+    if not validated_levels:  # nothing to judge the step against: it could never be kept
+        return None, None if params.global_step != "always" or chosen.entry.level == 0 else {
+            "reason": "not run: no validation slice to judge it (a fit that solves one level "
+                      "holds none out: give validation rows, or a stop level below the top)",
+            "ran": False}
     if prepared.multi or prepared.sparse:
         return None, {"reason": "not run: " + ("more than two classes" if prepared.multi
                                               else "sparse rows"), "ran": False}
