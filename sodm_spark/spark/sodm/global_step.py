@@ -283,10 +283,11 @@ def run_global_step(sc, chosen, prepared, params, cores: int, on_plan=None,
     if params.global_step == "none":
         return None, None
     if not validated_levels:  # nothing to judge the step against: it could never be kept
-        return None, None if params.global_step != "always" or chosen.entry.level == 0 else {
-            "reason": "not run: no validation slice to judge it (a fit that solves one level "
-                      "holds none out: give validation rows, or a stop level below the top)",
-            "ran": False}
+        if params.global_step != "always" or chosen.entry.level == 0:
+            return None, None
+        return None, {"reason": "not run: no validation slice to judge it (a fit that solves "
+                                "one level holds none out: give validation rows, or a stop "
+                                "level below the top)", "ran": False}
     if prepared.multi or prepared.sparse:
         return None, {"reason": "not run: " + ("more than two classes" if prepared.multi
                                               else "sparse rows"), "ran": False}
