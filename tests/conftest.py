@@ -25,11 +25,6 @@ os.environ.setdefault("SPARK_SUBMIT_OPTS", LIGHT_DAEMON_JAVA_OPTS)
 #: runs, child pytests), longest first (`--durations` of a whole run). The suite's two workers
 #: take whole modules in collection order (pyproject.toml: ``--dist loadfile``), so these go
 #: first: a run that reached one of them last would end on one busy worker and one idle.
-#: test_benchmark_job.py stays ahead of test_spark_connect.py, as in the alphabet: after the
-#: Connect module's server tests in the same process, its over-budget test finds SODM "ok"
-#: within a 0.05 s budget (a leak between the two not yet found; `pytest -n 0
-#: tests/test_spark_connect.py tests/test_benchmark_job.py -k "over_budget or
-#: train_and_predict"` shows it). Taken from the queue first, it never runs after them.
 LONGEST_MODULES = ("test_loopback_cluster.py", "test_back_ends.py", "test_benchmark_job.py",
                    "test_spark_connect.py", "test_bad_inputs.py", "test_ml.py",
                    "test_blas_kernels.py", "test_connect_failures.py", "test_majority_rule.py",
