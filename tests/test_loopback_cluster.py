@@ -3,6 +3,7 @@
 The daemons are real JVMs from pyspark's bundled spark-class; every fixture stops what it
 started, also when a test fails.
 """
+import contextlib
 import json
 import os
 import re
@@ -372,21 +373,17 @@ def freeze(pids, app_id) -> list:
     ago may have ended): the ones stopped."""
     frozen = []
     for pid in pids:
-        try:
+        with contextlib.suppress(OSError):  # ended meanwhile (ProcessLookupError included)
             if app_id.encode() in java_command(pid):
                 os.kill(pid, signal.SIGSTOP)
                 frozen.append(pid)
-        except (OSError, ProcessLookupError):
-            pass  # ended meanwhile
     return frozen
 
 
 def thaw(pids):
     for pid in pids:
-        try:
+        with contextlib.suppress(ProcessLookupError):  # killed meanwhile
             os.kill(pid, signal.SIGCONT)
-        except ProcessLookupError:
-            pass  # killed meanwhile
 
 
 #: How long the frozen executors are left before the driver's task list is read: long enough
