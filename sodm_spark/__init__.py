@@ -49,6 +49,12 @@ if not os.path.exists(__file__):  # imported from a zip (--py-files): its loops'
 
     _install_zip_kernel_cache()
 
+# in a reused Spark Python worker, a full collection after each task scans only what is new
+# (sodm_spark.core.worker_heap); elsewhere this does nothing
+from .core.worker_heap import install as _install_worker_heap  # noqa: E402
+
+_install_worker_heap()
+
 _PUBLIC = {"ODMClassifier": "sodm_spark.estimators.sklearn",
            "SODMClassifier": "sodm_spark.estimators.ml",
            "SODMClassificationModel": "sodm_spark.estimators.ml",

@@ -1,5 +1,15 @@
 import contextlib
 import os
+
+# The suite runs on as many workers as the machine has cores (pyproject.toml: ``-n 2``), so a
+# worker's BLAS gets its share of them, not all: OpenBLAS threads that wait for a core the other
+# worker holds spin, and on 2 cores they cost a fifth of the in-process modules' CPU (their
+# machine-wide CPU seconds: 242 with 2 threads per worker, 210 with 1). Set before numpy loads
+# here; the jobs, Connect servers and child pytests a test starts inherit it. A test that asks
+# for more threads (threadpool_limits, a Spark task's cores) still gets them.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _WORKERS)))
 import signal
 import socket
 import subprocess

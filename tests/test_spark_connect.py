@@ -82,9 +82,9 @@ def test_stages_that_read_part_of_their_input_keep_their_python_workers(spark):
 
 
 def test_the_salts_are_the_smallest_values_spark_sends_to_each_partition(spark):
-    """FrameContext.salts from the hashes one query read: for each partition count, value k
-    lands in partition k by Spark's own pmod(hash(v), n), and no smaller value does; a count
-    beyond the hashes read (1,000: 8,000 ids) reads more."""
+    """FrameContext.salts, computed without a query: for each partition count, value k lands
+    in partition k by Spark's own pmod(hash(v), n), and no smaller value does; a count beyond
+    the first 4,096 ids (1,000: 8,000 ids) looks further."""
     from pyspark.sql import functions as F
 
     frames = FrameContext(spark)
@@ -96,7 +96,43 @@ def test_the_salts_are_the_smallest_values_spark_sends_to_each_partition(spark):
         for row in sorted(ids, key=lambda row: row["id"]):
             smallest.setdefault(int(row["k"]), int(row["id"]))
         assert salts == [smallest[k] for k in range(n)], n
-    assert frames._hashes[frames.applicationId].size >= 8000
+
+
+def test_spark_s_hash_of_longs_is_computed_here_bit_for_bit(spark):
+    """spark_long_hashes against Spark's own F.hash of a long column: the ids the salts
+    use, negative values, both words' edges and random 64-bit values."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    from sodm_spark.spark.frames import spark_long_hashes
+
+    rng = np.random.default_rng(7)
+    values = np.concatenate([
+        np.arange(-50, 5000), [2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**63 - 1, -2**63, -2**31],
+        rng.integers(-2**63, 2**63 - 1, size=2000, dtype=np.int64)]).astype(np.int64)
+    frame = spark.createDataFrame([(int(v),) for v in values],
+                                  StructType([StructField("v", LongType())]))
+    theirs = {int(row["v"]): int(row["h"])
+              for row in frame.select("v", F.hash("v").alias("h")).collect()}
+    ours = spark_long_hashes(values)
+    assert ours.dtype == np.int32
+    assert [int(h) for h in ours] == [theirs[int(v)] for v in values]
+
+
+def test_rows_a_shuffle_sent_to_another_partition_are_refused(spark):
+    """A server that placed rows by another hash than Spark's: the stage reading them stops
+    and says why, instead of fitting on records in the wrong partitions."""
+    from pyspark.errors import PythonException
+    from pyspark.sql import functions as F
+
+    frames = FrameContext(spark)
+    shuffled = frames.parallelize([(k % 4, k) for k in range(40)], 2).partitionBy(4)
+    assert sorted(shuffled.values().collect()) == list(range(40))  # placed as the salts say
+    # the same rows with their part column shifted by one, as a foreign hash would leave them
+    moved = FrameRDD(frames, shuffled.base.withColumn("part", (F.col("part") + 1) % 4), 4,
+                     placed=True)
+    with pytest.raises(PythonException, match="does not place rows by Spark's hash"):
+        moved.values().collect()
 
 
 def test_reports_come_back_beside_the_data_as_an_accumulator_s_would(spark):

@@ -21,25 +21,45 @@ from .task import task_partition
 SCHEMA = "part long, salt long, src long, seq long, payload binary"
 
 
-def _records(batches, raw=False):
+def _records(batches, raw=False, placed_in=None):
     """The records of a task's Arrow batches, unpickled one at a time (``raw``: each payload
-    as a 1-tuple of bytes, a DataFrame's own binary column)."""
+    as a 1-tuple of bytes, a DataFrame's own binary column). ``placed_in``: the partition an
+    exact shuffle placed these rows in, checked against each row's ``part``."""
     for batch in batches:
+        if placed_in is not None:
+            _check_placed(batch, placed_in)
         payloads = batch.column(batch.schema.get_field_index("payload"))
         for i in range(batch.num_rows):
             yield (payloads[i].as_py(),) if raw else \
                 pickle.loads(memoryview(payloads[i].as_buffer()))
 
 
-def _task(pending, assign=None, salts=None, raw=False):
+def _check_placed(batch, partition: int) -> None:
+    """Refuse rows an exact shuffle sent elsewhere than their ``part``: the salts
+    (:meth:`~.frames.FrameContext.salts`) assume Spark's own hash partitioning, and a server
+    that hashes otherwise would put records in the wrong partitions without this check."""
+    import pyarrow.compute as pc
+
+    parts = batch.column(batch.schema.get_field_index("part"))
+    if batch.num_rows and not pc.all(pc.equal(parts, partition)).as_py():
+        wrong = next(int(v) for v in parts.to_pylist() if v != partition)
+        raise RuntimeError(
+            f"a row meant for partition {wrong} arrived in partition {partition}: this Spark "
+            "server does not place rows by Spark's hash partitioning (Murmur3, seed 42), which "
+            "the DataFrame path relies on; run the fit on classic Spark or on a Spark Connect "
+            "server of Apache Spark")
+
+
+def _task(pending, assign=None, salts=None, raw=False, placed=False):
     """The ``mapInArrow`` function of a stage: the pending record functions over this
-    partition's records, each output record one row (its ``part`` from ``assign``)."""
+    partition's records, each output record one row (its ``part`` from ``assign``);
+    ``placed``: the input rows were placed by an exact shuffle (checked)."""
     def run(batches):
         import pyarrow as pa
 
         batches = iter(batches)
         index = task_partition()
-        records = _records(batches, raw)
+        records = _records(batches, raw, index if placed else None)
         out = records if pending is None else pending(index, records)
         for position, record in enumerate(out):
             if isinstance(record, Report):  # beside the data, read back without it
@@ -137,9 +157,10 @@ class FrameRDD(RecordOperations):
     (docstring of :mod:`.frames`), for a :class:`~.frames.FrameContext` ``ctx``. ``pending``: record functions (index, iterator) → iterator
     still to run over ``base``, all in the next stage's one Python pass."""
 
-    def __init__(self, ctx, base, n_partitions: int, pending=None, raw=False):
+    def __init__(self, ctx, base, n_partitions: int, pending=None, raw=False, placed=False):
         self.ctx, self.base, self.n, self.pending = ctx, base, n_partitions, pending
         self.raw = raw  # base's payloads are a DataFrame's bytes, not pickled records
+        self.placed = placed  # base's rows were placed by an exact shuffle (its part column)
         self._persist: StorageLevel | None = None  # the storage level asked for
         self._stored = False  # base holds this RDD's records, checkpointed
 
@@ -155,7 +176,8 @@ class FrameRDD(RecordOperations):
 
     def mapPartitionsWithIndex(self, fn, preservesPartitioning=False) -> "FrameRDD":
         base = self._base()
-        return FrameRDD(self.ctx, base, self.n, _compose(self.pending, fn), self.raw)
+        return FrameRDD(self.ctx, base, self.n, _compose(self.pending, fn), self.raw,
+                        self.placed)
 
     def getNumPartitions(self) -> int:
         return self.n
@@ -167,7 +189,7 @@ class FrameRDD(RecordOperations):
         salts = self.ctx.salts(n)
         stage = self._frame(assign=assign, salts=salts)
         shuffled = stage.repartition(n, "salt").sortWithinPartitions("part", "src", "seq")
-        return FrameRDD(self.ctx, shuffled, n)
+        return FrameRDD(self.ctx, shuffled, n, placed=True)
 
     def coalesce(self, n: int, shuffle: bool = False) -> "FrameRDD":
         if n >= self.n:
@@ -215,7 +237,8 @@ class FrameRDD(RecordOperations):
             base = base.where(F.spark_partition_id().isin([int(p) for p in partitions]))
         if self.pending is None and assign is None and not self.raw:
             return base
-        return base.mapInArrow(_task(self.pending, assign, salts, self.raw), SCHEMA)
+        return base.mapInArrow(_task(self.pending, assign, salts, self.raw, self.placed),
+                               SCHEMA)
 
     def collect(self, partitions=None) -> list:
         rows = self._frame(partitions=partitions).select("payload").collect()

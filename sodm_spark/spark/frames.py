@@ -67,8 +67,7 @@ class FrameContext:
     """A SparkContext's stand-in over any session (docstring of the module)."""
 
     _parallelism: dict = {}  # per application: one probe job per application
-    _salts: dict = {}  # per (application, partition count)
-    _hashes: dict = {}  # per application: Spark's hash of the ids 0, 1, … (:meth:`salts`)
+    _salts: dict = {}  # per partition count: the same in every session (:meth:`salts`)
 
     def __init__(self, spark):
         self.spark = spark
@@ -117,11 +116,16 @@ class FrameContext:
         n_batches = -(-len(values) // size)
         slice_of_batch = [i for i in range(n) for _ in range(i * n_batches // n,
                                                               (i + 1) * n_batches // n)]
-        rows = [(0, 0, 0, j, pickle.dumps((slice_of_batch[j // size], value), protocol=5))
-                for j, value in enumerate(values)]
+        # each row's partition is known here: the exact shuffle's placement (part, salt) is
+        # written by the driver, and no Python stage reads the records before their first use
+        salts = self.salts(n)
+        rows = []
+        for j, value in enumerate(values):
+            part = slice_of_batch[j // size]
+            rows.append((part, salts[part], 0, j, pickle.dumps(value, protocol=5)))
         frame = self.spark.createDataFrame(rows, SCHEMA)
-        return FrameRDD(self, frame, 1).exact_shuffle(
-            n, lambda index, position, pair: pair[0]).values()
+        placed = frame.repartition(n, "salt").sortWithinPartitions("part", "src", "seq")
+        return FrameRDD(self, placed, n, placed=True)
 
     def runJob(self, rdd, fn, partitions=None):
         """``fn`` over the records of ``partitions`` (all when None), their results in
@@ -135,35 +139,52 @@ class FrameContext:
     def salts(self, n: int) -> list[int]:
         """For each partition k < n a value v with pmod(hash(v), n) = k: hashing v is how
         ``repartition(n, column)`` places a row, so a column of v sends its rows to k. The
-        smallest such v, found among Spark's own hashes of the first ids, which one query
-        reads per session and every partition count shares (a query each cost a Connect job
-        0.3-0.6 s, once per partition count)."""
-        key = (self.applicationId, n)
-        if key not in self._salts:
+        smallest such v, from :func:`spark_long_hashes` computed here: no query (a query cost
+        a Connect job 0.3-0.6 s, and its first one the most)."""
+        if n not in self._salts:
             top = max(4096, 8 * n)
             while True:
                 # Spark's pmod of an int hash by n > 0 is numpy's mod
-                residues = np.mod(self._spark_hashes(top), n)
+                residues = np.mod(spark_long_hashes(np.arange(top, dtype=np.int64)), n)
                 found, first = np.unique(residues, return_index=True)
                 if found.size == n:  # every residue 0..n-1, in order: first[k] has k
                     break
                 top *= 2
-            self._salts[key] = [int(value) for value in first]
-        return self._salts[key]
+            self._salts[n] = [int(value) for value in first]
+        return self._salts[n]
 
-    def _spark_hashes(self, top: int) -> np.ndarray:
-        """``hash(id)`` as Spark computes it, for the ids 0 … top - 1."""
-        known = self._hashes.get(self.applicationId, np.empty(0, np.int64))
-        if known.size < top:
-            from pyspark.sql import functions as F
-            rows = self.spark.range(known.size, top).select(
-                "id", F.hash("id").alias("hash")).collect()
-            more = np.empty(top - known.size, np.int64)
-            for row in rows:
-                more[int(row["id"]) - known.size] = int(row["hash"])
-            known = np.concatenate([known, more])
-            self._hashes[self.applicationId] = known
-        return known[:top]
+
+_MURMUR3_SEED = 42  # the seed of Spark's hash() and of its hash partitioning (HashPartitioning)
+
+
+def _rotate_left(values: np.ndarray, bits: int) -> np.ndarray:
+    return (values << np.uint32(bits)) | (values >> np.uint32(32 - bits))
+
+
+def _mix_word(h: np.ndarray, word: np.ndarray) -> np.ndarray:
+    k = _rotate_left(word * np.uint32(0xCC9E2D51), 15) * np.uint32(0x1B873593)
+    h = _rotate_left(h ^ k, 13)
+    return h * np.uint32(5) + np.uint32(0xE6546B64)
+
+
+def spark_long_hashes(values: np.ndarray) -> np.ndarray:
+    """Spark's ``hash`` of 64-bit integers (int32, as ``F.hash`` of a long column gives it):
+    Murmur3 x86 32-bit with seed 42 over the low then the high 32-bit word, as
+    ``Murmur3_x86_32.hashLong`` computes it; the partition of a row that
+    ``repartition(n, column)`` places is ``pmod`` of it by n. Unsigned 32-bit numpy
+    arithmetic wraps as Java's int arithmetic does."""
+    bits = np.asarray(values, dtype=np.int64).view(np.uint64)
+    with np.errstate(over="ignore"):
+        h = np.full(bits.shape, _MURMUR3_SEED, dtype=np.uint32)
+        h = _mix_word(h, (bits & np.uint64(0xFFFFFFFF)).astype(np.uint32))
+        h = _mix_word(h, (bits >> np.uint64(32)).astype(np.uint32))
+        h ^= np.uint32(8)  # the length in bytes
+        h ^= h >> np.uint32(16)
+        h *= np.uint32(0x85EBCA6B)
+        h ^= h >> np.uint32(13)
+        h *= np.uint32(0xC2B2AE35)
+        h ^= h >> np.uint32(16)
+    return h.view(np.int32)
 
 
 def inline_file(files: dict, name: str) -> str:
