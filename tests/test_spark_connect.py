@@ -119,6 +119,18 @@ def test_spark_s_hash_of_longs_is_computed_here_bit_for_bit(spark):
     assert [int(h) for h in ours] == [theirs[int(v)] for v in values]
 
 
+def test_the_default_parallelism_is_the_local_master_s_or_probed(spark):
+    """local[N] names its task slots (no query); other masters are probed with one job whose
+    partitions a range without a count is cut into: both give SparkContext's figure."""
+    from sodm_spark.spark.frames import _probed_partitions, local_cores
+
+    assert [local_cores(m) for m in ("local", "local[3]", "local[4,2]", "local[*]",
+                                     "spark://host:7077", "yarn", "")] == \
+        [1, 3, 4, None, None, None, None]
+    assert FrameContext(spark).defaultParallelism == spark.sparkContext.defaultParallelism == 2
+    assert _probed_partitions(spark.range(0, 1 << 16)) == 2
+
+
 def test_rows_a_shuffle_sent_to_another_partition_are_refused(spark):
     """A server that placed rows by another hash than Spark's: the stage reading them stops
     and says why, instead of fitting on records in the wrong partitions."""

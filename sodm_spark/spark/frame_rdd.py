@@ -21,6 +21,17 @@ from .task import task_partition
 SCHEMA = "part long, salt long, src long, seq long, payload binary"
 
 
+@functools.lru_cache(maxsize=None)
+def schema_struct():
+    """:data:`SCHEMA` as a StructType: a DDL string is parsed by the server (a Connect round
+    trip each ``mapInArrow``), a StructType is not, and a DataFrame given it by ``to`` knows its
+    columns without asking the server for them."""
+    from pyspark.sql.types import BinaryType, LongType, StructField, StructType
+
+    return StructType([StructField(name, LongType()) for name in ("part", "salt", "src", "seq")]
+                      + [StructField("payload", BinaryType())])
+
+
 def _records(batches, raw=False, placed_in=None):
     """The records of a task's Arrow batches, unpickled one at a time (``raw``: each payload
     as a 1-tuple of bytes, a DataFrame's own binary column). ``placed_in``: the partition an
@@ -170,7 +181,9 @@ class FrameRDD(RecordOperations):
         if self.base is None:
             raise RuntimeError("these records were unpersisted and cannot be read again")
         if self._persist is not None and not self._stored:
-            self.base = self._stage().localCheckpoint(eager=True, storageLevel=self._persist)
+            # ``to``: the checkpoint's columns known here, not asked of the server
+            self.base = self._stage().localCheckpoint(
+                eager=True, storageLevel=self._persist).to(schema_struct())
             self.pending, self._stored, self.raw = None, True, False
         return self.base
 
@@ -238,7 +251,7 @@ class FrameRDD(RecordOperations):
         if self.pending is None and assign is None and not self.raw:
             return base
         return base.mapInArrow(_task(self.pending, assign, salts, self.raw, self.placed),
-                               SCHEMA)
+                               schema_struct())
 
     def collect(self, partitions=None) -> list:
         rows = self._frame(partitions=partitions).select("payload").collect()

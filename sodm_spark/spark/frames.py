@@ -32,6 +32,7 @@ from __future__ import annotations
 import atexit
 import os
 import pickle
+import re
 import tempfile
 import uuid
 from contextlib import suppress
@@ -39,7 +40,7 @@ from contextlib import suppress
 import numpy as np
 
 from .task import task_partition
-from .frame_rdd import SCHEMA, FrameRDD
+from .frame_rdd import FrameRDD, schema_struct
 
 
 def _probed_partitions(df) -> int:
@@ -51,6 +52,16 @@ def _probed_partitions(df) -> int:
         yield pa.RecordBatch.from_pydict({"index": [task_partition()]})
 
     return 1 + int(df.mapInArrow(index, "index long").agg({"index": "max"}).first()[0])
+
+
+def local_cores(master: str) -> int | None:
+    """The task slots of a local master that names them (``local``: 1, ``local[N]`` and
+    ``local[N,F]``: N), which Spark's local scheduler takes as its default parallelism; None
+    for any other master (``local[*]`` counts the server's cores, a cluster its executors')."""
+    if master == "local":
+        return 1
+    found = re.fullmatch(r"local\[(\d+)(?:,\d+)?\]", master.strip())
+    return int(found.group(1)) if found else None
 
 
 class Shared:
@@ -88,8 +99,11 @@ class FrameContext:
         app = self.applicationId
         if app not in self._parallelism:
             configured = self.spark.conf.get("spark.default.parallelism", None)
+            cores = local_cores(self.master)
             if configured:
                 self._parallelism[app] = int(configured)
+            elif cores is not None:  # local[N]: N task slots, Spark's default parallelism
+                self._parallelism[app] = cores
             else:  # a range without a partition count is cut into the default parallelism
                 self._parallelism[app] = _probed_partitions(self.spark.range(0, 1 << 16))
         return self._parallelism[app]
@@ -123,7 +137,7 @@ class FrameContext:
         for j, value in enumerate(values):
             part = slice_of_batch[j // size]
             rows.append((part, salts[part], 0, j, pickle.dumps(value, protocol=5)))
-        frame = self.spark.createDataFrame(rows, SCHEMA)
+        frame = self.spark.createDataFrame(rows, schema_struct()).to(schema_struct())
         placed = frame.repartition(n, "salt").sortWithinPartitions("part", "src", "seq")
         return FrameRDD(self, placed, n, placed=True)
 
