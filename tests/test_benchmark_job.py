@@ -90,16 +90,17 @@ def test_over_budget_methods_are_reported_not_finished_and_the_run_goes_on(spark
     assert benchmark.main(flags) == 0
     document = json.loads((out / "benchmark.json").read_text())
     # each method's last row says it did not finish; a level that ended before the stop took
-    # effect (in a session whose JVM earlier tests warmed, level 1 of 3,000 rows can) keeps its
-    # own row, as finished
+    # effect (in a session whose JVM earlier tests warmed, level 1 of 3,000 rows can, and with
+    # reused Python workers level 0 after it) keeps its own row, as finished
     results = document["results"]
     finals = [r for number, r in enumerate(results)
               if number + 1 == len(results) or results[number + 1]["method"] != r["method"]]
     assert [(r["method"], r["status"]) for r in finals] == [
         ("sodm", "not finished"), ("exact-odm", "not finished")]
     assert all("budget" in r["note"] for r in finals)
-    assert all(r["method"] == "sodm" and r["status"] == "ok" and r["level"] == 1
-               for r in results if not any(r is final for final in finals))
+    finished = [r for r in results if not any(r is final for final in finals)]
+    assert all(r["method"] == "sodm" and r["status"] == "ok" for r in finished)
+    assert [r["level"] for r in finished] == [1, 0][:len(finished)]  # the fit's levels, in order
     markdown = (out / "benchmark.md").read_text()
     assert markdown.count("N/A (> 0.05 s)") == 2 * 2  # accuracy and fit s of both rows
     # the session still works and holds no cache the stopped SODM left behind
