@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from conftest import contents
+from sodm_spark.core.worker_heap import OPT_OUT_ENV
 from sodm_spark.models.expansion import KernelExpansion
 from sodm_spark.ops.cluster import (LIGHT_DAEMON_JAVA_OPTS as LIGHT_JVM, ClusterAddresses,
                                     ClusterError, LoopbackCluster, _alive, read_state,
@@ -488,6 +489,13 @@ def faulty_run(cluster, tmp_path_factory):
     (ui_port,) = free_ports(1)
     command, env = submit_command(cluster, directory, directory / "events", *CLUSTER_JOB,
                                   *job_outputs(directory), ui_port=ui_port)
+    # The executors keep PySpark's whole-heap collection after every task
+    # (sodm_spark.core.worker_heap's opt-out): a task then waits for the collection the one
+    # before it on its worker started, which keeps the global step's and the compression's
+    # tasks (tens of ms of work each) running long enough for kill_in_each_part to find one.
+    # What the tests check (the recovery, the same model) does not depend on it.
+    command[command.index("--py-files"):command.index("--py-files")] = [
+        "--conf", f"spark.executorEnv.{OPT_OUT_ENV}=1"]
     # another application's executor 0 on the same machine: the test must leave it alone
     decoy = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(900)",
                               "org.apache.spark.executor.CoarseGrainedExecutorBackend",
