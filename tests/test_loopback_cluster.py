@@ -145,9 +145,10 @@ def event_log_records(directory):
     return records
 
 
-def submit_command(cluster, tmp_path, events, *job_args, ui_port=None):
+def submit_command(cluster, tmp_path, events, *job_args, ui_port=None, conf=()):
     """(command, env) of a spark-submit of jobs/train_sodm.py to ``cluster``, logging events;
-    with ``ui_port`` the driver serves its status API (the Spark UI's /api/v1) there."""
+    with ``ui_port`` the driver serves its status API (the Spark UI's /api/v1) there; ``conf``:
+    more ``key=value`` Spark settings."""
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_CONF_DIR=str(ROOT / "conf"),
                SPARK_LOCAL_IP="127.0.0.1",
                PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
@@ -167,6 +168,7 @@ def submit_command(cluster, tmp_path, events, *job_args, ui_port=None):
         # ~/.cache: one for every job, as a machine's executors share theirs
         # (sodm_spark.core.zip_kernel_cache keys it by the sources, not the zip's path)
         "--conf", f"spark.executorEnv.XDG_CACHE_HOME={cluster.state_dir / 'cache'}",
+        *(item for setting in conf for item in ("--conf", setting)),
         str(ROOT / "jobs" / "train_sodm.py"), *job_args]
     return command, env
 
@@ -487,15 +489,14 @@ def faulty_run(cluster, tmp_path_factory):
     directory = tmp_path_factory.mktemp("faulty")
     (directory / "events").mkdir()
     (ui_port,) = free_ports(1)
-    command, env = submit_command(cluster, directory, directory / "events", *CLUSTER_JOB,
-                                  *job_outputs(directory), ui_port=ui_port)
     # The executors keep PySpark's whole-heap collection after every task
     # (sodm_spark.core.worker_heap's opt-out): a task then waits for the collection the one
     # before it on its worker started, which keeps the global step's and the compression's
     # tasks (tens of ms of work each) running long enough for kill_in_each_part to find one.
     # What the tests check (the recovery, the same model) does not depend on it.
-    command[command.index("--py-files"):command.index("--py-files")] = [
-        "--conf", f"spark.executorEnv.{OPT_OUT_ENV}=1"]
+    command, env = submit_command(cluster, directory, directory / "events", *CLUSTER_JOB,
+                                  *job_outputs(directory), ui_port=ui_port,
+                                  conf=[f"spark.executorEnv.{OPT_OUT_ENV}=1"])
     # another application's executor 0 on the same machine: the test must leave it alone
     decoy = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(900)",
                               "org.apache.spark.executor.CoarseGrainedExecutorBackend",

@@ -17,8 +17,9 @@ from ..core.errors import InputError
 from .task import task_partition
 
 #: One record a row: ``part`` the partition it belongs to after an exact shuffle (``salt`` the
-#: value hashed to reach it), ``src`` and ``seq`` where it came from (the order kept within).
-SCHEMA = "part long, salt long, src long, seq long, payload binary"
+#: value hashed to reach it), ``src`` and ``seq`` where it came from (the order kept within),
+#: ``payload`` the pickled record. Columns named here are 64-bit integers but the last, bytes.
+SCHEMA = ("part", "salt", "src", "seq", "payload")
 
 
 @functools.lru_cache(maxsize=None)
@@ -28,8 +29,16 @@ def schema_struct():
     columns without asking the server for them."""
     from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
-    return StructType([StructField(name, LongType()) for name in ("part", "salt", "src", "seq")]
-                      + [StructField("payload", BinaryType())])
+    return StructType([StructField(name, LongType()) for name in SCHEMA[:-1]]
+                      + [StructField(SCHEMA[-1], BinaryType())])
+
+
+def _arrow_schema():
+    """:data:`SCHEMA` as the Arrow schema of a task's output batches."""
+    import pyarrow as pa
+
+    return pa.schema([(name, pa.int64()) for name in SCHEMA[:-1]]
+                     + [(SCHEMA[-1], pa.binary())])
 
 
 def _records(batches, raw=False, placed_in=None):
@@ -70,6 +79,7 @@ def _task(pending, assign=None, salts=None, raw=False, placed=False):
 
         batches = iter(batches)
         index = task_partition()
+        schema = _arrow_schema()
         records = _records(batches, raw, index if placed else None)
         out = records if pending is None else pending(index, records)
         for position, record in enumerate(out):
@@ -80,10 +90,7 @@ def _task(pending, assign=None, salts=None, raw=False, placed=False):
             yield pa.RecordBatch.from_pydict(
                 {"part": [part], "salt": [part if salts is None else salts[part]],
                  "src": [index], "seq": [position],
-                 "payload": [pickle.dumps(record, protocol=5)]},
-                schema=pa.schema([("part", pa.int64()), ("salt", pa.int64()),
-                                  ("src", pa.int64()), ("seq", pa.int64()),
-                                  ("payload", pa.binary())]))
+                 "payload": [pickle.dumps(record, protocol=5)]}, schema=schema)
         # The input read to its end, also where the functions stopped early (a partition
         # runJob does not ask for, take): a Python worker that leaves input unread exits
         # instead of returning to Spark's pool, and the stage's next task starts an
