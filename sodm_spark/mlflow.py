@@ -15,17 +15,39 @@ pickles), the same folder a job's ``--model-out`` gets. Any model holding a
 :class:`KernelExpansion` is accepted: ``ODMClassifier`` (its ``model_``), pyspark.ml's
 ``SODMClassificationModel`` (its ``expansion``), the comparators.
 
-The ``python_function`` flavor's ``predict`` takes a pandas DataFrame (the feature columns in
-the training data's order), a numpy array or a scipy CSR matrix, and returns a pandas DataFrame:
-``prediction`` (the labels, or f for a regression model) and, for a calibrated model, one
-``probability_<class>`` column per class in the order of ``classes`` (the values of
-:meth:`KernelExpansion.predict_proba`). Both come from one pass of the decision function.
+The ``python_function`` flavor's ``predict`` takes a pandas DataFrame, a numpy array or a scipy
+CSR matrix, and returns a pandas DataFrame: ``prediction`` (the labels, or f for a regression
+model) and, for a calibrated model, one ``probability_<class>`` column per class in the order of
+``classes`` (the values of :meth:`KernelExpansion.predict_proba`). Both come from one pass of
+the decision function.
+
+Feature names (:mod:`sodm_spark.core.feature_names`), so that columns in another order never
+give a silently wrong answer. A model trained on named columns (``KernelExpansion.feature_names``)
+is saved with an input schema of those columns by name (:func:`default_signature`), which
+MLflow enforces before ``predict`` runs: it reorders the columns to the model's order, leaves
+out the others with one logged warning naming them, and refuses a missing column with an
+``MlflowException`` that ends in "Model is missing inputs ['x3']" (MLflow's own text, which
+also shows the rows and the schema). Its types are those MLflow then casts safely: a column
+trained as floats (float64 or float32) is declared ``double``, so float32, float64 and
+integer rows of up to 32 bits pass; int64 rows are refused by MLflow ("Can not safely convert
+int64 to float64") unless every value is 0 or 1, as 64-bit integers may not fit a float64
+(cast them, ``rows.astype("float64")``); an integer column is declared ``long`` and a boolean
+one ``boolean``. The schema asks for a DataFrame: arrays and CSR rows of a named model are
+refused by MLflow (they have no names); score those with :func:`load_model`'s model, or save
+with ``signature=default_signature(model, inputs=False)``. ``predict`` itself takes the
+model's columns by name too, as the other doors do, whatever the signature: any order, the
+others left out with one ``UserWarning`` line, a missing one refused in one line naming it.
+
+A model without names (saved before names were kept, or trained on rows without them) has no
+input schema, as before: a DataFrame's columns, an array or CSR rows are taken by position,
+only their count checked, and float32 and integer rows pass.
 """
 from __future__ import annotations
 
 import importlib.metadata
 import os
 import sys
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +70,7 @@ from mlflow.utils.environment import (_CONDA_ENV_FILE_NAME, _CONSTRAINTS_FILE_NA
                                       _validate_env_arguments)
 
 from sodm_spark.core.errors import InputError
+from sodm_spark.core.feature_names import checked_names, columns_by_name, extra_columns_line
 from sodm_spark.core.labels import labels_from_scores
 from sodm_spark.models.expansion import FORMAT_NAME, KernelExpansion
 
@@ -57,6 +80,20 @@ MODEL_DATA = "model"
 PREDICTION = "prediction"
 PROBABILITY_PREFIX = "probability_"
 PACKAGE = "sodm-spark"
+#: What the pyfunc's messages call the rows it is given.
+INPUT = "the input"
+#: MLflow's column type of a feature column trained as each type (Spark SQL's names, NumPy's,
+#: lower case): the type whose rows MLflow casts safely to it. Floats of any width are declared
+#: double, the type the model computes in, so that float32 rows and float64 rows both pass
+#: (MLflow would refuse float64 rows for a ``float`` column); integers of any width long, which
+#: takes int8 to int64 rows (``integer`` would refuse pandas' int64). Anything else: double.
+MLFLOW_TYPES = {
+    **dict.fromkeys(("float64", "double", "float32", "float", "float16", "real"), "double"),
+    **dict.fromkeys(("int64", "long", "bigint", "int32", "int", "integer", "int16",
+                     "smallint", "short", "int8", "tinyint", "byte", "uint8", "uint16",
+                     "uint32", "uint64"), "long"),
+    **dict.fromkeys(("bool", "boolean"), "boolean"),
+}
 
 
 def expansion_of(model) -> KernelExpansion:
@@ -104,15 +141,34 @@ def probability_columns(expansion: KernelExpansion) -> list[str]:
     return [PROBABILITY_PREFIX + class_name(c) for c in np.asarray(expansion.classes)]
 
 
-def default_signature(expansion: KernelExpansion) -> ModelSignature:
-    """The prediction (and probability) columns out. No input schema: MLflow would refuse a
-    tensor's other dtypes (the job's float32 rows, integer counts) and CSR rows by name, where
-    :class:`ServedModel` reads any numeric rows and checks their width itself."""
+def mlflow_type(kind: str | None) -> str:
+    """MLflow's column type for a feature column trained as ``kind`` (:data:`MLFLOW_TYPES`)."""
+    return MLFLOW_TYPES.get(str(kind).lower(), "double")
+
+
+def input_schema(expansion: KernelExpansion) -> Schema | None:
+    """The model's feature columns by name and type (:func:`mlflow_type`), in its order; None
+    for a model without names (rows taken by position)."""
+    names = expansion.feature_names
+    if names is None:
+        return None
+    types = expansion.feature_types or (None,) * len(names)
+    return Schema([ColSpec(mlflow_type(kind), name) for name, kind in zip(names, types)])
+
+
+def default_signature(expansion: KernelExpansion, inputs: bool = True) -> ModelSignature:
+    """The prediction (and probability) columns out; in, the model's named feature columns
+    (:func:`input_schema`; the module docstring says what MLflow then does). No input schema
+    for a model without names, or with ``inputs=False``: MLflow would refuse a tensor's other
+    dtypes (the job's float32 rows, integer counts) and CSR rows by name, where
+    :class:`ServedModel` reads any numeric rows (a DataFrame's columns by name) and checks
+    their width itself."""
     classes = np.asarray(expansion.classes)
     kind = "double" if expansion.is_regression else {
         "i": "long", "u": "long", "f": "double", "b": "boolean"}.get(classes.dtype.kind, "string")
     probabilities = [] if expansion.calibration is None else probability_columns(expansion)
-    return ModelSignature(outputs=Schema([ColSpec(kind, PREDICTION),
+    return ModelSignature(inputs=input_schema(expansion) if inputs else None,
+                          outputs=Schema([ColSpec(kind, PREDICTION),
                                           *(ColSpec("double", name) for name in probabilities)]))
 
 
@@ -237,7 +293,7 @@ class ServedModel:
     def predict(self, model_input, params=None) -> pd.DataFrame:
         expansion = self.expansion
         if isinstance(model_input, pd.DataFrame):
-            rows = model_input.to_numpy(dtype=np.float64)
+            rows = _frame_rows(expansion, model_input)
         elif isinstance(model_input, dict) and len(model_input) == 1:  # a named tensor
             rows = next(iter(model_input.values()))
         else:
@@ -256,6 +312,21 @@ class ServedModel:
             columns.update(zip(probability_columns(expansion), probabilities.T))
         index = model_input.index if isinstance(model_input, pd.DataFrame) else None
         return pd.DataFrame(columns, index=index)
+
+
+def _frame_rows(expansion: KernelExpansion, frame: pd.DataFrame) -> np.ndarray:
+    """A DataFrame's feature values, float64, in the model's order: by name when the model and
+    the frame both have names (the others left out with one ``UserWarning`` line, a missing
+    one refused naming it), else its columns by position."""
+    names = expansion.feature_names
+    given = list(frame.columns)
+    if names is not None and given and all(isinstance(name, str) for name in given):
+        given = list(checked_names(given, INPUT) or ())
+        positions, extra = columns_by_name(names, given, INPUT)
+        if extra:
+            warnings.warn(extra_columns_line(extra, INPUT), UserWarning, stacklevel=3)
+        frame = frame.iloc[:, positions]
+    return frame.to_numpy(dtype=np.float64)
 
 
 def _load_pyfunc(data_path, model_config=None) -> ServedModel:

@@ -255,8 +255,9 @@ def refusals():
             r"training data's feature columns"),
         Refusal("test-fewer-csv-columns/train_sodm", 1, lambda c: sodm_job_error(
             ["--data", c.csv, "--test-data", c.narrow_csv, "--format", "csv", *FAST_SODM]),
-            r"has 3 features but --data .* has 4", r"--test-data .*narrow\.csv",
-            r"training data's feature columns"),
+            # both have headers: the model's columns are taken by name, the one missing named
+            r"has no column 'd', which the model was trained on", r"--test-data .*narrow\.csv",
+            r"add it \(the columns are taken by name"),
         Refusal("test-more-features/SODMClassificationModel.transform", 1,
                 lambda c: api_error(lambda: c.spark_model().transform(
                     c.frame(np.hstack([c.X, c.X]), c.labels)).collect(), Exception),

@@ -118,7 +118,7 @@ def test_buffer_parser_agrees_with_the_line_parser_on_mixed_lines():
 
 
 @pytest.mark.parametrize("bad", ["1 0:1.5", "1 3:1 2:1", "1 2:1 2:4", "1 2:abc", "1 2=0.5",
-                                 "yes 1:1", "1 2:", "1 2:0.5:1", "3:1 4:1", "1 qid:3 1:1",
+                                 "yes 1:1", "1 2:", "1 2:0.5:1", "3:1 4:1", "1 2:1 qid:3",
                                  "1 61:1", "1 -2:1"])
 def test_buffer_parser_reports_the_first_bad_line_as_the_line_parser_does(bad):
     text = "1 1:1\n# comment\n\n" + bad + "\n-1 2:1\n1 0:9\n"

@@ -15,7 +15,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.exceptions import ConvergenceWarning
 
 from ..core.estimator_inputs import (check_fit_data, check_predict_data, encode_classes,
-                                     keep_params, predict_labels)
+                                     keep_params, predict_labels, with_fit_features)
 from ..core.kernels import Kernel
 from ..core.labels import plus_minus
 from ..core.validation import seed_from
@@ -139,8 +139,9 @@ class CoresetSVMClassifier(ClassifierMixin, BaseEstimator):
             self.coef_ = solution.coef[None, :]
         self.objective_ = solution.objective
         self.n_iter_ = solution.n_iter
-        self.model_ = KernelExpansion(solution.support_vectors, solution.dual_coef[:, None],
-                                      self.kernel_, self.classes_, self.intercept_)
+        self.model_ = with_fit_features(self, KernelExpansion(
+            solution.support_vectors, solution.dual_coef[:, None], self.kernel_,
+            self.classes_, self.intercept_))
         return self
 
     def _build(self, X, y, weights):

@@ -14,7 +14,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.exceptions import ConvergenceWarning
 
 from ..core.estimator_inputs import (check_fit_data, check_predict_data, encode_classes,
-                                     keep_params, predict_labels)
+                                     keep_params, predict_labels, with_fit_features)
 from ..core.kernels import Kernel
 from ..core.labels import plus_minus
 from ..core.validation import seed_from
@@ -91,8 +91,8 @@ class CSVRGClassifier(ClassifierMixin, BaseEstimator):
         self.delta_ = result.coreset.delta
         self.coverage_ = result.coverage
         self.converged_ = result.converged
-        self.model_ = KernelExpansion(result.core_points, result.sigma[:, None], kernel,
-                                      self.classes_)
+        self.model_ = with_fit_features(self, KernelExpansion(
+            result.core_points, result.sigma[:, None], kernel, self.classes_))
         return self
 
     def decision_function(self, X):

@@ -16,7 +16,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import check_is_fitted
 
 from ..core.estimator_inputs import (check_fit_data, check_predict_data, encode_classes,
-                                     keep_params, predict_labels)
+                                     keep_params, predict_labels, with_fit_features)
 from ..core.kernels import Kernel
 from ..core.labels import plus_minus
 from ..core.validation import describe_rows, seed_from
@@ -79,8 +79,9 @@ class _CoreVectorBase(BaseEstimator):
         self.dual_coef_ = coef.T
         single = len(solutions) == 1
         self.intercept_ = float(intercepts[0]) if single else np.asarray(intercepts, float)
-        self.model_ = KernelExpansion(self.support_vectors_, coef, self.kernel_, classes,
-                                      np.atleast_1d(np.asarray(intercepts, dtype=float)))
+        self.model_ = with_fit_features(self, KernelExpansion(
+            self.support_vectors_, coef, self.kernel_, classes,
+            np.atleast_1d(np.asarray(intercepts, dtype=float))))
         radii = [float(np.sqrt(s.meb.radius2)) for s in solutions]
         self.radius_ = radii[0] if single else np.asarray(radii)
         self.n_iter_ = np.asarray([s.meb.n_iter for s in solutions])

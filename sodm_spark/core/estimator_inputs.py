@@ -5,17 +5,32 @@
 of bounded magnitude (:mod:`sodm_spark.core.validation` words the refusals), class labels encoded
 against ``classes_``; ``predict`` maps decision values to labels. Driver-side only: it imports
 scikit-learn, which Spark workers never load (they import :mod:`sodm_spark.core.validation` alone).
+
+Feature names, so that no reordering of a DataFrame's columns gives a silently wrong answer
+(:mod:`sodm_spark.core.feature_names`): fitted on a DataFrame whose column names are all
+strings, an estimator keeps ``feature_names_in_`` as scikit-learn does, and
+:func:`with_fit_features` gives its ``model_`` those names and the columns' dtypes. Every
+method that scores rows takes a DataFrame's columns **by name** (:func:`columns_in_fit_order`):
+any order gives the same answer, a column the fit did not see is left out with one
+``UserWarning`` line, a missing one is refused with one line naming it. Here the estimators
+part from scikit-learn, which refuses reordered columns: the columns are reordered instead.
+Rows without names (arrays, CSR) stay positional, only their width checked, and scikit-learn's
+own warnings stay where one side has names and the other none ("X does not have valid feature
+names, but ... was fitted with feature names" and the converse).
 """
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import scipy.sparse
 from sklearn.base import BaseEstimator
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from .feature_names import checked_names, columns_by_name, extra_columns_line
 from .labels import labels_from_scores
 from .validation import check_finite_rows, check_numeric_cells
 
@@ -39,9 +54,17 @@ def check_fit_data(estimator: BaseEstimator, X: object, y: object, *,
                    regression: bool = False) -> tuple[Rows, np.ndarray]:
     """(X, y) validated for ``estimator.fit``: X float64 (CSR if ``accept_sparse``) with finite
     rows; y class labels, or numbers for a regressor (validate_data refuses a NaN or inf y)."""
+    names = frame_names(X)
+    if names is not None:  # a repeated name could not be taken by name when scoring
+        checked_names(names, "X")
     check_numeric_cells(X, "X")
     rows, labels = validate_data(estimator, X, y, dtype=np.float64, ensure_all_finite=False,
                                  accept_sparse=accept_sparse, y_numeric=regression)
+    # the dtypes go into model_ with the names (with_fit_features); validate_data has set
+    # feature_names_in_, or deleted it for rows without names
+    estimator._feature_types_in = (
+        _column_types(X) if getattr(estimator, "feature_names_in_", None) is not None
+        else None)
     check_finite_rows(rows, "X")
     if not regression:
         check_classification_targets(labels)
@@ -66,10 +89,66 @@ def encode_classes(estimator: BaseEstimator, y: np.ndarray,
     return y_index
 
 
+def frame_names(X: object) -> list[str] | None:
+    """The column names of a DataFrame ``X`` when every one is a string (scikit-learn's rule
+    for ``feature_names_in_``), else None: arrays, CSR, and frames of unnamed (integer)
+    columns are rows without names."""
+    if isinstance(X, np.ndarray) or scipy.sparse.issparse(X):
+        return None
+    columns = getattr(X, "columns", None)
+    if columns is None:
+        return None
+    names = list(columns)
+    return names if names and all(isinstance(name, str) for name in names) else None
+
+
+def _column_types(X: object) -> tuple[str, ...] | None:
+    """The dtype name of each column of the DataFrame ``X`` (NumPy's: "float64", "int64",
+    "bool"; an extension dtype's own name), None when it says none."""
+    dtypes = getattr(X, "dtypes", None)
+    if dtypes is None:
+        return None
+    return tuple(str(getattr(kind, "name", kind)) for kind in dtypes)
+
+
+def with_fit_features(estimator: BaseEstimator, model: Any) -> Any:
+    """``model`` (a :class:`~sodm_spark.models.expansion.KernelExpansion`) with the feature
+    names ``estimator`` was fitted with and their dtypes, so that a saved model, the MLflow
+    flavor and the ONNX export take the columns by name too; unchanged after a fit on rows
+    without names."""
+    names = getattr(estimator, "feature_names_in_", None)
+    if names is None:
+        return model
+    return model.with_features([str(name) for name in names],
+                               getattr(estimator, "_feature_types_in", None))
+
+
+def columns_in_fit_order(estimator: BaseEstimator, X: object, where: str = "X") -> object:
+    """``X`` with the columns ``estimator`` was fitted on, by name, in the fit's order, where
+    both have names (module docstring): a DataFrame whose columns come in another order is
+    reordered, not refused as scikit-learn would; the columns the fit did not see are left out
+    with one ``UserWarning`` line naming them; a missing one is refused (an InputError, a
+    ValueError) naming it. Anything else is returned as it is, for validate_data's positional
+    checks (the width) and scikit-learn's warnings."""
+    fitted = getattr(estimator, "feature_names_in_", None)
+    given = frame_names(X)
+    if fitted is None or given is None:
+        return X
+    given = list(checked_names(given, where) or ())
+    positions, extra = columns_by_name([str(name) for name in fitted], given, where)
+    if extra:
+        warnings.warn(extra_columns_line(extra, where), UserWarning, stacklevel=4)
+    if positions == list(range(len(given))):
+        return X
+    return X[[given[position] for position in positions]]  # type: ignore[index]
+
+
 def check_predict_data(estimator: BaseEstimator, X: object, *,
                        accept_sparse: bool | str = False) -> Rows:
-    """X validated for a fitted estimator's decision function (same columns as in fit)."""
+    """X validated for a fitted estimator's decision function: a DataFrame's columns taken by
+    name (:func:`columns_in_fit_order`), rows without names as the fit's columns in order."""
     check_is_fitted(estimator)
+    X = columns_in_fit_order(estimator, X)
     check_numeric_cells(X, "X")
     X = validate_data(estimator, X, dtype=np.float64, ensure_all_finite=False, reset=False,
                       accept_sparse=accept_sparse)

@@ -13,6 +13,8 @@ unpenalized intercept unless ``fitIntercept`` is false.
 """
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pandas as pd
 from pyspark import keyword_only
@@ -29,7 +31,9 @@ from ..data.storage import join
 from ..models.expansion import KernelExpansion
 from ..selection.tuning import ParamGrid
 from ..spark.dsvrg.fit import DSVRGFit
+from ..core.feature_names import columns_by_name, extra_columns_line
 from ..spark.io import dataframe_to_blocks
+from ..spark.io.arrow import table_features, vector_names
 from ..spark.engine import context_of, workers_python
 from ..spark.connect import check_connect_session
 from ..spark.sodm.params import SODMParams as _D  # its fields' defaults: the keywords'
@@ -181,9 +185,14 @@ class SODMClassifier(Estimator, _SODMParams, VersionedReadWrite):
             blocks, n_features = dataframe_to_blocks(dataset, self.getFeaturesCol(),
                                                      self.getLabelCol(),
                                                      weight_col=weight_col or None)
-            return train(context_of(dataset.sparkSession), blocks, n_features, params,
-                         search=search, refuse_classes=self._refuse_classes,
-                         level_options=options)
+            trained = train(context_of(dataset.sparkSession), blocks, n_features, params,
+                            search=search, refuse_classes=self._refuse_classes,
+                            level_options=options)
+        if trained.fit is not None:  # named columns (or a vector's ML attributes): kept
+            names, types = table_features(dataset, self.getFeaturesCol(),
+                                          [self.getLabelCol(), weight_col])
+            trained.fit.model = trained.fit.model.with_features(names, types)
+        return trained
 
     def _refuse_classes(self, classes):
         """Label values the fit cannot take, refused in the estimator's words."""
@@ -286,7 +295,8 @@ class SODMClassificationModel(Model, _SODMParams, VersionedReadWrite):
             if X.shape[1] != n_features:
                 raise InputError(f"column {features_col!r} has {X.shape[1]} features; the "
                                  f"model was trained on {n_features}. Transform data with the "
-                                 "training data's feature columns, in the same order.")
+                                 "training data's feature columns (a vector's elements are "
+                                 "taken by position unless its ML attributes name them).")
             X = input_map(X)  # the model's scaling and projection, as KernelExpansion's
             # jobs/predict.py's scoring: float32 kernel blocks, boundary rows in float64
             scores, _ = raw_scores(X, support_vectors, coef, kernel, intercept)
@@ -295,10 +305,7 @@ class SODMClassificationModel(Model, _SODMParams, VersionedReadWrite):
                 out.append(calibration.probabilities(scores[:, 0] if binary else scores))
             return pd.Series(list(np.concatenate(out, axis=1)))
 
-        column = F.col(self.getFeaturesCol())
-        if isinstance(dataset.schema[self.getFeaturesCol()].dataType, VectorUDT):
-            column = vector_to_array(column)
-        scored = raw_scores_udf(column)
+        scored = raw_scores_udf(self._feature_array(dataset))
         raw = scored if calibration is None else F.slice(scored, 1, len(classes))
         out = dataset.withColumn(self.getRawPredictionCol(), array_to_vector(raw))
         if binary:
@@ -311,6 +318,35 @@ class SODMClassificationModel(Model, _SODMParams, VersionedReadWrite):
             return out
         probability = F.slice(scored, len(classes) + 1, len(classes))
         return out.withColumn(self.getProbabilityCol(), array_to_vector(probability))
+
+    def _feature_array(self, dataset):
+        """The features of ``dataset`` as one array Column in the model's order: the
+        ``featuresCol`` vector or array (its elements by name when both its ML attributes and
+        the model name them, else by position), or, where the DataFrame has no such column and
+        the model keeps its feature names, the named columns (any order; the columns the model
+        was not trained on are left out with one warning, a missing one is refused naming it:
+        :mod:`sodm_spark.core.feature_names`)."""
+        assert self.expansion is not None, _BUILT_WITH_EXPANSION
+        names, features_col = self.expansion.feature_names, self.getFeaturesCol()
+        if features_col not in dataset.columns and names is not None:
+            _, extra = columns_by_name(names, dataset.columns, "the DataFrame",
+                                       not_features=[self.getLabelCol()])
+            if extra:
+                warnings.warn(extra_columns_line(extra, "the DataFrame"), UserWarning,
+                              stacklevel=3)
+            return F.array(*[F.col(name).cast("double") for name in names])
+        field = dataset.schema[features_col]
+        column = F.col(features_col)
+        if isinstance(field.dataType, VectorUDT):
+            column = vector_to_array(column)
+        given = vector_names(field)
+        if names is None or given is None or list(given) == list(names):
+            return column
+        order, extra = columns_by_name(names, given, f"the features column {features_col!r}")
+        if extra:
+            warnings.warn(extra_columns_line(extra, f"the features column {features_col!r}"),
+                          UserWarning, stacklevel=3)
+        return F.array(*[column[j] for j in order])
 
     def compress(self, max_sv: int, method: str = "kmeans") -> "SODMClassificationModel":
         """A copy over at most ``max_sv`` points

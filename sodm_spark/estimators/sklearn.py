@@ -1,4 +1,8 @@
-"""ODMClassifier: the exact ODM as a scikit-learn estimator (docs/design.md §7)."""
+"""ODMClassifier: the exact ODM as a scikit-learn estimator (docs/design.md §7).
+
+Longer than the other modules: the estimator's docstring documents every parameter and
+attribute, as scikit-learn's own do, and the fit's checks stay beside the solve they guard.
+"""
 from __future__ import annotations
 
 import warnings
@@ -18,7 +22,7 @@ from ..core.array_namespace import check_device, resolve_device
 from ..core.column_stats import centring_offset
 from ..core.errors import SettingsError
 from ..core.estimator_inputs import (check_fit_data, check_predict_data, encode_classes,
-                                     keep_params, predict_labels)
+                                     keep_params, predict_labels, with_fit_features)
 from ..core.kernels import Kernel, kernel_class
 from ..core.labels import plus_minus
 from ..core.validation import check_odm_params, seed_from
@@ -124,12 +128,25 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
 
     Binary labels may be any two values; more than two classes are fitted one-vs-rest.
 
+    Fitted on a pandas DataFrame whose column names are all strings, it keeps them
+    (``feature_names_in_``; ``model_.feature_names`` with the dtypes, which a saved model, the
+    MLflow flavor and the ONNX export keep), and ``predict``, ``decision_function``,
+    ``predict_proba``, ``predict_log_proba`` and ``score`` take a DataFrame's columns **by
+    name**: another order is reordered (scikit-learn's own estimators refuse it), so it gives
+    the same answer; a column the fit did not see is left out with one ``UserWarning`` naming
+    it; a missing one is refused with a ValueError naming it. Arrays and CSR rows are taken by
+    position, with scikit-learn's warnings where only the fit or only the rows had names
+    (:mod:`sodm_spark.core.estimator_inputs`).
+
     Attributes
     ----------
     classes_ : ndarray of shape (n_classes,)
         The sorted label values; with two, ``classes_[1]`` is the positive class (f > 0).
     n_features_in_ : int
         Features seen during ``fit``.
+    feature_names_in_ : ndarray of shape (n_features_in_,)
+        The column names of the DataFrame fitted on, when all are strings (the order the model
+        takes them in; absent after a fit on rows without names).
     kernel_ : Kernel
         The kernel with ``gamma`` resolved to a number (:class:`sodm_spark.core.kernels.Kernel`).
     support_ : ndarray of shape (n_SV,)
@@ -213,6 +230,7 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
         model's calibration too, on out-of-fold decision values (:mod:`.probability`)."""
         check_calibration(self)
         self._fit_rows(X, y, sample_weight)
+        self.model_ = with_fit_features(self, self.model_)  # a DataFrame's names and dtypes
         if self.probability:
             self.model_ = calibrated_model(self, X, y, sample_weight)
         return self
@@ -355,7 +373,9 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
     @classmethod
     def from_expansion(cls, expansion: KernelExpansion) -> "ODMClassifier":
         """A fitted predictor from a saved or Spark-trained model (no refit); a calibrated
-        model keeps its calibration (``probability=True``: ``predict_proba``)."""
+        model keeps its calibration (``probability=True``: ``predict_proba``), a model with
+        feature names its names (``feature_names_in_``: a DataFrame's columns are taken by
+        name, as after ``fit``)."""
         kernel = expansion.kernel
         calibration = expansion.calibration
         model = cls(kernel=kernel.name, gamma=kernel.gamma, degree=kernel.degree,
@@ -371,6 +391,8 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
         model.intercept_ = (np.zeros(expansion.coef.shape[1]) if expansion.intercept is None
                             else np.asarray(expansion.intercept, dtype=np.float64))
         model.n_features_in_ = expansion.n_features_in
+        if expansion.feature_names is not None:
+            model.feature_names_in_ = np.asarray(expansion.feature_names, dtype=object)
         model.model_ = expansion
         return model
 

@@ -33,9 +33,13 @@ from sodm_spark.models.scoring import PRECISIONS
 from sodm_spark.ops.jobconf import (add_master_arguments, check_output_paths,
                                      check_store_outputs, parse_with_defaults,
                                      use_packaged_spark_conf, write_outputs)
-from sodm_spark.spark.io import check_csv_cells, input_statuses, read_blocks, spark_read
-from sodm_spark.spark.predict import python_workers_started, score_dataframe
-from sodm_spark.spark.engine import context_of, driver_hadoop, has_accumulators, reads_text_lines
+from sodm_spark.core.feature_names import extra_columns_line
+from sodm_spark.spark.io import (check_csv_cells, check_parquet_files_agree, input_slices,
+                                 input_statuses,
+                                 spark_read)
+from sodm_spark.spark.io.libsvm_frames import read_libsvm_vectors
+from sodm_spark.spark.predict import feature_columns, python_workers_started, score_dataframe
+from sodm_spark.spark.engine import context_of, driver_hadoop, has_accumulators
 from sodm_spark.spark.hadoop_store import HadoopStore
 from sodm_spark.spark.session import job_session
 
@@ -50,7 +54,11 @@ def parse_args(argv=None, prog="predict.py") -> argparse.Namespace:
     parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     parser.add_argument("--features-col", default="features",
                         help="vector or array column; without it every numeric column other "
-                        "than --key-col and --label-col is a feature, in order")
+                        "than --key-col and --label-col is a feature: taken by name when the "
+                        "model keeps the training columns' names (any order; a column the "
+                        "model was not trained on is left out and named, a missing one "
+                        "refused), else by position. LIBSVM rows, a CSV without a header and "
+                        "models trained on them are positional")
     parser.add_argument("--key-col", help="column copied to the output to join on (default: a "
                         "row id, (partition << 40) + row)")
     parser.add_argument("--label-col", default="label", help="column that is not a feature")
@@ -66,27 +74,48 @@ def parse_args(argv=None, prog="predict.py") -> argparse.Namespace:
     return args
 
 
-def read_table(spark, args):
+def read_table(spark, args, model: KernelExpansion | None = None):
     """The rows to score as a DataFrame. Text input is checked line by line first, as the
     training job reads it: a line that does not parse, a NaN or infinite value, an empty or
     non-numeric CSV cell are refused naming the file and line (Parquet rows are checked by the
     scoring tasks, by partition and row). LIBSVM vectors are as long as the file's largest
     index: rows with indices beyond the model's features (words no training row had) are
-    scored without them."""
+    scored without them. The files of one table must describe the same columns (a Parquet
+    file's names and types, a CSV file's header: :mod:`sodm_spark.spark.io.file_schemas`);
+    of a CSV whose ``model`` keeps feature names only the model's columns are checked (the
+    others are left out)."""
     where = f"{args.data} (format {args.format!r})"
     if args.format == "parquet":
+        check_parquet_files_agree(spark, input_statuses(spark, args.data, "parquet"),
+                                  args.data, "--data")
         return spark_read(where, lambda: spark.read.parquet(args.data))
     if args.format == "csv":
         frame = spark_read(where, lambda: spark.read.csv(args.data, header=args.header,
                                                          inferSchema=True))
         not_features = {args.key_col, args.label_col}
+        named = None if model is None or not args.header else model.feature_names
         check_csv_cells(spark, args.data, input_statuses(spark, args.data, "csv"),
                         frame.columns, {j: "feature" for j, name in enumerate(frame.columns)
-                                        if name not in not_features}, header=args.header)
+                                        if name not in not_features
+                                        and (named is None or name in named)},
+                        header=args.header)
         return frame
-    if reads_text_lines(spark):  # its validation job names lines (else Spark's own reader's)
-        read_blocks(spark, args.data, "libsvm", sparse=True)
-    return spark_read(where, lambda: spark.read.format("libsvm").load(args.data))
+    # the package's own parse, on classic and Connect sessions alike: Spark's libsvm source
+    # refuses SVMlight's qid:N and # comments, and names no line
+    statuses = input_statuses(spark, args.data, "libsvm")
+    return read_libsvm_vectors(spark, args.data, statuses, input_slices(spark, statuses))
+
+
+def named_table(spark, args, model: KernelExpansion):
+    """:func:`read_table`'s DataFrame, after the line that names the columns the model
+    leaves out (a model with feature names takes its columns by name:
+    :func:`~sodm_spark.spark.predict.feature_columns`)."""
+    frame = read_table(spark, args, model)
+    _, _, extra = feature_columns(frame, args.features_col,
+                                  {c for c in (args.key_col, args.label_col) if c}, model)
+    if extra:
+        print(extra_columns_line(extra, f"--data {args.data}"), flush=True)
+    return frame
 
 
 def report_progress(accumulator, started, every, stop):
@@ -164,7 +193,7 @@ def main(argv=None, prog="predict.py") -> int:
         # the session stops, so its thread prints nothing
         with python_workers_started(spark, model) as warming, \
                 reported(prefix=f"--data {args.data}: "), \
-                score_dataframe(read_table(spark, args),
+                score_dataframe(named_table(spark, args, model),
                                 model, args.features_col, args.key_col, args.label_col,
                                 args.precision, rows, any_vector_size=args.format == "libsvm",
                                 values_ignored=ignored) as (frame, partitions):

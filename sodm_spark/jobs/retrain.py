@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from sodm_spark.core.feature_names import columns_by_name
 from sodm_spark.core.errors import (EXIT_CODES, INPUT, InputError, JobExit, describe_failure,
                                     full_trace, reported)
 from sodm_spark.jobs import train_sodm
@@ -78,15 +79,24 @@ def parse_args(argv=None, prog="retrain.py"):
     return args
 
 
-def read_holdout(spark, path, data_format, n_features):
+def read_holdout(spark, path, data_format, n_features, feature_names=None):
+    """The --holdout rows on the driver: a model's named columns taken by name (any order),
+    LIBSVM rows and rows without names by position."""
     if data_format == "libsvm":
         X, y = read_libsvm_local(path, n_features=n_features, check_values=True)
     else:
-        X, y = collect_checked(spark, path, data_format, f"--holdout {path}")
+        X, y = collect_checked(spark, path, data_format, f"--holdout {path}", feature_names)
     return X, y
 
 
-def holdout_accuracy(model: KernelExpansion, X, y) -> float:
+def holdout_accuracy(model: KernelExpansion, X, y, names=None) -> float:
+    """The accuracy of ``model`` on the holdout rows ``X`` (whose columns are ``names``, the
+    new model's, when it has them): a production model with names of its own takes them by
+    name."""
+    if names is not None and model.feature_names is not None and \
+            tuple(names) != model.feature_names:
+        positions, _ = columns_by_name(model.feature_names, list(names), "--holdout")
+        X = X[:, positions]
     if model.n_features_in != X.shape[1]:
         raise InputError(f"the holdout has {X.shape[1]} features but the model expects "
                          f"{model.n_features_in}.")
@@ -106,12 +116,14 @@ def run(args, store: ModelStore, outcome: dict) -> int:
         print("config: " + json.dumps(vars(train_args), default=str), flush=True)
         fit, summary = train_sodm.train(spark, train_args)
         n_features = fit.model.n_features_in
-        X, y = read_holdout(spark, args.holdout, args.format, n_features)
+        X, y = read_holdout(spark, args.holdout, args.format, n_features,
+                            fit.model.feature_names)
     new_accuracy = holdout_accuracy(fit.model, X, y)
     current = store.latest_version()
     production_accuracy = None
     if current is not None:
-        production_accuracy = holdout_accuracy(KernelExpansion.load(current / "model"), X, y)
+        production_accuracy = holdout_accuracy(KernelExpansion.load(current / "model"), X, y,
+                                               fit.model.feature_names)
     decision = decide(new_accuracy, production_accuracy, args.max_drop)
     record = {"snapshot": str(snapshot), "finished": time.time(), "promoted": decision.promote,
               "reason": decision.reason, "holdout_accuracy": new_accuracy,

@@ -62,6 +62,15 @@ def _data_arguments(parser) -> None:
                         "x training rows kernel entries per level; by default only when that "
                         "is cheap)")
     parser.add_argument("--format", choices=("libsvm", "csv", "parquet"), default="libsvm")
+    parser.add_argument("--features-col", metavar="COLUMN|NAMES",
+                        help="CSV or Parquet: the vector or array column of the features "
+                        "(default 'features' where the table has it), or the feature columns' "
+                        "names separated by commas; otherwise every column other than "
+                        "--label-col and --weight-col is a feature. The model keeps the names, "
+                        "and scores other tables by them (--test-data, sodm-predict)")
+    parser.add_argument("--label-col", metavar="COLUMN",
+                        help="CSV or Parquet: the label column (default 'label'; a CSV without "
+                        "a header: its first column, or a 0-based position)")
     parser.add_argument("--weight-col", metavar="COLUMN",
                         help="CSV or Parquet: the column of each row's weight (a number >= 0; "
                         "rows of weight 0 are left out; a CSV without a header names it by "

@@ -18,7 +18,9 @@ from sodm_spark.core.timeline import Timeline, timed
 from sodm_spark.core.validation import check_two_classes, shown_classes
 from sodm_spark.data.datasets import make_linear, make_nonlinear
 from sodm_spark.jobs.train_args import DEFAULT_TEST_ROWS
-from sodm_spark.spark.io import TableColumns, check_blocks, read_blocks, read_libsvm_local
+from sodm_spark.core.feature_names import columns_by_name, extra_columns_line
+from sodm_spark.spark.io import (FeatureColumns, TableColumns, check_blocks, read_blocks,
+                                 read_libsvm_local)
 from sodm_spark.spark.memory import check_collectable
 from sodm_spark.spark.engine import PERSIST
 from sodm_spark.spark.io import collect_blocks, numpy_to_blocks
@@ -44,8 +46,11 @@ def row_layout(args):
     return "auto", None
 
 
-def read_driver_side(spark, path, args, n_features, sparse, flag):
-    """(X, y) of a test or validation file on the driver, checked against the training data."""
+def read_driver_side(spark, path, args, n_features, sparse, flag,
+                     features: FeatureColumns | None = None):
+    """(X, y) of a test or validation file on the driver, checked against the training data:
+    the training input's named ``features`` taken by name (any order; a column the training
+    rows lack left out and named in one line, a missing one refused), else by position."""
     if args.format == "libsvm":  # a NaN or too large value is refused naming its line
         advice = row_layout(args)[1]
         pair = read_libsvm_local(path, sparse=sparse, check_values=True, dense_advice=advice)
@@ -62,7 +67,7 @@ def read_driver_side(spark, path, args, n_features, sparse, flag):
                   "row has)", flush=True)
             pair = (pair[0][:, :n_features].tocsr(), pair[1])
     else:  # and CSV lines by the reader, Parquet rows by partition and row
-        blocks, d = read_blocks(spark, path, args.format)
+        blocks, d = _named_rows(spark, path, args, features or FeatureColumns(), flag)
         stats = check_blocks(blocks, d, where=f"{flag} {path}")
         check_collectable(context_of(spark), 8.0 * d * stats.n_rows, f"{flag} {path}",
                           "score such a table with jobs/predict.py instead")
@@ -75,17 +80,53 @@ def read_driver_side(spark, path, args, n_features, sparse, flag):
     return pair
 
 
-def check_weight_col(args):
-    """Refuse ``--weight-col`` where the data have no columns to name: the built-in data and
-    LIBSVM rows (a SettingsError, before any data are read)."""
-    if args.weight_col is None:
-        return
-    if args.data is None:
-        raise SettingsError("--weight-col names a column of --data, but no --data was given "
-                            "(the built-in data have no weights); pass CSV or Parquet data.")
-    if args.format == "libsvm":
-        raise SettingsError(f"--weight-col {args.weight_col}: LIBSVM rows have no weight "
-                            "column; write the data as CSV or Parquet (--format) with one.")
+def _named_rows(spark, path, args, features: FeatureColumns, flag):
+    """(blocks, d) of a CSV or Parquet file scored beside the training data: its columns
+    named as the training input's ``features`` when both have names, else by position."""
+    blocks, d, found = read_blocks(spark, path, args.format, with_names=True,
+                                   columns=table_columns(args, weight=False))
+    if features.names is None or found.names is None:
+        return blocks, d
+    _, extra = columns_by_name(features.names, found.names, f"{flag} {path}")
+    if extra:
+        print(extra_columns_line(extra, f"{flag} {path}"), flush=True)
+    if list(found.names) == list(features.names):
+        return blocks, d
+    return read_blocks(spark, path, args.format, columns=table_columns(
+        args, weight=False, features=features.names))
+
+
+def table_columns(args, weight: bool = True, features=None) -> TableColumns:
+    """The columns of --data (or, ``weight`` False, of a file scored beside it) as the
+    readers take them: --label-col, --features-col (a vector or array column, or names split
+    at commas), --weight-col; ``features``: the feature columns' names, in the order wanted."""
+    given = getattr(args, "features_col", None)
+    if features is None and given is not None and "," in given:
+        features = tuple(name.strip() for name in given.split(",") if name.strip())
+    label = getattr(args, "label_col", None)
+    if label is not None and args.format == "csv" and label.isdigit():
+        label = int(label)
+    return TableColumns(label_col=label,
+                        features_col=features if features is not None else given or "features",
+                        weight_col=weight_column(args) if weight else None)
+
+
+def check_column_flags(args):
+    """Refuse --weight-col, --features-col and --label-col where the data have no columns to
+    name: the built-in data and LIBSVM rows (a SettingsError, before any data are read)."""
+    for flag in ("--weight-col", "--features-col", "--label-col"):
+        value = getattr(args, flag[2:].replace("-", "_"), None)
+        if value is None:
+            continue
+        if args.data is None:
+            raise SettingsError(f"{flag} names a column of --data, but no --data was given "
+                                "(the built-in data have no columns to name); pass CSV or "
+                                "Parquet data.")
+        if args.format == "libsvm":
+            has = "weight column" if flag == "--weight-col" else "named columns"
+            raise SettingsError(f"{flag} {value}: LIBSVM rows have no {has} (a line is a label "
+                                "and index:value pairs); write the data as CSV or Parquet "
+                                "(--format) with one.")
 
 
 def weight_column(args):
@@ -102,6 +143,7 @@ def load_data(spark, args, params, timeline: Timeline | None = None) -> tuple:
     refused first. The stages of ``timeline``: ``reading`` (the rows read into blocks, the
     checking pass), ``test rows`` (--test-data read onto the driver)."""
     linear, sc = args.kernel == "linear", context_of(spark)
+    args.feature_columns = FeatureColumns()  # the built-in rows have no names
     if args.data is None:
         with timed(timeline, "reading"):
             make = make_linear if linear else make_nonlinear
@@ -111,30 +153,32 @@ def load_data(spark, args, params, timeline: Timeline | None = None) -> tuple:
             checked = check_rows(sc, blocks, X.shape[1], params, classes=np.array([-1, 1]))
         return blocks, X.shape[1], checked, (X[args.rows:], y[args.rows:])
     with timed(timeline, "reading"):
-        blocks, n_features, checked = _read_checked(spark, args, params, linear)
+        blocks, n_features, checked, features = _read_checked(spark, args, params, linear)
+    args.feature_columns = features  # the model's names, and the other inputs' columns by them
     with timed(timeline if args.test_data else None, "test rows"):
         test = None if not args.test_data else read_driver_side(
-            spark, args.test_data, args, n_features, row_layout(args)[0], "--test-data")
+            spark, args.test_data, args, n_features, row_layout(args)[0], "--test-data",
+            features)
     return blocks, n_features, checked, test
 
 
 def _read_checked(spark, args, params, linear: bool) -> tuple:
-    """(the --data rows as persisted blocks, their features, the Checked fit): read, then
-    checked in one pass."""
+    """(the --data rows as persisted blocks, their features, the Checked fit, the names and
+    types of the feature columns): read, then checked in one pass."""
     sc = context_of(spark)
     sparse, advice = row_layout(args)
     # the kernel path computes its kernel blocks in float32: its dense rows are stored so
     dtype = np.float64 if linear else np.float32
-    blocks, n_features = read_blocks(spark, args.data, args.format, sparse=sparse, dtype=dtype,
-                                     dense_advice=advice,
-                                     columns=TableColumns(weight_col=weight_column(args)))
+    blocks, n_features, features = read_blocks(spark, args.data, args.format, sparse=sparse,
+                                               dtype=dtype, dense_advice=advice,
+                                               columns=table_columns(args), with_names=True)
     # parsed once, by the checking job; the fit's passes (SODM levels, DSVRG epochs) read the
     # rows from here (DSVRG then keeps no second copy), on local disk, not the JVM heap
     blocks = blocks.persist(PERSIST)
     checked = check_rows(sc, blocks, n_features, params, where=f"--data {args.data}",
                          refuse_classes=lambda found: refuse_classes(found, args),
                          dense_itemsize=np.dtype(dtype).itemsize)
-    return blocks, n_features, checked
+    return blocks, n_features, checked, features
 
 
 def refuse_classes(classes, args):

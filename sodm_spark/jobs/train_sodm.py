@@ -30,7 +30,7 @@ import time
 from sodm_spark.core.errors import SETTINGS, reported, run_job
 from sodm_spark.core.timeline import Timeline, command_started, timed
 from sodm_spark.jobs.train_args import parse_args
-from sodm_spark.jobs.train_data import check_weight_col, load_data, read_driver_side, row_layout
+from sodm_spark.jobs.train_data import check_column_flags, load_data, read_driver_side, row_layout
 from sodm_spark.jobs.train_mlflow import check_mlflow, log_run
 from sodm_spark.jobs.train_report import (dsvrg_summary, levels_summary, printed_progress,
                                           rewrite_metrics, show_timeline)
@@ -78,7 +78,7 @@ def train(spark, args, params=None, timeline: Timeline | None = None):
     with timed(None if linear or not args.validation_data else timeline, "validation rows"):
         validation = None if linear or not args.validation_data else read_driver_side(
             spark, args.validation_data, args, n_features, row_layout(args)[0],
-            "--validation-data")
+            "--validation-data", args.feature_columns)
     options = {"timeline": timeline} if linear else {
         "checkpoint_dir": args.checkpoint_dir, "resume": args.resume, "max_sv": args.max_sv,
         "compress_method": args.compress_method, "test_every_level": args.test_every_level,
@@ -92,6 +92,9 @@ def train(spark, args, params=None, timeline: Timeline | None = None):
                                                 "tuning_seconds": trained.search.seconds}
     if trained.fit is None:  # the tuning job: the search alone
         return None, {**tuning, "partition_seconds": trained.search_partition_seconds}
+    # the model scores named rows by these names wherever it goes (core/feature_names.py)
+    trained.fit.model = trained.fit.model.with_features(args.feature_columns.names,
+                                                        args.feature_columns.types)
     summary = (dsvrg_summary if linear else levels_summary)(trained.fit, trained.params)
     return trained.fit, {**summary, **tuning}
 
@@ -106,7 +109,7 @@ def check_settings(args):
                         "--tune-report": args.tune_report}, {"--metrics-out": args.metrics_out})
     if args.data is None and args.kernel != "linear":
         check_levels_fit_rows(args.rows, params.p, params.levels)
-    check_weight_col(args)
+    check_column_flags(args)
     check_mlflow(args)  # MLflow installed, its store opens (--mlflow)
     return params
 

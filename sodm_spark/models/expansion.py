@@ -16,6 +16,7 @@ import numpy as np
 import scipy.sparse
 
 from ..core.column_stats import scale_rows
+from ..core.feature_names import checked_names, frame_in_order
 from ..core.kernels import Kernel, decision_values
 from ..core.labels import labels_from_scores  # noqa: F401 (the model's labels; importable here)
 from ..core.sparse_rows import Rows
@@ -112,6 +113,29 @@ class KernelExpansion:
     projection_components: np.ndarray | None = None
     # class probabilities from f (Platt's sigmoid or an isotonic map, .calibration)
     calibration: SigmoidCalibration | IsotonicCalibration | None = None
+    # the training input's feature columns (None: rows without names, scored by position)
+    # and the type each had there (Spark SQL's name, or NumPy's for a pandas DataFrame):
+    # every door that scores named rows takes these columns by name (core/feature_names.py)
+    feature_names: tuple[str, ...] | None = None
+    feature_types: tuple[str, ...] | None = None
+
+    def __post_init__(self):
+        self.feature_names = checked_names(self.feature_names, "the model's features")
+        if self.feature_types is not None:
+            self.feature_types = tuple(str(kind) for kind in self.feature_types)
+        for what, values in (("feature_names", self.feature_names),
+                             ("feature_types", self.feature_types)):
+            if values is not None and len(values) != self.n_features_in:
+                raise ValueError(f"{what} has {len(values)} entries but the model takes "
+                                 f"{self.n_features_in} features")
+
+    def with_features(self, names, types=None) -> "KernelExpansion":
+        """This model with the training input's feature column ``names`` (and ``types``);
+        ``names`` None: unchanged (rows without names)."""
+        if names is None:
+            return self
+        return replace(self, feature_names=tuple(names),
+                       feature_types=None if types is None else tuple(types))
 
     @property
     def input_map(self) -> InputMap:
@@ -136,7 +160,9 @@ class KernelExpansion:
         return np.asarray(self.classes).size == 0
 
     def decision_function(self, X, block_mb: float = 256.0) -> np.ndarray:
-        """f on raw rows, dense or CSR (the feature scaling applied first)."""
+        """f on raw rows, dense or CSR (the feature scaling applied first); a DataFrame's
+        columns by name when the model keeps its feature names (:func:`frame_in_order`)."""
+        X = frame_in_order(X, self.feature_names)
         if not scipy.sparse.issparse(X):
             X = np.asarray(X, dtype=np.float64)
         return self.input_scores(self.inputs(X), block_mb)
@@ -230,6 +256,10 @@ class KernelExpansion:
             metadata["n_features_in"] = self.n_features_in
         if self.calibration is not None:  # plain numbers; older readers skip the key
             metadata["calibration"] = self.calibration.to_dict()
+        if self.feature_names is not None:  # older readers skip these keys too
+            metadata["feature_names"] = list(self.feature_names)
+            if self.feature_types is not None:
+                metadata["feature_types"] = list(self.feature_types)
         store.mkdirs(folder)
         store.write_bytes(join(folder, "arrays.npz"), buffer.getbuffer())
         store.write_bytes(join(folder, "metadata.json"),
@@ -247,4 +277,6 @@ class KernelExpansion:
         files = read_model_files(store, str(path).rstrip("/") or "/")
         optional = {name: files.arrays.get(name) for name in ("intercept", *INPUT_ARRAYS)}
         return cls(files.support_vectors, files.arrays["coef"], files.kernel,
-                   files.arrays["classes"], calibration=files.calibration, **optional)
+                   files.arrays["classes"], calibration=files.calibration,
+                   feature_names=files.feature_names, feature_types=files.feature_types,
+                   **optional)

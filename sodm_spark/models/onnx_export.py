@@ -2,7 +2,14 @@
 rows outside Python: onnxruntime from Java, C#, C++ or a browser (docs/design.md §5, §7).
 
 The graph takes raw rows, ``features`` (batch, features): float64, or float32 with
-``input_type="float"`` (cast to float64 first); all its arithmetic is float64:
+``input_type="float"`` (cast to float64 first); all its arithmetic is float64. The input is
+positional, as every serving runtime binds one tensor: its j-th value is the model's j-th
+feature. A model trained on named columns says which, so that serving code can put its columns
+in that order rather than score them in another one silently: the ONNX model's
+``metadata_props`` hold ``feature_names`` and ``feature_types`` (JSON lists, in the input's
+order; the types as the training data had them, NumPy's or Spark SQL's names), and the input's
+``doc_string`` names the columns in order (:func:`input_doc`). A model without names has neither
+key, and its input's ``doc_string`` says the columns come in the training data's order.
 
 * the input map (:class:`~sodm_spark.models.expansion.InputMap`): min-max scaling
   ``(x − offset) · scale``, max-abs scaling of some columns, and a projection folded with the
@@ -263,13 +270,43 @@ def _probabilities(graph: _Graph, sums: str, calibration: dict, n_classes: int) 
     return graph.op("Where", positive, normalized, uniform, output="probabilities")
 
 
+def input_doc(model: KernelExpansion) -> str:
+    """The ``features`` input's ``doc_string``: the column order the input expects."""
+    width = f"{model.n_features_in:,} raw feature value{'s' if model.n_features_in != 1 else ''}"
+    if model.feature_names is None:
+        return (f"{width} a row, by position in the training data's column order (the model "
+                "has no column names).")
+    return (f"{width} a row, by position, in this order of the training columns (the model's "
+            "feature_names in metadata_props): " + json.dumps(list(model.feature_names)))
+
+
+def _input_tensor(onnx, model: KernelExpansion, input_type: str):
+    """The graph's one input, ``features`` (batch, n_features_in), its columns named in its
+    ``doc_string``."""
+    element = onnx.TensorProto.DOUBLE if input_type == "double" else onnx.TensorProto.FLOAT
+    return onnx.helper.make_tensor_value_info("features", element,
+                                              ["batch", model.n_features_in],
+                                              doc_string=input_doc(model))
+
+
+def _feature_props(model: KernelExpansion) -> dict[str, str]:
+    """``feature_names`` and ``feature_types`` as JSON lists, those the model has."""
+    props = {}
+    if model.feature_names is not None:
+        props["feature_names"] = json.dumps(list(model.feature_names))
+        if model.feature_types is not None:
+            props["feature_types"] = json.dumps(list(model.feature_types))
+    return props
+
+
 def to_onnx(model: KernelExpansion, input_type: str = "double", probabilities: bool = True,
             name: str = "sodm_spark_kernel_expansion"):
     """``model`` as an ``onnx.ModelProto`` (module docstring): input ``features`` (batch,
     ``model.n_features_in``) of ``input_type`` ("double", or "float": rows of float32, cast
     to float64 in the graph); outputs ``label`` (classifiers), ``scores`` and, when the model
-    is calibrated and ``probabilities`` is true, ``probabilities``. A ValueError says why a
-    model cannot be exported; an ImportError, how to install onnx."""
+    is calibrated and ``probabilities`` is true, ``probabilities``; the model's feature names
+    and types, when it has them, in ``metadata_props`` and the input's ``doc_string``. A
+    ValueError says why a model cannot be exported; an ImportError, how to install onnx."""
     if input_type not in INPUT_TYPES:
         raise ValueError(f"input_type must be one of {', '.join(INPUT_TYPES)}, "
                          f"got {input_type!r}.")
@@ -327,9 +364,7 @@ def to_onnx(model: KernelExpansion, input_type: str = "double", probabilities: b
             "fewer points first (KernelExpansion.compress, the training job's --max-sv).")
     onnx_graph = helper.make_graph(
         graph.nodes, name,
-        [helper.make_tensor_value_info("features", double if input_type == "double" else
-                                       onnx.TensorProto.FLOAT, [batch, model.n_features_in])],
-        declared, initializer=graph.arrays)
+        [_input_tensor(onnx, model, input_type)], declared, initializer=graph.arrays)
     proto = helper.make_model(onnx_graph, opset_imports=[helper.make_opsetid("", OPSET)],
                               producer_name="sodm_spark", ir_version=IR_VERSION,
                               doc_string="A sodm_spark KernelExpansion: raw rows → label, "
@@ -338,7 +373,8 @@ def to_onnx(model: KernelExpansion, input_type: str = "double", probabilities: b
         "kernel": json.dumps(model.kernel.to_dict()),
         "classes": json.dumps(classes.tolist()),
         "n_support": str(vectors.shape[0]),
-        "calibration": calibration["method"] if calibration is not None else "none"})
+        "calibration": calibration["method"] if calibration is not None else "none",
+        **_feature_props(model)})
     onnx.checker.check_model(proto)
     return proto
 

@@ -51,6 +51,8 @@ class ModelFiles:
     calibration: SigmoidCalibration | IsotonicCalibration | None
     arrays: dict
     support_vectors: Rows
+    feature_names: tuple[str, ...] | None = None
+    feature_types: tuple[str, ...] | None = None
 
 
 def read_model_files(store, path: str) -> ModelFiles:
@@ -74,7 +76,30 @@ def read_model_files(store, path: str) -> ModelFiles:
                          f"missing. {_REDO}")
     arrays, support_vectors = _read_arrays(store, arrays_path)
     _check_shapes(arrays_path, metadata, arrays, support_vectors, calibration)
-    return ModelFiles(folder, metadata, kernel, calibration, arrays, support_vectors)
+    names, types = _feature_columns(metadata_path, metadata)
+    return ModelFiles(folder, metadata, kernel, calibration, arrays, support_vectors, names,
+                      types)
+
+
+def _feature_columns(metadata_path: str, metadata: dict):
+    """(the feature names, their types) of ``metadata.json``, None where it has none (a
+    model of rows without names, or saved before names were kept); refused unless each is a
+    list of strings, one per input feature, the names distinct."""
+    inputs = metadata.get("n_features_in", metadata["n_features"])
+    found = []
+    for key in ("feature_names", "feature_types"):
+        values = metadata.get(key)
+        if values is not None and (not isinstance(values, list) or len(values) != inputs
+                                   or not all(isinstance(v, str) for v in values)):
+            raise InputError(f"{metadata_path} is corrupt: {key} is not a list of {inputs} "
+                             f"strings, one per feature; the model cannot be read. {_REDO}")
+        found.append(None if values is None else tuple(values))
+    if found[0] is not None and len(set(found[0])) != len(found[0]):
+        raise InputError(f"{metadata_path} is corrupt: its feature_names repeat a name; the "
+                         f"model cannot be read. {_REDO}")
+    if found[1] is not None and found[0] is None:
+        found[1] = None
+    return found[0], found[1]
 
 
 def _model_folder(store, path: str) -> tuple[str, list]:

@@ -40,12 +40,13 @@ import scipy.sparse
 
 from ..core import sparse_rows
 from ..core.errors import InputError, SettingsError, reported_to_driver
+from ..core.feature_names import columns_by_name
 from ..core.labels import labels_from_scores
 from ..core.sparse_rows import memory_width
 from ..models import scoring
 from ..models.expansion import KernelExpansion
 from .io import ROW_ID_SHIFT, numeric_array_column
-from .io.arrow import is_vector_type
+from .io.arrow import is_vector_type, vector_names
 from .memory import executor_cores
 from .engine import context_of, distributes_files, has_accumulators, partition_count
 from .task import task_partition
@@ -150,24 +151,36 @@ def thread_plan(rows_per_partition, cores: int, task_cpus: int = 1) -> list[int]
     return plan
 
 
-def _features(df, features_col, exclude, n_features):
-    """(list of feature Columns to select, kind): an ML vector column (kept as its struct of
-    sparse or dense arrays), an array column, or numeric columns."""
+def feature_columns(df, features_col, exclude, model: KernelExpansion):
+    """(the feature Columns to select, their kind, the columns left out): an ML vector column
+    (kept as its struct of sparse or dense arrays), an array column, or numeric columns. A
+    model that keeps its feature names takes named columns by name (any order; a column it
+    was not trained on left out, and returned so that the caller names it; a missing one
+    refused naming it: :mod:`sodm_spark.core.feature_names`), and so the elements of a vector
+    or array column whose ML attributes name them; rows without names are positional."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import NumericType
 
-    schema = {field.name: field.dataType for field in df.schema.fields}
-    if features_col in schema:
-        dtype = schema[features_col]
-        if is_vector_type(dtype):
-            return [F.col(features_col).alias("features")], "vector"
+    n_features, model_names = model.n_features_in, model.feature_names
+    fields = {field.name: field for field in df.schema.fields}
+    if features_col in fields:
+        dtype = fields[features_col].dataType
+        order = _element_order(fields[features_col], model_names)
+        if is_vector_type(dtype) and order is None:
+            return [F.col(features_col).alias("features")], "vector", []
         features = numeric_array_column(features_col, dtype)
         if features is not None:
-            return [features.alias("features")], "array"
+            if order is not None:  # the vector's elements by their ML attributes' names
+                features = F.array(*[features[j] for j in order[0]])
+            return [features.alias("features")], "array", [] if order is None else order[1]
         raise InputError(f"the features column {features_col!r} has type "
                          f"{dtype.simpleString()}; expected an ML vector or an array of numbers.")
     columns = [c for c in df.columns if c not in exclude]
-    bad = [c for c in columns if not isinstance(schema[c], NumericType)]
+    extra: list[str] = []
+    if model_names is not None:
+        positions, extra = columns_by_name(model_names, columns, "the data")
+        columns = [columns[j] for j in positions]
+    bad = [c for c in columns if not isinstance(fields[c].dataType, NumericType)]
     if bad:
         raise InputError(f"there is no features column {features_col!r}, and column(s) "
                          f"{bad[:10]} are not numeric; pass features_col (--features-col), or "
@@ -177,7 +190,18 @@ def _features(df, features_col, exclude, n_features):
                          f"({', '.join(columns[:5])}{', ...' if len(columns) > 5 else ''}); the "
                          f"model was trained on {n_features}. Give the training data's feature "
                          "columns, in the same order.")
-    return [F.col(c).cast("double").alias(f"f{j}") for j, c in enumerate(columns)], "columns"
+    return [F.col(c).cast("double").alias(f"f{j}") for j, c in enumerate(columns)], "columns", \
+        extra
+
+
+def _element_order(field, model_names):
+    """(the positions of the model's features among a vector or array column's elements, the
+    elements left out) when both the model and the column's ML attributes name them and the
+    names are not already the model's order; else None (positional)."""
+    given = vector_names(field)
+    if model_names is None or given is None or list(given) == list(model_names):
+        return None
+    return columns_by_name(model_names, given, f"the features column {field.name!r}")
 
 
 def _rows_per_partition(selected, partitions: int, sized: bool = False):
@@ -305,7 +329,8 @@ def score_dataframe(df, model: KernelExpansion, features_col: str = "features",
     counted in the accumulator ``values_ignored``.
 
     Features: ``features_col`` (vector or array) if ``df`` has it, else every numeric column
-    except ``key_col`` and ``label_col``. ``rows_scored`` is an optional accumulator the tasks
+    except ``key_col`` and ``label_col``; a model with feature names takes them by name
+    (:func:`feature_columns`, whose third value names the columns it leaves out). ``rows_scored`` is an optional accumulator the tasks
     add their rows to (progress); ``block_bytes`` caps a support-vector block (default
     :data:`sodm_spark.models.scoring.SV_BLOCK_BYTES`). Use ``scored`` inside the ``with`` block: the
     model's files are removed when it ends, also on an error.
@@ -319,10 +344,10 @@ def score_dataframe(df, model: KernelExpansion, features_col: str = "features",
                          f"{df.columns[:20]}.")
     n_features = model.n_features_in
     exclude = {c for c in (key_col, label_col) if c}
-    feature_columns, kind = _features(df, features_col, exclude, n_features)
+    selection, kind, _ = feature_columns(df, features_col, exclude, model)
     key = df[key_col] if key_col else _row_ids()  # numbered before any repartition
     selected, partitions, threads = _scoring_tasks(
-        sc, df.select(key.alias("key"), *feature_columns), model, kind, features_col)
+        sc, df.select(key.alias("key"), *selection), model, kind, features_col)
     schema = _output_schema(df, key_col, model.calibration is not None)
     classes = np.asarray(model.classes, dtype=np.float64)
     if rows_scored is None and has_accumulators(sc):

@@ -237,13 +237,17 @@ def background_job(spark, action, name: str):
         job.stop()
 
 
-def collect_checked(spark, path, fmt, where) -> tuple[np.ndarray, np.ndarray]:
+def collect_checked(spark, path, fmt, where,
+                    feature_names=None) -> tuple[np.ndarray, np.ndarray]:
     """All rows of a small CSV or Parquet input on the driver (:func:`collect_blocks`), checked
     first: a NaN, ±inf or too large value is refused naming its file and line (CSV) or its
-    partition and row (Parquet), after ``where``."""
-    from .io import collect_blocks
+    partition and row (Parquet), after ``where``. ``feature_names``: a model's columns, taken
+    by name (in any order; a missing one refused naming it), else every feature column."""
+    from .io import TableColumns, collect_blocks
     from .io import check_blocks, read_blocks
 
-    blocks, d = read_blocks(spark, path, fmt)
+    columns = TableColumns() if feature_names is None else \
+        TableColumns(features_col=tuple(feature_names))
+    blocks, d = read_blocks(spark, path, fmt, columns=columns)
     check_blocks(blocks, d, where=where)
     return collect_blocks(blocks)

@@ -344,6 +344,8 @@ def fit_in_process(X, y, sample_weight=None, *, cores: int | None = None, test=N
             all(settings.get(name) is None for name in ("gamma", "lam", "theta", "v")):
         search = Search.of_defaults()
     sc = context_of(None, cores)  # no session: the in-process back end
+    names, types = _frame_columns(X)
+    test, validation = (_in_order(rows, names) for rows in (test, validation))
     X = np.asarray(X) if not hasattr(X, "tocsr") else X
     y = np.asarray(y, dtype=np.float64)
     if sample_weight is not None:  # checked as the estimators check it; rows of weight 0 are
@@ -357,6 +359,33 @@ def fit_in_process(X, y, sample_weight=None, *, cores: int | None = None, test=N
         if kept.size < y.size:
             X, y, sample_weight = X[kept], y[kept], sample_weight[kept]
     blocks = numpy_to_blocks(sc, X, y, weights=sample_weight)
-    return train(sc, blocks, X.shape[1], params, search=search,
-                 rows=ScoredRows(test=test, validation=validation), progress=progress,
-                 level_options=level_options)
+    trained = train(sc, blocks, X.shape[1], params, search=search,
+                    rows=ScoredRows(test=test, validation=validation), progress=progress,
+                    level_options=level_options)
+    if trained.fit is not None:  # a DataFrame's columns: the model scores by their names
+        trained.fit.model = trained.fit.model.with_features(names, types)
+    return trained
+
+
+def _frame_columns(X) -> tuple[list[str] | None, list[str] | None]:
+    """(the column names of a pandas DataFrame ``X`` whose names are all strings, their
+    dtypes' names), else (None, None): rows without names."""
+    columns = getattr(X, "columns", None)
+    if columns is None or hasattr(X, "tocsr") or isinstance(X, np.ndarray):
+        return None, None
+    names = [str(name) for name in columns]
+    if not names or not all(isinstance(name, str) for name in columns):
+        return None, None
+    return names, [str(getattr(kind, "name", kind)) for kind in X.dtypes]
+
+
+def _in_order(rows, names):
+    """Test or validation rows ``(X, y)`` with a DataFrame's columns taken by ``names`` (the
+    training frame's; :mod:`sodm_spark.core.feature_names`), as NumPy rows; others as given."""
+    if rows is None or names is None or _frame_columns(rows[0])[0] is None:
+        return rows
+    from ..core.feature_names import columns_by_name
+
+    X, y = rows
+    positions, _ = columns_by_name(names, list(X.columns), "the scored rows")
+    return np.asarray(X)[:, positions], y

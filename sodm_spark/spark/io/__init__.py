@@ -28,7 +28,8 @@ Modules: ``blocks`` (the Block contract, errors, :func:`check_blocks`), ``read``
 :func:`read_blocks` dispatcher: input listing, slicing, formats), ``libsvm``, ``csv``,
 ``text_lines`` (text input's rows named by file and 1-based line in every check: NaN, ±inf,
 values too large, CSV cells), ``arrow`` (DataFrames to blocks; the Arrow batch helpers the
-scorer shares), ``parquet_files`` (local Parquet array columns read by pyarrow in the tasks).
+scorer shares), ``parquet_files`` (local Parquet array columns read by pyarrow in the tasks),
+``file_schemas`` (the files of one input refused when their columns differ).
 
 Spark code here only moves arrays: the functions shipped to executors are module-level or
 closures over plain values, and nothing is random.
@@ -41,8 +42,9 @@ from .blocks import (DENSE_FROM_DENSITY, MAX_BLOCK_BYTES, ROW_ID_SHIFT, Block, B
                      collect_blocks, dense_enough, error_text, feature_bytes, numpy_to_blocks,
                      spark_read)
 from .libsvm import read_libsvm_local
-from .read import (FORMATS, INPUT_SPLIT_BYTES, TableColumns, input_slices, input_statuses,
-                   read_blocks)
+from .file_schemas import check_parquet_files_agree
+from .read import (FORMATS, INPUT_SPLIT_BYTES, FeatureColumns, TableColumns, input_slices,
+                   input_statuses, read_blocks)
 from .text_lines import check_csv_cells
 
 __all__ = [
@@ -51,5 +53,6 @@ __all__ = [
     "check_blocks", "error_text", "spark_read", "dense_enough", "DENSE_FROM_DENSITY",
     "ROW_ID_SHIFT", "CHUNK_ROWS", "INPUT_SPLIT_BYTES", "input_slices", "batch_matrix",
     "numbered_batches", "numeric_array_column", "MAX_BLOCK_BYTES", "bounded_blocks",
-    "feature_bytes", "check_csv_cells", "input_statuses", "TableColumns",
+    "feature_bytes", "check_csv_cells", "input_statuses", "TableColumns", "FeatureColumns",
+    "check_parquet_files_agree",
 ]

@@ -48,6 +48,38 @@ def numeric_array_column(column_name, dtype):
     return None
 
 
+def vector_names(field) -> list[str] | None:
+    """The element names of a vector or array column from its ML attributes (the metadata
+    ``VectorAssembler`` writes: ``ml_attr.attrs`` lists each element's ``idx`` and ``name``),
+    in element order; None when the column has none, or not one name per element."""
+    attributes = (field.metadata or {}).get("ml_attr", {})
+    by_index = {}
+    for group in (attributes.get("attrs") or {}).values():
+        for attribute in group:
+            if "idx" in attribute and "name" in attribute:
+                by_index[int(attribute["idx"])] = str(attribute["name"])
+    size = attributes.get("num_attrs", len(by_index))
+    if not by_index or sorted(by_index) != list(range(size)):
+        return None
+    return [by_index[index] for index in range(size)]
+
+
+def table_features(df, features_col, not_features) -> tuple[list[str] | None, list[str] | None]:
+    """(the feature names of ``df``, their Spark SQL types) as a fit reads them
+    (:func:`dataframe_to_blocks`): the listed columns when ``features_col`` is a list, the ML
+    attributes' names of a vector or array ``features_col`` (None when it has none: its
+    elements are positional), else every column but ``not_features`` (the label and weight
+    columns)."""
+    fields = {field.name: field for field in df.schema.fields}
+    if isinstance(features_col, str) and features_col in fields:
+        names = vector_names(fields[features_col])
+        return names, None if names is None else ["double"] * len(names)
+    names = list(features_col) if isinstance(features_col, (list, tuple)) else \
+        [name for name in df.columns if name not in not_features]
+    return names, [fields[name].dataType.simpleString() if name in fields else "double"
+                   for name in names]
+
+
 def batch_matrix(batch, kind, first, d):
     """The (n, d) features of an Arrow record batch: column ``first`` a list of length d
     (``kind`` "array"; float32 for a list<float>, else float64) or columns first..first+d-1

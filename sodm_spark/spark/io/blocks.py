@@ -8,6 +8,8 @@ message helpers the readers share live here too, so that each reader words its e
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 from collections import deque, namedtuple
 
 import numpy as np
@@ -364,3 +366,18 @@ def collect_blocks(blocks) -> tuple[np.ndarray, np.ndarray]:
     order = np.argsort(ids, kind="stable")
     return (stack_rows([b.X for b in pieces])[order],
             np.concatenate([b.y for b in pieces])[order])
+
+
+@contextmanager
+def sql_conf(spark, key, value):
+    """``key`` set to ``value`` in the session for the block's duration, then restored."""
+    conf = spark.conf
+    previous = conf.get(key, None)
+    conf.set(key, value)
+    try:
+        yield
+    finally:
+        if previous is None:
+            conf.unset(key)
+        else:
+            conf.set(key, previous)

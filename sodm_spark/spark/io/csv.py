@@ -61,10 +61,14 @@ def _weight_position(names, weight_col, label_pos, where):
     return position
 
 
-def read_csv_df(spark, path, label_col, header, sep, statuses, limit=None, weight_col=None):
-    """The CSV as ``(DataFrame label (+ weight) + f0..f{d-1}, feature column names, where)``,
-    validated: every cell a finite number (at most ``limit`` in magnitude when given).
-    ``weight_col`` (a name or position) is read as the column ``weight``, not a feature.
+def read_csv_df(spark, path, label_col, header, sep, statuses, limit=None, weight_col=None,
+                features=None):
+    """The CSV as ``(DataFrame label (+ weight) + f0..f{d-1}, feature column names, where,
+    the header's names of the features or None without a header)``, validated: every cell a
+    finite number (at most ``limit`` in magnitude when given), every file's header the first
+    one's. ``weight_col`` (a name or position) is read as the column ``weight``, not a
+    feature. ``features``: the header's names of the feature columns, in the order wanted
+    (None: every column but the label and the weight, in the file's order).
 
     ``header=None`` detects a header (first row not all numbers); see
     :func:`sodm_spark.spark.io.read_blocks` for ``label_col``; ``statuses`` are the input's
@@ -95,13 +99,31 @@ def read_csv_df(spark, path, label_col, header, sep, statuses, limit=None, weigh
 
     # every cell a finite number, named by file and line (.text_lines); the DataFrame below
     # casts what that job has checked
-    if check_csv_cells(spark, path, statuses, names, dict.fromkeys(range(len(names)), "feature")
+    feature_pos = _feature_positions(names, features, (label_pos, weight_pos), header, where)
+    checked = feature_pos + ([] if weight_pos is None else [weight_pos])  # not the extra ones
+    if check_csv_cells(spark, path, statuses, names, dict.fromkeys(checked, "feature")
                        | {label_pos: "label"}, sep, bool(header), limit) == 0:
         raise DataFormatError(empty_message(path, "csv", "has no data rows"), path=path)
-    feature_pos = [j for j in range(len(names)) if j not in (label_pos, weight_pos)]
     weight = [] if weight_pos is None else \
         [F.col(positional[weight_pos]).try_cast("double").alias("weight")]
     out = df.select(F.col(positional[label_pos]).try_cast("double").alias("label"), *weight,
                     *[F.col(positional[j]).try_cast("double").alias(f"f{k}")
                       for k, j in enumerate(feature_pos)])
-    return out, [f"f{k}" for k in range(len(feature_pos))], where
+    return out, [f"f{k}" for k in range(len(feature_pos))], where, \
+        [names[j] for j in feature_pos] if header else None
+
+
+def _feature_positions(names, features, not_features, header, where):
+    """0-based positions of the feature columns: every column but ``not_features``, or the
+    named ``features`` (:func:`~sodm_spark.core.feature_names.columns_by_name`: in their order,
+    refused naming a missing one), which need a header."""
+    if features is None:
+        return [j for j in range(len(names)) if j not in not_features]
+    if not header:
+        raise SettingsError(f"{where} has no header, so its feature columns cannot be taken by "
+                            f"name ({len(features)} named); give the file a header line, or "
+                            "its columns in the training data's order.")
+    from ...core.feature_names import columns_by_name
+
+    positions, _ = columns_by_name(list(features), names, where)
+    return positions

@@ -1,10 +1,18 @@
-"""LIBSVM/SVMlight text (``label idx:val ...``, 1-based indices) into blocks, on the driver or Spark.
+"""LIBSVM/SVMlight text (``label [qid:N] idx:val ... [# comment]``, 1-based indices) into blocks,
+on the driver or Spark.
 
-Both readers hand whole text buffers to :func:`sodm_spark.data.formats.libsvm.parse_libsvm_text`
-(numpy + numba), so the driver and the executors parse alike. Errors name the file, the exact
-1-based line and the token, and so do the refusals of NaN, ±inf and too large values
-(:mod:`.text_lines`). Row ids are 0-based line numbers over the input (files in Spark's
-listing order; blank and comment lines use up their number).
+Every reader hands whole text buffers to :func:`sodm_spark.data.formats.libsvm.parse_libsvm_text`
+(numpy + numba), so the driver and the executors parse alike, and the lines SVMlight and
+scikit-learn's ``load_svmlight_file`` accept (a ranking query id after the label, ``#``
+comments) are read everywhere. Errors name the file, the exact 1-based line and the token, and
+so do the refusals of NaN, ±inf and too large values (:mod:`.text_lines`). Row ids are 0-based
+line numbers over the input (files in Spark's listing order on a classic session, in URI order
+through DataFrames; blank and comment lines use up their number).
+
+A classic session reads the lines with ``sc.textFile`` (:func:`read_libsvm_spark`); a Spark
+Connect session, which has no text RDD, with ``spark.read.text`` and ``mapInArrow`` tasks
+(:func:`.libsvm_frames.read_libsvm_frames`), and the prediction job's ML-vector rows come the
+same way (:func:`.libsvm_frames.read_libsvm_vectors`), instead of Spark's ``libsvm`` source.
 
 Rows are CSR or dense (``sparse``: True, False, or "auto": CSR unless at least half of all
 the input's cells hold a value — one decision for the whole input, so every block is alike).
@@ -23,9 +31,9 @@ from ...core.errors import reported_to_driver
 from ...core.resources import available_memory_mb
 from ...core.validation import MAX_ABS_VALUE, max_abs_value
 from ...data.formats.libsvm import parse_libsvm_text
-from .blocks import (DataFormatError, DataPathError, block_from_parsed, blocks_from_parsed,
-                     check_n_features, dense_enough, dense_width_problem, empty_message,
-                     too_wide_error)
+from .blocks import (DataFormatError, DataPathError, block_from_parsed,
+                     blocks_from_parsed, check_n_features, dense_enough, dense_width_problem,
+                     empty_message, too_wide_error)
 from .text_lines import line_locations, refuse_bad_values, value_summary
 
 
@@ -76,7 +84,7 @@ def _no_features(path):
 
 
 def read_libsvm_local(path, n_features=None, sparse=False, check_values=False,
-                      dense_advice=None):
+                      dense_advice=None, query_id=False):
     """Read a LIBSVM file on the driver into dense ``(X, y)`` (float64), pure numpy.
 
     ``sparse=True`` returns X as a scipy CSR matrix (wide data is never densified);
@@ -90,6 +98,11 @@ def read_libsvm_local(path, n_features=None, sparse=False, check_values=False,
     ``.gz``/``.bz2`` files are decompressed. NaN, inf and huge values parse as they are
     (as in scikit-learn's reader; the estimators refuse them naming the row) unless
     ``check_values``: then a NaN, ±inf or a magnitude beyond ±1e100 is refused naming the line.
+
+    Lines may carry a ranking query id (``label qid:N index:value ...``) and ``#`` comments, as
+    SVMlight writes them; the query ids are skipped, or with ``query_id=True`` returned as a
+    third array, ``(X, y, qid)`` (int64, -1 for a line without one), as scikit-learn's
+    ``load_svmlight_file(query_id=True)`` does.
     """
     n_features = check_n_features(n_features)
     p = Path(path)
@@ -99,7 +112,7 @@ def read_libsvm_local(path, n_features=None, sparse=False, check_values=False,
     if p.is_dir():
         raise DataPathError(f"{path} (format 'libsvm') is a folder; read_libsvm_local reads "
                             "one file. Pass a file, or use read_blocks for folders.")
-    parsed = parse_libsvm_text(_read_bytes(p), n_features)
+    parsed = parse_libsvm_text(_read_bytes(p), n_features, query_ids=query_id)
     if parsed.error is not None:
         line, problem = parsed.error
         raise _libsvm_error(problem, str(path), line + 1)
@@ -123,7 +136,7 @@ def read_libsvm_local(path, n_features=None, sparse=False, check_values=False,
             raise too_wide_error(where, d, problem, dense_advice, str(path),
                                  None if line is None else line + 1)
     block = block_from_parsed(parsed, np.arange(parsed.labels.size), d, sparse)
-    return block.X, block.y
+    return (block.X, block.y, parsed.qids) if query_id else (block.X, block.y)
 
 
 # ----------------------------------------------------------------------------------------------

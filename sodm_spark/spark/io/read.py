@@ -7,7 +7,6 @@ text, :mod:`.csv` or a Parquet scan followed by :func:`.arrow.dataframe_to_block
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,10 +14,11 @@ import numpy as np
 from ...core.errors import SettingsError
 from ...core.validation import max_abs_value
 from ..engine import context_of, driver_hadoop, reads_text_lines
-from .arrow import dataframe_to_blocks
+from .arrow import dataframe_to_blocks, table_features
 from .blocks import (DataFormatError, DataPathError, check_n_features, check_positive,
-                     empty_message, error_text, spark_read)
+                     empty_message, error_text, spark_read, sql_conf)
 from .csv import read_csv_df
+from .file_schemas import check_parquet_files_agree
 from .libsvm import read_libsvm_spark
 from .parquet_files import local_parquet_files, read_parquet_files
 
@@ -144,36 +144,33 @@ def input_slices(spark, statuses) -> int:
     return max(2, -(-int(total) // INPUT_SPLIT_BYTES))
 
 
-@contextmanager
-def _sql_conf(spark, key, value):
-    """``key`` set to ``value`` in the session for the block's duration, then restored."""
-    conf = spark.conf
-    previous = conf.get(key, None)
-    conf.set(key, value)
-    try:
-        yield
-    finally:
-        if previous is None:
-            conf.unset(key)
-        else:
-            conf.set(key, previous)
-
-
 @dataclass(frozen=True)
 class TableColumns:
     """Where a CSV or Parquet table keeps its labels, features and row weights, and how CSV
     text is cut (LIBSVM lines have none of these): :func:`read_blocks` says what each means."""
 
     label_col: str | int | None = None
-    features_col: str = "features"
+    # a vector or array column, or the names of the feature columns in the order wanted
+    features_col: str | tuple[str, ...] = "features"
     header: bool | None = None
     sep: str = ","
     weight_col: str | int | None = None
 
 
+@dataclass(frozen=True)
+class FeatureColumns:
+    """The feature columns an input was read with, as a model keeps them
+    (:attr:`KernelExpansion.feature_names <sodm_spark.models.expansion.KernelExpansion>`):
+    their names and Spark SQL types, None for rows without names (LIBSVM lines, a CSV without
+    a header, a vector or array column without ML attributes), which are positional."""
+
+    names: tuple[str, ...] | None = None
+    types: tuple[str, ...] | None = None
+
+
 def read_blocks(spark, path, fmt, n_features=None, min_partitions=None, *,
                 columns: TableColumns = TableColumns(), sparse=False, dtype=np.float64,
-                dense_advice=None):
+                dense_advice=None, with_names=False):
     """Read ``path`` (a file, folder or glob; any Hadoop file system) into ``(RDD[Block], d)``.
 
     ``fmt`` is ``"libsvm"``, ``"csv"`` or ``"parquet"``. Blocks of at most
@@ -207,6 +204,12 @@ def read_blocks(spark, path, fmt, n_features=None, min_partitions=None, *,
     the DataFrame (round robin, deterministic) when it has fewer partitions. ``weight_col``
     (CSV or Parquet; a name, or a position in a CSV) holds each row's weight (finite, >= 0;
     rows of weight 0 are left out), carried in the Blocks' ``weights``; LIBSVM has none.
+
+    The files of one CSV or Parquet input must describe the same columns (names and types; a
+    CSV's headers): else a DataFormatError names the first file that differs and how
+    (:mod:`.file_schemas`). ``columns.features_col`` may name the feature columns (a tuple, in
+    the order wanted: a model's columns taken by name). ``with_names``: ``(RDD[Block], d,
+    FeatureColumns)``, the names and types of the columns read.
     """
     fmt = _normalize_format(fmt, path)
     n_features = check_n_features(n_features)
@@ -217,20 +220,26 @@ def read_blocks(spark, path, fmt, n_features=None, min_partitions=None, *,
     if fmt == "libsvm" and columns.weight_col is not None:
         raise SettingsError(f"{path}: LIBSVM rows have no weight column (weight_col="
                             f"{columns.weight_col!r}); write the data as CSV or Parquet with one.")
-    if fmt == "libsvm" and not reads_text_lines(spark):
-        return _libsvm_by_spark(spark, path, n_features, sparse, dtype, min_partitions, slices)
     if fmt == "libsvm":
-        return read_libsvm_spark(spark, str(path), statuses, n_features,
-                                 max(slices, min_partitions or 0), sparse, dtype, dense_advice)
+        if not reads_text_lines(spark):
+            blocks, d = _libsvm_by_spark(spark, path, n_features, sparse, dtype,
+                                         min_partitions, slices)
+        else:
+            blocks, d = read_libsvm_spark(spark, str(path), statuses, n_features,
+                                          max(slices, min_partitions or 0), sparse, dtype,
+                                          dense_advice)
+        return (blocks, d, FeatureColumns()) if with_names else (blocks, d)
     if sparse:
         raise SettingsError(f"sparse={sparse!r} is supported for LIBSVM input only, not {fmt!r}.")
-    blocks, d, where = _table_blocks(spark, path, fmt, statuses, slices, min_partitions, columns,
-                                     dtype)
+    if fmt == "parquet":  # Spark would read them with one file's columns
+        check_parquet_files_agree(spark, statuses, path)
+    blocks, d, where, features = _table_blocks(spark, path, fmt, statuses, slices,
+                                               min_partitions, columns, dtype)
     if n_features is not None and n_features != d:
         raise DataFormatError(f"{where} has {d} feature columns but n_features={n_features}. "
                               "Pass n_features=None or the matching value (CSV and Parquet "
                               "columns are not padded).", path=str(path))
-    return blocks, d
+    return (blocks, d, features) if with_names else (blocks, d)
 
 
 def _table_blocks(spark, path, fmt, statuses, slices, min_partitions, columns, dtype):
@@ -239,10 +248,10 @@ def _table_blocks(spark, path, fmt, statuses, slices, min_partitions, columns, d
     read in at least ``slices`` slices; ``where`` names the input in messages."""
     label_col, features_col, weight_col = columns.label_col, columns.features_col, \
         columns.weight_col
-    blocks = None
-    if fmt == "parquet" and weight_col is None:  # local files: pyarrow in the tasks
+    blocks, features = None, FeatureColumns()
+    if fmt == "parquet" and weight_col is None and isinstance(features_col, str):
         files = local_parquet_files(statuses, features_col, label_col or "label")
-        if files is not None:
+        if files is not None:  # local files of an array column: pyarrow in the tasks
             where = f"{path} (format 'parquet')"
             blocks, d = read_parquet_files(context_of(spark), files, features_col,
                                            label_col or "label", dtype, where)
@@ -250,37 +259,44 @@ def _table_blocks(spark, path, fmt, statuses, slices, min_partitions, columns, d
                 blocks = blocks.repartition(min_partitions)
     if blocks is None:
         # the file splits are planned when the blocks' RDD is built, inside this block
-        with _sql_conf(spark, "spark.sql.files.minPartitionNum", str(slices)):
+        with sql_conf(spark, "spark.sql.files.minPartitionNum", str(slices)):
             if fmt == "csv":
-                df, feature_cols, where = read_csv_df(spark, str(path), label_col,
-                                                      columns.header, columns.sep, statuses,
-                                                      max_abs_value(dtype), weight_col)
+                named = None if isinstance(features_col, str) else list(features_col)
+                df, feature_cols, where, names = read_csv_df(
+                    spark, str(path), label_col, columns.header, columns.sep, statuses,
+                    max_abs_value(dtype), weight_col, named)
                 blocks, d = dataframe_to_blocks(
                     df, feature_cols, "label", where=where, min_partitions=min_partitions,
                     dtype=dtype, weight_col=None if weight_col is None else "weight")
+                if names is not None:  # CSV cells are read as text and cast to doubles
+                    features = FeatureColumns(tuple(names), ("double",) * len(names))
             else:
                 where = f"{path} (format 'parquet')"
                 df = spark_read(where, lambda: spark.read.parquet(str(path)))
-                blocks, d = dataframe_to_blocks(df, features_col, label_col or "label",
-                                                where=where, min_partitions=min_partitions,
-                                                dtype=dtype, weight_col=weight_col)
-    return blocks, d, where
+                label = label_col or "label"
+                names, types = table_features(
+                    df, features_col if isinstance(features_col, str) else list(features_col),
+                    [label] + ([weight_col] if weight_col else []))
+                blocks, d = dataframe_to_blocks(df, features_col if isinstance(
+                    features_col, str) else list(features_col), label, where=where,
+                    min_partitions=min_partitions, dtype=dtype, weight_col=weight_col)
+                if names is not None:
+                    features = FeatureColumns(tuple(names), tuple(types or ()) or None)
+    return blocks, d, where, features
 
 
 def _libsvm_by_spark(spark, path, n_features, sparse, dtype, min_partitions, slices):
-    """LIBSVM text on a Spark Connect session: Spark's own ``libsvm`` source into a DataFrame,
-    then :func:`dataframe_to_blocks` (dense rows). The line-numbered reader of a classic
-    session (:mod:`.libsvm`) needs the RDD API: a malformed line fails here with Spark's own
-    message, and the classic session's reader names its file and line."""
+    """LIBSVM text on a Spark Connect session, which has no text RDD: ``spark.read.text`` and
+    the package's own parser in ``mapInArrow`` tasks (:func:`.libsvm_frames.read_libsvm_frames`), not
+    Spark's ``libsvm`` source, which refuses SVMlight's ``qid:N`` and ``#`` comments and names
+    no line. The same files so give the classic reader's rows, row ids and refusals (a bad
+    line named by its file and line), as dense rows."""
+    from .libsvm_frames import read_libsvm_frames
+
     if sparse is True:  # "auto" reads dense rows here
         raise SettingsError(f"{path}: sparse LIBSVM blocks need a classic Spark session (the "
                             "RDD API); on Spark Connect read it with sparse=False, or convert it "
                             "to Parquet.")
-    where = f"{path} (format 'libsvm')"
-    reader = spark.read.format("libsvm")
-    if n_features is not None:
-        reader = reader.option("numFeatures", str(n_features))
-    with _sql_conf(spark, "spark.sql.files.minPartitionNum", str(slices)):
-        df = spark_read(where, lambda: reader.load(str(path)))
-        return dataframe_to_blocks(df, "features", "label", where=where,
-                                   min_partitions=min_partitions, dtype=dtype)
+    statuses = input_statuses(spark, path, "libsvm")
+    return read_libsvm_frames(spark, str(path), statuses, slices, n_features, min_partitions,
+                              dtype)

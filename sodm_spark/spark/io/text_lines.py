@@ -164,8 +164,9 @@ def _scan_csv(sep, header_line, columns, limit):
         lines = list(lines)
         data = [(k, line) for k, line in enumerate(lines)
                 if line.strip() and line != header_line]
+        head = lines[0] if lines else None  # a file's header, where the partition starts one
         if not columns:
-            yield index, len(lines), len(data), 0, None
+            yield index, len(lines), len(data), 0, None, head
             return
         try:  # numpy's C reader, the whole partition at once; one by one only on a failure
             with warnings.catch_warnings():
@@ -181,7 +182,7 @@ def _scan_csv(sep, header_line, columns, limit):
         if bad:
             cells = _cells(lines[bad[0]], sep)
             first = (bad[0], *_cell_problem(cells, columns, limit), cells[:12])
-        yield index, len(lines), len(data), len(bad), first
+        yield index, len(lines), len(data), len(bad), first, head
     return scan
 
 
@@ -225,9 +226,12 @@ def check_csv_cells(spark, path, statuses, names, columns, sep=",", header=True,
         _scan_csv(sep, header_line, dict(columns), limit)).collect())
     locations = [(*location, index) for index, location in enumerate(
         line_locations(lines, str(path), statuses, [s[1] for s in stats]))]
+    if header_line is not None:
+        _check_headers(path, header_line, sep, locations, [s[5] for s in stats])
     total = sum(s[3] for s in stats)
     if total:
-        index, _, _, _, (line, position, kind, value, cells) = next(s for s in stats if s[4])
+        index, _, _, _, (line, position, kind, value, cells), _ = next(s for s in stats
+                                                                       if s[4])
         role = columns[position]
         shown = ", ".join(f"{names[j] if j < len(names) else j}={cell!r}"
                           for j, cell in enumerate(cells))
@@ -242,6 +246,25 @@ def check_csv_cells(spark, path, statuses, names, columns, sep=",", header=True,
     return sum(s[2] for s in stats)
 
 
+def _check_headers(path, header_line, sep, locations, heads) -> None:
+    """Refuse a CSV input one of whose files starts with another header than the first
+    file's (another set or order of columns: Spark would read its rows by position under the
+    first file's names), naming that file and the difference. A partition whose line offset
+    within its file is 0 starts a file; files of unknown offsets are not compared here."""
+    from .file_schemas import header_difference
+
+    first = _cells(header_line, sep)
+    for (file, offset, *_), head in zip(locations, heads):
+        if offset != 0 or head is None or head == header_line:
+            continue
+        cells = _cells(head, sep)
+        raise DataFormatError(
+            f"{path} (format 'csv'): the files do not describe the same columns: the header "
+            f"of {file} differs from the first file's ({header_difference(first, cells)}). "
+            "Write every file of one input with the same header, or give the files that "
+            "agree.", path=str(file))
+
+
 def _check_csv_frame(spark, path, names, columns, sep, header, limit) -> int:
     """:func:`check_csv_cells` through Spark's CSV reader: the first row with a checked cell
     that is empty, not a number, not finite or beyond ±``limit`` is refused naming its file,
@@ -250,7 +273,9 @@ def _check_csv_frame(spark, path, names, columns, sep, header, limit) -> int:
 
     from pyspark.sql import functions as F
 
-    raw = spark.read.csv(str(path), header=bool(header), sep=sep)
+    # enforceSchema off: Spark compares every file's header with the columns (by name and
+    # position) and fails naming the file whose header differs
+    raw = spark.read.option("enforceSchema", False).csv(str(path), header=bool(header), sep=sep)
     cells = raw.toDF(*[f"_c{j}" for j in range(len(raw.columns))])
 
     def bad(position):
@@ -261,7 +286,7 @@ def _check_csv_frame(spark, path, names, columns, sep, header, limit) -> int:
     flags = [bad(position).alias(f"bad{position}") for position in columns]
     found = cells.select("*", F.input_file_name().alias("file"), *flags).where(
         functools.reduce(lambda a, b: a | b, [F.col(f"bad{p}") for p in columns])).limit(1)
-    first = found.collect()
+    first = _headers_checked(path, found.collect)
     if first:
         row = first[0]
         position = next(p for p in columns if row[f"bad{p}"])
@@ -273,4 +298,21 @@ def _check_csv_frame(spark, path, names, columns, sep, header, limit) -> int:
             f"{f' within ±{limit:g}' if limit else ''}. Fill or drop such rows, or fix the "
             "separator (Spark Connect names the file and the cell; a classic session also "
             "names the line).", path=str(path), token=value)
-    return cells.count()
+    return _headers_checked(path, cells.count)
+
+
+def _headers_checked(path, action):
+    """``action()`` (a job over the CSV read with ``enforceSchema`` off), Spark's refusal of a
+    file whose header differs from the first file's as one DataFormatError line."""
+    try:
+        return action()
+    except Exception as exc:
+        text = str(exc)
+        if "header does not conform to the schema" not in text:
+            raise
+        detail = text[text.find("Header:"):].split("\n")[:3] if "Header:" in text else []
+        raise DataFormatError(
+            f"{path} (format 'csv'): the files do not describe the same columns: a file's "
+            f"header differs from the first file's ({' '.join(part.strip() for part in detail)}"
+            "). Write every file of one input with the same header, or give the files that "
+            "agree.", path=str(path)) from None
