@@ -19,7 +19,7 @@ partitions before any repartition, so it follows the input's order), the
 prediction (the label value) and the raw scores (``rawPrediction`` as MLlib has it: [-f, f]
 for two classes, one score per class otherwise).
 
-An ML-vector features column (Spark's LIBSVM reader gives sparse vectors) is scored as CSR
+An ML-vector features column (the LIBSVM reader of the prediction job gives sparse vectors) is scored as CSR
 rows, built from the vectors' own Arrow arrays: text rows with 10^5+ features are never
 densified, and a model trained on sparse rows scores them by sparse products.
 """

@@ -5,7 +5,7 @@ run of at most ``MAX_BLOCK_BYTES`` (16 MB) of a Spark partition's rows, a dense 
 float32 matrix (or CSR), so that no Spark record is large enough to strain the JVM. This package
 is the only place that knows about file formats:
 
-* ``read_blocks(spark, path, "libsvm")`` — LIBSVM/SVMlight text (``label idx:val ...``, 1-based
+* ``read_blocks(spark, path, "libsvm")`` — LIBSVM/SVMlight text (``label [qid:N] idx:val ... [# comment]``, 1-based
   indices, the exchange format of every data set in the papers), parsed a partition at a time
   by :mod:`sodm_spark.data.formats.libsvm` straight into blocks; :func:`read_libsvm_local` is the
   same parser for small files on the driver.
