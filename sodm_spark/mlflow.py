@@ -47,7 +47,6 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import sys
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,7 +69,7 @@ from mlflow.utils.environment import (_CONDA_ENV_FILE_NAME, _CONSTRAINTS_FILE_NA
                                       _validate_env_arguments)
 
 from sodm_spark.core.errors import InputError
-from sodm_spark.core.feature_names import checked_names, columns_by_name, extra_columns_line
+from sodm_spark.core.feature_names import frame_in_order
 from sodm_spark.core.labels import labels_from_scores
 from sodm_spark.models.expansion import FORMAT_NAME, KernelExpansion
 
@@ -316,17 +315,11 @@ class ServedModel:
 
 def _frame_rows(expansion: KernelExpansion, frame: pd.DataFrame) -> np.ndarray:
     """A DataFrame's feature values, float64, in the model's order: by name when the model and
-    the frame both have names (the others left out with one ``UserWarning`` line, a missing
-    one refused naming it), else its columns by position."""
-    names = expansion.feature_names
-    given = list(frame.columns)
-    if names is not None and given and all(isinstance(name, str) for name in given):
-        given = list(checked_names(given, INPUT) or ())
-        positions, extra = columns_by_name(names, given, INPUT)
-        if extra:
-            warnings.warn(extra_columns_line(extra, INPUT), UserWarning, stacklevel=3)
-        frame = frame.iloc[:, positions]
-    return frame.to_numpy(dtype=np.float64)
+    the frame both have names (:func:`~sodm_spark.core.feature_names.frame_in_order`: the
+    others left out with one ``UserWarning`` line, a missing one refused naming it), else its
+    columns by position."""
+    return np.asarray(frame_in_order(frame, expansion.feature_names, INPUT, stacklevel=4),
+                      dtype=np.float64)
 
 
 def _load_pyfunc(data_path, model_config=None) -> ServedModel:

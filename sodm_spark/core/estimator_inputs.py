@@ -20,17 +20,15 @@ names, but ... was fitted with feature names" and the converse).
 """
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import scipy.sparse
 from sklearn.base import BaseEstimator
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .feature_names import checked_names, columns_by_name, extra_columns_line
+from .feature_names import checked_names, frame_in_order, named_columns
 from .labels import labels_from_scores
 from .validation import check_finite_rows, check_numeric_cells
 
@@ -92,14 +90,8 @@ def encode_classes(estimator: BaseEstimator, y: np.ndarray,
 def frame_names(X: object) -> list[str] | None:
     """The column names of a DataFrame ``X`` when every one is a string (scikit-learn's rule
     for ``feature_names_in_``), else None: arrays, CSR, and frames of unnamed (integer)
-    columns are rows without names."""
-    if isinstance(X, np.ndarray) or scipy.sparse.issparse(X):
-        return None
-    columns = getattr(X, "columns", None)
-    if columns is None:
-        return None
-    names = list(columns)
-    return names if names and all(isinstance(name, str) for name in names) else None
+    columns are rows without names (:func:`~sodm_spark.core.feature_names.named_columns`)."""
+    return named_columns(X)
 
 
 def _column_types(X: object) -> tuple[str, ...] | None:
@@ -131,16 +123,7 @@ def columns_in_fit_order(estimator: BaseEstimator, X: object, where: str = "X") 
     ValueError) naming it. Anything else is returned as it is, for validate_data's positional
     checks (the width) and scikit-learn's warnings."""
     fitted = getattr(estimator, "feature_names_in_", None)
-    given = frame_names(X)
-    if fitted is None or given is None:
-        return X
-    given = list(checked_names(given, where) or ())
-    positions, extra = columns_by_name([str(name) for name in fitted], given, where)
-    if extra:
-        warnings.warn(extra_columns_line(extra, where), UserWarning, stacklevel=4)
-    if positions == list(range(len(given))):
-        return X
-    return X[[given[position] for position in positions]]  # type: ignore[index]
+    return frame_in_order(X, None if fitted is None else list(fitted), where, stacklevel=5)
 
 
 def check_predict_data(estimator: BaseEstimator, X: object, *,

@@ -93,15 +93,20 @@ def named_columns(X: Any) -> list[str] | None:
     return names if names and all(isinstance(name, str) for name in names) else None
 
 
-def frame_in_order(X: Any, model_names: Sequence[str] | None, where: str = "X") -> Any:
+def frame_in_order(X: Any, model_names: Sequence[str] | None, where: str = "X",
+                   stacklevel: int = 3) -> Any:
     """``X`` with ``model_names``' columns in that order when ``X`` is a DataFrame with named
     columns and the model has names (a column the model was not trained on left out with one
-    ``UserWarning`` line, a missing one refused naming it); anything else as it is, for the
-    positional contract."""
+    ``UserWarning`` line, a missing one refused naming it, a repeated name refused); anything
+    else as it is, for the positional contract. ``stacklevel``: the warning's, as
+    :func:`warnings.warn` takes it, from this function's caller."""
     given = named_columns(X)
     if model_names is None or given is None:
         return X
-    positions, extra = columns_by_name(list(model_names), given, where)
+    given = list(checked_names(given, where) or ())
+    positions, extra = columns_by_name([str(name) for name in model_names], given, where)
     if extra:
-        warnings.warn(extra_columns_line(extra, where), UserWarning, stacklevel=3)
+        warnings.warn(extra_columns_line(extra, where), UserWarning, stacklevel=stacklevel)
+    if positions == list(range(len(given))):
+        return X
     return X.iloc[:, positions]

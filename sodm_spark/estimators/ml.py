@@ -33,7 +33,7 @@ from ..selection.tuning import ParamGrid
 from ..spark.dsvrg.fit import DSVRGFit
 from ..core.feature_names import columns_by_name, extra_columns_line
 from ..spark.io import dataframe_to_blocks
-from ..spark.io.arrow import table_features, vector_names
+from ..spark.io.arrow import table_features, vector_order
 from ..spark.engine import context_of, workers_python
 from ..spark.connect import check_connect_session
 from ..spark.sodm.params import SODMParams as _D  # its fields' defaults: the keywords'
@@ -339,10 +339,10 @@ class SODMClassificationModel(Model, _SODMParams, VersionedReadWrite):
         column = F.col(features_col)
         if isinstance(field.dataType, VectorUDT):
             column = vector_to_array(column)
-        given = vector_names(field)
-        if names is None or given is None or list(given) == list(names):
+        placed = vector_order(field, names)
+        if placed is None:
             return column
-        order, extra = columns_by_name(names, given, f"the features column {features_col!r}")
+        order, extra = placed
         if extra:
             warnings.warn(extra_columns_line(extra, f"the features column {features_col!r}"),
                           UserWarning, stacklevel=3)

@@ -20,7 +20,7 @@ from sodm_spark.data.datasets import make_linear, make_nonlinear
 from sodm_spark.jobs.train_args import DEFAULT_TEST_ROWS
 from sodm_spark.core.feature_names import columns_by_name, extra_columns_line
 from sodm_spark.spark.io import (FeatureColumns, TableColumns, check_blocks, read_blocks,
-                                 read_libsvm_local)
+                                 read_libsvm_local, table_feature_names)
 from sodm_spark.spark.memory import check_collectable
 from sodm_spark.spark.engine import PERSIST
 from sodm_spark.spark.io import collect_blocks, numpy_to_blocks
@@ -81,19 +81,17 @@ def read_driver_side(spark, path, args, n_features, sparse, flag,
 
 
 def _named_rows(spark, path, args, features: FeatureColumns, flag):
-    """(blocks, d) of a CSV or Parquet file scored beside the training data: its columns
-    named as the training input's ``features`` when both have names, else by position."""
-    blocks, d, found = read_blocks(spark, path, args.format, with_names=True,
-                                   columns=table_columns(args, weight=False))
-    if features.names is None or found.names is None:
-        return blocks, d
-    _, extra = columns_by_name(features.names, found.names, f"{flag} {path}")
-    if extra:
-        print(extra_columns_line(extra, f"{flag} {path}"), flush=True)
-    if list(found.names) == list(features.names):
-        return blocks, d
-    return read_blocks(spark, path, args.format, columns=table_columns(
-        args, weight=False, features=features.names))
+    """(blocks, d) of a CSV or Parquet file scored beside the training data: the training
+    input's named ``features`` looked up in its schema or header first, then read by name in
+    that order (one read), else its columns by position."""
+    columns, names = table_columns(args, weight=False), features.names
+    found = None if names is None else table_feature_names(spark, path, args.format, columns)
+    if names is not None and found is not None:
+        _, extra = columns_by_name(names, found, f"{flag} {path}")
+        if extra:
+            print(extra_columns_line(extra, f"{flag} {path}"), flush=True)
+        columns = table_columns(args, weight=False, features=names)
+    return read_blocks(spark, path, args.format, columns=columns)
 
 
 def table_columns(args, weight: bool = True, features=None) -> TableColumns:

@@ -46,7 +46,7 @@ from ..core.sparse_rows import memory_width
 from ..models import scoring
 from ..models.expansion import KernelExpansion
 from .io import ROW_ID_SHIFT, numeric_array_column
-from .io.arrow import is_vector_type, vector_names
+from .io.arrow import is_vector_type, vector_order
 from .memory import executor_cores
 from .engine import context_of, distributes_files, has_accumulators, partition_count
 from .task import task_partition
@@ -165,7 +165,7 @@ def feature_columns(df, features_col, exclude, model: KernelExpansion):
     fields = {field.name: field for field in df.schema.fields}
     if features_col in fields:
         dtype = fields[features_col].dataType
-        order = _element_order(fields[features_col], model_names)
+        order = vector_order(fields[features_col], model_names)
         if is_vector_type(dtype) and order is None:
             return [F.col(features_col).alias("features")], "vector", []
         features = numeric_array_column(features_col, dtype)
@@ -192,16 +192,6 @@ def feature_columns(df, features_col, exclude, model: KernelExpansion):
                          "columns, in the same order.")
     return [F.col(c).cast("double").alias(f"f{j}") for j, c in enumerate(columns)], "columns", \
         extra
-
-
-def _element_order(field, model_names):
-    """(the positions of the model's features among a vector or array column's elements, the
-    elements left out) when both the model and the column's ML attributes name them and the
-    names are not already the model's order; else None (positional)."""
-    given = vector_names(field)
-    if model_names is None or given is None or list(given) == list(model_names):
-        return None
-    return columns_by_name(model_names, given, f"the features column {field.name!r}")
 
 
 def _rows_per_partition(selected, partitions: int, sized: bool = False):

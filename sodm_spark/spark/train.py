@@ -370,11 +370,10 @@ def fit_in_process(X, y, sample_weight=None, *, cores: int | None = None, test=N
 def _frame_columns(X) -> tuple[list[str] | None, list[str] | None]:
     """(the column names of a pandas DataFrame ``X`` whose names are all strings, their
     dtypes' names), else (None, None): rows without names."""
-    columns = getattr(X, "columns", None)
-    if columns is None or hasattr(X, "tocsr") or isinstance(X, np.ndarray):
-        return None, None
-    names = [str(name) for name in columns]
-    if not names or not all(isinstance(name, str) for name in columns):
+    from ..core.feature_names import named_columns
+
+    names = named_columns(X)
+    if names is None:
         return None, None
     return names, [str(getattr(kind, "name", kind)) for kind in X.dtypes]
 

@@ -44,7 +44,7 @@ from .blocks import (DENSE_FROM_DENSITY, MAX_BLOCK_BYTES, ROW_ID_SHIFT, Block, B
 from .libsvm import read_libsvm_local
 from .file_schemas import check_parquet_files_agree
 from .read import (FORMATS, INPUT_SPLIT_BYTES, FeatureColumns, TableColumns, input_slices,
-                   input_statuses, read_blocks)
+                   input_statuses, read_blocks, table_feature_names)
 from .text_lines import check_csv_cells
 
 __all__ = [
@@ -54,5 +54,5 @@ __all__ = [
     "ROW_ID_SHIFT", "CHUNK_ROWS", "INPUT_SPLIT_BYTES", "input_slices", "batch_matrix",
     "numbered_batches", "numeric_array_column", "MAX_BLOCK_BYTES", "bounded_blocks",
     "feature_bytes", "check_csv_cells", "input_statuses", "TableColumns", "FeatureColumns",
-    "check_parquet_files_agree",
+    "check_parquet_files_agree", "table_feature_names",
 ]

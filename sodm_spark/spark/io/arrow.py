@@ -64,6 +64,19 @@ def vector_names(field) -> list[str] | None:
     return [by_index[index] for index in range(size)]
 
 
+def vector_order(field, model_names) -> tuple[list[int], list[str]] | None:
+    """(the positions of a model's features among the elements of the vector or array column
+    ``field``, the elements it leaves out) when both the model and the column's ML attributes
+    name them and the names are not already the model's order (a missing one refused naming
+    it: :func:`~sodm_spark.core.feature_names.columns_by_name`); else None, positional."""
+    from ...core.feature_names import columns_by_name
+
+    given = vector_names(field)
+    if model_names is None or given is None or list(given) == list(model_names):
+        return None
+    return columns_by_name(list(model_names), given, f"the features column {field.name!r}")
+
+
 def table_features(df, features_col, not_features) -> tuple[list[str] | None, list[str] | None]:
     """(the feature names of ``df``, their Spark SQL types) as a fit reads them
     (:func:`dataframe_to_blocks`): the listed columns when ``features_col`` is a list, the ML

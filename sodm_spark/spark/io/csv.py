@@ -61,6 +61,42 @@ def _weight_position(names, weight_col, label_pos, where):
     return position
 
 
+def _raw_table(spark, path, header, sep, where):
+    """(the CSV as Spark reads it, its cells as text; whether its first line is a header):
+    ``header=None`` detects one (the first row not all numbers). Refused without rows or with
+    a single column."""
+    if header is None:
+        first = spark_read(where, lambda: spark.read.csv(path, header=False, sep=sep)
+                           .limit(1).collect())
+        if not first:
+            raise DataFormatError(empty_message(path, "csv", "has no rows"), path=path)
+        header = not all(_is_number(v) for v in first[0])
+    raw = spark_read(where, lambda: spark.read.csv(path, header=bool(header), sep=sep))
+    names = raw.columns
+    if not names:
+        raise DataFormatError(empty_message(path, "csv", "has no rows"), path=path)
+    if len(names) < 2:
+        raise DataFormatError(f"{where} has a single column {names[0]!r}; it needs a label "
+                              f"column and at least one feature column (separator {sep!r}: "
+                              "pass sep=... if the file uses another one).", path=path)
+    return raw, bool(header)
+
+
+def csv_feature_names(spark, path, label_col, header, sep, weight_col=None):
+    """The header's names of the CSV's feature columns (every column but the label and the
+    weight), None without a header; no job beyond :func:`_raw_table`'s look at the first
+    line."""
+    where = f"{path} (format 'csv')"
+    raw, header = _raw_table(spark, path, header, sep, where)
+    if not header:
+        return None
+    names = raw.columns
+    label_pos = _label_position(names, label_col, header, where)
+    weight_pos = None if weight_col is None else \
+        _weight_position(names, weight_col, label_pos, where)
+    return [name for j, name in enumerate(names) if j not in (label_pos, weight_pos)]
+
+
 def read_csv_df(spark, path, label_col, header, sep, statuses, limit=None, weight_col=None,
                 features=None):
     """The CSV as ``(DataFrame label (+ weight) + f0..f{d-1}, feature column names, where,
@@ -77,20 +113,8 @@ def read_csv_df(spark, path, label_col, header, sep, statuses, limit=None, weigh
     from pyspark.sql import functions as F
 
     where = f"{path} (format 'csv')"
-    if header is None:
-        first = spark_read(where, lambda: spark.read.csv(path, header=False, sep=sep)
-                           .limit(1).collect())
-        if not first:
-            raise DataFormatError(empty_message(path, "csv", "has no rows"), path=path)
-        header = not all(_is_number(v) for v in first[0])
-    raw = spark_read(where, lambda: spark.read.csv(path, header=bool(header), sep=sep))
+    raw, header = _raw_table(spark, path, header, sep, where)
     names = raw.columns
-    if not names:
-        raise DataFormatError(empty_message(path, "csv", "has no rows"), path=path)
-    if len(names) < 2:
-        raise DataFormatError(f"{where} has a single column {names[0]!r}; it needs a label "
-                              f"column and at least one feature column (separator {sep!r}: "
-                              "pass sep=... if the file uses another one).", path=path)
     label_pos = _label_position(names, label_col, header, where)
     weight_pos = None if weight_col is None else \
         _weight_position(names, weight_col, label_pos, where)

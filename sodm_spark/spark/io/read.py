@@ -17,7 +17,7 @@ from ..engine import context_of, driver_hadoop, reads_text_lines
 from .arrow import dataframe_to_blocks, table_features
 from .blocks import (DataFormatError, DataPathError, check_n_features, check_positive,
                      empty_message, error_text, spark_read, sql_conf)
-from .csv import read_csv_df
+from .csv import csv_feature_names, read_csv_df
 from .file_schemas import check_parquet_files_agree
 from .libsvm import read_libsvm_spark
 from .parquet_files import local_parquet_files, read_parquet_files
@@ -242,12 +242,32 @@ def read_blocks(spark, path, fmt, n_features=None, min_partitions=None, *,
     return (blocks, d, features) if with_names else (blocks, d)
 
 
+def table_feature_names(spark, path, fmt, columns: TableColumns = TableColumns()):
+    """The names of the feature columns :func:`read_blocks` would read from the CSV or Parquet
+    input ``path`` (None: rows without names, LIBSVM lines among them), from its schema or
+    its header alone: what a model's columns are looked up in before the rows are read."""
+    fmt = _normalize_format(fmt, path)
+    if fmt == "libsvm":
+        return None
+    label = columns.label_col
+    if fmt == "csv":
+        return csv_feature_names(spark, str(path), label, columns.header, columns.sep,
+                                 columns.weight_col)
+    where = f"{path} (format 'parquet')"
+    df = spark_read(where, lambda: spark.read.parquet(str(path)))
+    features = columns.features_col
+    names, _ = table_features(df, features if isinstance(features, str) else list(features),
+                              [label or "label", columns.weight_col])
+    return names
+
+
 def _table_blocks(spark, path, fmt, statuses, slices, min_partitions, columns, dtype):
     """``(RDD[Block], d, where)`` of CSV or Parquet input (:func:`read_blocks`): local Parquet
     files whose features are one array column read by pyarrow in the tasks, else a DataFrame
     read in at least ``slices`` slices; ``where`` names the input in messages."""
-    label_col, features_col, weight_col = columns.label_col, columns.features_col, \
-        columns.weight_col
+    label_col, weight_col = columns.label_col, columns.weight_col
+    features_col = columns.features_col if isinstance(columns.features_col, str) else \
+        list(columns.features_col)  # a vector or array column, or the columns' names
     blocks, features = None, FeatureColumns()
     if fmt == "parquet" and weight_col is None and isinstance(features_col, str):
         files = local_parquet_files(statuses, features_col, label_col or "label")
@@ -261,7 +281,7 @@ def _table_blocks(spark, path, fmt, statuses, slices, min_partitions, columns, d
         # the file splits are planned when the blocks' RDD is built, inside this block
         with sql_conf(spark, "spark.sql.files.minPartitionNum", str(slices)):
             if fmt == "csv":
-                named = None if isinstance(features_col, str) else list(features_col)
+                named = None if isinstance(features_col, str) else features_col
                 df, feature_cols, where, names = read_csv_df(
                     spark, str(path), label_col, columns.header, columns.sep, statuses,
                     max_abs_value(dtype), weight_col, named)
@@ -274,12 +294,10 @@ def _table_blocks(spark, path, fmt, statuses, slices, min_partitions, columns, d
                 where = f"{path} (format 'parquet')"
                 df = spark_read(where, lambda: spark.read.parquet(str(path)))
                 label = label_col or "label"
-                names, types = table_features(
-                    df, features_col if isinstance(features_col, str) else list(features_col),
-                    [label] + ([weight_col] if weight_col else []))
-                blocks, d = dataframe_to_blocks(df, features_col if isinstance(
-                    features_col, str) else list(features_col), label, where=where,
-                    min_partitions=min_partitions, dtype=dtype, weight_col=weight_col)
+                names, types = table_features(df, features_col, [label, weight_col])
+                blocks, d = dataframe_to_blocks(df, features_col, label, where=where,
+                                                min_partitions=min_partitions, dtype=dtype,
+                                                weight_col=weight_col)
                 if names is not None:
                     features = FeatureColumns(tuple(names), tuple(types or ()) or None)
     return blocks, d, where, features
