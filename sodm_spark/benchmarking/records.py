@@ -148,7 +148,8 @@ def data_identity(name: str, train, test=None) -> dict:
 
 
 def parquet_identity(folder) -> dict:
-    """The identity of a folder of ``part-*.parquet`` files of (label, features): rows,
+    """The identity of a folder of ``part-*.parquet`` files of a label and the features (one
+    array column ``features``, or a column per feature): rows,
     features, files and :func:`content_hash` of every label and the first and last
     :data:`HASHED_END_ROWS` rows; only the labels are read whole."""
     import pyarrow.parquet as pq
@@ -158,8 +159,13 @@ def parquet_identity(folder) -> dict:
                              for path in paths])
 
     def rows(path, first: bool) -> np.ndarray:
-        column = pq.read_table(path, columns=["features"]).column("features").combine_chunks()
-        block = np.asarray(column.flatten().to_numpy(), np.float32).reshape(len(column), -1)
+        table = pq.read_table(path)
+        if "features" in table.column_names:  # one array column
+            column = table.column("features").combine_chunks()
+            block = np.asarray(column.flatten().to_numpy(), np.float32).reshape(len(column), -1)
+        else:  # a column per feature, in the file's order
+            block = np.column_stack([np.asarray(table.column(name).to_numpy(), np.float32)
+                                     for name in table.column_names if name != "label"])
         return block[:HASHED_END_ROWS] if first else block[-HASHED_END_ROWS:]
 
     first, last = rows(paths[0], True), rows(paths[-1], False)
