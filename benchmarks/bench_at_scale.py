@@ -50,6 +50,9 @@ Methods (--methods, comma-separated):
 * ``exact-odm`` — one exact ODM (``ODMClassifier``) on the same subsample, with the
   hyperparameters the job chose (its metrics' ``tuning.best``) and the rows scaled as it does.
 
+``--layout columns`` reads the same rows written with a column per feature (``pixel0``, ...,
+the layout of a pandas export) instead of one array column.
+
 ``--scaling`` runs --methods for several row counts (each data set written once, the first
 60,000 rows are the original images) and prints one table row per count.
 """
@@ -100,16 +103,44 @@ def data_dir(work_dir: Path, dataset: str, rows: int, root=None) -> Path:
     return folder
 
 
+def columns_dir(folder: Path) -> Path:
+    """The rows of ``folder`` (a ``features`` array column) with a column per feature
+    (``pixel0``, ...), as pandas and most exports write a wide table: ``<folder>-columns``,
+    written on first use, file by file."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    columns = folder.parent / f"{folder.name}-columns"
+    for part in ("train", "test"):
+        (columns / part).mkdir(parents=True, exist_ok=True)
+        for path in sorted((folder / part).glob("part-*.parquet")):
+            if (columns / part / path.name).exists():
+                continue
+            table = pq.read_table(path)
+            flat = table.column("features").combine_chunks()
+            values = flat.flatten().to_numpy().reshape(len(table), -1)
+            named = {f"pixel{j}": pa.array(values[:, j]) for j in range(values.shape[1])}
+            pq.write_table(pa.table({**named, "label": table.column("label")}),
+                           columns / part / f".{path.name}")
+            (columns / part / f".{path.name}").rename(columns / part / path.name)
+    return columns
+
+
 def load_rows(folder: Path, rows: int | None = None):
-    """(X float32, y) of a folder of Parquet files."""
+    """(X float32, y) of a folder of Parquet files (an array column ``features``, or a
+    column per feature)."""
     import pyarrow.parquet as pq
 
     Xs, ys, n = [], [], 0
     for path in sorted(folder.glob("*.parquet")):
         table = pq.read_table(path)
-        column = table.column("features").combine_chunks()
-        Xs.append(np.asarray(column.flatten().to_numpy(), dtype=np.float32)
-                  .reshape(len(table), -1))
+        if "features" in table.column_names:
+            column = table.column("features").combine_chunks()
+            Xs.append(np.asarray(column.flatten().to_numpy(), dtype=np.float32)
+                      .reshape(len(table), -1))
+        else:
+            Xs.append(np.column_stack([np.asarray(table.column(name), dtype=np.float32)
+                                       for name in table.column_names if name != "label"]))
         ys.append(table.column("label").to_numpy())
         n += len(table)
         if rows and n >= rows:
@@ -330,6 +361,8 @@ def one_size(rows: int, methods, args, record: dict) -> dict:
     from sodm_spark.benchmarking.records import job_ratios, parquet_identity, run_medians
 
     folder = data_dir(args.work_dir, args.dataset, rows, args.dataset_root)
+    if args.layout == "columns":
+        folder = columns_dir(folder)
     test_labels = load_rows(folder / "test")[1]
     result = {"rows": rows, "majority_class": float(max(np.mean(test_labels > 0),
                                                         np.mean(test_labels <= 0))),
@@ -370,6 +403,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "training rows; us-flights: npm vega-datasets' 2,400,000")
     parser.add_argument("--dataset-root", help="us-flights: the folder of flights-3m.parquet "
                         "and airports.csv (default $SODM_VEGA_DATASETS, else ~/.cache/…)")
+    parser.add_argument("--layout", choices=("array", "columns"), default="array",
+                        help="the Parquet files' features: one array column (as written), or "
+                        "a column per feature (written beside them on first use)")
     parser.add_argument("--krr-centres", default="10000,20000",
                         help="nystroem-krr: centre counts, one peer row each")
     parser.add_argument("--krr-penalties", default=KRR_PENALTIES,

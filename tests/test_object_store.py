@@ -435,3 +435,42 @@ def test_refused_writes_end_the_commands_before_any_work(spark, s3, tmp_path, ca
                      r"\(.*No FileSystem for scheme .s3.*\)\. Check the scheme and that its "
                      r"connector is on the classpath\.", line), line
     assert objects(s3, "predict") == before
+
+
+def _train(argv, cwd):
+    """``sodm-train`` as a user runs it (its Python workers inherit the store's settings)."""
+    import subprocess
+    import sys
+
+    from conftest import job_env
+
+    done = subprocess.run([sys.executable, "-m", "sodm_spark.jobs.train_sodm", "--master",
+                           "local[2]", *argv], env=job_env(), cwd=cwd, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return done.stdout
+
+
+def test_training_rows_in_s3_are_read_by_the_tasks_as_the_same_rows_on_disk(s3, tmp_path):
+    """A column per feature on S3 (which this Spark has no Hadoop connector for: only pyarrow
+    reaches it) is read by the tasks, a row group a task; the same rows on the local disk
+    as one array column, in row groups alike, are numbered alike: the same model."""
+    filesystem = s3_filesystem(s3.endpoint)
+    X, y = make_problem(m=400, d=4, seed=17)
+    local = tmp_path / "arrays"
+    local.mkdir()
+    for number, rows in enumerate((slice(0, 250), slice(250, 400))):
+        columns = pa.table({"label": y[rows], **{f"x{j}": X[rows, j] for j in range(4)}})
+        with filesystem.open_output_stream(f"{BUCKET}/rows/part-{number}.parquet") as out:
+            pq.write_table(columns, out, row_group_size=100)
+        arrays = pa.table({"label": y[rows], "features": pa.array(list(X[rows]))})
+        pq.write_table(arrays, local / f"part-{number}.parquet", row_group_size=100)
+    outputs = {}
+    for name, data in (("s3", uri("rows")), ("disk", str(local))):
+        _train(["--data", data, "--format", "parquet", "--model-out", str(tmp_path / name),
+                "--seed", "3"], tmp_path)
+        outputs[name] = KernelExpansion.load(str(tmp_path / name))
+    from_s3, from_disk = outputs["s3"], outputs["disk"]
+    assert from_s3.feature_names == ("x0", "x1", "x2", "x3") and from_disk.feature_names is None
+    np.testing.assert_array_equal(from_s3.support_vectors, from_disk.support_vectors)
+    np.testing.assert_array_equal(from_s3.decision_function(X), from_disk.decision_function(X))

@@ -347,9 +347,8 @@ def _write_parquet(path, X, y, row_group_size, element="float32"):
 
 
 def test_local_parquet_arrays_are_read_by_pyarrow_in_file_order(spark, tmp_path):
-    from sodm_spark.spark.io import input_statuses
     from sodm_spark.spark.io.arrow import dataframe_to_blocks
-    from sodm_spark.spark.io.parquet_files import local_parquet_files
+    from sodm_spark.spark.io.parquet_files import read_parquet_table
 
     rng = np.random.default_rng(5)
     X = rng.standard_normal((70, 6)).astype(np.float32)
@@ -381,9 +380,16 @@ def test_local_parquet_arrays_are_read_by_pyarrow_in_file_order(spark, tmp_path)
     blocks64, _ = read_blocks(spark, str(folder), "parquet")
     np.testing.assert_array_equal(np.concatenate([b.X for b in blocks64.collect()]),
                                   X.astype(np.float64))
-    (folder / "year=2026").mkdir()
-    statuses = input_statuses(spark, str(folder), "parquet")
-    assert local_parquet_files(statuses, "features", "label") is None
+    # partition folders: their values are columns only Spark SQL reads, so Spark SQL reads
+    by_year = tmp_path / "by_year"
+    for year, rows in (("2025", slice(0, 40)), ("2026", slice(40, 70))):
+        (by_year / f"year={year}").mkdir(parents=True)
+        _write_parquet(by_year / f"year={year}" / "part-0.parquet", X[rows], y[rows], 64)
+    files = sorted(str(p) for p in by_year.rglob("*.parquet"))
+    assert read_parquet_table(spark, str(by_year), files, "features", "label", np.float32, 2,
+                              lambda df: (None, None), "by_year") is None
+    X_years, y_years, _ = collect(read_blocks(spark, str(by_year), "parquet")[0])
+    np.testing.assert_array_equal(as_row_set(X_years, y_years), as_row_set(X, y))
 
 
 @pytest.mark.parametrize("damage, message", [

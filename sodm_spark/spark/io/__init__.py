@@ -20,15 +20,19 @@ Row ids are int64, unique and deterministic for the same input:
 
 * LIBSVM: the 0-based line number over the input (files in Spark's listing order; blank and
   comment lines use up their number), so for one file ``row_id + 1`` is the line in the file.
-* CSV, Parquet, DataFrames: ``(partition_index << 40) + row number within the partition``;
-  local Parquet files read by pyarrow (:mod:`.parquet_files`): ``(row group number << 40) +
-  row number within the row group``, row groups numbered over the files in name order.
+* CSV, Parquet, DataFrames: ``(partition_index << 40) + row number within the partition``,
+  Spark's partitions, also where the tasks read Parquet files with pyarrow
+  (:mod:`.parquet_files`, :mod:`.scan_plan`: Spark's scan planned, its rows read);
+  local Parquet files of one array column, and files only pyarrow reaches:
+  ``(row group number << 40) + row number within the row group``, row groups numbered over
+  the files in name order.
 
 Modules: ``blocks`` (the Block contract, errors, :func:`check_blocks`), ``read`` (the
 :func:`read_blocks` dispatcher: input listing, slicing, formats), ``libsvm``, ``csv``,
 ``text_lines`` (text input's rows named by file and 1-based line in every check: NaN, ±inf,
 values too large, CSV cells), ``arrow`` (DataFrames to blocks; the Arrow batch helpers the
-scorer shares), ``parquet_files`` (local Parquet array columns read by pyarrow in the tasks),
+scorer shares), ``parquet_files`` (Parquet tables of any layout read by pyarrow in the
+tasks), ``scan_plan`` (which rows each of those tasks reads, and their ids),
 ``file_schemas`` (the files of one input refused when their columns differ).
 
 Spark code here only moves arrays: the functions shipped to executors are module-level or

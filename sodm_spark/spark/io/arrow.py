@@ -266,7 +266,7 @@ def _column_features(df, label, features_col, label_col, schema, where):
     """``(DataFrame [label, (weight,) f0..f{d-1} doubles], d)``: the named numeric columns, or
     every column other than those of ``label_col`` (the label and weight columns' names)."""
     from pyspark.sql import functions as F
-    from pyspark.sql.types import NumericType
+    from pyspark.sql.types import BooleanType, NumericType
 
     columns = df.columns
     if isinstance(features_col, (list, tuple)):
@@ -277,7 +277,8 @@ def _column_features(df, label, features_col, label_col, schema, where):
                              f"{columns[:20]}.")
     else:
         feature_cols = [c for c in columns if c not in label_col]
-    non_numeric = [c for c in feature_cols if not isinstance(schema[c], NumericType)]
+    non_numeric = [c for c in feature_cols
+                   if not isinstance(schema[c], (NumericType, BooleanType))]
     if non_numeric:
         raise InputError(
             f"{where}: column(s) {non_numeric[:10]} are not numeric "

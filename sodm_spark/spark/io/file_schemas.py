@@ -24,7 +24,7 @@ from .blocks import DataFormatError, error_text
 SHOWN_COLUMNS = 6
 
 
-def _listed_files(statuses) -> tuple[object, list[str]] | None:
+def listed_files(statuses) -> tuple[object, list[str]] | None:
     """(the pyarrow file system, the sorted data files under ``statuses``: files, and files
     in folders at any depth, but names starting with ``_`` or ``.`` as Spark skips them), or
     None when pyarrow cannot reach them."""
@@ -95,7 +95,7 @@ def check_parquet_files_agree(spark, statuses, path, flag: str = "") -> None:
     setting in the message (``--data``, say)."""
     import pyarrow.parquet as pq
 
-    listed = _listed_files(statuses)
+    listed = listed_files(statuses)
     where = f"{flag} {path}".strip()
     if listed is None:
         _check_by_spark(spark, path, where)

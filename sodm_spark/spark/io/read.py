@@ -13,14 +13,14 @@ import numpy as np
 
 from ...core.errors import SettingsError
 from ...core.validation import max_abs_value
-from ..engine import context_of, driver_hadoop, reads_text_lines
+from ..engine import driver_hadoop, reads_text_lines
 from .arrow import dataframe_to_blocks, table_features
 from .blocks import (DataFormatError, DataPathError, check_n_features, check_positive,
                      empty_message, error_text, spark_read, sql_conf)
 from .csv import csv_feature_names, read_csv_df
-from .file_schemas import check_parquet_files_agree
+from .file_schemas import check_parquet_files_agree, listed_files
 from .libsvm import read_libsvm_spark
-from .parquet_files import local_parquet_files, read_parquet_files
+from .parquet_files import read_parquet_table
 
 FORMATS = ("libsvm", "csv", "parquet")
 _FORMAT_ALIASES = {"svmlight": "libsvm", "svm": "libsvm"}
@@ -90,6 +90,19 @@ def _listed_by_arrow(path) -> list[ListedPath]:
     return listed
 
 
+def _listed_by_arrow_quietly(path) -> list[ListedPath] | None:
+    """``path`` listed by pyarrow.fs when it names a remote store pyarrow reaches (an object
+    store whose Hadoop connector the session lacks, say), else None."""
+    from ...data.filesystems import uri_scheme
+
+    if uri_scheme(path) in (None, "file"):
+        return None
+    try:
+        return _listed_by_arrow(path) or None
+    except Exception:  # noqa: BLE001 - pyarrow cannot reach it either: Hadoop's words stand
+        return None
+
+
 def input_statuses(spark, path, fmt):
     """Hadoop FileStatus list of ``path`` (globs allowed); a DataPathError if nothing matches.
     A session whose driver has no Hadoop of its own (Spark Connect,
@@ -112,6 +125,9 @@ def input_statuses(spark, path, fmt):
         hpath = hadoop.path(path)
         statuses = hpath.getFileSystem(hadoop.configuration).globStatus(hpath)
     except Exception as exc:  # py4j errors: bad scheme, no credentials, ...
+        reached = _listed_by_arrow_quietly(path)  # a store only pyarrow reaches (s3://)
+        if reached:
+            return reached
         raise DataPathError(f"{path} (format {fmt!r}) cannot be listed ({error_text(exc)}). "
                             "Check the path and its scheme (file://, hdfs://, s3a://).") from None
     if statuses is None or len(statuses) == 0:
@@ -269,14 +285,19 @@ def _table_blocks(spark, path, fmt, statuses, slices, min_partitions, columns, d
     features_col = columns.features_col if isinstance(columns.features_col, str) else \
         list(columns.features_col)  # a vector or array column, or the columns' names
     blocks, features = None, FeatureColumns()
-    if fmt == "parquet" and weight_col is None and isinstance(features_col, str):
-        files = local_parquet_files(statuses, features_col, label_col or "label")
-        if files is not None:  # local files of an array column: pyarrow in the tasks
-            where = f"{path} (format 'parquet')"
-            blocks, d = read_parquet_files(context_of(spark), files, features_col,
-                                           label_col or "label", dtype, where)
-            if min_partitions is not None and blocks.getNumPartitions() < min_partitions:
-                blocks = blocks.repartition(min_partitions)
+    if fmt == "parquet" and weight_col is None:
+        where = f"{path} (format 'parquet')"
+        listed = listed_files(statuses)
+        if listed is not None and listed[1]:  # files pyarrow reaches: read in the tasks
+            read = read_parquet_table(
+                spark, path, [_arrow_name(listed[0], name) for name in listed[1]],
+                features_col, label_col or "label", dtype, slices,
+                lambda df: table_features(df, features_col, [label_col or "label"]), where,
+                min_partitions)
+            if read is not None:
+                blocks, d = read.blocks, read.d
+                if read.names is not None:
+                    features = FeatureColumns(read.names, read.types)
     if blocks is None:
         # the file splits are planned when the blocks' RDD is built, inside this block
         with sql_conf(spark, "spark.sql.files.minPartitionNum", str(slices)):
@@ -301,6 +322,12 @@ def _table_blocks(spark, path, fmt, statuses, slices, min_partitions, columns, d
                 if names is not None:
                     features = FeatureColumns(tuple(names), tuple(types or ()) or None)
     return blocks, d, where, features
+
+
+def _arrow_name(filesystem, name: str) -> str:
+    """A file pyarrow listed as the tasks open it: a local path, or a URI of its store."""
+    kind = filesystem.type_name
+    return name if kind == "local" else f"{kind}://{name}"
 
 
 def _libsvm_by_spark(spark, path, n_features, sparse, dtype, min_partitions, slices):
