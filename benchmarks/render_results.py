@@ -165,12 +165,37 @@ def input_map_values() -> dict[str, str]:
     return values
 
 
+READING = "docs/results/reading/fashion-600000-2026-12-02.json"
+
+
+def reading_values() -> dict[str, str]:
+    """The reading benchmark's medians (``bench_table_reading.py``)."""
+    record = _json(READING)
+    values = {"reading.rows": f"{record['data']['columns']['rows']:,}",
+              "reading.features": str(record["data"]["columns"]["features"]),
+              "reading.files": str(record["data"]["columns"]["files"]),
+              "reading.rounds": str(len(record["rounds"]))}
+    for layout, figures in record["medians"].items():
+        values[f"reading.{layout}"] = f"{figures['reading_seconds']:.1f}"
+        values[f"reading.{layout}.rate"] = f"{figures['decoded_mb_per_second']:,.0f}"
+        if "plan_seconds" in figures:
+            values[f"reading.{layout}.plan"] = f"{figures['plan_seconds']:.1f}"
+        pyarrow = record["medians"]["pyarrow"]["reading_seconds"]
+        values[f"reading.{layout}.over.pyarrow"] = \
+            f"{figures['reading_seconds'] / pyarrow:.2f}"
+    for pair, median in record["ratio_medians"].items():
+        top, bottom = pair.split("/")
+        values[f"reading.{top}.over.{bottom}"] = f"{median:.2f}"
+    return values
+
+
 #: prose region → (its file, the records its values read, the values)
 TEMPLATES: dict[str, tuple[str, tuple[str, ...], Callable[[], dict[str, str]]]] = {
     "comparators": ("docs/benchmarks.md", COMPARATORS, comparator_values),
     "stopping": ("docs/benchmarks.md", (STOPPING,), stopping),
     "stopping-summary": ("README.md", (STOPPING,), stopping),
     "input-map": ("docs/benchmarks.md", tuple(path for _, path in INPUT_MAPS), input_map_values),
+    "table-reading": ("docs/benchmarks.md", (READING,), reading_values),
     "where-sodm-wins": ("docs/benchmarks.md",
                         tuple(f"{folder}/benchmark.json" for _, folder in SIDE_BY_SIDE),
                         side_by_side_values),
