@@ -175,14 +175,14 @@ def reading_values() -> dict[str, str]:
               "reading.features": str(record["data"]["columns"]["features"]),
               "reading.files": str(record["data"]["columns"]["files"]),
               "reading.rounds": str(len(record["rounds"]))}
-    for layout, figures in record["medians"].items():
-        values[f"reading.{layout}"] = f"{figures['reading_seconds']:.1f}"
-        values[f"reading.{layout}.rate"] = f"{figures['decoded_mb_per_second']:,.0f}"
-        if "plan_seconds" in figures:
-            values[f"reading.{layout}.plan"] = f"{figures['plan_seconds']:.1f}"
+    for layout, median in record["medians"].items():
+        values[f"reading.{layout}"] = f"{median['reading_seconds']:.1f}"
+        values[f"reading.{layout}.rate"] = f"{median['decoded_mb_per_second']:,.0f}"
+        if "plan_seconds" in median:
+            values[f"reading.{layout}.plan"] = f"{median['plan_seconds']:.1f}"
         pyarrow = record["medians"]["pyarrow"]["reading_seconds"]
         values[f"reading.{layout}.over.pyarrow"] = \
-            f"{figures['reading_seconds'] / pyarrow:.2f}"
+            f"{median['reading_seconds'] / pyarrow:.2f}"
     for pair, median in record["ratio_medians"].items():
         top, bottom = pair.split("/")
         values[f"reading.{top}.over.{bottom}"] = f"{median:.2f}"

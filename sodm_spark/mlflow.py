@@ -69,6 +69,7 @@ from mlflow.utils.environment import (_CONDA_ENV_FILE_NAME, _CONSTRAINTS_FILE_NA
                                       _validate_env_arguments)
 
 from sodm_spark.core.errors import InputError
+from sodm_spark.core.categories import encoded_frame
 from sodm_spark.core.feature_names import frame_in_order
 from sodm_spark.core.labels import labels_from_scores
 from sodm_spark.models.expansion import FORMAT_NAME, KernelExpansion
@@ -152,6 +153,12 @@ def input_schema(expansion: KernelExpansion) -> Schema | None:
     if names is None:
         return None
     types = expansion.feature_types or (None,) * len(names)
+    if expansion.categories is not None:  # the input columns: numeric ones, then the strings
+        numeric = expansion.categories.numeric
+        specs: list = [ColSpec(mlflow_type(kind), name)
+                       for name, kind in zip(numeric, types[:len(numeric)])]
+        specs += [ColSpec("string", column.name) for column in expansion.categories.columns]
+        return Schema(specs)
     return Schema([ColSpec(mlflow_type(kind), name) for name, kind in zip(names, types)])
 
 
@@ -318,6 +325,9 @@ def _frame_rows(expansion: KernelExpansion, frame: pd.DataFrame) -> np.ndarray:
     the frame both have names (:func:`~sodm_spark.core.feature_names.frame_in_order`: the
     others left out with one ``UserWarning`` line, a missing one refused naming it), else its
     columns by position."""
+    if expansion.categories is not None:  # string columns encoded as in training
+        return np.asarray(encoded_frame(frame, expansion.categories, INPUT, stacklevel=4),
+                          dtype=np.float64)
     return np.asarray(frame_in_order(frame, expansion.feature_names, INPUT, stacklevel=4),
                       dtype=np.float64)
 

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from sodm_spark.spark.io import TableColumns, input_slices, input_statuses, read_blocks
-from sodm_spark.spark.io.arrow import dataframe_to_blocks, table_features
+from sodm_spark.spark.io.arrow import dataframe_to_blocks
 from sodm_spark.spark.io.blocks import sql_conf
 from sodm_spark.spark.io.file_schemas import listed_files
 from sodm_spark.spark.io.parquet_files import read_parquet_table
@@ -67,9 +67,8 @@ def _spark_sql_blocks(spark, path, features_col, dtype):
 def _tasks_read(spark, path, features_col, dtype):
     statuses = input_statuses(spark, str(path), "parquet")
     _, files = listed_files(statuses)
-    return read_parquet_table(
-        spark, str(path), files, features_col, "label", dtype, input_slices(spark, statuses),
-        lambda df: table_features(df, features_col, ["label"]), str(path))
+    return read_parquet_table(spark, str(path), files, features_col, "label", dtype,
+                              input_slices(spark, statuses))
 
 
 def _assert_every_cut(plans):

@@ -386,8 +386,8 @@ def test_local_parquet_arrays_are_read_by_pyarrow_in_file_order(spark, tmp_path)
         (by_year / f"year={year}").mkdir(parents=True)
         _write_parquet(by_year / f"year={year}" / "part-0.parquet", X[rows], y[rows], 64)
     files = sorted(str(p) for p in by_year.rglob("*.parquet"))
-    assert read_parquet_table(spark, str(by_year), files, "features", "label", np.float32, 2,
-                              lambda df: (None, None), "by_year") is None
+    assert read_parquet_table(spark, str(by_year), files, "features", "label", np.float32,
+                              2) is None
     X_years, y_years, _ = collect(read_blocks(spark, str(by_year), "parquet")[0])
     np.testing.assert_array_equal(as_row_set(X_years, y_years), as_row_set(X, y))
 

@@ -11,6 +11,7 @@ so a row with a feature index of 2·10^9 costs what any other does.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -117,13 +118,21 @@ class ColumnStats:
         scale = np.where(largest > 0, 1.0 / np.where(largest > 0, largest, 1.0), 1.0)
         return stats.columns.copy(), scale
 
-    def scaling(self) -> tuple[np.ndarray | None, np.ndarray, np.ndarray | None]:
+    def scaling(self, weights: Sequence[float] | None = None
+                ) -> tuple[np.ndarray | None, np.ndarray, np.ndarray | None]:
         """The model's feature scaling for these rows, (offset, scale, columns): min-max for
-        dense rows (columns None), max-abs for sparse ones (offset None) — module docstring."""
+        dense rows (columns None), max-abs for sparse ones (offset None) — module docstring;
+        dense rows' scales times each feature's ``weights`` when given (a one-hot feature's
+        1/√2, :mod:`sodm_spark.core.categories`)."""
         if self.sparse:
             columns, scale = self.maxabs()
             return None, scale, columns
         offset, scale = self.minmax()
+        if weights is not None:
+            if len(weights) != self.d:
+                raise ValueError(f"{len(weights)} feature weights for rows of {self.d} "
+                                 "features")
+            scale = scale * np.asarray(weights, dtype=np.float64)
         return offset, scale, None
 
     def centring(self) -> tuple[np.ndarray, np.ndarray, None] | None:

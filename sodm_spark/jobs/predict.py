@@ -38,7 +38,8 @@ from sodm_spark.spark.io import (check_csv_cells, check_parquet_files_agree, inp
                                  input_statuses,
                                  spark_read)
 from sodm_spark.spark.io.libsvm_frames import read_libsvm_vectors
-from sodm_spark.spark.predict import feature_columns, python_workers_started, score_dataframe
+from sodm_spark.spark.predict import (ScoringCounters, feature_columns, python_workers_started,
+                                      score_dataframe)
 from sodm_spark.spark.engine import context_of, driver_hadoop, has_accumulators
 from sodm_spark.spark.hadoop_store import HadoopStore
 from sodm_spark.spark.session import job_session
@@ -93,7 +94,8 @@ def read_table(spark, args, model: KernelExpansion | None = None):
         frame = spark_read(where, lambda: spark.read.csv(args.data, header=args.header,
                                                          inferSchema=True))
         not_features = {args.key_col, args.label_col}
-        named = None if model is None or not args.header else model.feature_names
+        named = None if model is None or not args.header else model.feature_names \
+            if model.categories is None else model.categories.numeric  # strings: not numbers
         check_csv_cells(spark, args.data, input_statuses(spark, args.data, "csv"),
                         frame.columns, {j: "feature" for j, name in enumerate(frame.columns)
                                         if name not in not_features
@@ -186,8 +188,8 @@ def main(argv=None, prog="predict.py") -> int:
                 check_new_output(out, args.overwrite, store)
             check_store_outputs({"--out": out}, {"--metrics-out": args.metrics_out})
         sc = context_of(spark)  # progress and left-out values are counted by accumulators
-        rows, ignored = (sc.accumulator(0), sc.accumulator(0)) if has_accumulators(sc) \
-            else (None, None)
+        rows, ignored, unseen = (sc.accumulator(0), sc.accumulator(0), sc.accumulator(0)) \
+            if has_accumulators(sc) else (None, None, None)
         preparing = time.perf_counter()
         # the warm-up runs while the driver reads and plans; a refusal there cancels it before
         # the session stops, so its thread prints nothing
@@ -195,8 +197,8 @@ def main(argv=None, prog="predict.py") -> int:
                 reported(prefix=f"--data {args.data}: "), \
                 score_dataframe(named_table(spark, args, model),
                                 model, args.features_col, args.key_col, args.label_col,
-                                args.precision, rows, any_vector_size=args.format == "libsvm",
-                                values_ignored=ignored) as (frame, partitions):
+                                args.precision, ScoringCounters(rows, ignored, unseen),
+                                any_vector_size=args.format == "libsvm") as (frame, partitions):
             prepare_seconds = time.perf_counter() - preparing
             print(f"scoring {args.data} with {model.support_vectors.shape[0]:,} support "
                   f"vectors ({args.precision} kernel blocks) in {partitions} tasks "
@@ -210,6 +212,11 @@ def main(argv=None, prog="predict.py") -> int:
             print(f"left out {ignored.value:,} value{'s' if ignored.value != 1 else ''} in "
                   f"columns beyond the model's {model.support_vectors.shape[1]:,} features "
                   "(features no training row had: no prediction depends on them)", flush=True)
+        if unseen is not None and unseen.value and model.categories is not None:
+            print(f"{unseen.value:,} value{'s' if unseen.value != 1 else ''} of the string "
+                  f"column(s) {[c.name for c in model.categories.columns]} had not been seen "
+                  "in training: encoded as no category (one-hot) or the training prior "
+                  "(target encoding)", flush=True)
         print(f"scored {scored:,} rows in {seconds:.2f} s ({rate:,.0f} rows/s); "
               f"predictions written to {out}", flush=True)
         if args.metrics_out:

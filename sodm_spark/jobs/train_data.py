@@ -9,6 +9,8 @@ the first level is solved.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import scipy.sparse
 
@@ -24,6 +26,7 @@ from sodm_spark.spark.io import (FeatureColumns, TableColumns, check_blocks, rea
 from sodm_spark.spark.memory import check_collectable
 from sodm_spark.spark.engine import PERSIST
 from sodm_spark.spark.io import collect_blocks, numpy_to_blocks
+from sodm_spark.spark.sodm.params import SODMParams
 from sodm_spark.spark.train import check_rows
 from sodm_spark.spark.engine import context_of
 
@@ -85,13 +88,16 @@ def _named_rows(spark, path, args, features: FeatureColumns, flag):
     input's named ``features`` looked up in its schema or header first, then read by name in
     that order (one read), else its columns by position."""
     columns, names = table_columns(args, weight=False), features.names
+    if features.categories is not None:  # the raw columns, encoded as the training rows were
+        names = features.categories.input_columns
     found = None if names is None else table_feature_names(spark, path, args.format, columns)
     if names is not None and found is not None:
         _, extra = columns_by_name(names, found, f"{flag} {path}")
         if extra:
             print(extra_columns_line(extra, f"{flag} {path}"), flush=True)
         columns = table_columns(args, weight=False, features=names)
-    return read_blocks(spark, path, args.format, columns=columns)
+    return read_blocks(spark, path, args.format,
+                       columns=replace(columns, categories=features.categories))
 
 
 def table_columns(args, weight: bool = True, features=None) -> TableColumns:
@@ -169,7 +175,13 @@ def _read_checked(spark, args, params, linear: bool) -> tuple:
     dtype = np.float64 if linear else np.float32
     blocks, n_features, features = read_blocks(spark, args.data, args.format, sparse=sparse,
                                                dtype=dtype, dense_advice=advice,
-                                               columns=table_columns(args), with_names=True)
+                                               columns=replace(table_columns(args),
+                                                               fold_seed=args.seed),
+                                               with_names=True)
+    if features.categories is not None and isinstance(params, SODMParams):
+        # one-hot features a numeric column's range apart once scaled (core/categories.py)
+        params = replace(params, feature_weights=tuple(
+            features.categories.feature_weights().tolist()))
     # parsed once, by the checking job; the fit's passes (SODM levels, DSVRG epochs) read the
     # rows from here (DSVRG then keeps no second copy), on local disk, not the JVM heap
     blocks = blocks.persist(PERSIST)

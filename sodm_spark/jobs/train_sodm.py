@@ -94,7 +94,8 @@ def train(spark, args, params=None, timeline: Timeline | None = None):
         return None, {**tuning, "partition_seconds": trained.search_partition_seconds}
     # the model scores named rows by these names wherever it goes (core/feature_names.py)
     trained.fit.model = trained.fit.model.with_features(args.feature_columns.names,
-                                                        args.feature_columns.types)
+                                                        args.feature_columns.types,
+                                                        args.feature_columns.categories)
     summary = (dsvrg_summary if linear else levels_summary)(trained.fit, trained.params)
     return trained.fit, {**summary, **tuning}
 

@@ -16,6 +16,7 @@ import numpy as np
 import scipy.sparse
 
 from ..core.column_stats import scale_rows
+from ..core.categories import CategoryEncoding, encoded_frame, encoding_to_json
 from ..core.feature_names import checked_names, frame_in_order
 from ..core.kernels import Kernel, decision_values
 from ..core.labels import labels_from_scores  # noqa: F401 (the model's labels; importable here)
@@ -118,8 +119,16 @@ class KernelExpansion:
     # every door that scores named rows takes these columns by name (core/feature_names.py)
     feature_names: tuple[str, ...] | None = None
     feature_types: tuple[str, ...] | None = None
+    # string columns of the training input as features (core/categories.py): the model's
+    # features are then the encoding's, and a DataFrame to score holds its input columns
+    categories: CategoryEncoding | None = None
 
     def __post_init__(self):
+        if self.categories is not None:
+            encoded = self.categories.feature_names
+            if self.feature_names is not None and tuple(self.feature_names) != encoded:
+                raise ValueError("feature_names are not the categorical encoding's features")
+            self.feature_names = encoded
         self.feature_names = checked_names(self.feature_names, "the model's features")
         if self.feature_types is not None:
             self.feature_types = tuple(str(kind) for kind in self.feature_types)
@@ -129,13 +138,15 @@ class KernelExpansion:
                 raise ValueError(f"{what} has {len(values)} entries but the model takes "
                                  f"{self.n_features_in} features")
 
-    def with_features(self, names, types=None) -> "KernelExpansion":
-        """This model with the training input's feature column ``names`` (and ``types``);
-        ``names`` None: unchanged (rows without names)."""
+    def with_features(self, names, types=None, categories=None) -> "KernelExpansion":
+        """This model with the training input's feature column ``names`` (and ``types``, and
+        the ``categories`` that encoded its string columns); ``names`` None: unchanged (rows
+        without names)."""
         if names is None:
             return self
         return replace(self, feature_names=tuple(names),
-                       feature_types=None if types is None else tuple(types))
+                       feature_types=None if types is None else tuple(types),
+                       categories=categories)
 
     @property
     def input_map(self) -> InputMap:
@@ -161,8 +172,10 @@ class KernelExpansion:
 
     def decision_function(self, X, block_mb: float = 256.0) -> np.ndarray:
         """f on raw rows, dense or CSR (the feature scaling applied first); a DataFrame's
-        columns by name when the model keeps its feature names (:func:`frame_in_order`)."""
-        X = frame_in_order(X, self.feature_names)
+        columns by name when the model keeps its feature names (:func:`frame_in_order`), its
+        string columns encoded as in training (:func:`encoded_frame`)."""
+        X = frame_in_order(X, self.feature_names) if self.categories is None else \
+            encoded_frame(X, self.categories)
         if not scipy.sparse.issparse(X):
             X = np.asarray(X, dtype=np.float64)
         return self.input_scores(self.inputs(X), block_mb)
@@ -260,6 +273,8 @@ class KernelExpansion:
             metadata["feature_names"] = list(self.feature_names)
             if self.feature_types is not None:
                 metadata["feature_types"] = list(self.feature_types)
+        if self.categories is not None:
+            metadata["categories"] = encoding_to_json(self.categories)
         store.mkdirs(folder)
         store.write_bytes(join(folder, "arrays.npz"), buffer.getbuffer())
         store.write_bytes(join(folder, "metadata.json"),
@@ -279,4 +294,4 @@ class KernelExpansion:
         return cls(files.support_vectors, files.arrays["coef"], files.kernel,
                    files.arrays["classes"], calibration=files.calibration,
                    feature_names=files.feature_names, feature_types=files.feature_types,
-                   **optional)
+                   categories=files.categories, **optional)

@@ -9,7 +9,10 @@ in that order rather than score them in another one silently: the ONNX model's
 ``metadata_props`` hold ``feature_names`` and ``feature_types`` (JSON lists, in the input's
 order; the types as the training data had them, NumPy's or Spark SQL's names), and the input's
 ``doc_string`` names the columns in order (:func:`input_doc`). A model without names has neither
-key, and its input's ``doc_string`` says the columns come in the training data's order.
+key, and its input's ``doc_string`` says the columns come in the training data's order. A model
+that encodes string columns (``KernelExpansion.categories``) takes each of them as an input of
+its own, named as the column, and its numeric columns as ``features``
+(:mod:`.onnx_inputs`); ``metadata_props`` then hold the encoding too (``categories``).
 
 * the input map (:class:`~sodm_spark.models.expansion.InputMap`): min-max scaling
   ``(x − offset) · scale``, max-abs scaling of some columns, and a projection folded with the
@@ -53,8 +56,10 @@ import json
 import numpy as np
 import scipy.sparse
 
+from ..core.categories import encoding_to_json
 from ..data.storage import replace_file
 from .expansion import KernelExpansion
+from .onnx_inputs import graph_inputs
 
 #: The operator set and IR version of the graph, old enough for the runtimes deployed: the
 #: graphs of tests/test_onnx_export.py give the same outputs in onnxruntime 1.16.3 and 1.32.0.
@@ -270,28 +275,12 @@ def _probabilities(graph: _Graph, sums: str, calibration: dict, n_classes: int) 
     return graph.op("Where", positive, normalized, uniform, output="probabilities")
 
 
-def input_doc(model: KernelExpansion) -> str:
-    """The ``features`` input's ``doc_string``: the column order the input expects."""
-    width = f"{model.n_features_in:,} raw feature value{'s' if model.n_features_in != 1 else ''}"
-    if model.feature_names is None:
-        return (f"{width} a row, by position in the training data's column order (the model "
-                "has no column names).")
-    return (f"{width} a row, by position, in this order of the training columns (the model's "
-            "feature_names in metadata_props): " + json.dumps(list(model.feature_names)))
-
-
-def _input_tensor(onnx, model: KernelExpansion, input_type: str):
-    """The graph's one input, ``features`` (batch, n_features_in), its columns named in its
-    ``doc_string``."""
-    element = onnx.TensorProto.DOUBLE if input_type == "double" else onnx.TensorProto.FLOAT
-    return onnx.helper.make_tensor_value_info("features", element,
-                                              ["batch", model.n_features_in],
-                                              doc_string=input_doc(model))
-
-
 def _feature_props(model: KernelExpansion) -> dict[str, str]:
-    """``feature_names`` and ``feature_types`` as JSON lists, those the model has."""
+    """``feature_names`` and ``feature_types`` as JSON lists, those the model has (and its
+    categorical ``encoding``, where it has one)."""
     props = {}
+    if model.categories is not None:
+        props["categories"] = json.dumps(encoding_to_json(model.categories))
     if model.feature_names is not None:
         props["feature_names"] = json.dumps(list(model.feature_names))
         if model.feature_types is not None:
@@ -324,9 +313,7 @@ def to_onnx(model: KernelExpansion, input_type: str = "double", probabilities: b
                          "and scores alone (to_onnx(..., probabilities=False), the job's "
                          "--no-probabilities).")
     graph = _Graph(onnx)
-    rows = "features"
-    if input_type == "float":
-        rows = graph.op("Cast", rows, to=double)
+    rows, inputs, opsets = graph_inputs(onnx, graph, model, input_type, OPSET)
     sums = _kernel_sums(graph, model.kernel, _kernel_inputs(graph, model, rows), vectors, coef)
     # k + c adds c·Σ_i α_i to each output (core/kernels.py): one intercept with the model's
     bias = model.kernel.offset * coef.sum(axis=0)
@@ -362,10 +349,9 @@ def to_onnx(model: KernelExpansion, input_type: str = "double", probabilities: b
             f"support vectors of {vectors.shape[1]:,} inputs in float64), above the "
             f"{MAX_MODEL_BYTES / 2**30:.2f} GiB one ONNX file holds; compress the model to "
             "fewer points first (KernelExpansion.compress, the training job's --max-sv).")
-    onnx_graph = helper.make_graph(
-        graph.nodes, name,
-        [_input_tensor(onnx, model, input_type)], declared, initializer=graph.arrays)
-    proto = helper.make_model(onnx_graph, opset_imports=[helper.make_opsetid("", OPSET)],
+    onnx_graph = helper.make_graph(graph.nodes, name, inputs, declared,
+                                   initializer=graph.arrays)
+    proto = helper.make_model(onnx_graph, opset_imports=opsets,
                               producer_name="sodm_spark", ir_version=IR_VERSION,
                               doc_string="A sodm_spark KernelExpansion: raw rows → label, "
                               "decision values (scores) and, if calibrated, probabilities.")

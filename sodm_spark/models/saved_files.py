@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse
 
+from ..core.categories import CategoryEncoding, encoding_from_json
 from ..core.errors import InputError
 from ..core.kernels import Kernel
 from ..core.sparse_rows import Rows
@@ -53,6 +54,7 @@ class ModelFiles:
     support_vectors: Rows
     feature_names: tuple[str, ...] | None = None
     feature_types: tuple[str, ...] | None = None
+    categories: CategoryEncoding | None = None
 
 
 def read_model_files(store, path: str) -> ModelFiles:
@@ -78,7 +80,24 @@ def read_model_files(store, path: str) -> ModelFiles:
     _check_shapes(arrays_path, metadata, arrays, support_vectors, calibration)
     names, types = _feature_columns(metadata_path, metadata)
     return ModelFiles(folder, metadata, kernel, calibration, arrays, support_vectors, names,
-                      types)
+                      types, _categories(metadata_path, metadata, names))
+
+
+def _categories(metadata_path: str, metadata: dict, names) -> CategoryEncoding | None:
+    """The categorical encoding ``metadata.json`` keeps (None: the model has none), refused
+    unless it reads and gives the model's feature names."""
+    document = metadata.get("categories")
+    if document is None:
+        return None
+    try:
+        encoding = encoding_from_json(document)
+    except (KeyError, TypeError, ValueError) as error:
+        raise InputError(f"{metadata_path} is corrupt: its categorical encoding cannot be "
+                         f"read ({error}); the model cannot be read. {_REDO}") from None
+    if names is None or encoding.feature_names != tuple(names):
+        raise InputError(f"{metadata_path} is corrupt: its categorical encoding does not give "
+                         f"its feature_names; the model cannot be read. {_REDO}")
+    return encoding
 
 
 def _feature_columns(metadata_path: str, metadata: dict):

@@ -35,6 +35,8 @@ import uuid
 from collections import deque
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import Any, NamedTuple
+
 import numpy as np
 import scipy.sparse
 
@@ -51,7 +53,7 @@ from .memory import executor_cores
 from .engine import context_of, distributes_files, has_accumulators, partition_count
 from .task import task_partition
 from .frames import inline_file
-from .scoring_rows import BatchLayout, checked_rows
+from .scoring_rows import BatchLayout, checked_rows, input_columns
 from .session import background_job
 
 RAW_COLUMN, PREDICTION_COLUMN, ROW_ID_COLUMN = "rawPrediction", "prediction", "row_id"
@@ -177,6 +179,8 @@ def feature_columns(df, features_col, exclude, model: KernelExpansion):
                          f"{dtype.simpleString()}; expected an ML vector or an array of numbers.")
     columns = [c for c in df.columns if c not in exclude]
     extra: list[str] = []
+    if model.categories is not None:  # its input columns: numeric ones, then the strings
+        return input_columns(df, columns, model.categories)
     if model_names is not None:
         positions, extra = columns_by_name(model_names, columns, "the data")
         columns = [columns[j] for j in positions]
@@ -224,7 +228,7 @@ def _row_ids():
 
 
 def _score_batches(spec, layout: BatchLayout, precision, classes, block_bytes, threads,
-                   rows_scored=None, values_ignored=None):
+                   rows_scored=None, values_ignored=None, values_unseen=None):
     """The ``mapInArrow`` function (closes over plain values only): column 0 the key, the rows
     checked as :func:`~.scoring_rows.checked_rows` reads them (``values_ignored`` counts the
     values it leaves out; ``rows_scored`` the rows scored, for progress).
@@ -255,7 +259,7 @@ def _score_batches(spec, layout: BatchLayout, precision, classes, block_bytes, t
             n = batch.num_rows
             if n == 0:
                 continue
-            X = checked_rows(batch, layout, values_ignored)
+            X = checked_rows(batch, layout, values_ignored, values_unseen)
             # the model's scaling and projection, as KernelExpansion's, in float64: the float64
             # pass must see the rows the model would (float32 input values are exact in it)
             X = input_map(X if scipy.sparse.issparse(X) else np.asarray(X, dtype=np.float64))
@@ -305,23 +309,35 @@ def _output_schema(df, key_col, calibrated: bool):
                          if calibrated else []))
 
 
+class ScoringCounters(NamedTuple):
+    """Accumulators the scoring tasks add to (None: not counted): the rows scored (progress),
+    the values left out beyond the model's features, the values of string columns not seen
+    in training."""
+
+    rows: Any = None
+    ignored: Any = None
+    unseen: Any = None
+
+
 @contextmanager
 def score_dataframe(df, model: KernelExpansion, features_col: str = "features",
                     key_col: str | None = None, label_col: str | None = "label",
-                    precision: str = "float32", rows_scored=None, block_bytes: int | None = None,
-                    any_vector_size: bool = False, values_ignored=None):
+                    precision: str = "float32", counters: ScoringCounters | None = None,
+                    block_bytes: int | None = None, any_vector_size: bool = False):
     """``with score_dataframe(df, model) as (scored, partitions):`` a DataFrame of (key,
     prediction, rawPrediction) for every row of ``df``, scored by ``partitions`` tasks.
 
     ``any_vector_size`` is for rows read from LIBSVM text, whose vectors are as long as the
     largest index in the file: values in columns beyond the model's (features no training row
     had, so no support vector has them and no prediction depends on them) are left out and
-    counted in the accumulator ``values_ignored``.
+    counted in ``counters.ignored``. A model that encodes string columns
+    (``KernelExpansion.categories``) takes its input columns by name and encodes them in the
+    tasks, the values not seen in training counted in ``counters.unseen``.
 
     Features: ``features_col`` (vector or array) if ``df`` has it, else every numeric column
     except ``key_col`` and ``label_col``; a model with feature names takes them by name
-    (:func:`feature_columns`, whose third value names the columns it leaves out). ``rows_scored`` is an optional accumulator the tasks
-    add their rows to (progress); ``block_bytes`` caps a support-vector block (default
+    (:func:`feature_columns`, whose third value names the columns it leaves out).
+    ``counters.rows``: an accumulator the tasks add their rows to (progress); ``block_bytes`` caps a support-vector block (default
     :data:`sodm_spark.models.scoring.SV_BLOCK_BYTES`). Use ``scored`` inside the ``with`` block: the
     model's files are removed when it ends, also on an error.
     """
@@ -340,6 +356,8 @@ def score_dataframe(df, model: KernelExpansion, features_col: str = "features",
         sc, df.select(key.alias("key"), *selection), model, kind, features_col)
     schema = _output_schema(df, key_col, model.calibration is not None)
     classes = np.asarray(model.classes, dtype=np.float64)
+    counters = counters or ScoringCounters()
+    rows_scored = counters.rows
     if rows_scored is None and has_accumulators(sc):
         rows_scored = sc.accumulator(0)
     folder = tempfile.mkdtemp(prefix="sodm-predict-")
@@ -356,10 +374,10 @@ def score_dataframe(df, model: KernelExpansion, features_col: str = "features",
             names = []
         for name in names:
             sc.addFile(os.path.join(folder, name))
-        layout = BatchLayout(kind, n_features, key_col, any_vector_size)
+        layout = BatchLayout(kind, n_features, key_col, any_vector_size, model.categories)
         scored = selected.mapInArrow(
             _score_batches(spec, layout, precision, classes, block_bytes or scoring.SV_BLOCK_BYTES,
-                           threads, rows_scored, values_ignored), schema)
+                           threads, rows_scored, counters.ignored, counters.unseen), schema)
         with _arrow_batch_rows(df.sparkSession, SCORING_BATCH_ROWS):
             yield scored.withColumnRenamed("key", key_col or ROW_ID_COLUMN), partitions
     finally:

@@ -28,6 +28,9 @@ class BatchLayout(NamedTuple):
     n_features: int
     key_col: str | None
     any_vector_size: bool = False
+    # a model's encoding of string columns (core/categories.py): the batch's numeric columns
+    # come first, then its string columns, encoded here
+    categories: object = None
 
 
 def _which_row(keys, index, key_col):
@@ -38,10 +41,27 @@ def _which_row(keys, index, key_col):
     return f"row {key & ((1 << ROW_ID_SHIFT) - 1)} of partition {key >> ROW_ID_SHIFT}"
 
 
-def checked_rows(batch, layout: BatchLayout, values_ignored=None):
+def _encoded(batch, encoding, values_unseen):
+    """The model's features of a batch of its input columns (key, numeric, strings), the
+    values not seen in training added to the accumulator ``values_unseen``."""
+    from .io.string_columns import text_values
+
+    numeric = len(encoding.numeric)
+    X = batch_matrix(batch, "columns", 1, numeric) if numeric else \
+        np.zeros((batch.num_rows, 0))
+    strings = {column.name: text_values(batch.column(1 + numeric + k))
+               for k, column in enumerate(encoding.columns)}
+    encoded = encoding.encode(X, strings)
+    if values_unseen is not None and sum(encoded.unseen.values()):
+        values_unseen.add(sum(encoded.unseen.values()))
+    return encoded.X
+
+
+def checked_rows(batch, layout: BatchLayout, values_ignored=None, values_unseen=None):
     """The feature rows of a non-empty Arrow batch whose column 0 is the key (dense, or CSR:
     dense again when full), every row checked; values left out beyond the model's features
-    are added to the accumulator ``values_ignored`` (None: not counted)."""
+    are added to the accumulator ``values_ignored``, values of string columns not seen in
+    training to ``values_unseen`` (None: not counted)."""
     keys, n, n_features = batch.column(0), batch.num_rows, layout.n_features
     if layout.kind == "array":
         column = batch.column(1)
@@ -65,6 +85,9 @@ def checked_rows(batch, layout: BatchLayout, values_ignored=None):
         finite = np.ones(n, dtype=bool)
         finite[rows[~np.isfinite(X.data)]] = False
         X = dense_if_full(X)  # dense vectors: one GEMM a block
+    elif layout.categories is not None:
+        X = _encoded(batch, layout.categories, values_unseen)
+        finite = np.isfinite(X).all(axis=1)
     else:
         X = batch_matrix(batch, layout.kind, 1, n_features)
         finite = np.isfinite(X).all(axis=1)
@@ -73,3 +96,24 @@ def checked_rows(batch, layout: BatchLayout, values_ignored=None):
         raise InputError(f"{_which_row(keys, bad, layout.key_col)} has a missing, NaN or "
                          "infinite feature; fill or drop such rows before scoring.")
     return X
+
+
+def input_columns(df, columns, encoding):
+    """(Columns, "columns", left out) of a model that encodes string columns: its numeric
+    input columns as doubles, then its string ones as text, taken by name."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import NumericType
+
+    from ..core.feature_names import columns_by_name
+
+    wanted = list(encoding.input_columns)
+    _, extra = columns_by_name(wanted, columns, "the data")  # a missing one refused
+    fields = {field.name: field.dataType for field in df.schema.fields}
+    numeric = set(encoding.numeric)
+    bad = [c for c in wanted if c in numeric and not isinstance(fields[c], NumericType)]
+    if bad:
+        raise InputError(f"column(s) {bad[:10]} are not numeric, as the model's training "
+                         "columns were.")
+    return ([F.col(c).cast("double").alias(f"f{j}") if c in numeric else
+             F.col(c).cast("string").alias(f"s{j}") for j, c in enumerate(wanted)],
+            "columns", extra)

@@ -33,6 +33,7 @@ Modules: ``blocks`` (the Block contract, errors, :func:`check_blocks`), ``read``
 values too large, CSV cells), ``arrow`` (DataFrames to blocks; the Arrow batch helpers the
 scorer shares), ``parquet_files`` (Parquet tables of any layout read by pyarrow in the
 tasks), ``scan_plan`` (which rows each of those tasks reads, and their ids),
+``string_columns`` (a table's string columns encoded by those tasks),
 ``file_schemas`` (the files of one input refused when their columns differ).
 
 Spark code here only moves arrays: the functions shipped to executors are module-level or

@@ -23,12 +23,15 @@ from urllib.parse import unquote, urlparse
 
 import numpy as np
 
+from ...core.categories import CategoryEncoding
 from ...core.errors import reported_to_driver
 from ...core.validation import max_abs_value
 from ..engine import context_of, partition_count
-from .arrow import CHUNK_ROWS, vector_names, vector_rows
+from .arrow import CHUNK_ROWS, table_features, vector_names, vector_rows
 from .blocks import MAX_BLOCK_BYTES, Block, DataFormatError, sql_conf, to_feature_dtype
 from .scan_plan import Split, TaskPlan, cut_blocks, row_group_plan, spark_scan_plan
+from .string_columns import (StringEncoding, TableCategories, fit_table_categories,
+                             is_string_type)
 
 _SPARK_METADATA = b"org.apache.spark.sql.parquet.row.metadata"
 _VECTOR_FIELDS = {"type", "size", "indices", "values"}  # how Spark writes a VectorUDT
@@ -45,6 +48,8 @@ class ParquetLayout:
     label: str
     d: int
     dtype: str
+    # the string columns, encoded after the numeric ``features`` (kind "columns" only)
+    categories: TableCategories | None = None
 
 
 def _is_number(arrow_type) -> bool:
@@ -60,10 +65,12 @@ def _is_feature(arrow_type) -> bool:
     return _is_number(arrow_type) or pt.is_boolean(arrow_type)
 
 
-def feature_layout(schema, features_col, label_col: str, names) -> tuple[str, tuple] | None:
-    """(kind, feature columns) of a pyarrow ``schema`` read with ``features_col`` (a column,
-    or the feature columns' names) when the tasks can read it, ``names`` the feature columns
-    a fit takes when ``features_col`` is not a column; else None (Spark SQL reads it)."""
+def feature_layout(schema, features_col, label_col: str,
+                   names) -> tuple[str, tuple, tuple] | None:
+    """(kind, numeric feature columns, string feature columns) of a pyarrow ``schema`` read
+    with ``features_col`` (a column, or the feature columns' names) when the tasks can read
+    it, ``names`` the feature columns a fit takes when ``features_col`` is not a column; else
+    None (Spark SQL reads it)."""
     import pyarrow.types as pt
 
     fields = {field.name: field.type for field in schema}
@@ -73,14 +80,17 @@ def feature_layout(schema, features_col, label_col: str, names) -> tuple[str, tu
         kind = fields[features_col]
         if (pt.is_list(kind) or pt.is_large_list(kind) or pt.is_fixed_size_list(kind)) \
                 and _is_number(kind.value_type):
-            return "array", (features_col,)
+            return "array", (features_col,), ()
         if pt.is_struct(kind) and {kind.field(i).name for i in range(kind.num_fields)} \
                 == _VECTOR_FIELDS:
-            return "vector", (features_col,)
+            return "vector", (features_col,), ()
         return None
-    if not names or any(name not in fields or not _is_feature(fields[name]) for name in names):
+    if not names or any(name not in fields or not (_is_feature(fields[name]) or
+                                                   is_string_type(fields[name]))
+                        for name in names):
         return None
-    return "columns", tuple(names)
+    strings = tuple(name for name in names if is_string_type(fields[name]))
+    return "columns", tuple(name for name in names if name not in strings), strings
 
 
 def spark_type_name(arrow_type) -> str:
@@ -194,13 +204,18 @@ def _width_problem(lengths, d, column, path, first_row):
                           "number of features.", path=path)
 
 
-def _features(table, layout: ParquetLayout, path, first_row):
-    """The (n, d) features of ``table`` in the layout's dtype."""
+def _features(table, layout: ParquetLayout, path, first_row, first_id):
+    """The (n, d) features of ``table`` (its first row's id ``first_id``) in the layout's
+    dtype."""
     import pyarrow.compute as pc
 
     dtype = np.dtype(layout.dtype)
     if layout.kind == "columns":
-        return _column_matrix(table, layout.features, dtype)
+        numeric = _column_matrix(table, layout.features, dtype)
+        if layout.categories is None:
+            return numeric
+        encoded = to_feature_dtype(layout.categories.features(table, first_id), dtype)
+        return np.ascontiguousarray(np.hstack([numeric, encoded]))
     column = table.column(layout.features[0]).combine_chunks()
     if layout.kind == "vector":
         rows, sizes, _ = vector_rows(column, layout.d)
@@ -225,11 +240,15 @@ def _task_blocks(plan: TaskPlan, layout: ParquetLayout):
     have, next_id = 0, plan.first_id
     sizes = iter(plan.block_rows)
     want = next(sizes, 0)
-    columns = (layout.label, *layout.features)
+    strings = () if layout.categories is None else \
+        tuple(column.name for column in layout.categories.encoding.columns)
+    columns = (layout.label, *layout.features, *strings)
     limit = max_abs_value(layout.dtype)
+    table_id = plan.first_id
     for split in plan.splits:
         for table, first_row in _split_tables(split, columns):
-            X = _features(table, layout, split.path, first_row)
+            X = _features(table, layout, split.path, first_row, table_id)
+            table_id += table.num_rows
             y = _float64(table.column(layout.label).combine_chunks())
             _check_values(X, y, split.path, first_row, limit)
             pending_X.append(X)
@@ -289,14 +308,23 @@ class ReadTable:
     types: tuple | None
     numbering: str
     plans: tuple[TaskPlan, ...] = ()
+    categories: CategoryEncoding | None = None  # how its string columns were encoded
 
 
 def read_parquet_table(spark, path, files, features_col, label_col: str, dtype, slices: int,
-                       table_features, where: str, min_partitions=None) -> ReadTable | None:
+                       min_partitions=None,
+                       strings: StringEncoding | None = None) -> ReadTable | None:
     """The Parquet input ``path`` (its data ``files``, sorted, as pyarrow names them) read by
-    the tasks, or None when Spark SQL must read it (see the module). ``table_features``:
-    (names, types) of a Spark DataFrame of the input, as a fit reads it. Spark's scan is
-    planned with ``slices`` partitions at least, as Spark SQL's reading of it would be."""
+    the tasks, or None when Spark SQL must read it (see the module). Spark's scan is planned
+    with ``slices`` partitions at least, as Spark SQL's reading of it would be.
+
+    String columns among the features are encoded (:mod:`.string_columns`): by
+    ``strings.encoding`` (a model's, and ``features_col`` its input columns) when given, else
+    by an encoding fitted on these rows, their target-encoded columns out of fold (folds from
+    the row ids and ``strings.seed``); the features are then the numeric columns followed by
+    the encoded ones."""
+    strings = strings or StringEncoding()
+    where, encoding = f"{path} (format 'parquet')", strings.encoding
     schema = _open(files[0]).schema_arrow
     with sql_conf(spark, "spark.sql.files.minPartitionNum", str(slices)):
         try:
@@ -307,7 +335,7 @@ def read_parquet_table(spark, path, files, features_col, label_col: str, dtype, 
         if df is not None:
             if not set(df.columns) <= set(schema.names):  # partition folders' columns
                 return None
-            names, types = table_features(df)
+            names, types = table_features(df, features_col, [label_col])
         elif any("=" in part for name in files for part in name.split("/")[:-1]):
             return None  # partition folders whose values only Spark reads
         else:
@@ -315,39 +343,55 @@ def read_parquet_table(spark, path, files, features_col, label_col: str, dtype, 
                 if not isinstance(features_col, (list, tuple)) else list(features_col)
             types = None
         found = feature_layout(schema, features_col, label_col, names)
-        if found is None:
+        if found is None or (encoding is not None and found[1:] != (
+                encoding.numeric, tuple(column.name for column in encoding.columns))):
             return None
-        kind, features = found
+        kind, features, string_names = found
         if df is None:
-            names, types = arrow_feature_names(schema, kind, features)
+            names, types = arrow_feature_names(schema, kind, features + string_names)
         dtype = np.dtype(dtype).name
-        d = len(features) if kind == "columns" else 0
-        local_array = kind == "array" and all("://" not in name for name in files)
-        if df is None or local_array:
-            numbering = "row groups"
-            plans = row_group_plan(_row_groups(files))
-        else:
-            numbering = "Spark's scan"
-            n_partitions = partition_count(df)
-            if min_partitions is not None and n_partitions < min_partitions:
-                return None  # Spark SQL repartitions before it numbers the rows
-            plans = spark_scan_plan(df, n_partitions, local_name)
-    if not d:
-        d = _first_width(plans, ParquetLayout(kind, features, label_col, 0, dtype), where)
+        planned = _plans(df, files, kind, min_partitions)
+        if planned is None:
+            return None
+        numbering, plans = planned
     if not any(plan.splits for plan in plans):
         raise DataFormatError(f"{where} has no rows. Check the input path or filter.")
+    categories = None
+    if string_names:
+        categories = TableCategories(encoding) if encoding is not None else \
+            fit_table_categories(context_of(spark), plans, label_col, features, string_names,
+                                 strings.seed, _split_tables, where)
+        read_types = dict(zip(names or (), types or ()))
+        names = list(categories.encoding.feature_names)  # the numeric, then the encoded
+        types = None if not read_types else [read_types[name] if name in features
+                                             else "double" for name in names]
+    d = len(features) if categories is None else len(categories.encoding.feature_names)
+    if kind != "columns":
+        d = _first_width(plans, ParquetLayout(kind, features, label_col, 0, dtype), where)
     row_bytes = np.dtype(dtype).itemsize * d
     plans = cut_blocks(plans, row_bytes, None if numbering == "row groups" else (
         int(spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch", "10000")),
         max(1, min(CHUNK_ROWS, MAX_BLOCK_BYTES // max(1, row_bytes)))))
-    layout = ParquetLayout(kind, features, label_col, d, dtype)
+    layout = ParquetLayout(kind, features, label_col, d, dtype, categories)
     read = reported_to_driver(lambda plan: _task_blocks(plan, layout))
     blocks = context_of(spark).parallelize(plans, max(1, len(plans))).flatMap(read)
     if numbering == "row groups" and min_partitions is not None and \
             blocks.getNumPartitions() < min_partitions:
         blocks = blocks.repartition(min_partitions)
     return ReadTable(blocks, d, None if names is None else tuple(names),
-                     None if not types else tuple(types), numbering, tuple(plans))
+                     None if not types else tuple(types), numbering, tuple(plans),
+                     None if categories is None else categories.encoding)
+
+
+def _plans(df, files, kind, min_partitions) -> tuple[str, list] | None:
+    """(numbering, each task's plan) of the input (:mod:`.scan_plan`), or None when Spark SQL
+    must read it (it repartitions before it numbers the rows)."""
+    if df is None or (kind == "array" and all("://" not in name for name in files)):
+        return "row groups", row_group_plan(_row_groups(files))
+    n_partitions = partition_count(df)
+    if min_partitions is not None and n_partitions < min_partitions:
+        return None
+    return "Spark's scan", spark_scan_plan(df, n_partitions, local_name)
 
 
 def _check_values(X, y, path, first_row, limit):

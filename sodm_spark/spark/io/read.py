@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...core.categories import CategoryEncoding
 from ...core.errors import SettingsError
 from ...core.validation import max_abs_value
 from ..engine import driver_hadoop, reads_text_lines
@@ -21,6 +22,7 @@ from .csv import csv_feature_names, read_csv_df
 from .file_schemas import check_parquet_files_agree, listed_files
 from .libsvm import read_libsvm_spark
 from .parquet_files import read_parquet_table
+from .string_columns import StringEncoding
 
 FORMATS = ("libsvm", "csv", "parquet")
 _FORMAT_ALIASES = {"svmlight": "libsvm", "svm": "libsvm"}
@@ -171,6 +173,11 @@ class TableColumns:
     header: bool | None = None
     sep: str = ","
     weight_col: str | int | None = None
+    # a Parquet table's string columns: encoded by this model's encoding (rows scored beside
+    # it; ``features_col`` its input columns), else by one fitted on the rows, their
+    # target-encoding folds drawn from the row ids and ``fold_seed`` (.string_columns)
+    categories: CategoryEncoding | None = None
+    fold_seed: int = 0
 
 
 @dataclass(frozen=True)
@@ -182,6 +189,9 @@ class FeatureColumns:
 
     names: tuple[str, ...] | None = None
     types: tuple[str, ...] | None = None
+    # how the input's string columns became features (core/categories.py): the names are
+    # then the encoding's features, and a table scored beside the model holds its input columns
+    categories: CategoryEncoding | None = None
 
 
 def read_blocks(spark, path, fmt, n_features=None, min_partitions=None, *,
@@ -226,6 +236,13 @@ def read_blocks(spark, path, fmt, n_features=None, min_partitions=None, *,
     (:mod:`.file_schemas`). ``columns.features_col`` may name the feature columns (a tuple, in
     the order wanted: a model's columns taken by name). ``with_names``: ``(RDD[Block], d,
     FeatureColumns)``, the names and types of the columns read.
+
+    String columns of a Parquet table (strings, dictionaries of them) become features
+    (:mod:`.string_columns`): by ``columns.categories`` (a model's encoding;
+    ``columns.features_col`` its input columns) when given, else by an encoding fitted on
+    these rows (one-hot or target-encoded out of fold, the folds from the row ids and
+    ``columns.fold_seed``), kept in the FeatureColumns; the features are the numeric columns,
+    then the encoded ones.
     """
     fmt = _normalize_format(fmt, path)
     n_features = check_n_features(n_features)
@@ -284,20 +301,25 @@ def _table_blocks(spark, path, fmt, statuses, slices, min_partitions, columns, d
     label_col, weight_col = columns.label_col, columns.weight_col
     features_col = columns.features_col if isinstance(columns.features_col, str) else \
         list(columns.features_col)  # a vector or array column, or the columns' names
-    blocks, features = None, FeatureColumns()
+    blocks, features, categories = None, FeatureColumns(), columns.categories
     if fmt == "parquet" and weight_col is None:
         where = f"{path} (format 'parquet')"
         listed = listed_files(statuses)
         if listed is not None and listed[1]:  # files pyarrow reaches: read in the tasks
             read = read_parquet_table(
                 spark, path, [_arrow_name(listed[0], name) for name in listed[1]],
-                features_col, label_col or "label", dtype, slices,
-                lambda df: table_features(df, features_col, [label_col or "label"]), where,
-                min_partitions)
+                features_col, label_col or "label", dtype, slices, min_partitions,
+                StringEncoding(categories, columns.fold_seed))
             if read is not None:
                 blocks, d = read.blocks, read.d
                 if read.names is not None:
-                    features = FeatureColumns(read.names, read.types)
+                    features = FeatureColumns(read.names, read.types, read.categories)
+    if blocks is None and categories is not None:
+        raise DataFormatError(f"{path}: the model encodes the string column(s) "
+                              f"{[c.name for c in categories.columns]}, which only Parquet "
+                              "files read by the tasks are encoded from (not CSV, not with a "
+                              "weight column); give these rows as Parquet with the model's "
+                              f"input columns {list(categories.input_columns)}.", path=str(path))
     if blocks is None:
         # the file splits are planned when the blocks' RDD is built, inside this block
         with sql_conf(spark, "spark.sql.files.minPartitionNum", str(slices)):

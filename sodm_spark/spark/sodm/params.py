@@ -53,6 +53,10 @@ class SODMParams:
     # both maps are the same; on others a sparse and a dense copy of the rows are scaled
     # differently (sodm_spark.core.column_stats)
     scale: str = "minmax"
+    # each feature's factor after the min-max scaling (None: 1 for all): one-hot features of
+    # a string column are set 1/√2 by the reader (sodm_spark.core.categories), so that two
+    # categories lie as far apart as a numeric column's ends; no flag or Param sets it
+    feature_weights: tuple[float, ...] | None = None
     # "auto": wide dense rows of the RBF kernel are fitted on their principal components where
     # the rule of sodm_spark.models.input_projection holds (stored in the model); "none": never
     input_map: str = "auto"
@@ -152,6 +156,12 @@ class SODMParams:
                                 f"{self.cache_mb!r}.")
         if self.scale not in SCALINGS:
             raise SettingsError(f"scale must be one of {', '.join(SCALINGS)}, got {self.scale!r}.")
+        if self.feature_weights is not None:
+            weights = tuple(float(w) for w in self.feature_weights)
+            if not weights or not all(0 < w < float("inf") for w in weights):
+                raise SettingsError("feature_weights must be positive finite numbers, one a "
+                                    f"feature, got {self.feature_weights!r}.")
+            object.__setattr__(self, "feature_weights", weights)
         if self.input_map not in INPUT_MAPS:
             raise SettingsError(f"input_map must be one of {', '.join(INPUT_MAPS)}, got "
                                 f"{self.input_map!r}.")

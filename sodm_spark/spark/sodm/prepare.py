@@ -291,7 +291,8 @@ def _kernel_inputs(sc, held: HeldOut, params: SODMParams,
         training = training.map(as_csr)
     scaling = None
     if params.scale == "minmax" and params.kernel != "linear":
-        scaling = stats.scaling()  # min-max, or max-abs for sparse rows
+        # min-max, or max-abs for sparse rows; then each feature's weight (a string column's)
+        scaling = stats.scaling(params.feature_weights)
     gamma = 1.0 if not kernel_class(params.kernel).uses_gamma else gamma_value(
         params.gamma, stats.d, stats.variance(*(scaling[:2] if scaling else (None, None))))
     if scaling is None and kernel_class(params.kernel).radial:
