@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -189,6 +190,35 @@ def reading_values() -> dict[str, str]:
     return values
 
 
+STRINGS = "docs/results/strings/flights-300000-2026-12-02.json"
+
+
+def string_values() -> dict[str, str]:
+    """The string-columns benchmark's medians (``bench_string_columns.py``)."""
+    from sodm_spark.core.categories import ONE_HOT_MAX_LEVELS
+
+    record = _json(STRINGS)
+    medians, paired = record["medians"], record["paired_medians"]
+    values = {"strings.rounds": str(len(record["rounds"])),
+              "strings.train": f"{record['rows']['train']:,}",
+              "strings.test": f"{record['rows']['test']:,}",
+              "strings.ratio": f"{paired['wall_ratio']:.2f}",
+              "strings.difference": f"{100 * paired['accuracy_difference']:+.2f}"
+              .replace("-", "−")}
+    for name, levels in record["levels"].items():
+        values[f"strings.{name}"] = str(levels) if levels <= ONE_HOT_MAX_LEVELS else \
+            f"{levels:,}"
+    for table in ("hand", "strings"):
+        runs = [run[table] for run in record["rounds"]]
+        values[f"strings.{table}.train"] = \
+            f"{statistics.median(run['train_seconds'] for run in runs):.0f}"
+        values[f"strings.{table}.levels"] = ", ".join(str(run["best_level"]) for run in runs)
+        values[f"strings.{table}.wall"] = f"{medians[table]['wall_seconds']:.0f}"
+        values[f"strings.{table}.reading"] = f"{medians[table]['reading_seconds']:.1f}"
+        values[f"strings.{table}.accuracy"] = f"{medians[table]['test_accuracy']:.4f}"
+    return values
+
+
 #: prose region → (its file, the records its values read, the values)
 TEMPLATES: dict[str, tuple[str, tuple[str, ...], Callable[[], dict[str, str]]]] = {
     "comparators": ("docs/benchmarks.md", COMPARATORS, comparator_values),
@@ -196,6 +226,7 @@ TEMPLATES: dict[str, tuple[str, tuple[str, ...], Callable[[], dict[str, str]]]] 
     "stopping-summary": ("README.md", (STOPPING,), stopping),
     "input-map": ("docs/benchmarks.md", tuple(path for _, path in INPUT_MAPS), input_map_values),
     "table-reading": ("docs/benchmarks.md", (READING,), reading_values),
+    "string-columns": ("docs/benchmarks.md", (STRINGS,), string_values),
     "where-sodm-wins": ("docs/benchmarks.md",
                         tuple(f"{folder}/benchmark.json" for _, folder in SIDE_BY_SIDE),
                         side_by_side_values),

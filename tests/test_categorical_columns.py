@@ -77,9 +77,18 @@ def test_the_model_keeps_the_encoding_of_its_string_columns(trained):
     assert accuracy > 0.8 > max(test["label"].mean(), 1 - test["label"].mean())
 
 
-def test_the_training_rows_features_are_scikit_learns_encodings(spark, trained):
+@pytest.mark.parametrize("reader", ["tasks", "spark-sql"])
+def test_the_training_rows_features_are_scikit_learns_encodings(spark, trained, reader,
+                                                                tmp_path):
+    from sodm_spark.spark.io import TableColumns
+
     root, train, _, model = trained
-    blocks, d, features = read_blocks(spark, str(root / "train"), "parquet",
+    path, columns = root / "train", TableColumns()
+    if reader == "spark-sql":  # a weight column: Spark SQL reads, its tasks encode
+        path, columns = tmp_path / "weighted", TableColumns(weight_col="w")
+        path.mkdir()
+        train.assign(w=1.0).to_parquet(path / "part-0.parquet", row_group_size=300)
+    blocks, d, features = read_blocks(spark, str(path), "parquet", columns=columns,
                                       with_names=True)  # folds of seed 0, as the job's
     parts = blocks.collect()
     X = np.concatenate([b.X for b in parts])
@@ -183,3 +192,38 @@ def test_the_mlflow_flavor_takes_the_input_columns_with_their_types(trained, tmp
     predicted = loaded.predict(test[["dest", "carrier", "hour", "distance"]])
     np.testing.assert_array_equal(predicted["prediction"].to_numpy(),
                                   model.predict(_features(test)))
+
+
+def test_sodm_classifier_encodes_string_columns_and_transform_scores_as_its_model(spark,
+                                                                                 trained):
+    from sodm_spark.estimators.ml import SODMClassifier
+
+    _, train, test, _ = trained
+    fitted = SODMClassifier(levels=1, gamma=0.3, seed=0).fit(spark.createDataFrame(train))
+    expansion = fitted.expansion
+    assert expansion.categories is not None
+    assert [c.kind for c in expansion.categories.columns] == [ONE_HOT, TARGET]
+    np.testing.assert_allclose(expansion.feature_scale[2:6], ONE_HOT_WEIGHT)
+    # the training rows as the job's reader encodes them: the same counts, the same model
+    frame = _with_unseen(test).reset_index(drop=True)
+    frame["key"] = np.arange(len(frame))
+    scored = fitted.transform(spark.createDataFrame(frame.drop(columns=["label"])))
+    rows = scored.select("key", "rawPrediction").toPandas().sort_values("key")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        expected = expansion.decision_function(_features(frame).drop(columns=["key"]))
+    raw = np.stack(rows["rawPrediction"].map(lambda v: v.toArray()))[:, 1]
+    # transform scores in float32 kernel blocks (boundary rows again in float64)
+    assert np.abs(raw - expected).max() < 1e-4 * np.abs(expected).max()
+    np.testing.assert_array_equal(np.sign(raw), np.sign(expected))
+
+
+def test_the_scikit_learn_predictor_takes_the_input_columns(trained):
+    from sodm_spark.estimators.sklearn import ODMClassifier
+
+    root, _, test, model = trained
+    predictor = ODMClassifier.load(root / "model")
+    rows = test[["hour", "dest", "distance", "carrier"]]
+    np.testing.assert_array_equal(predictor.predict(rows), model.predict(_features(test)))
+    np.testing.assert_array_equal(predictor.decision_function(rows),
+                                  model.decision_function(_features(test)))

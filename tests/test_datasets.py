@@ -97,6 +97,27 @@ def test_quoted_comparator_figures_are_the_stored_benchmark_outputs():
     assert float(match[2]) == round(cvr["time_ratio"], 2)
 
 
+def test_the_flights_frame_keeps_the_codes_the_hand_table_encodes():
+    from sodm_spark.data.flights import load_flights, load_flights_frame, package_data_dir
+
+    try:
+        package_data_dir()
+    except FileNotFoundError as error:
+        pytest.skip(str(error))
+    X, y, names = load_flights()
+    frame = load_flights_frame()
+    assert len(frame) == X.shape[0]
+    np.testing.assert_array_equal(frame["label"], (y > 0).astype(int))
+    for name in ("month", "sched_dep", "distance", "temp", "visib"):
+        np.testing.assert_array_equal(frame[name], X[:, names.index(name)])
+    # the hand table's one-hot columns are the frame's codes
+    for code in frame["carrier"].unique():
+        np.testing.assert_array_equal(frame["carrier"] == code,
+                                      X[:, names.index(f"carrier_{code}")] == 1.0)
+    assert frame["dest"].nunique() > 100 and frame["origin"].nunique() == 3
+    assert not {"dest_lat", "dest_lon", "dest_alt"} & set(frame.columns)
+
+
 def test_the_flights_table_is_the_package_csv_with_the_weather_joined():
     import csv
     import io

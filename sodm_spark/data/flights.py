@@ -44,9 +44,9 @@ def _minutes(hhmm):
     return (hhmm // 100) * 60 + hhmm % 100
 
 
-def load_flights(data_dir: str | Path | None = None, late_minutes: float = LATE_MINUTES):
-    """``(X float64 (327,346 × 36), y ±1: +1 late, feature names)`` in the file's row order;
-    late is ``late_minutes`` or more after the schedule (15: 24.5% of the rows, 30: 16.1%)."""
+def _arrived_flights(data_dir):
+    """The flights that arrived, in the file's order, with the origin's weather in the
+    scheduled hour and the destination's coordinates joined."""
     import pandas as pd
 
     folder = Path(data_dir) if data_dir is not None else package_data_dir()
@@ -57,15 +57,27 @@ def load_flights(data_dir: str | Path | None = None, late_minutes: float = LATE_
                             on=["origin", "time_hour"], how="left")
     airports = pd.read_csv(folder / "airports.csv").rename(
         columns={"faa": "dest", "lat": "dest_lat", "lon": "dest_lon", "alt": "dest_alt"})
-    flights = flights.merge(airports[["dest", "dest_lat", "dest_lon", "dest_alt"]],
-                            on="dest", how="left")
+    return flights.merge(airports[["dest", "dest_lat", "dest_lon", "dest_alt"]],
+                         on="dest", how="left")
+
+
+def _schedule(flights) -> dict:
+    """The date and schedule columns, and the distance."""
+    import pandas as pd
+
     dates = pd.to_datetime(dict(year=flights["year"], month=flights["month"],
                                 day=flights["day"]))
-    columns = {"month": flights["month"], "day": flights["day"],
-               "weekday": dates.dt.weekday,
-               "sched_dep": _minutes(flights["sched_dep_time"]),
-               "sched_arr": _minutes(flights["sched_arr_time"]),
-               "distance": flights["distance"]}
+    return {"month": flights["month"], "day": flights["day"], "weekday": dates.dt.weekday,
+            "sched_dep": _minutes(flights["sched_dep_time"]),
+            "sched_arr": _minutes(flights["sched_arr_time"]),
+            "distance": flights["distance"]}
+
+
+def load_flights(data_dir: str | Path | None = None, late_minutes: float = LATE_MINUTES):
+    """``(X float64 (327,346 × 36), y ±1: +1 late, feature names)`` in the file's row order;
+    late is ``late_minutes`` or more after the schedule (15: 24.5% of the rows, 30: 16.1%)."""
+    flights = _arrived_flights(data_dir)
+    columns = _schedule(flights)
     for name in ("dest_lat", "dest_lon", "dest_alt"):
         columns[name] = flights[name].fillna(flights[name].mean())
     for name in WEATHER:
@@ -76,3 +88,23 @@ def load_flights(data_dir: str | Path | None = None, late_minutes: float = LATE_
     X = np.column_stack([np.asarray(column, dtype=np.float64) for column in columns.values()])
     y = np.where(flights["arr_delay"].to_numpy() >= late_minutes, 1.0, -1.0)
     return X, y, list(columns)
+
+
+def load_flights_frame(data_dir: str | Path | None = None,
+                       late_minutes: float = LATE_MINUTES):
+    """The rows of :func:`load_flights` as the package keeps them, a pandas DataFrame: the
+    schedule, the distance and the weather as numbers, the ``carrier``, ``origin`` and
+    ``dest`` as their codes (strings: no one-hot columns, no coordinates), and ``label``
+    (1 late, 0 not)."""
+    import pandas as pd
+
+    flights = _arrived_flights(data_dir)
+    columns = _schedule(flights)
+    for name in WEATHER:
+        columns[name] = flights[name].fillna(flights[name].median())
+    frame = pd.DataFrame({name: np.asarray(column, dtype=np.float64)
+                          for name, column in columns.items()})
+    for name in ("carrier", "origin", "dest"):
+        frame[name] = flights[name].astype(str)
+    frame["label"] = (flights["arr_delay"].to_numpy() >= late_minutes).astype(np.int64)
+    return frame

@@ -151,3 +151,24 @@ def load_us_flights(folder: str | Path | None = None, late_minutes: float = LATE
     y = np.where(table.column("delay").to_numpy() > late_minutes, 1.0, -1.0)
     return X, y, list(FEATURES)
 
+
+
+def load_us_flights_frame(folder: str | Path | None = None,
+                          late_minutes: float = LATE_MINUTES):
+    """The rows of :func:`load_us_flights` as a pandas DataFrame with the two airports as
+    their IATA codes (``origin``, ``destination``: strings) instead of their coordinates, the
+    other columns as numbers, and ``label`` (1 late, 0 not)."""
+    import pandas as pd
+
+    table = read_flights_table(vega_folder(folder))
+    dates = pd.DatetimeIndex(table.column("date").to_numpy())
+    frame = pd.DataFrame({"month": np.asarray(dates.month, dtype=np.float32),
+                          "weekday": np.asarray(dates.weekday, dtype=np.float32),
+                          "dep_minute": np.asarray(dates.hour * 60 + dates.minute,
+                                                   dtype=np.float32),
+                          "distance": np.asarray(table.column("distance").to_numpy(),
+                                                 dtype=np.float32)})
+    for name in ("origin", "destination"):
+        frame[name] = table.column(name).to_numpy(zero_copy_only=False).astype(str)
+    frame["label"] = (table.column("delay").to_numpy() > late_minutes).astype(np.int64)
+    return frame

@@ -14,6 +14,7 @@ unpenalized intercept unless ``fitIntercept`` is false.
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -34,6 +35,7 @@ from ..spark.dsvrg.fit import DSVRGFit
 from ..core.feature_names import columns_by_name, extra_columns_line
 from ..spark.io import dataframe_to_blocks
 from ..spark.io.arrow import table_features, vector_order
+from ..spark.io.string_columns import StringEncoding, encoded_columns
 from ..spark.engine import context_of, workers_python
 from ..spark.connect import check_connect_session
 from ..spark.sodm.params import SODMParams as _D  # its fields' defaults: the keywords'
@@ -182,16 +184,24 @@ class SODMClassifier(Estimator, _SODMParams, VersionedReadWrite):
         # executors whose Python lacks the package fail the first task: one line, not the
         # workers' traces
         with executors_checked(workers_python(dataset.sparkSession)):
-            blocks, n_features = dataframe_to_blocks(dataset, self.getFeaturesCol(),
-                                                     self.getLabelCol(),
-                                                     weight_col=weight_col or None)
+            # string columns encoded by the tasks (sodm_spark.core.categories)
+            blocks, n_features, encoding = dataframe_to_blocks(
+                dataset, self.getFeaturesCol(), self.getLabelCol(),
+                weight_col=weight_col or None, strings=StringEncoding(seed=params.seed))
+            if encoding is not None and isinstance(params, _D):  # one-hot a range apart
+                params = replace(params, feature_weights=tuple(
+                    encoding.feature_weights().tolist()))
             trained = train(context_of(dataset.sparkSession), blocks, n_features, params,
                             search=search, refuse_classes=self._refuse_classes,
                             level_options=options)
         if trained.fit is not None:  # named columns (or a vector's ML attributes): kept
             names, types = table_features(dataset, self.getFeaturesCol(),
                                           [self.getLabelCol(), weight_col])
-            trained.fit.model = trained.fit.model.with_features(names, types)
+            if encoding is not None:  # the numeric columns' types, then the encoded features
+                read = dict(zip(names or (), types or ()))
+                names = list(encoding.feature_names)
+                types = [read.get(name, "double") for name in names]
+            trained.fit.model = trained.fit.model.with_features(names, types, encoding)
         return trained
 
     def _refuse_classes(self, classes):
@@ -328,6 +338,15 @@ class SODMClassificationModel(Model, _SODMParams, VersionedReadWrite):
         :mod:`sodm_spark.core.feature_names`)."""
         assert self.expansion is not None, _BUILT_WITH_EXPANSION
         names, features_col = self.expansion.feature_names, self.getFeaturesCol()
+        categories = self.expansion.categories
+        if features_col not in dataset.columns and categories is not None:
+            # the input columns by name, string columns encoded in Spark SQL as in training
+            columns = [c for c in dataset.columns if c != self.getLabelCol()]
+            features, extra = encoded_columns(categories, columns, "the DataFrame")
+            if extra:
+                warnings.warn(extra_columns_line(extra, "the DataFrame"), UserWarning,
+                              stacklevel=3)
+            return F.array(*features)
         if features_col not in dataset.columns and names is not None:
             _, extra = columns_by_name(names, dataset.columns, "the DataFrame",
                                        not_features=[self.getLabelCol()])

@@ -19,8 +19,10 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..core import defaults
 from ..core.array_namespace import check_device, resolve_device
+from ..core.categories import encoded_frame
 from ..core.column_stats import centring_offset
 from ..core.errors import SettingsError
+from ..core.feature_names import named_columns
 from ..core.estimator_inputs import (check_fit_data, check_predict_data, encode_classes,
                                      keep_params, predict_labels, with_fit_features)
 from ..core.kernels import Kernel, kernel_class
@@ -408,11 +410,20 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
         check_is_fitted(self)
         return int(self.support_.size)
 
+    def _prediction_rows(self, X):
+        """``X`` as the model takes it: a DataFrame's input columns by name, its string
+        columns encoded, for a model that encodes them (a job's: ``model_.categories``,
+        :mod:`sodm_spark.core.categories`); else checked as scikit-learn checks them."""
+        check_is_fitted(self)
+        categories = self.model_.categories
+        if categories is not None and named_columns(X) is not None:
+            return encoded_frame(X, categories, stacklevel=4)
+        return check_predict_data(self, X, accept_sparse=self._accept_sparse())
+
     def decision_function(self, X):
         """``f(x) = Σ_i γ_i y_i k(x_i, x)`` (+ b with an intercept): (n,) for two classes,
         (n, n_classes) otherwise."""
-        X = check_predict_data(self, X, accept_sparse=self._accept_sparse())
-        return self.model_.decision_function(X)
+        return self.model_.decision_function(self._prediction_rows(X))
 
     def predict(self, X):
         return predict_labels(self, X)
@@ -428,7 +439,7 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
         calibration fitted with ``probability=True``. The predictions stay those of
         :meth:`predict` (the decision values), which may disagree with the largest
         probability near the boundary, as ``SVC``'s do."""
-        X = check_predict_data(self, X, accept_sparse=self._accept_sparse())
+        X = self._prediction_rows(X)
         if self.model_.calibration is None:
             raise NotFittedError("predict_proba is not available when fitted with "
                                  "probability=False; fit again with probability=True.")

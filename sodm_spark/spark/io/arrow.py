@@ -179,13 +179,16 @@ def _deserialize_block(payload):
     return Block(*arrays)
 
 
-def _arrow_to_payloads(kind, d, chunk_rows, dtype=np.float64, weighted=False):
+def _arrow_to_payloads(kind, d, chunk_rows, dtype=np.float64, weighted=False,
+                       categories=None):
     """The ``mapInArrow`` function: record batches ``[label, (weight,) features...]`` -> np.save
     payloads.
 
     ``kind`` is ``"array"`` (the first feature column is list<double> of length ``d``) or
     ``"columns"`` (d double columns); features are stored in ``dtype``; ``weighted``: column 1
-    holds each row's weight. Row ids are ``(partitionId << 40) + local row``.
+    holds each row's weight; ``categories``: the string columns that follow, encoded
+    (:class:`~.string_columns.TableCategories`). Row ids are ``(partitionId << 40) + local
+    row``.
     """
     def to_payloads(batches):
         import pyarrow as pa
@@ -196,6 +199,8 @@ def _arrow_to_payloads(kind, d, chunk_rows, dtype=np.float64, weighted=False):
             weights = None if not weighted else np.asarray(
                 batch.column(1).to_numpy(zero_copy_only=False), dtype=np.float64)
             X = batch_matrix(batch, kind, 1 + weighted, d)
+            if categories is not None:  # then the string columns, by name (.string_columns)
+                X = np.hstack([X, categories.features(batch, first_id)])
             for start in range(0, n, chunk_rows):
                 stop = min(n, start + chunk_rows)
                 ids = np.arange(first_id + start, first_id + stop, dtype=np.int64)
@@ -262,11 +267,12 @@ def _array_features(df, label, features_col, dtype, where):
     return prepared, int(stats["hi"])
 
 
-def _column_features(df, label, features_col, label_col, schema, where):
-    """``(DataFrame [label, (weight,) f0..f{d-1} doubles], d)``: the named numeric columns, or
-    every column other than those of ``label_col`` (the label and weight columns' names)."""
+def _column_features(df, label, features_col, label_col, schema, where, strings=False):
+    """``(DataFrame [label, (weight,) f0..f{d-1} doubles, (string columns)], d, the string
+    columns)``: the named numeric columns, or every column other than those of ``label_col``
+    (the label and weight columns' names); ``strings``: string columns kept as they are."""
     from pyspark.sql import functions as F
-    from pyspark.sql.types import BooleanType, NumericType
+    from pyspark.sql.types import BooleanType, NumericType, StringType
 
     columns = df.columns
     if isinstance(features_col, (list, tuple)):
@@ -277,8 +283,9 @@ def _column_features(df, label, features_col, label_col, schema, where):
                              f"{columns[:20]}.")
     else:
         feature_cols = [c for c in columns if c not in label_col]
-    non_numeric = [c for c in feature_cols
-                   if not isinstance(schema[c], (NumericType, BooleanType))]
+    text = [c for c in feature_cols if strings and isinstance(schema[c], StringType)]
+    non_numeric = [c for c in feature_cols if c not in text
+                   and not isinstance(schema[c], (NumericType, BooleanType))]
     if non_numeric:
         raise InputError(
             f"{where}: column(s) {non_numeric[:10]} are not numeric "
@@ -287,11 +294,12 @@ def _column_features(df, label, features_col, label_col, schema, where):
             "column, or keep only the label and numeric feature columns.")
     if not feature_cols:
         raise InputError(f"{where} has no feature columns besides {', '.join(label_col)}.")
+    numeric = [c for c in feature_cols if c not in text]
     prepared = df.select(*label, *[F.col(c).cast("double").alias(f"f{j}")
-                                   for j, c in enumerate(feature_cols)])
+                                   for j, c in enumerate(numeric)], *text)
     if prepared.limit(1).count() == 0:
         raise DataFormatError(f"{where} has no rows. Check the input path or filter.")
-    return prepared, len(feature_cols)
+    return prepared, len(numeric), numeric, text
 
 
 def _weight_column(df, weight_col, label_col, schema, where):
@@ -338,7 +346,7 @@ def _weight_column(df, weight_col, label_col, schema, where):
 
 def dataframe_to_blocks(df, features_col="features", label_col="label", *,
                         where="the DataFrame", min_partitions=None, dtype=np.float64,
-                        weight_col=None):
+                        weight_col=None, strings=None):
     """A DataFrame as ``(RDD[Block], d)`` via Arrow: Blocks of at most MAX_BLOCK_BYTES of
     features in ``dtype`` (float64 or float32).
 
@@ -354,10 +362,15 @@ def dataframe_to_blocks(df, features_col="features", label_col="label", *,
     ``where`` names the data in error messages (the readers pass the path); with
     ``min_partitions`` a DataFrame with fewer partitions is repartitioned (round robin).
     ``weight_col``: a numeric column of row weights (each finite and >= 0, checked by one
-    job), carried in the Blocks' ``weights``; rows of weight 0 are left out.
+    job), carried in the Blocks' ``weights``; rows of weight 0 are left out. ``strings`` (a
+    :class:`~.string_columns.StringEncoding`): string feature columns are encoded by the tasks
+    (:func:`~.string_columns.frame_categories`), after the numeric ones, and
+    ``(RDD[Block], d, the encoding or None)`` is returned.
     """
     from pyspark.sql import functions as F
     from pyspark.sql.types import NumericType
+
+    from .string_columns import frame_categories
 
     columns = df.columns
     if label_col not in columns:
@@ -374,20 +387,27 @@ def dataframe_to_blocks(df, features_col="features", label_col="label", *,
         weight = _weight_column(df, weight_col, label_col, schema, where)
         df = df.filter(weight > 0)  # a row of weight 0 is not in the fit
         leading.append(weight.alias("weight"))
+    numeric, text = [], []
     if isinstance(features_col, str) and features_col in columns:
         kind = "array"
         prepared, d = _array_features(df, leading, features_col, schema[features_col], where)
     else:
         kind = "columns"
-        prepared, d = _column_features(df, leading, features_col,
-                                       [label_col] + ([weight_col] if weight_col else []),
-                                       schema, where)
+        prepared, d, numeric, text = _column_features(
+            df, leading, features_col, [label_col] + ([weight_col] if weight_col else []),
+            schema, where, strings is not None)
     sc = context_of(df.sparkSession)
     if min_partitions is not None and partition_count(prepared) < min_partitions:
         prepared = prepared.repartition(min_partitions)
+    # counted on ``prepared`` itself: its rows are numbered as the payloads' are
+    categories = frame_categories(prepared, numeric, text, strings, where) if text else None
+    width = d if categories is None else len(categories.encoding.feature_names)
     itemsize = np.dtype(dtype).itemsize
-    chunk_rows = max(1, min(CHUNK_ROWS, MAX_BLOCK_BYTES // (itemsize * max(d, 1))))
+    chunk_rows = max(1, min(CHUNK_ROWS, MAX_BLOCK_BYTES // (itemsize * max(width, 1))))
     payloads = prepared.mapInArrow(_arrow_to_payloads(kind, d, chunk_rows, dtype,
-                                                      weight_col is not None),
+                                                      weight_col is not None, categories),
                                    "payload binary")
-    return rows_of(payloads, sc).mapPartitions(_payloads_to_blocks), d
+    blocks = rows_of(payloads, sc).mapPartitions(_payloads_to_blocks)
+    if strings is None:
+        return blocks, d
+    return blocks, width, None if categories is None else categories.encoding

@@ -314,11 +314,10 @@ def _table_blocks(spark, path, fmt, statuses, slices, min_partitions, columns, d
                 blocks, d = read.blocks, read.d
                 if read.names is not None:
                     features = FeatureColumns(read.names, read.types, read.categories)
-    if blocks is None and categories is not None:
+    if fmt == "csv" and categories is not None:
         raise DataFormatError(f"{path}: the model encodes the string column(s) "
-                              f"{[c.name for c in categories.columns]}, which only Parquet "
-                              "files read by the tasks are encoded from (not CSV, not with a "
-                              "weight column); give these rows as Parquet with the model's "
+                              f"{[c.name for c in categories.columns]}, which CSV rows are not "
+                              "encoded from yet; give these rows as Parquet with the model's "
                               f"input columns {list(categories.input_columns)}.", path=str(path))
     if blocks is None:
         # the file splits are planned when the blocks' RDD is built, inside this block
@@ -338,11 +337,17 @@ def _table_blocks(spark, path, fmt, statuses, slices, min_partitions, columns, d
                 df = spark_read(where, lambda: spark.read.parquet(str(path)))
                 label = label_col or "label"
                 names, types = table_features(df, features_col, [label, weight_col])
-                blocks, d = dataframe_to_blocks(df, features_col, label, where=where,
-                                                min_partitions=min_partitions, dtype=dtype,
-                                                weight_col=weight_col)
+                blocks, d, encoding = dataframe_to_blocks(
+                    df, features_col, label, where=where, min_partitions=min_partitions,
+                    dtype=dtype, weight_col=weight_col,
+                    strings=StringEncoding(categories, columns.fold_seed))
+                if encoding is not None:  # the numeric columns, then the encoded features
+                    read_types = dict(zip(names or (), types or ()))
+                    names = list(encoding.feature_names)
+                    types = [read_types.get(name, "double") for name in names]
                 if names is not None:
-                    features = FeatureColumns(tuple(names), tuple(types or ()) or None)
+                    features = FeatureColumns(tuple(names), tuple(types or ()) or None,
+                                              encoding)
     return blocks, d, where, features
 
 

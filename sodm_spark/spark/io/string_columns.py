@@ -102,8 +102,15 @@ def fit_table_categories(sc, plans, label: str, numeric, names, seed: int, split
     ``numeric`` columns), from one job that counts their levels (the module)."""
     count = reported_to_driver(lambda plan: _task_counts(plan, label, names, seed,
                                                          split_tables))
+    parts = sc.parallelize(plans, max(1, len(plans))).map(count).collect()
+    return _fitted(parts, numeric, names, seed, where)
+
+
+def _fitted(parts, numeric, names, seed: int, where: str) -> TableCategories:
+    """The encoding of the string columns ``names`` from the tasks' counts (``parts``: one
+    {column: LevelCounts} a task), added up."""
     merged: dict[str, LevelCounts] = {}
-    for part in sc.parallelize(plans, max(1, len(plans))).map(count).collect():
+    for part in parts:
         for name, counts in part.items():
             merged[name] = counts if name not in merged else merged[name].merged(counts)
     labels = sorted({value for counts in merged.values() for value in counts.labels})
@@ -115,3 +122,77 @@ def fit_table_categories(sc, plans, label: str, numeric, names, seed: int, split
     columns = tuple(column_from_counts(name, merged[name], classes) for name in names
                     if name in merged)
     return TableCategories(CategoryEncoding(tuple(numeric), columns), merged, classes, seed)
+
+
+def encoded_columns(encoding: CategoryEncoding, columns, where: str) -> tuple[list, list]:
+    """(Spark Columns of the model's features from a DataFrame's input columns, the columns
+    left out): the numeric ones as doubles, each one-hot feature a comparison with its
+    level, each target feature a lookup in a map of the levels' float64 values (a value not
+    seen in training: the prior), a missing string as the level ``None``, as
+    :meth:`EncodedColumn.codes <sodm_spark.core.categories.EncodedColumn.codes>` reads it."""
+    from itertools import chain
+
+    from pyspark.sql import functions as F
+
+    from ...core.categories import ONE_HOT
+    from ...core.feature_names import columns_by_name
+
+    _, extra = columns_by_name(list(encoding.input_columns), list(columns), where)
+    features = [F.col(name).cast("double") for name in encoding.numeric]
+    for column in encoding.columns:
+        text = F.coalesce(F.col(column.name).cast("string"), F.lit("None"))
+        if column.kind == ONE_HOT:
+            features += [F.when(text == F.lit(level), F.lit(1.0)).otherwise(F.lit(0.0))
+                         for level in column.levels]
+            continue
+        assert column.table is not None and column.prior is not None  # a target column
+        for k in range(len(column.outputs)):
+            lookup = F.create_map(*chain.from_iterable(
+                (F.lit(level), F.lit(float(value)))
+                for level, value in zip(column.levels, column.table[:, k])))
+            features.append(F.coalesce(F.try_element_at(lookup, text),
+                                       F.lit(float(column.prior[k]))))
+    return features, extra
+
+
+def _frame_counts(names, seed: int):
+    """The ``mapInArrow`` function of :func:`frame_categories`: each task's counts, pickled."""
+    def count(batches):
+        import pickle
+
+        import pyarrow as pa
+
+        from .arrow import numbered_batches
+
+        found: dict[str, LevelCounts] = {}
+        for batch, first_id, _ in numbered_batches(batches):
+            folds = training_folds(np.arange(first_id, first_id + batch.num_rows), seed)
+            y = np.asarray(batch.column(0).to_numpy(zero_copy_only=False), dtype=np.float64)
+            for name in names:
+                counts = level_counts(text_values(batch.column(name)), y, folds)
+                found[name] = counts if name not in found else found[name].merged(counts)
+        yield pa.RecordBatch.from_arrays([pa.array([pickle.dumps(found)], type=pa.binary())],
+                                         names=["payload"])
+    return count
+
+
+def frame_categories(prepared, numeric, names, strings: StringEncoding,
+                     where: str) -> TableCategories:
+    """How the tasks of :func:`~.arrow.dataframe_to_blocks` encode the string columns
+    ``names`` of ``prepared`` (its column 0 the label; ``numeric`` the numeric feature
+    columns' names): by ``strings.encoding``, else by an encoding fitted on the rows in one
+    job that counts their levels, each row's fold drawn from the row id its payload will have
+    (the same partitions, numbered alike)."""
+    import pickle
+
+    if strings.encoding is not None:
+        expected = (tuple(strings.encoding.numeric),
+                    tuple(column.name for column in strings.encoding.columns))
+        if expected != (tuple(numeric), tuple(names)):
+            raise InputError(f"{where}: the model's input columns are {list(expected[0])} "
+                             f"and the string columns {list(expected[1])}; these rows have "
+                             f"{list(numeric)} and {list(names)}.")
+        return TableCategories(strings.encoding)
+    rows = prepared.select(prepared.columns[0], *names).mapInArrow(
+        _frame_counts(tuple(names), strings.seed), "payload binary").collect()
+    return _fitted([pickle.loads(row[0]) for row in rows], numeric, names, strings.seed, where)
