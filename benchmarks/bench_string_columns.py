@@ -127,13 +127,18 @@ def run_job(folder: Path) -> dict:
             "features": metrics.get("n_features"), "best_level": metrics.get("best_level")}
 
 
-def main(argv=None) -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", choices=("flights", "us-flights"), default="flights")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0, help="the split's")
     parser.add_argument("--work-dir", type=Path, default=Path.home() / ".cache" / "sodm_spark")
     add_record_flag(parser)
+    return parser
+
+
+def main(argv=None) -> None:
+    parser = build_parser()
     args = parser.parse_args(argv)
     record = start_record(parser, args, __file__, argv)
     tables = write_tables(args.work_dir, args.dataset, args.seed)

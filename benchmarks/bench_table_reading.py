@@ -143,7 +143,7 @@ class _S3Copy:
         self.server.stop()
 
 
-def main(argv=None) -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--array-folder", type=Path)
     parser.add_argument("--columns-folder", type=Path)
@@ -152,6 +152,11 @@ def main(argv=None) -> None:
     parser.add_argument("--measure", choices=LAYOUTS, help=argparse.SUPPRESS)
     parser.add_argument("--path", help=argparse.SUPPRESS)
     add_record_flag(parser)
+    return parser
+
+
+def main(argv=None) -> None:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.measure:
         _measure_in_process(args.measure, args.path)

@@ -214,7 +214,7 @@ def test_sodm_classifier_encodes_string_columns_and_transform_scores_as_its_mode
         expected = expansion.decision_function(_features(frame).drop(columns=["key"]))
     raw = np.stack(rows["rawPrediction"].map(lambda v: v.toArray()))[:, 1]
     # transform scores in float32 kernel blocks (boundary rows again in float64)
-    assert np.abs(raw - expected).max() < 1e-4 * np.abs(expected).max()
+    assert np.abs(raw - expected).max() < 1e-3 * np.abs(expected).max()
     np.testing.assert_array_equal(np.sign(raw), np.sign(expected))
 
 

@@ -423,7 +423,8 @@ class ODMClassifier(ClassifierMixin, BaseEstimator):
     def decision_function(self, X):
         """``f(x) = Σ_i γ_i y_i k(x_i, x)`` (+ b with an intercept): (n,) for two classes,
         (n, n_classes) otherwise."""
-        return self.model_.decision_function(self._prediction_rows(X))
+        rows = self._prediction_rows(X)  # checks the fit first
+        return self.model_.decision_function(rows)
 
     def predict(self, X):
         return predict_labels(self, X)

@@ -400,7 +400,8 @@ def dataframe_to_blocks(df, features_col="features", label_col="label", *,
     if min_partitions is not None and partition_count(prepared) < min_partitions:
         prepared = prepared.repartition(min_partitions)
     # counted on ``prepared`` itself: its rows are numbered as the payloads' are
-    categories = frame_categories(prepared, numeric, text, strings, where) if text else None
+    categories = frame_categories(prepared, numeric, text, strings, where,
+                                  numbered_batches) if text else None
     width = d if categories is None else len(categories.encoding.feature_names)
     itemsize = np.dtype(dtype).itemsize
     chunk_rows = max(1, min(CHUNK_ROWS, MAX_BLOCK_BYTES // (itemsize * max(width, 1))))

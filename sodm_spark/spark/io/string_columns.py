@@ -155,14 +155,12 @@ def encoded_columns(encoding: CategoryEncoding, columns, where: str) -> tuple[li
     return features, extra
 
 
-def _frame_counts(names, seed: int):
+def _frame_counts(names, seed: int, numbered_batches):
     """The ``mapInArrow`` function of :func:`frame_categories`: each task's counts, pickled."""
     def count(batches):
         import pickle
 
         import pyarrow as pa
-
-        from .arrow import numbered_batches
 
         found: dict[str, LevelCounts] = {}
         for batch, first_id, _ in numbered_batches(batches):
@@ -176,13 +174,13 @@ def _frame_counts(names, seed: int):
     return count
 
 
-def frame_categories(prepared, numeric, names, strings: StringEncoding,
-                     where: str) -> TableCategories:
+def frame_categories(prepared, numeric, names, strings: StringEncoding, where: str,
+                     numbered_batches) -> TableCategories:
     """How the tasks of :func:`~.arrow.dataframe_to_blocks` encode the string columns
     ``names`` of ``prepared`` (its column 0 the label; ``numeric`` the numeric feature
     columns' names): by ``strings.encoding``, else by an encoding fitted on the rows in one
     job that counts their levels, each row's fold drawn from the row id its payload will have
-    (the same partitions, numbered alike)."""
+    (the same partitions, numbered by the payloads' own ``numbered_batches``)."""
     import pickle
 
     if strings.encoding is not None:
@@ -194,5 +192,6 @@ def frame_categories(prepared, numeric, names, strings: StringEncoding,
                              f"{list(numeric)} and {list(names)}.")
         return TableCategories(strings.encoding)
     rows = prepared.select(prepared.columns[0], *names).mapInArrow(
-        _frame_counts(tuple(names), strings.seed), "payload binary").collect()
+        _frame_counts(tuple(names), strings.seed, numbered_batches),
+        "payload binary").collect()
     return _fitted([pickle.loads(row[0]) for row in rows], numeric, names, strings.seed, where)
