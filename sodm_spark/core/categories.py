@@ -42,10 +42,6 @@ ONE_HOT_WEIGHT = 1.0 / np.sqrt(2.0)
 ONE_HOT, TARGET = "one-hot", "target"
 
 
-def _level_text(value: object) -> str:
-    return "None" if value is None else str(value)
-
-
 def _output_name(label: object) -> str:
     """A class as a target feature's name ends: ``1`` for the label 1.0 read as a double."""
     if isinstance(label, (float, np.floating)) and float(label).is_integer():
@@ -89,16 +85,15 @@ class EncodedColumn:
         found = np.minimum(np.searchsorted(levels, text), levels.size - 1)
         return np.where(levels[found] == text, found, -1).astype(np.int64)
 
-    def encode(self, codes: np.ndarray, table: np.ndarray | None = None) -> np.ndarray:
-        """The (n, features) values of rows of level ``codes`` (-1: unseen); ``table``
-        replaces the column's own (out-of-fold rows)."""
+    def encode(self, codes: np.ndarray) -> np.ndarray:
+        """The (n, features) values of rows of level ``codes`` (-1: unseen)."""
         n = codes.size
         if self.kind == ONE_HOT:
             out = np.zeros((n, len(self.levels)), dtype=np.float64)
             rows = np.flatnonzero(codes >= 0)
             out[rows, codes[rows]] = 1.0
             return out
-        values = self.table if table is None else table
+        values = self.table
         assert values is not None and self.prior is not None  # a target column has both
         out = np.repeat(self.prior[None, :], n, axis=0)
         seen = codes >= 0

@@ -35,7 +35,7 @@ from ..spark.dsvrg.fit import DSVRGFit
 from ..core.feature_names import columns_by_name, extra_columns_line
 from ..spark.io import dataframe_to_blocks
 from ..spark.io.arrow import table_features, vector_order
-from ..spark.io.string_columns import StringEncoding, encoded_columns
+from ..spark.io.string_columns import StringEncoding, encoded_columns, encoded_features
 from ..spark.engine import context_of, workers_python
 from ..spark.connect import check_connect_session
 from ..spark.sodm.params import SODMParams as _D  # its fields' defaults: the keywords'
@@ -198,9 +198,7 @@ class SODMClassifier(Estimator, _SODMParams, VersionedReadWrite):
             names, types = table_features(dataset, self.getFeaturesCol(),
                                           [self.getLabelCol(), weight_col])
             if encoding is not None:  # the numeric columns' types, then the encoded features
-                read = dict(zip(names or (), types or ()))
-                names = list(encoding.feature_names)
-                types = [read.get(name, "double") for name in names]
+                names, types = encoded_features(encoding, names, types)
             trained.fit.model = trained.fit.model.with_features(names, types, encoding)
         return trained
 

@@ -30,8 +30,8 @@ from ..engine import context_of, partition_count
 from .arrow import CHUNK_ROWS, table_features, vector_names, vector_rows
 from .blocks import MAX_BLOCK_BYTES, Block, DataFormatError, sql_conf, to_feature_dtype
 from .scan_plan import Split, TaskPlan, cut_blocks, row_group_plan, spark_scan_plan
-from .string_columns import (StringEncoding, TableCategories, fit_table_categories,
-                             is_string_type)
+from .string_columns import (StringEncoding, TableCategories, encoded_features,
+                             fit_table_categories, is_string_type)
 
 _SPARK_METADATA = b"org.apache.spark.sql.parquet.row.metadata"
 _VECTOR_FIELDS = {"type", "size", "indices", "values"}  # how Spark writes a VectorUDT
@@ -361,10 +361,7 @@ def read_parquet_table(spark, path, files, features_col, label_col: str, dtype, 
         categories = TableCategories(encoding) if encoding is not None else \
             fit_table_categories(context_of(spark), plans, label_col, features, string_names,
                                  strings.seed, _split_tables, where)
-        read_types = dict(zip(names or (), types or ()))
-        names = list(categories.encoding.feature_names)  # the numeric, then the encoded
-        types = None if not read_types else [read_types[name] if name in features
-                                             else "double" for name in names]
+        names, types = encoded_features(categories.encoding, names, types)
     d = len(features) if categories is None else len(categories.encoding.feature_names)
     if kind != "columns":
         d = _first_width(plans, ParquetLayout(kind, features, label_col, 0, dtype), where)

@@ -22,7 +22,7 @@ from .csv import csv_feature_names, read_csv_df
 from .file_schemas import check_parquet_files_agree, listed_files
 from .libsvm import read_libsvm_spark
 from .parquet_files import read_parquet_table
-from .string_columns import StringEncoding
+from .string_columns import StringEncoding, encoded_features
 
 FORMATS = ("libsvm", "csv", "parquet")
 _FORMAT_ALIASES = {"svmlight": "libsvm", "svm": "libsvm"}
@@ -342,9 +342,7 @@ def _table_blocks(spark, path, fmt, statuses, slices, min_partitions, columns, d
                     dtype=dtype, weight_col=weight_col,
                     strings=StringEncoding(categories, columns.fold_seed))
                 if encoding is not None:  # the numeric columns, then the encoded features
-                    read_types = dict(zip(names or (), types or ()))
-                    names = list(encoding.feature_names)
-                    types = [read_types.get(name, "double") for name in names]
+                    names, types = encoded_features(encoding, names, types)
                 if names is not None:
                     features = FeatureColumns(tuple(names), tuple(types or ()) or None,
                                               encoding)

@@ -70,6 +70,18 @@ class TableCategories:
         return np.hstack(parts) if parts else np.zeros((table.num_rows, 0))
 
 
+def encoded_features(encoding: CategoryEncoding, names, types) -> tuple[list, list | None]:
+    """(the model's feature names, their types) of a table read with ``encoding``: its
+    numeric columns with the types they were read as (``names``, ``types``: the table's
+    feature columns), then the encoded features, doubles."""
+    read = dict(zip(names or (), types or ()))
+    features = list(encoding.feature_names)
+    if not read:
+        return features, None
+    numeric = set(encoding.numeric)
+    return features, [read[name] if name in numeric else "double" for name in features]
+
+
 def text_values(column) -> np.ndarray:
     """An Arrow string (or dictionary) column's values as NumPy objects, nulls None."""
     import pyarrow.types as pt
