@@ -53,6 +53,10 @@ Methods (--methods, comma-separated):
 ``--layout columns`` reads the same rows written with a column per feature (``pixel0``, ...,
 the layout of a pandas export) instead of one array column.
 
+``--continue-record R`` adds runs to the record R of an interrupted run of the same command
+(same data set, rows, layout and methods; the data's checksums must agree) until it holds
+--repeat runs; the record lists the commit and start of each continuation.
+
 ``--scaling`` runs --methods for several row counts (each data set written once, the first
 60,000 rows are the original images) and prints one table row per count.
 """
@@ -369,9 +373,12 @@ def one_size(rows: int, methods, args, record: dict) -> dict:
               "data": {"dataset": args.dataset, "folder": str(folder),
                        "train": parquet_identity(folder / "train"),
                        "test": parquet_identity(folder / "test")}, "runs": []}
+    earlier = _continued_size(record, result)
+    if earlier is not None:
+        result["runs"] = earlier["runs"]
     record["sizes"].append(result)
     print(f"{rows:>9,} test rows' majority class: {result['majority_class']:.4f}", flush=True)
-    for repeat in range(args.repeat):
+    for repeat in range(len(result["runs"]), args.repeat):
         run: dict = {}
         result["runs"].append(run)
         for method in methods:
@@ -394,6 +401,38 @@ def one_size(rows: int, methods, args, record: dict) -> dict:
               f"{pair['wall_over_fit']:.2f}×, train {pair['train_over_fit']:.2f}× its fit; "
               f"accuracy {'?' if gain is None else format(gain, '+.4f')}", flush=True)
     return result
+
+
+def _continued_size(record: dict, result: dict) -> dict | None:
+    """The size of the record being continued (``record["continued_from"]``) with ``result``'s
+    rows, refused when its data are not ``result``'s; None when not continuing."""
+    earlier = {size["rows"]: size for size in record.get("continued_from", [])}
+    size = earlier.get(result["rows"])
+    if size is None:
+        return None
+    if size["data"] != result["data"]:
+        raise SystemExit(f"--continue-record: its {result['rows']:,} rows are not these data "
+                         "(folder, files or checksums differ); start a new record.")
+    return size
+
+
+def _continuing(path: Path, command: list[str], args) -> dict:
+    """The record at ``path`` to continue, its earlier sizes under ``continued_from`` and this
+    continuation listed; refused when it ran other settings."""
+    record = json.loads(path.read_text())
+    record.pop("continued_from", None)  # a continuation stopped early: its sizes hold every run
+    kept = ("dataset", "layout", "methods", "rows", "scaling", "seed", "krr_centres")
+    changed = [key for key in kept
+               if str(record["settings"].get(key)) != str(vars(args).get(key))]
+    if changed:
+        raise SystemExit(f"--continue-record {path}: it ran other settings ({changed}); "
+                         "start a new record.")
+    head = record_head(ROOT, command, vars(args))
+    record["continuations"] = [*record.get("continuations", []),
+                               {key: head[key] for key in ("command", "started_utc", "git")}]
+    record["continued_from"] = record.pop("sizes")
+    record["sizes"] = []
+    return record
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -424,6 +463,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--record", type=Path, help="the result record (default: "
                         "docs/results/at_scale/<dataset>-<rows>-<UTC date>.json)")
+    parser.add_argument("--continue-record", type=Path,
+                        help="add runs to this record of the same command until --repeat")
     parser.add_argument("--spark-peer", help=argparse.SUPPRESS)
     parser.add_argument("--folder", type=Path, help=argparse.SUPPRESS)
     return parser
@@ -447,10 +488,15 @@ def main(argv=None) -> int:
     sizes = ([int(x) for x in args.scaling.split(",")] if args.scaling
              else [args.rows or DEFAULT_ROWS.get(args.dataset, 600_000)])
     command = [sys.executable, sys.argv[0], *(sys.argv[1:] if argv is None else argv)]
-    args.record = args.record or default_record_path(ROOT, args.dataset, sizes)
-    record = {**record_head(ROOT, command, vars(args)), "sizes": []}
+    if args.continue_record:
+        args.record = args.continue_record
+        record = _continuing(args.continue_record, command, args)
+    else:
+        args.record = args.record or default_record_path(ROOT, args.dataset, sizes)
+        record = {**record_head(ROOT, command, vars(args)), "sizes": []}
     started = time.perf_counter()
     results = [one_size(rows, methods, args, record) for rows in sizes]
+    record.pop("continued_from", None)
     record["wall_seconds"] = time.perf_counter() - started
     write_record(args.record, record)
     if args.json:
