@@ -23,7 +23,9 @@ Each round runs ``spark-submit jobs/train_sodm.py --data TRAIN --test-data TEST 
 --model-out M`` with every default on both, one after the other (the order turns each round):
 the whole command's wall seconds, its reading stage, its test accuracy. The record gives every
 run, the medians, and round by round the strings' seconds over the hand table's and the
-accuracy difference (strings minus hand).
+accuracy difference (strings minus hand). ``--continue-record R`` adds rounds to the record R of
+an interrupted or shorter run of the same data set until it holds --rounds (each continuation's
+commit and start listed).
 """
 from __future__ import annotations
 
@@ -133,23 +135,52 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0, help="the split's")
     parser.add_argument("--work-dir", type=Path, default=Path.home() / ".cache" / "sodm_spark")
+    parser.add_argument("--continue-record", type=Path,
+                        help="add rounds to this record of the same data set until --rounds")
     add_record_flag(parser)
     return parser
+
+
+def _earlier_rounds(args) -> tuple[list, list]:
+    """(the rounds of the record continued, its continuations with this one), refused when
+    it ran another data set or split."""
+    if args.continue_record is None:
+        return [], []
+    import datetime
+    import subprocess
+
+    earlier = json.loads(args.continue_record.read_text())
+    settings = earlier["settings"]
+    if (settings.get("dataset"), settings.get("seed")) != (args.dataset, args.seed):
+        raise SystemExit(f"--continue-record {args.continue_record}: it ran {settings.get('dataset')} "
+                         f"with seed {settings.get('seed')}; start a new record.")
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
+                            text=True, check=False).stdout.strip()
+    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    first = {"started_utc": earlier["started_utc"], "commit": earlier["git"].get("commit"),
+             "dirty": earlier["git"].get("dirty"), "command": earlier["command"],
+             "from_round": 1}
+    return earlier["rounds"], [*earlier.get("continuations", [first]),
+                               {"started_utc": now, "commit": commit,
+                                "from_round": len(earlier["rounds"]) + 1}]
 
 
 def main(argv=None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
+    rounds, continuations = _earlier_rounds(args)
+    if args.continue_record is not None:
+        args.record = args.continue_record
     record = start_record(parser, args, __file__, argv)
     tables = write_tables(args.work_dir, args.dataset, args.seed)
     record.lap("tables")
-    order, rounds = list(tables), []
-    for number in range(args.rounds):
+    order = list(tables)
+    for number in range(len(rounds), args.rounds):
         turned = order[number % 2:] + order[:number % 2]
         rounds.append({name: run_job(tables[name]) for name in turned})
         print(json.dumps({"round": number, **rounds[-1]}), flush=True)
         record.lap(f"round {number + 1}")
-        record.write(finished=False, rounds=rounds)
+        record.write(finished=False, rounds=rounds, continuations=continuations)
     medians = {name: {field: statistics.median(r[name][field] for r in rounds)
                       for field in ("wall_seconds", "reading_seconds", "test_accuracy")
                       if all(isinstance(r[name][field], (int, float)) for r in rounds)}
@@ -158,6 +189,7 @@ def main(argv=None) -> None:
                "accuracy_difference": r["strings"]["test_accuracy"] - r["hand"]["test_accuracy"]}
               for k, r in enumerate(rounds)]
     record.write(rounds=rounds, medians=medians, paired=paired, **_identity(tables),
+                 continuations=continuations,
                  paired_medians={key: statistics.median(p[key] for p in paired)
                                  for key in ("wall_ratio", "accuracy_difference")},
                  tables={name: str(path) for name, path in tables.items()})

@@ -224,7 +224,7 @@ def refusals():
         # a non-numeric CSV cell, and string labels where numbers are needed
         Refusal("non-numeric-csv-cell/train_sodm", 1, lambda c: sodm_job_error(
             ["--data", c.bad_csv, "--format", "csv"]), r"non-numeric value 'blue'",
-            r"bad\.csv.*column 'b'", r"must be numeric"),
+            r"bad\.csv.*column 'b'", r"is read as numbers: fix or remove those cells"),
         Refusal("string-labels/train_sodm", 1, lambda c: sodm_job_error(
             ["--data", c.string_labels, "--format", "csv"]), r"non-numeric value 'dog'",
             r"strings\.csv.*the label column", r"map class names to numbers"),

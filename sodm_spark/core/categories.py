@@ -26,7 +26,7 @@ value (None) is a level of its own, named ``None``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -136,6 +136,13 @@ class CategoryEncoding:
         return np.concatenate([np.ones(len(self.numeric))] + [
             np.full(len(column.features), ONE_HOT_WEIGHT if column.kind == ONE_HOT else 1.0)
             for column in self.columns])
+
+    def renamed(self, names: dict[str, str]) -> "CategoryEncoding":
+        """The same encoding of input columns renamed by ``names`` (old → new; others
+        kept): a reader that aliases the columns it reads gives the model their own names."""
+        return CategoryEncoding(tuple(names.get(name, name) for name in self.numeric),
+                                tuple(replace(column, name=names.get(column.name, column.name))
+                                      for column in self.columns))
 
     def encode(self, numeric: np.ndarray, categorical: dict[str, Any]) -> Encoded:
         """Rows to score: the (n, len(numeric)) numeric columns, and each categorical column's

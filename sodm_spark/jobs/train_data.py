@@ -97,7 +97,8 @@ def _named_rows(spark, path, args, features: FeatureColumns, flag):
             print(extra_columns_line(extra, f"{flag} {path}"), flush=True)
         columns = table_columns(args, weight=False, features=names)
     return read_blocks(spark, path, args.format,
-                       columns=replace(columns, categories=features.categories))
+                       columns=replace(columns, categories=features.categories,
+                                       fit_strings=False))
 
 
 def table_columns(args, weight: bool = True, features=None) -> TableColumns:

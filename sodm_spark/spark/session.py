@@ -247,7 +247,7 @@ def collect_checked(spark, path, fmt, where,
     from .io import check_blocks, read_blocks
 
     columns = TableColumns() if feature_names is None else \
-        TableColumns(features_col=tuple(feature_names))
+        TableColumns(features_col=tuple(feature_names), fit_strings=False)
     blocks, d = read_blocks(spark, path, fmt, columns=columns)
     check_blocks(blocks, d, where=where)
     return collect_blocks(blocks)

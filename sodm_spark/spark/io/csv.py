@@ -1,11 +1,17 @@
-"""CSV files as a DataFrame of a ``label`` column and numeric ``f0..f{d-1}`` feature columns.
+"""CSV files checked and described (:class:`CsvTable`): which column is the label, the
+weight, each numeric feature and each string feature.
 
-One Spark job over the text checks every cell (:func:`.text_lines.check_csv_cells`): the
-first one that is not a finite number is reported with its file, line, column and role (label
-or feature) before anything is trained.
-:func:`sodm_spark.spark.io.arrow.dataframe_to_blocks` then turns the DataFrame into blocks.
+A feature column most of whose first rows are not numbers is a string column, encoded inside
+the model (:mod:`.string_columns`). One Spark job over the text checks every cell of the other
+columns (:func:`.text_lines.check_csv_cells`): the first one that is not a finite number is
+reported with its file, line, column and role (label or feature) before anything is trained.
+The tasks then read the files with pyarrow (:mod:`.csv_files`), or Spark SQL reads them
+(:func:`csv_frame`, then :func:`~sodm_spark.spark.io.arrow.dataframe_to_blocks`).
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -97,47 +103,121 @@ def csv_feature_names(spark, path, label_col, header, sep, weight_col=None):
     return [name for j, name in enumerate(names) if j not in (label_pos, weight_pos)]
 
 
-def read_csv_df(spark, path, label_col, header, sep, statuses, limit=None, weight_col=None,
-                features=None):
-    """The CSV as ``(DataFrame label (+ weight) + f0..f{d-1}, feature column names, where,
-    the header's names of the features or None without a header)``, validated: every cell a
+#: Data rows whose cells decide which feature columns hold text (:func:`_text_positions`).
+TYPE_SAMPLE_ROWS = 1000
+
+
+@dataclass(frozen=True)
+class CsvTable:
+    """A CSV input checked and ready to read: ``raw`` (Spark's DataFrame of its cells as
+    text, columns ``names``: the header's, as Spark makes them distinct, or ``_c0`` ...),
+    whether its files start with a ``header``, the separator ``sep``, ``where`` it is named
+    in messages, and the 0-based positions of the ``label``, the ``weight`` (None: none),
+    the ``numeric`` feature columns and the ``strings`` feature columns (text, encoded in
+    the model: :mod:`.string_columns`)."""
+
+    raw: Any  # a pyspark DataFrame
+    names: tuple[str, ...]
+    header: bool
+    sep: str
+    where: str
+    label: int
+    weight: int | None
+    numeric: tuple[int, ...]
+    strings: tuple[int, ...] = ()
+
+    @property
+    def numeric_names(self) -> tuple[str, ...]:
+        return tuple(self.names[j] for j in self.numeric)
+
+    @property
+    def string_names(self) -> tuple[str, ...]:
+        return tuple(self.names[j] for j in self.strings)
+
+
+def checked_csv_table(spark, path, statuses, columns, limit=None, features=None) -> CsvTable:
+    """The CSV input ``path`` (its Hadoop file ``statuses``) as a :class:`CsvTable`, validated
+    by one job over its text: every cell of the label, weight and numeric feature columns a
     finite number (at most ``limit`` in magnitude when given), every file's header the first
-    one's. ``weight_col`` (a name or position) is read as the column ``weight``, not a
-    feature. ``features``: the header's names of the feature columns, in the order wanted
-    (None: every column but the label and the weight, in the file's order).
-
-    ``header=None`` detects a header (first row not all numbers); see
-    :func:`sodm_spark.spark.io.read_blocks` for ``label_col``; ``statuses`` are the input's
-    Hadoop file statuses.
+    one's. ``columns`` (a :class:`~.read.TableColumns`) says where the label and the weight
+    are (a name or a position; see :func:`sodm_spark.spark.io.read_blocks`), whether the files
+    have a header (None: detected, the first row not all numbers), the separator, and a
+    model's encoding of string columns (``categories``: its numeric, then its string input
+    columns are read). ``features``: the header's names of the feature columns, in the order
+    wanted (None: every column but the label and the weight, in the file's order). Without
+    an encoding, a feature column most of whose first :data:`TYPE_SAMPLE_ROWS` cells are not
+    numbers is a string column, unless ``columns.fit_strings`` is False (rows scored beside a
+    model trained on numbers: every feature column is numeric, a word in it refused by its
+    line).
     """
-    from pyspark.sql import functions as F
-
+    label_col, header, sep = columns.label_col, columns.header, columns.sep
+    weight_col, categories = columns.weight_col, columns.categories
+    fit_strings = columns.fit_strings
     where = f"{path} (format 'csv')"
     raw, header = _raw_table(spark, path, header, sep, where)
     names = raw.columns
     label_pos = _label_position(names, label_col, header, where)
     weight_pos = None if weight_col is None else \
         _weight_position(names, weight_col, label_pos, where)
-    positional = [f"_c{i}" for i in range(len(names))]
-    df = raw.toDF(*positional)
-
-    # every cell a finite number, named by file and line (.text_lines); the DataFrame below
-    # casts what that job has checked
-    feature_pos = _feature_positions(names, features, (label_pos, weight_pos), header, where)
-    checked = feature_pos + ([] if weight_pos is None else [weight_pos])  # not the extra ones
+    if categories is not None:
+        numeric = _feature_positions(names, list(categories.numeric), (), header, where)
+        strings = _feature_positions(names, [c.name for c in categories.columns], (), header,
+                                     where)
+    else:
+        positions = _feature_positions(names, features, (label_pos, weight_pos), header, where)
+        strings = _text_positions(raw, positions, where) if fit_strings else []
+        numeric = [j for j in positions if j not in strings]
+        if strings and not header:
+            raise DataFormatError(
+                f"{where} has no header, and its column(s) "
+                f"{[j + 1 for j in strings][:10]} (1-based) hold text: string columns are "
+                "kept in the model by their names. Give the files a header line, or encode "
+                "those columns as numbers.", path=str(path))
+    # every checked cell a finite number, named by file and line (.text_lines)
+    checked = numeric + ([] if weight_pos is None else [weight_pos])  # not the extra ones
     if check_csv_cells(spark, path, statuses, names, dict.fromkeys(checked, "feature")
                        | {label_pos: "label"}, sep, bool(header), limit) == 0:
         raise DataFormatError(empty_message(path, "csv", "has no data rows"), path=path)
-    weight = [] if weight_pos is None else \
-        [F.col(positional[weight_pos]).try_cast("double").alias("weight")]
-    out = df.select(F.col(positional[label_pos]).try_cast("double").alias("label"), *weight,
-                    *[F.col(positional[j]).try_cast("double").alias(f"f{k}")
-                      for k, j in enumerate(feature_pos)])
-    return out, [f"f{k}" for k in range(len(feature_pos))], where, \
-        [names[j] for j in feature_pos] if header else None
+    return CsvTable(raw, tuple(names), bool(header), sep, where, label_pos, weight_pos,
+                    tuple(numeric), tuple(strings))
 
 
-def _feature_positions(names, features, not_features, header, where):
+def _text_positions(raw, positions, where) -> list[int]:
+    """Those of the feature ``positions`` whose cells among the first
+    :data:`TYPE_SAMPLE_ROWS` data rows are mostly (more than half of the non-empty ones) not
+    numbers: string columns. A numeric column with a few stray words stays numeric, so the
+    check names the line of each (a typo is not silently a category)."""
+    rows = spark_read(where, lambda: raw.limit(TYPE_SAMPLE_ROWS).collect())
+    text = []
+    for j in positions:
+        cells = [row[j] for row in rows if row[j] is not None and str(row[j]).strip()]
+        words = sum(not _is_number(cell) for cell in cells)
+        if cells and 2 * words > len(cells):
+            text.append(j)
+    return text
+
+
+def csv_frame(table: CsvTable):
+    """(Spark SQL's DataFrame of ``table``: ``label`` (+ ``weight``), the numeric features
+    as doubles ``f0`` ..., the string columns as text ``s0`` ...; the numeric columns'
+    names in it, the string columns' names in it)."""
+    from pyspark.sql import functions as F
+
+    positional = [f"_c{i}" for i in range(len(table.names))]
+    df = table.raw.toDF(*positional)
+    weight = [] if table.weight is None else \
+        [F.col(positional[table.weight]).try_cast("double").alias("weight")]
+    numeric = [f"f{k}" for k in range(len(table.numeric))]
+    strings = [f"s{k}" for k in range(len(table.strings))]
+    out = df.select(F.col(positional[table.label]).try_cast("double").alias("label"), *weight,
+                    *[F.col(positional[j]).try_cast("double").alias(name)
+                      for name, j in zip(numeric, table.numeric)],
+                    *[F.col(positional[j]).alias(name)
+                      for name, j in zip(strings, table.strings)])
+    return out, numeric, strings
+
+
+def _feature_positions(names, features, not_features, header, where) -> list[int]:
     """0-based positions of the feature columns: every column but ``not_features``, or the
     named ``features`` (:func:`~sodm_spark.core.feature_names.columns_by_name`: in their order,
     refused naming a missing one), which need a header."""

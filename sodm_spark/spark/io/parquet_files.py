@@ -232,9 +232,10 @@ def _features(table, layout: ParquetLayout, path, first_row, first_id):
     return to_feature_dtype(np.asarray(values).reshape(table.num_rows, layout.d), dtype)
 
 
-def _task_blocks(plan: TaskPlan, layout: ParquetLayout):
-    """The Blocks of one task's plan: its splits read a row group at a time, checked, cut
-    into the plan's blocks."""
+def task_blocks(plan: TaskPlan, layout: ParquetLayout, split_tables=None):
+    """The Blocks of one task's plan: its splits read a table at a time (``split_tables``:
+    how, a Parquet row group at a time when None), checked, cut into the plan's blocks."""
+    split_tables = split_tables or _split_tables
     pending_X: list = []
     pending_y: list = []
     have, next_id = 0, plan.first_id
@@ -246,7 +247,7 @@ def _task_blocks(plan: TaskPlan, layout: ParquetLayout):
     limit = max_abs_value(layout.dtype)
     table_id = plan.first_id
     for split in plan.splits:
-        for table, first_row in _split_tables(split, columns):
+        for table, first_row in split_tables(split, columns):
             X = _features(table, layout, split.path, first_row, table_id)
             table_id += table.num_rows
             y = _float64(table.column(layout.label).combine_chunks())
@@ -358,6 +359,7 @@ def read_parquet_table(spark, path, files, features_col, label_col: str, dtype, 
         raise DataFormatError(f"{where} has no rows. Check the input path or filter.")
     categories = None
     if string_names:
+        strings.refuse_unfitted(string_names, where)
         categories = TableCategories(encoding) if encoding is not None else \
             fit_table_categories(context_of(spark), plans, label_col, features, string_names,
                                  strings.seed, _split_tables, where)
@@ -370,7 +372,7 @@ def read_parquet_table(spark, path, files, features_col, label_col: str, dtype, 
         int(spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch", "10000")),
         max(1, min(CHUNK_ROWS, MAX_BLOCK_BYTES // max(1, row_bytes)))))
     layout = ParquetLayout(kind, features, label_col, d, dtype, categories)
-    read = reported_to_driver(lambda plan: _task_blocks(plan, layout))
+    read = reported_to_driver(lambda plan: task_blocks(plan, layout))
     blocks = context_of(spark).parallelize(plans, max(1, len(plans))).flatMap(read)
     if numbering == "row groups" and min_partitions is not None and \
             blocks.getNumPartitions() < min_partitions:

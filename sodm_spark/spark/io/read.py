@@ -18,7 +18,8 @@ from ..engine import driver_hadoop, reads_text_lines
 from .arrow import dataframe_to_blocks, table_features
 from .blocks import (DataFormatError, DataPathError, check_n_features, check_positive,
                      empty_message, error_text, spark_read, sql_conf)
-from .csv import csv_feature_names, read_csv_df
+from .csv import checked_csv_table, csv_feature_names, csv_frame
+from .csv_files import read_csv_table
 from .file_schemas import check_parquet_files_agree, listed_files
 from .libsvm import read_libsvm_spark
 from .parquet_files import read_parquet_table
@@ -178,6 +179,12 @@ class TableColumns:
     # target-encoding folds drawn from the row ids and ``fold_seed`` (.string_columns)
     categories: CategoryEncoding | None = None
     fold_seed: int = 0
+    # False: rows scored beside a model trained on numbers (no ``categories``): text columns
+    # are refused, not encoded by an encoding of their own
+    fit_strings: bool = True
+
+    def string_encoding(self) -> StringEncoding:
+        return StringEncoding(self.categories, self.fold_seed, self.fit_strings)
 
 
 @dataclass(frozen=True)
@@ -295,58 +302,72 @@ def table_feature_names(spark, path, fmt, columns: TableColumns = TableColumns()
 
 
 def _table_blocks(spark, path, fmt, statuses, slices, min_partitions, columns, dtype):
-    """``(RDD[Block], d, where)`` of CSV or Parquet input (:func:`read_blocks`): local Parquet
-    files whose features are one array column read by pyarrow in the tasks, else a DataFrame
-    read in at least ``slices`` slices; ``where`` names the input in messages."""
-    label_col, weight_col = columns.label_col, columns.weight_col
+    """``(RDD[Block], d, where, FeatureColumns)`` of CSV or Parquet input (:func:`read_blocks`):
+    files pyarrow reaches read by pyarrow in the tasks (:mod:`.parquet_files`,
+    :mod:`.csv_files`), else by Spark SQL, in at least ``slices`` slices; ``where`` names the
+    input in messages."""
+    if fmt == "csv":
+        return _csv_blocks(spark, path, statuses, slices, min_partitions, columns, dtype)
+    label, weight_col = columns.label_col or "label", columns.weight_col
     features_col = columns.features_col if isinstance(columns.features_col, str) else \
         list(columns.features_col)  # a vector or array column, or the columns' names
-    blocks, features, categories = None, FeatureColumns(), columns.categories
-    if fmt == "parquet" and weight_col is None:
-        where = f"{path} (format 'parquet')"
-        listed = listed_files(statuses)
-        if listed is not None and listed[1]:  # files pyarrow reaches: read in the tasks
-            read = read_parquet_table(
-                spark, path, [_arrow_name(listed[0], name) for name in listed[1]],
-                features_col, label_col or "label", dtype, slices, min_partitions,
-                StringEncoding(categories, columns.fold_seed))
-            if read is not None:
-                blocks, d = read.blocks, read.d
-                if read.names is not None:
-                    features = FeatureColumns(read.names, read.types, read.categories)
-    if fmt == "csv" and categories is not None:
-        raise DataFormatError(f"{path}: the model encodes the string column(s) "
-                              f"{[c.name for c in categories.columns]}, which CSV rows are not "
-                              "encoded from yet; give these rows as Parquet with the model's "
-                              f"input columns {list(categories.input_columns)}.", path=str(path))
-    if blocks is None:
-        # the file splits are planned when the blocks' RDD is built, inside this block
-        with sql_conf(spark, "spark.sql.files.minPartitionNum", str(slices)):
-            if fmt == "csv":
-                named = None if isinstance(features_col, str) else features_col
-                df, feature_cols, where, names = read_csv_df(
-                    spark, str(path), label_col, columns.header, columns.sep, statuses,
-                    max_abs_value(dtype), weight_col, named)
-                blocks, d = dataframe_to_blocks(
-                    df, feature_cols, "label", where=where, min_partitions=min_partitions,
-                    dtype=dtype, weight_col=None if weight_col is None else "weight")
-                if names is not None:  # CSV cells are read as text and cast to doubles
-                    features = FeatureColumns(tuple(names), ("double",) * len(names))
-            else:
-                where = f"{path} (format 'parquet')"
-                df = spark_read(where, lambda: spark.read.parquet(str(path)))
-                label = label_col or "label"
-                names, types = table_features(df, features_col, [label, weight_col])
-                blocks, d, encoding = dataframe_to_blocks(
-                    df, features_col, label, where=where, min_partitions=min_partitions,
-                    dtype=dtype, weight_col=weight_col,
-                    strings=StringEncoding(categories, columns.fold_seed))
-                if encoding is not None:  # the numeric columns, then the encoded features
-                    names, types = encoded_features(encoding, names, types)
-                if names is not None:
-                    features = FeatureColumns(tuple(names), tuple(types or ()) or None,
-                                              encoding)
+    where, strings = f"{path} (format 'parquet')", columns.string_encoding()
+    listed = listed_files(statuses)
+    if weight_col is None and listed is not None and listed[1]:  # read in the tasks
+        read = read_parquet_table(
+            spark, path, [_arrow_name(listed[0], name) for name in listed[1]], features_col,
+            label, dtype, slices, min_partitions, strings)
+        if read is not None:
+            return read.blocks, read.d, where, FeatureColumns(read.names, read.types,
+                                                              read.categories) \
+                if read.names is not None else FeatureColumns()
+    # the file splits are planned when the blocks' RDD is built, inside this block
+    with sql_conf(spark, "spark.sql.files.minPartitionNum", str(slices)):
+        df = spark_read(where, lambda: spark.read.parquet(str(path)))
+        names, types = table_features(df, features_col, [label, weight_col])
+        blocks, d, encoding = dataframe_to_blocks(
+            df, features_col, label, where=where, min_partitions=min_partitions, dtype=dtype,
+            weight_col=weight_col, strings=strings)
+    if encoding is not None:  # the numeric columns, then the encoded features
+        names, types = encoded_features(encoding, names, types)
+    features = FeatureColumns() if names is None else \
+        FeatureColumns(tuple(names), tuple(types or ()) or None, encoding)
     return blocks, d, where, features
+
+
+def _csv_blocks(spark, path, statuses, slices, min_partitions, columns, dtype):
+    """:func:`_table_blocks` of a CSV input: checked (:func:`.csv.checked_csv_table`), then
+    read by the tasks (:mod:`.csv_files`) or by Spark SQL (:func:`.csv.csv_frame`; its
+    columns aliased, so a model's encoding is renamed to them and back)."""
+    named = None if isinstance(columns.features_col, str) else list(columns.features_col)
+    encoding = columns.categories
+    # the file splits are planned when the blocks' RDD is built, inside this block
+    with sql_conf(spark, "spark.sql.files.minPartitionNum", str(slices)):
+        table = checked_csv_table(spark, str(path), statuses, columns, max_abs_value(dtype),
+                                  named)
+        listed = listed_files(statuses)
+        read = None if listed is None or not listed[1] else read_csv_table(
+            spark, table, [_arrow_name(listed[0], name) for name in listed[1]], dtype,
+            min_partitions, columns.string_encoding())
+        if read is not None:
+            return read.blocks, read.d, table.where, FeatureColumns() if read.names is None \
+                else FeatureColumns(read.names, read.types, read.categories)
+        df, numeric, text = csv_frame(table)
+        aliases = dict(zip(table.numeric_names + table.string_names, numeric + text))
+        blocks, d, fitted = dataframe_to_blocks(
+            df, numeric + text, "label", where=table.where, min_partitions=min_partitions,
+            dtype=dtype, weight_col=None if table.weight is None else "weight",
+            strings=StringEncoding(None if encoding is None else encoding.renamed(aliases),
+                                   columns.fold_seed, columns.fit_strings))
+    if not table.header:  # CSV cells are read as text and cast to doubles
+        return blocks, d, table.where, FeatureColumns()
+    fitted = None if fitted is None else \
+        fitted.renamed({alias: name for name, alias in aliases.items()})
+    names, types = list(table.numeric_names), ["double"] * len(table.numeric)
+    if fitted is not None:
+        names, encoded_types = encoded_features(fitted, names, types)
+        types = list(encoded_types or ())
+    return blocks, d, table.where, FeatureColumns(tuple(names), tuple(types), fitted)
 
 
 def _arrow_name(filesystem, name: str) -> str:

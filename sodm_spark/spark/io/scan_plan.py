@@ -1,5 +1,6 @@
-"""Which rows of which Parquet files each task reads, the row ids they get and where the
-blocks are cut: the plan :mod:`.parquet_files` reads by, in one of two numberings.
+"""Which rows of which Parquet or CSV files each task reads, the row ids they get and where
+the blocks are cut: the plan :mod:`.parquet_files` and :mod:`.csv_files` read by, in one of
+two numberings.
 
 ``spark_scan_plan``
     Spark's own. One job over the files without their columns asks Spark's scan which rows of
@@ -33,11 +34,15 @@ _MONOTONIC_ROW_BITS = 33
 @dataclass(frozen=True)
 class Split:
     """Rows ``first_row`` .. ``first_row + rows - 1`` (0-based, counted over the file's row
-    groups) of the Parquet file ``path`` (a local path or a URI pyarrow reaches)."""
+    groups, or a CSV file's data lines) of the file ``path`` (a local path or a URI pyarrow
+    reaches); for a text file the bytes Spark's split covers, ``start`` and ``length`` (the
+    lines that start in them: :mod:`.csv_files`)."""
 
     path: str
     first_row: int
     rows: int
+    start: int = 0
+    length: int = 0
 
 
 @dataclass(frozen=True)
@@ -85,7 +90,7 @@ def bounded_block_rows(n_rows: int, row_bytes: int,
 
 
 def spark_scan_plan(df, n_partitions: int, local_path) -> list[TaskPlan]:
-    """One :class:`TaskPlan` per partition of the Parquet scan ``df`` (``n_partitions`` of
+    """One :class:`TaskPlan` per partition of the Parquet or CSV scan ``df`` (``n_partitions`` of
     them, empty ones included), as Spark's scan reads them (the module's first numbering),
     its blocks not cut yet (:func:`cut_blocks`). ``local_path`` turns the file names Spark
     answers with into what pyarrow opens."""
@@ -94,8 +99,9 @@ def spark_scan_plan(df, n_partitions: int, local_path) -> list[TaskPlan]:
     found = (df.select(F.spark_partition_id().alias("partition"),
                        F.input_file_name().alias("file"),
                        F.input_file_block_start().alias("start"),
+                       F.input_file_block_length().alias("length"),
                        F.monotonically_increasing_id().alias("row"))
-             .groupBy("partition", "file", "start")
+             .groupBy("partition", "file", "start", "length")
              .agg(F.count(F.lit(1)).alias("rows"), F.min("row").alias("first"))
              .collect())
     # a file's splits cover its row groups in the order of their starts
@@ -119,7 +125,7 @@ def spark_scan_plan(df, n_partitions: int, local_path) -> list[TaskPlan]:
             raise RuntimeError(f"Spark's scan numbered partition {index}'s rows out of order "
                                f"({local}): its rows cannot be read by the tasks")
         splits = tuple(Split(local_path(r["file"]), first_in_file[(r["file"], r["start"])],
-                             r["rows"]) for r in rows)
+                             r["rows"], r["start"], r["length"]) for r in rows)
         plans.append(TaskPlan(splits, index << ROW_ID_SHIFT))
     return plans
 

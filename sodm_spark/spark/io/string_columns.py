@@ -39,6 +39,17 @@ class StringEncoding:
 
     encoding: CategoryEncoding | None = None
     seed: int = 0
+    # False: rows scored beside a model trained on numbers, whose text columns are refused
+    fit: bool = True
+
+    def refuse_unfitted(self, names, where: str) -> None:
+        """Refuse the string columns ``names`` of rows scored beside a model that has no
+        encoding of them (its columns were numbers): an encoding fitted on these rows would
+        not be the model's."""
+        if self.encoding is None and not self.fit and names:
+            raise InputError(f"{where}: the column(s) {list(names)[:10]} hold text, but the "
+                             "model was trained on numbers there; give those columns as "
+                             "numbers, as in the training rows.")
 
 
 @dataclass(frozen=True)
@@ -203,6 +214,7 @@ def frame_categories(prepared, numeric, names, strings: StringEncoding, where: s
                              f"and the string columns {list(expected[1])}; these rows have "
                              f"{list(numeric)} and {list(names)}.")
         return TableCategories(strings.encoding)
+    strings.refuse_unfitted(names, where)
     rows = prepared.select(prepared.columns[0], *names).mapInArrow(
         _frame_counts(tuple(names), strings.seed, numbered_batches),
         "payload binary").collect()

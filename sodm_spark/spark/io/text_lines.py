@@ -199,8 +199,9 @@ def _cell_advice(kind, role):
     if kind == "text" and role == "label":
         return "Labels must be numbers (e.g. 0/1 or -1/+1): map class names to numbers"
     if kind == "text":
-        return ("Every column other than the label must be numeric: fix or remove those "
-                "cells, or drop the column")
+        return ("The column holds numbers in most of the input's first rows, so it is read "
+                "as numbers: fix or remove those cells, or drop the column (a column of text "
+                "in its first rows is read as a string column and encoded in the model)")
     if kind == "missing":
         return "Every line needs a cell for every column: fix those lines or the separator"
     if kind == "huge":
