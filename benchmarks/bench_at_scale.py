@@ -22,6 +22,8 @@ Methods (--methods, comma-separated):
   --format parquet --model-out M`` with every default (no --levels, no hyperparameters; the
   memory settings of conf/spark-defaults.conf): the whole command's wall seconds, its
   levels, the test accuracy of the model it saved (and of the uncompressed one when scored);
+* ``job-s3`` — the same command on the same files copied to a local S3 server (moto's, on
+  loopback, the object-store tests' server), read through pyarrow;
 * ``job-tune`` — the same command with ``--tune`` (the full search before the fit);
 * ``job-levels3`` — the same command with ``--levels 3``;
 * ``job-raw`` — the same command with ``--input-map none`` (the kernel on all the features);
@@ -75,14 +77,14 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).parent))
-from job_runs import submit  # noqa: E402
+from job_runs import S3Copy, submit  # noqa: E402
 from make_big_data import main as write_big_data  # noqa: E402
 
 from sodm_spark.benchmarking.records import (  # noqa: E402
     default_record_path, record_head, write_record)
 
 FILE_ROWS = 50_000
-METHODS = ("job", "job-tune", "job-levels3", "job-raw", "job-global", "job-no-global", "predict",
+METHODS = ("job", "job-s3", "job-tune", "job-levels3", "job-raw", "job-global", "job-no-global", "predict",
            "predict-train", "xgboost", "xgboost-spark", "nystroem-spark", "nystroem-krr", "svc",
            "exact-odm")
 
@@ -155,7 +157,7 @@ def load_rows(folder: Path, rows: int | None = None):
 
 def run_job(folder: Path, model_dir: Path, extra=()) -> dict:
     metrics, wall, output = submit("train_sodm.py", [
-        "--data", str(folder / "train"), "--test-data", str(folder / "test"),
+        "--data", f"{folder}/train", "--test-data", f"{folder}/test",
         "--format", "parquet", "--model-out", str(model_dir), *extra], "local[2]")
     compression = metrics.get("compression") or {}
     return {"wall_seconds": wall, "train_seconds": metrics["train_seconds"],
@@ -343,10 +345,32 @@ JOB_FLAGS = {"job": ("", []), "job-tune": ("-tune", ["--tune"]),
              "job-no-global": ("-g", ["--global-step", "none"])}
 
 
+#: The moto S3 server of ``job-s3``, started at its first run (:func:`_on_s3`)
+_S3: dict = {}
+
+
+def _on_s3(folder: Path) -> str:
+    """The URI of ``folder``'s train/ and test/ files copied to a local S3 server (moto's),
+    whose settings the jobs inherit: started and filled once a run."""
+    if folder not in _S3:
+        for copy in _S3.values():
+            copy.stop()
+        _S3.clear()
+        copy = S3Copy("sodm-at-scale")
+        for part in ("train", "test"):
+            copy.upload(folder / part, part)
+        os.environ.update(copy.env)
+        _S3[folder] = copy
+    return f"s3://{_S3[folder].bucket}"
+
+
 def run_method(method: str, folder: Path, rows: int, args, run: dict) -> dict:
     """One run of ``method`` (``run``: what this repeat has run so far: exact-odm takes the
     job's point from it)."""
     model_dir = args.work_dir / f"model-{args.dataset}-{rows}"
+    if method == "job-s3":
+        return run_job(_on_s3(folder), Path(f"{model_dir}-s3"),
+                       ["--seed", str(args.seed)] if args.seed else [])
     if method in JOB_FLAGS:
         suffix, flags = JOB_FLAGS[method]
         # the job's own seed (partitions, validation rows, compression points) when not 0
@@ -495,7 +519,11 @@ def main(argv=None) -> int:
         args.record = args.record or default_record_path(ROOT, args.dataset, sizes)
         record = {**record_head(ROOT, command, vars(args)), "sizes": []}
     started = time.perf_counter()
-    results = [one_size(rows, methods, args, record) for rows in sizes]
+    try:
+        results = [one_size(rows, methods, args, record) for rows in sizes]
+    finally:
+        for copy in _S3.values():
+            copy.stop()
     record.pop("continued_from", None)
     record["wall_seconds"] = time.perf_counter() - started
     write_record(args.record, record)

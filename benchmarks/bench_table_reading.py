@@ -47,6 +47,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).parent))
+from job_runs import S3Copy  # noqa: E402
 
 from sodm_spark.benchmarking.records import (add_record_flag, paired_ratios,  # noqa: E402
                                              parquet_identity, start_record)
@@ -156,35 +158,6 @@ def _run(layout: str, path: str, env: dict) -> dict:
     return figures
 
 
-class _S3Copy:
-    """The columns files on a moto S3 server on loopback, and the environment that names it."""
-
-    def __init__(self, folder: Path):
-        import logging
-
-        from moto.server import ThreadedMotoServer
-        from pyarrow import fs
-
-        logging.getLogger("werkzeug").setLevel(logging.ERROR)
-        self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-        self.server.start()
-        host, port = self.server.get_host_and_port()
-        self.env = {"AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_REGION": "us-east-1",
-                    "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                    "AWS_EC2_METADATA_DISABLED": "true"}
-        store = fs.S3FileSystem(endpoint_override=self.env["AWS_ENDPOINT_URL"],
-                                access_key="testing", secret_key="testing",
-                                region="us-east-1", allow_bucket_creation=True)
-        store.create_dir(BUCKET)
-        for path in sorted(folder.glob("*.parquet")):
-            with store.open_output_stream(f"{BUCKET}/train/{path.name}") as out:
-                out.write(path.read_bytes())
-        self.uri = f"s3://{BUCKET}/train"
-
-    def stop(self):
-        self.server.stop()
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--array-folder", type=Path)
@@ -212,12 +185,12 @@ def main(argv=None) -> None:
         return _measure_csv(args, record)
     columns_train = args.columns_folder / "train"
     env = _environment()
-    s3 = _S3Copy(columns_train) if args.s3 else None
+    s3 = S3Copy(BUCKET) if args.s3 else None
     try:
         paths = {"array": str(args.array_folder / "train"), "columns": str(columns_train),
                  "columns-spark-sql": str(columns_train), "pyarrow": str(columns_train)}
         if s3 is not None:
-            paths["columns-s3"] = s3.uri
+            paths["columns-s3"] = s3.upload(columns_train, "train")
             env.update(s3.env)
         rounds = _rounds(paths, env, args.rounds, record)
     finally:

@@ -68,3 +68,39 @@ def medians(runs: list[dict]):
             statistics.median(r["wall_seconds"] for r in runs),
             statistics.median(r["test_accuracy"] for r in runs),
             ", ".join(f"{r['train_seconds']:.1f}" for r in runs))
+
+
+class S3Copy:
+    """Files on a moto S3 server on loopback (the object-store tests' server) in ``bucket``,
+    and the environment that names it (a job given it reads ``s3://`` through pyarrow);
+    :meth:`stop` ends the server."""
+
+    def __init__(self, bucket: str):
+        import logging
+
+        from moto.server import ThreadedMotoServer
+        from pyarrow import fs
+
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)
+        self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        self.server.start()
+        host, port = self.server.get_host_and_port()
+        self.env = {"AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_REGION": "us-east-1",
+                    "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                    "AWS_EC2_METADATA_DISABLED": "true"}
+        self.store = fs.S3FileSystem(endpoint_override=self.env["AWS_ENDPOINT_URL"],
+                                     access_key="testing", secret_key="testing",
+                                     region="us-east-1", allow_bucket_creation=True)
+        self.store.create_dir(bucket)
+        self.bucket = bucket
+
+    def upload(self, folder: Path, prefix: str, pattern: str = "*.parquet") -> str:
+        """``folder``'s files matching ``pattern`` under ``prefix``: their folder's URI."""
+        for path in sorted(Path(folder).glob(pattern)):
+            with self.store.open_output_stream(f"{self.bucket}/{prefix}/{path.name}") as out:
+                out.write(path.read_bytes())
+        return f"s3://{self.bucket}/{prefix}"
+
+    def stop(self) -> None:
+        self.server.stop()
+

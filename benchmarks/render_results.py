@@ -53,6 +53,8 @@ AT_SCALE = {
                                     ("peers", "global", "timeline")),
     "at-scale-fashion-60000": (f"{RESULTS}/fashion-60000-2026-11-29.json", "svc",
                                ("peers", "timeline")),
+    "at-scale-fashion-600000-columns": (f"{RESULTS}/fashion-600000-2026-12-02T054716Z.json",
+                                        "xgboost", ("peers", "timeline")),
 }
 PARTS = {"peers": ("Side by side (medians of the paired runs; ranges in brackets):",
                    lambda record, reference: report.peers_table(record, reference)),
@@ -190,32 +192,84 @@ def reading_values() -> dict[str, str]:
     return values
 
 
+CSV_READING = "docs/results/reading/us-flights-csv-2400000-2026-12-02.json"
+
+
+def csv_reading_values() -> dict[str, str]:
+    """The CSV layouts of the reading benchmark (``bench_table_reading.py --csv-folder``)."""
+    record = _json(CSV_READING)
+    data = record["data"]
+    values = {"csvread.rows": f"{data['rows']:,}", "csvread.features": str(data["features"]),
+              "csvread.mb": f"{data['text_bytes'] / 2**20:,.0f}",
+              "csvread.rounds": str(len(record["rounds"]))}
+    pyarrow = record["medians"]["csv-pyarrow"]["reading_seconds"]
+    for layout, median in record["medians"].items():
+        values[f"csvread.{layout}"] = f"{median['reading_seconds']:.1f}"
+        values[f"csvread.{layout}.rate"] = f"{median['text_mb_per_second']:,.0f}"
+        if "plan_seconds" in median:
+            values[f"csvread.{layout}.plan"] = f"{median['plan_seconds']:.1f}"
+        values[f"csvread.{layout}.over.pyarrow"] = f"{median['reading_seconds'] / pyarrow:.2f}"
+    for pair, median in record["ratio_medians"].items():
+        top, bottom = pair.split("/")
+        values[f"csvread.{top}.over.{bottom}"] = f"{median:.2f}"
+    return values
+
+
+ENCODINGS = "docs/results/encodings/us-flights-100000-2026-12-02.json"
+
+
+def encoding_values() -> dict[str, str]:
+    """The encodings benchmark's medians (``bench_category_encodings.py``)."""
+    record = _json(ENCODINGS)
+    paired = record["paired_medians"]
+    values = {"enc.rounds": str(len(record["rounds"])),
+              "enc.train": f"{record['rows']['train']:,}",
+              "enc.test": f"{record['rows']['test']:,}",
+              "enc.majority": f"{record['majority_class']:.4f}",
+              "enc.fit_ratio": f"{paired['fit_ratio']:.2f}",
+              "enc.scoring_ratio": f"{paired['scoring_ratio']:.2f}",
+              "enc.difference": f"{100 * paired['accuracy_difference']:+.2f}".replace("-", "−")}
+    for name, levels in record["levels"].items():
+        values[f"enc.{name}"] = str(levels)
+    for encoding, median in record["medians"].items():
+        key = f"enc.{encoding}"
+        values[f"{key}.features"] = f"{median['features']:,.0f}"
+        values[f"{key}.fit"] = f"{median['fit_seconds']:.0f}"
+        values[f"{key}.sv"] = f"{median['support_vectors']:,.0f}"
+        values[f"{key}.accuracy"] = f"{median['test_accuracy']:.4f}"
+        values[f"{key}.rate"] = f"{median['rows_per_second']:,.0f}"
+    return values
+
+
 STRINGS = "docs/results/strings/flights-300000-2026-12-02.json"
+US_STRINGS = "docs/results/strings/us-flights-2400000-2026-12-02.json"
 
 
-def string_values() -> dict[str, str]:
+def string_values(path: str = STRINGS, prefix: str = "strings") -> dict[str, str]:
     """The string-columns benchmark's medians (``bench_string_columns.py``)."""
     from sodm_spark.core.categories import ONE_HOT_MAX_LEVELS
 
-    record = _json(STRINGS)
+    record = _json(path)
     medians, paired = record["medians"], record["paired_medians"]
-    values = {"strings.rounds": str(len(record["rounds"])),
-              "strings.train": f"{record['rows']['train']:,}",
-              "strings.test": f"{record['rows']['test']:,}",
-              "strings.ratio": f"{paired['wall_ratio']:.2f}",
-              "strings.difference": f"{100 * paired['accuracy_difference']:+.2f}"
+    ratios = [pair["wall_ratio"] for pair in record["paired"]]
+    values = {f"{prefix}.rounds": str(len(record["rounds"])),
+              f"{prefix}.train": f"{record['rows']['train']:,}",
+              f"{prefix}.test": f"{record['rows']['test']:,}",
+              f"{prefix}.ratio": f"{paired['wall_ratio']:.2f}",
+              f"{prefix}.ratios": ", ".join(f"{ratio:.2f}" for ratio in ratios),
+              f"{prefix}.difference": f"{100 * paired['accuracy_difference']:+.2f}"
               .replace("-", "−")}
     for name, levels in record["levels"].items():
-        values[f"strings.{name}"] = str(levels) if levels <= ONE_HOT_MAX_LEVELS else \
+        values[f"{prefix}.{name}"] = str(levels) if levels <= ONE_HOT_MAX_LEVELS else \
             f"{levels:,}"
     for table in ("hand", "strings"):
         runs = [run[table] for run in record["rounds"]]
-        values[f"strings.{table}.train"] = \
+        values[f"{prefix}.{table}.train"] = \
             f"{statistics.median(run['train_seconds'] for run in runs):.0f}"
-        values[f"strings.{table}.levels"] = ", ".join(str(run["best_level"]) for run in runs)
-        values[f"strings.{table}.wall"] = f"{medians[table]['wall_seconds']:.0f}"
-        values[f"strings.{table}.reading"] = f"{medians[table]['reading_seconds']:.1f}"
-        values[f"strings.{table}.accuracy"] = f"{medians[table]['test_accuracy']:.4f}"
+        values[f"{prefix}.{table}.levels"] = ", ".join(str(run["best_level"]) for run in runs)
+        values[f"{prefix}.{table}.wall"] = f"{medians[table]['wall_seconds']:.0f}"
+        values[f"{prefix}.{table}.reading"] = f"{medians[table]['reading_seconds']:.1f}"
+        values[f"{prefix}.{table}.accuracy"] = f"{medians[table]['test_accuracy']:.4f}"
     return values
 
 
@@ -226,7 +280,11 @@ TEMPLATES: dict[str, tuple[str, tuple[str, ...], Callable[[], dict[str, str]]]] 
     "stopping-summary": ("README.md", (STOPPING,), stopping),
     "input-map": ("docs/benchmarks.md", tuple(path for _, path in INPUT_MAPS), input_map_values),
     "table-reading": ("docs/benchmarks.md", (READING,), reading_values),
+    "csv-reading": ("docs/benchmarks.md", (CSV_READING,), csv_reading_values),
+    "category-encodings": ("docs/benchmarks.md", (ENCODINGS,), encoding_values),
     "string-columns": ("docs/benchmarks.md", (STRINGS,), string_values),
+    "string-columns-us-flights": ("docs/benchmarks.md", (US_STRINGS,),
+                                  lambda: string_values(US_STRINGS, "usstrings")),
     "where-sodm-wins": ("docs/benchmarks.md",
                         tuple(f"{folder}/benchmark.json" for _, folder in SIDE_BY_SIDE),
                         side_by_side_values),

@@ -465,12 +465,23 @@ def test_training_rows_in_s3_are_read_by_the_tasks_as_the_same_rows_on_disk(s3, 
             pq.write_table(columns, out, row_group_size=100)
         arrays = pa.table({"label": y[rows], "features": pa.array(list(X[rows]))})
         pq.write_table(arrays, local / f"part-{number}.parquet", row_group_size=100)
+    X_test, y_test = make_problem(m=120, d=4, seed=18)
+    with filesystem.open_output_stream(f"{BUCKET}/test/part-0.parquet") as out:
+        pq.write_table(pa.table({**{f"x{j}": X_test[:, j] for j in (3, 1, 0, 2)},
+                                 "label": y_test}), out)  # its columns taken by name
     outputs = {}
     for name, data in (("s3", uri("rows")), ("disk", str(local))):
+        scored = ["--test-data", uri("test"), "--metrics-out", str(tmp_path / "metrics.json")] \
+            if name == "s3" else []
         _train(["--data", data, "--format", "parquet", "--model-out", str(tmp_path / name),
-                "--seed", "3"], tmp_path)
+                "--seed", "3", *scored], tmp_path)
         outputs[name] = KernelExpansion.load(str(tmp_path / name))
     from_s3, from_disk = outputs["s3"], outputs["disk"]
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    # the job's float32 scoring may turn one borderline row of the 120; columns taken by
+    # position instead of by name would turn dozens
+    assert metrics["test_accuracy"] == pytest.approx(
+        np.mean(from_s3.predict(X_test) == y_test), abs=1.01 / 120)
     assert from_s3.feature_names == ("x0", "x1", "x2", "x3") and from_disk.feature_names is None
     np.testing.assert_array_equal(from_s3.support_vectors, from_disk.support_vectors)
     np.testing.assert_array_equal(from_s3.decision_function(X), from_disk.decision_function(X))

@@ -186,7 +186,12 @@ def source_line(record: dict, path: str) -> str:
     return (f"Rendered from `{path}` (`{record['command']}`; commit "
             f"{(git.get('commit') or '?')[:10]}{' with changes' if git.get('dirty') else ''}; "
             f"{machine.get('cores', '?')} cores, {machine.get('ram_gib', '?')} GiB, "
-            f"{machine.get('cpu', '?')}; started {record.get('started_utc', '?')}).")
+            f"{machine.get('cpu', '?')}; started {record.get('started_utc', '?')})"
+            + "".join(f"; continued by `{more['command']}` (commit "
+                      f"{(more['git'].get('commit') or '?')[:10]}"
+                      f"{' with changes' if more['git'].get('dirty') else ''}; started "
+                      f"{more['started_utc']})" for more in record.get("continuations", []))
+            + ".")
 
 
 def _median(size: dict, method: str, field: str) -> float | None:

@@ -142,6 +142,12 @@ def _open(path: str):
     return pq.ParquetFile(filesystem.open_input_file(inner))
 
 
+def parquet_schema(path: str):
+    """The pyarrow schema of the Parquet file ``path`` (a local path or a URI pyarrow
+    reaches)."""
+    return _open(path).schema_arrow
+
+
 def local_name(name: str) -> str:
     """A file name as Spark answers it (``file:`` URIs %-escaped) as pyarrow opens it."""
     uri = urlparse(name)

@@ -22,7 +22,7 @@ from .csv import checked_csv_table, csv_feature_names, csv_frame
 from .csv_files import read_csv_table
 from .file_schemas import check_parquet_files_agree, listed_files
 from .libsvm import read_libsvm_spark
-from .parquet_files import read_parquet_table
+from .parquet_files import arrow_feature_names, parquet_schema, read_parquet_table
 from .string_columns import StringEncoding, encoded_features
 
 FORMATS = ("libsvm", "csv", "parquet")
@@ -294,10 +294,21 @@ def table_feature_names(spark, path, fmt, columns: TableColumns = TableColumns()
         return csv_feature_names(spark, str(path), label, columns.header, columns.sep,
                                  columns.weight_col)
     where = f"{path} (format 'parquet')"
-    df = spark_read(where, lambda: spark.read.parquet(str(path)))
     features = columns.features_col
-    names, _ = table_features(df, features if isinstance(features, str) else list(features),
-                              [label or "label", columns.weight_col])
+    wanted = features if isinstance(features, str) else list(features)
+    not_features = [label or "label", columns.weight_col]
+    try:
+        df = spark_read(where, lambda: spark.read.parquet(str(path)))
+    except DataFormatError:  # files only pyarrow reaches (s3:// without Hadoop's connector)
+        listed = listed_files(input_statuses(spark, path, fmt))
+        if listed is None or not listed[1]:
+            raise
+        schema = parquet_schema(_arrow_name(listed[0], listed[1][0]))
+        if isinstance(wanted, str) and wanted in schema.names:
+            return arrow_feature_names(schema, "array", (wanted,))[0]
+        return list(wanted) if not isinstance(wanted, str) else \
+            [name for name in schema.names if name not in not_features]
+    names, _ = table_features(df, wanted, not_features)
     return names
 
 
