@@ -215,32 +215,6 @@ def csv_reading_values() -> dict[str, str]:
     return values
 
 
-ENCODINGS = "docs/results/encodings/us-flights-100000-2026-12-02.json"
-
-
-def encoding_values() -> dict[str, str]:
-    """The encodings benchmark's medians (``bench_category_encodings.py``)."""
-    record = _json(ENCODINGS)
-    paired = record["paired_medians"]
-    values = {"enc.rounds": str(len(record["rounds"])),
-              "enc.train": f"{record['rows']['train']:,}",
-              "enc.test": f"{record['rows']['test']:,}",
-              "enc.majority": f"{record['majority_class']:.4f}",
-              "enc.fit_ratio": f"{paired['fit_ratio']:.2f}",
-              "enc.scoring_ratio": f"{paired['scoring_ratio']:.2f}",
-              "enc.difference": f"{100 * paired['accuracy_difference']:+.2f}".replace("-", "−")}
-    for name, levels in record["levels"].items():
-        values[f"enc.{name}"] = str(levels)
-    for encoding, median in record["medians"].items():
-        key = f"enc.{encoding}"
-        values[f"{key}.features"] = f"{median['features']:,.0f}"
-        values[f"{key}.fit"] = f"{median['fit_seconds']:.0f}"
-        values[f"{key}.sv"] = f"{median['support_vectors']:,.0f}"
-        values[f"{key}.accuracy"] = f"{median['test_accuracy']:.4f}"
-        values[f"{key}.rate"] = f"{median['rows_per_second']:,.0f}"
-    return values
-
-
 STRINGS = "docs/results/strings/flights-300000-2026-12-02.json"
 US_STRINGS = "docs/results/strings/us-flights-2400000-2026-12-02.json"
 
@@ -281,7 +255,6 @@ TEMPLATES: dict[str, tuple[str, tuple[str, ...], Callable[[], dict[str, str]]]] 
     "input-map": ("docs/benchmarks.md", tuple(path for _, path in INPUT_MAPS), input_map_values),
     "table-reading": ("docs/benchmarks.md", (READING,), reading_values),
     "csv-reading": ("docs/benchmarks.md", (CSV_READING,), csv_reading_values),
-    "category-encodings": ("docs/benchmarks.md", (ENCODINGS,), encoding_values),
     "string-columns": ("docs/benchmarks.md", (STRINGS,), string_values),
     "string-columns-us-flights": ("docs/benchmarks.md", (US_STRINGS,),
                                   lambda: string_values(US_STRINGS, "usstrings")),
