@@ -101,32 +101,16 @@ def measure_spark(path: str, fmt: str, through_sql: bool) -> dict:
         spark.stop()
 
 
-def measure_pyarrow_csv(folder: str) -> dict:
-    """One process: the CSV files into one float32 matrix, a column at a time."""
+def measure_pyarrow(folder: str, csv: bool = False) -> dict:
+    """One process: the Parquet (``csv``: CSV) files into one float32 matrix, a column at a
+    time."""
     import pyarrow.csv as pcsv
-
-    started = time.perf_counter()
-    parts = []
-    for path in sorted(Path(folder).glob("*.csv")):
-        table = pcsv.read_csv(path)
-        names = [name for name in table.column_names if name != "label"]
-        by_column = np.empty((len(names), table.num_rows), dtype=np.float32)
-        for j, name in enumerate(names):
-            by_column[j] = table.column(name).to_numpy()
-        parts.append(np.ascontiguousarray(by_column.T))
-    X = np.concatenate(parts)
-    seconds = time.perf_counter() - started
-    return {"reading_seconds": seconds, "rows": int(X.shape[0]), "features": int(X.shape[1])}
-
-
-def measure_pyarrow(folder: str) -> dict:
-    """One process: the files into one float32 matrix, a column at a time."""
     import pyarrow.parquet as pq
 
     started = time.perf_counter()
     parts = []
-    for path in sorted(Path(folder).glob("*.parquet")):
-        table = pq.read_table(path)
+    for path in sorted(Path(folder).glob("*.csv" if csv else "*.parquet")):
+        table = pcsv.read_csv(path) if csv else pq.read_table(path)
         names = [name for name in table.column_names if name != "label"]
         by_column = np.empty((len(names), table.num_rows), dtype=np.float32)
         for j, name in enumerate(names):
@@ -139,7 +123,7 @@ def measure_pyarrow(folder: str) -> dict:
 
 def _measure_in_process(layout: str, path: str) -> None:
     if layout in ("pyarrow", "csv-pyarrow"):
-        figures = measure_pyarrow(path) if layout == "pyarrow" else measure_pyarrow_csv(path)
+        figures = measure_pyarrow(path, csv=layout == "csv-pyarrow")
     else:
         figures = measure_spark(path, "csv" if layout.startswith("csv") else "parquet",
                                 layout.endswith("spark-sql"))
