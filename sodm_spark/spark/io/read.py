@@ -300,10 +300,10 @@ def table_feature_names(spark, path, fmt, columns: TableColumns = TableColumns()
     try:
         df = spark_read(where, lambda: spark.read.parquet(str(path)))
     except DataFormatError:  # files only pyarrow reaches (s3:// without Hadoop's connector)
-        listed = listed_files(input_statuses(spark, path, fmt))
-        if listed is None or not listed[1]:
+        files = _arrow_files(input_statuses(spark, path, fmt))
+        if files is None:
             raise
-        schema = parquet_schema(_arrow_name(listed[0], listed[1][0]))
+        schema = parquet_schema(files[0])
         if isinstance(wanted, str) and wanted in schema.names:
             return arrow_feature_names(schema, "array", (wanted,))[0]
         return list(wanted) if not isinstance(wanted, str) else \
@@ -323,15 +323,12 @@ def _table_blocks(spark, path, fmt, statuses, slices, min_partitions, columns, d
     features_col = columns.features_col if isinstance(columns.features_col, str) else \
         list(columns.features_col)  # a vector or array column, or the columns' names
     where, strings = f"{path} (format 'parquet')", columns.string_encoding()
-    listed = listed_files(statuses)
-    if weight_col is None and listed is not None and listed[1]:  # read in the tasks
-        read = read_parquet_table(
-            spark, path, [_arrow_name(listed[0], name) for name in listed[1]], features_col,
-            label, dtype, slices, min_partitions, strings)
+    files = _arrow_files(statuses)
+    if weight_col is None and files is not None:  # read in the tasks
+        read = read_parquet_table(spark, path, files, features_col, label, dtype, slices,
+                                  min_partitions, strings)
         if read is not None:
-            return read.blocks, read.d, where, FeatureColumns(read.names, read.types,
-                                                              read.categories) \
-                if read.names is not None else FeatureColumns()
+            return read.blocks, read.d, where, _read_features(read)
     # the file splits are planned when the blocks' RDD is built, inside this block
     with sql_conf(spark, "spark.sql.files.minPartitionNum", str(slices)):
         df = spark_read(where, lambda: spark.read.parquet(str(path)))
@@ -356,13 +353,12 @@ def _csv_blocks(spark, path, statuses, slices, min_partitions, columns, dtype):
     with sql_conf(spark, "spark.sql.files.minPartitionNum", str(slices)):
         table = checked_csv_table(spark, str(path), statuses, columns, max_abs_value(dtype),
                                   named)
-        listed = listed_files(statuses)
-        read = None if listed is None or not listed[1] else read_csv_table(
-            spark, table, [_arrow_name(listed[0], name) for name in listed[1]], dtype,
-            min_partitions, columns.string_encoding())
+        files = _arrow_files(statuses)
+        read = None if files is None else read_csv_table(spark, table, files, dtype,
+                                                          min_partitions,
+                                                          columns.string_encoding())
         if read is not None:
-            return read.blocks, read.d, table.where, FeatureColumns() if read.names is None \
-                else FeatureColumns(read.names, read.types, read.categories)
+            return read.blocks, read.d, table.where, _read_features(read)
         df, numeric, text = csv_frame(table)
         aliases = dict(zip(table.numeric_names + table.string_names, numeric + text))
         blocks, d, fitted = dataframe_to_blocks(
@@ -379,6 +375,21 @@ def _csv_blocks(spark, path, statuses, slices, min_partitions, columns, dtype):
         names, encoded_types = encoded_features(fitted, names, types)
         types = list(encoded_types or ())
     return blocks, d, table.where, FeatureColumns(tuple(names), tuple(types), fitted)
+
+
+def _arrow_files(statuses) -> list[str] | None:
+    """The data files of ``statuses`` as the tasks open them (:func:`_arrow_name`), None when
+    pyarrow reaches none."""
+    listed = listed_files(statuses)
+    if listed is None or not listed[1]:
+        return None
+    return [_arrow_name(listed[0], name) for name in listed[1]]
+
+
+def _read_features(read) -> FeatureColumns:
+    """The FeatureColumns of a table the tasks read (a :class:`~.parquet_files.ReadTable`)."""
+    return FeatureColumns() if read.names is None else \
+        FeatureColumns(read.names, read.types, read.categories)
 
 
 def _arrow_name(filesystem, name: str) -> str:
